@@ -1,0 +1,153 @@
+//! The in-memory view of every profile, per GPU model, that Rank and Predict are served
+//! from: no database query on their path.
+//!
+//! Each GPU model's profiles sit behind their own `Arc`: a reader clones the `Arc` under a
+//! short read lock and scores without any lock; a writer changes the table in place
+//! (`Arc::make_mut`), copying it only if a reader is scoring with it at that moment.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use crate::{
+    domain::{GpuName, Profile, WorkloadName},
+    model::Features,
+};
+
+/// One workload's profile on one GPU model, ready to score.
+#[derive(Debug, Clone)]
+pub struct ProfileEntry {
+    pub name: WorkloadName,
+    pub features: Features,
+    pub throughput_unit: String,
+}
+
+/// The profiles of one GPU model, in a dense vector for fast scans plus a name index.
+#[derive(Debug, Clone, Default)]
+pub struct GpuProfiles {
+    pub memory_gb: Option<f64>,
+    entries: Vec<ProfileEntry>,
+    index: HashMap<WorkloadName, usize>,
+}
+
+impl GpuProfiles {
+    pub fn get(&self, name: &WorkloadName) -> Option<&ProfileEntry> {
+        self.index.get(name).map(|&i| &self.entries[i])
+    }
+
+    pub fn entries(&self) -> &[ProfileEntry] {
+        &self.entries
+    }
+
+    fn upsert(&mut self, entry: ProfileEntry) {
+        match self.index.get(&entry.name) {
+            Some(&i) => self.entries[i] = entry,
+            None => {
+                self.index.insert(entry.name.clone(), self.entries.len());
+                self.entries.push(entry);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &WorkloadName) {
+        if let Some(i) = self.index.remove(name) {
+            self.entries.swap_remove(i);
+            if let Some(moved) = self.entries.get(i) {
+                self.index.insert(moved.name.clone(), i);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Catalog {
+    workloads: HashSet<WorkloadName>,
+    gpus: HashMap<GpuName, Arc<GpuProfiles>>,
+}
+
+impl Catalog {
+    pub fn contains(&self, name: &WorkloadName) -> bool {
+        self.workloads.contains(name)
+    }
+
+    pub fn gpu(&self, gpu: &GpuName) -> Option<Arc<GpuProfiles>> {
+        self.gpus.get(gpu).cloned()
+    }
+
+    pub fn gpu_names(&self) -> impl Iterator<Item = &GpuName> {
+        self.gpus.keys()
+    }
+
+    pub fn set_gpu_memory(&mut self, gpu: &GpuName, memory_gb: Option<f64>) {
+        let table = Arc::make_mut(self.gpus.entry(gpu.clone()).or_default());
+        if memory_gb.is_some() {
+            table.memory_gb = memory_gb;
+        }
+    }
+
+    /// Makes the catalog hold exactly these profiles for the workload.
+    pub fn put_workload(&mut self, name: &WorkloadName, profiles: &[Profile]) {
+        self.workloads.insert(name.clone());
+        let profiled_on: HashSet<&GpuName> = profiles.iter().map(|p| &p.gpu).collect();
+        for (gpu, table) in self.gpus.iter_mut() {
+            if !profiled_on.contains(gpu) && table.get(name).is_some() {
+                Arc::make_mut(table).remove(name);
+            }
+        }
+        for profile in profiles {
+            self.set_gpu_memory(&profile.gpu, profile.gpu_memory_gb);
+            let table = Arc::make_mut(self.gpus.get_mut(&profile.gpu).expect("inserted above"));
+            table.upsert(ProfileEntry {
+                name: name.clone(),
+                features: Features::of(profile),
+                throughput_unit: profile.system.throughput_unit.clone(),
+            });
+        }
+    }
+
+    pub fn remove_workload(&mut self, name: &WorkloadName) {
+        self.workloads.remove(name);
+        for table in self.gpus.values_mut() {
+            if table.get(name).is_some() {
+                Arc::make_mut(table).remove(name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::profile_tests::sample_profile;
+
+    fn name(n: &str) -> WorkloadName {
+        WorkloadName::parse("name", n).unwrap()
+    }
+
+    #[test]
+    fn removing_a_workload_keeps_the_index_of_the_moved_entry_right() {
+        let mut catalog = Catalog::default();
+        let profile = sample_profile();
+        for n in ["a", "b", "c"] {
+            catalog.put_workload(&name(n), std::slice::from_ref(&profile));
+        }
+        catalog.remove_workload(&name("a"));
+        let table = catalog.gpu(&profile.gpu).unwrap();
+        assert_eq!(table.entries().len(), 2);
+        assert_eq!(table.get(&name("c")).unwrap().name, name("c"));
+        assert!(table.get(&name("a")).is_none());
+        assert!(!catalog.contains(&name("a")));
+    }
+
+    #[test]
+    fn a_reader_keeps_its_snapshot_while_a_writer_changes_the_table() {
+        let mut catalog = Catalog::default();
+        let profile = sample_profile();
+        catalog.put_workload(&name("a"), std::slice::from_ref(&profile));
+        let snapshot = catalog.gpu(&profile.gpu).unwrap();
+        catalog.put_workload(&name("b"), std::slice::from_ref(&profile));
+        assert_eq!(snapshot.entries().len(), 1);
+        assert_eq!(catalog.gpu(&profile.gpu).unwrap().entries().len(), 2);
+    }
+}

@@ -1,0 +1,326 @@
+//! The advisor: what every RPC does, in domain terms. It owns the store, the in-memory
+//! catalog of profiles and the current model of each GPU model, and keeps the three in
+//! step: writes go to the store first and reach memory only once committed.
+
+mod catalog;
+mod error;
+mod rank;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
+
+use arc_swap::ArcSwap;
+use tokio::sync::Mutex;
+
+use crate::{
+    domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
+    model::{self, Features, FitError, ModelKind, TrainingRow},
+    store::{ObservationSource, Store, StoredModel, WorkloadRecord},
+};
+
+pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
+pub use error::{Error, Result};
+pub use rank::{
+    MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult, RankedCandidate,
+    SkipCode, Skipped, MAX_CANDIDATES,
+};
+
+/// Page size when the client asks for none, and the largest page served.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+pub const MAX_PAGE_SIZE: u32 = 1000;
+
+type ModelMap = HashMap<GpuName, Arc<StoredModel>>;
+
+pub struct Advisor {
+    store: Store,
+    catalog: RwLock<Catalog>,
+    models: ArcSwap<ModelMap>,
+    default_gpu: Option<GpuName>,
+    /// Serialises catalog writers so that memory changes in the order the store committed.
+    catalog_writer: Mutex<()>,
+    /// Serialises training so that versions are published in order.
+    trainer: Mutex<()>,
+}
+
+/// The outcome of a training run.
+#[derive(Debug, Clone)]
+pub struct TrainOutcome {
+    pub model: Arc<StoredModel>,
+    /// Stored runs on that GPU model left out because a member has no profile there.
+    pub unusable_observations: usize,
+}
+
+impl Advisor {
+    /// Builds the advisor from what the store holds: profiles into the catalog, the newest
+    /// model of each GPU model into memory.
+    pub async fn load(store: Store, default_gpu: Option<GpuName>) -> anyhow::Result<Self> {
+        let mut catalog = Catalog::default();
+        for (gpu, memory) in store.gpus().await? {
+            catalog.set_gpu_memory(&gpu, memory);
+        }
+        for (name, profiles) in store.all_profiles().await? {
+            catalog.put_workload(&name, &profiles);
+        }
+        let models: ModelMap = store
+            .latest_models()
+            .await?
+            .into_iter()
+            .map(|m| (m.gpu.clone(), Arc::new(m)))
+            .collect();
+        tracing::info!(models = models.len(), "advisor loaded");
+        Ok(Self {
+            store,
+            catalog: RwLock::new(catalog),
+            models: ArcSwap::from_pointee(models),
+            default_gpu,
+            catalog_writer: Mutex::new(()),
+            trainer: Mutex::new(()),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn read_catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
+        // A panic while holding the lock cannot leave the catalog half-written (every
+        // mutation is a single call), so a poisoned lock is still usable.
+        self.catalog.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_catalog(&self) -> std::sync::RwLockWriteGuard<'_, Catalog> {
+        self.catalog.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
+        let _writer = self.catalog_writer.lock().await;
+        let record = self.store.register_workload(&workload, now_ms()).await?;
+        self.write_catalog().put_workload(&record.name, &record.profiles);
+        Ok(record)
+    }
+
+    pub async fn get(&self, name: &WorkloadName) -> Result<WorkloadRecord> {
+        self.store
+            .get_workload(name.as_str())
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("workload {name:?} not found")))
+    }
+
+    /// One page of workloads by name; the token is opaque to clients.
+    pub async fn list(
+        &self,
+        page_size: u32,
+        page_token: &str,
+        state: Option<WorkloadState>,
+    ) -> Result<(Vec<WorkloadRecord>, String)> {
+        let limit = match page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let after = decode_page_token(page_token)?;
+        let page = self.store.list_workloads(after.as_deref(), limit, state).await?;
+        let next = if page.len() == limit as usize {
+            page.last().map(|w| encode_page_token(w.name.as_str())).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((page, next))
+    }
+
+    pub async fn delete(&self, name: &WorkloadName) -> Result<()> {
+        let _writer = self.catalog_writer.lock().await;
+        if !self.store.delete_workload(name.as_str()).await? {
+            return Err(Error::NotFound(format!("workload {name:?} not found")));
+        }
+        self.write_catalog().remove_workload(name);
+        Ok(())
+    }
+
+    pub async fn put_profile(&self, name: &WorkloadName, profile: Profile) -> Result<WorkloadRecord> {
+        let _writer = self.catalog_writer.lock().await;
+        let record = self.store.put_profile(name.as_str(), &profile, now_ms()).await?;
+        self.write_catalog().put_workload(&record.name, &record.profiles);
+        Ok(record)
+    }
+
+    /// Stores a colocated run; every member must be a registered workload.
+    pub async fn report(&self, observation: Observation) -> Result<(i64, bool)> {
+        {
+            let catalog = self.read_catalog();
+            if let Some(unknown) = observation.members.iter().find(|m| !catalog.contains(&m.workload)) {
+                return Err(Error::NotFound(format!(
+                    "workload {:?} not found; register it before reporting runs with it",
+                    unknown.workload.as_str()
+                )));
+            }
+        }
+        Ok(self
+            .store
+            .insert_observation(&observation, ObservationSource::Reported, now_ms())
+            .await?)
+    }
+
+    /// The GPU model a request is about: the one it names, else the configured default,
+    /// else the only one known.
+    pub fn resolve_gpu(&self, requested: Option<GpuName>) -> Result<GpuName> {
+        if let Some(gpu) = requested {
+            return Ok(gpu);
+        }
+        if let Some(gpu) = &self.default_gpu {
+            return Ok(gpu.clone());
+        }
+        let catalog = self.read_catalog();
+        let mut known = catalog.gpu_names();
+        match (known.next(), known.next()) {
+            (Some(only), None) => Ok(only.clone()),
+            (None, _) => Err(Error::FailedPrecondition(
+                "no GPU model is known yet; register a workload with a profile first".into(),
+            )),
+            (Some(_), Some(_)) => Err(Error::InvalidArgument(
+                "several GPU models are known and no default is configured; name one in gpu".into(),
+            )),
+        }
+    }
+
+    pub fn current_model(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
+        self.models.load().get(gpu).cloned().ok_or_else(|| {
+            Error::FailedPrecondition(format!(
+                "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
+                gpu.as_str()
+            ))
+        })
+    }
+
+    /// Fits a new model of the GPU model from every usable stored run, stores it as the next
+    /// version and publishes it; Rank keeps using the old one until the swap.
+    pub async fn train(&self, gpu: &GpuName) -> Result<TrainOutcome> {
+        let _trainer = self.trainer.lock().await;
+        let observations = self.store.observations(gpu).await?;
+        let table = self.read_catalog().gpu(gpu).unwrap_or_default();
+        let total = observations.len();
+        let rows: Vec<TrainingRow> = observations
+            .into_iter()
+            .filter_map(|observation| {
+                let mut members = Vec::with_capacity(observation.members.len());
+                let mut throughputs = Vec::with_capacity(observation.members.len());
+                for (name, throughput) in observation.members {
+                    let name = WorkloadName::parse("workload", &name).ok()?;
+                    members.push(table.get(&name)?.features);
+                    throughputs.push(throughput);
+                }
+                Some(TrainingRow { members, throughputs })
+            })
+            .collect();
+        let unusable = total - rows.len();
+
+        let fitted = tokio::task::spawn_blocking(move || model::fit(ModelKind::KaceLinear, &rows))
+            .await
+            .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
+        let (params, metrics) = fitted.map_err(|e| match e {
+            FitError::TooFewObservations { .. } => Error::FailedPrecondition(format!(
+                "cannot train a model for GPU model {:?}: {e} ({unusable} stored runs have members \
+                 without a profile on it)",
+                gpu.as_str()
+            )),
+            other => Error::FailedPrecondition(format!(
+                "cannot train a model for GPU model {:?}: {other}",
+                gpu.as_str()
+            )),
+        })?;
+
+        let stored = Arc::new(self.store.insert_model(gpu, &params, &metrics, now_ms()).await?);
+        self.models.rcu(|current| {
+            let mut next = ModelMap::clone(current);
+            next.insert(gpu.clone(), stored.clone());
+            next
+        });
+        tracing::info!(
+            gpu = %gpu, version = stored.version, observations = metrics.observations,
+            r2 = metrics.r2, mse = metrics.mse, unusable, "model trained"
+        );
+        Ok(TrainOutcome {
+            model: stored,
+            unusable_observations: unusable,
+        })
+    }
+
+    /// Rank: candidates for a target, best first.
+    pub async fn rank(&self, query: RankQuery) -> Result<RankResult> {
+        let gpu = self.resolve_gpu(query.gpu.clone())?;
+        let model = self.current_model(&gpu)?;
+        let (table, unknown) = {
+            let catalog = self.read_catalog();
+            if !catalog.contains(&query.target) {
+                return Err(Error::NotFound(format!(
+                    "target workload {:?} not found",
+                    query.target.as_str()
+                )));
+            }
+            let unknown: Vec<bool> = query.candidates.iter().map(|c| !catalog.contains(c)).collect();
+            (catalog.gpu(&gpu).unwrap_or_default(), unknown)
+        };
+        let work = rank::RankWork { query, gpu, model, table, unknown };
+        if work.is_large() {
+            tokio::task::spawn_blocking(move || work.run())
+                .await
+                .map_err(|e| Error::Internal(anyhow::Error::new(e).context("rank panicked")))?
+        } else {
+            work.run()
+        }
+    }
+
+    /// Predict: one explicit set.
+    pub async fn predict(&self, query: PredictQuery) -> Result<PredictResult> {
+        let gpu = self.resolve_gpu(query.gpu.clone())?;
+        let model = self.current_model(&gpu)?;
+        let table = {
+            let catalog = self.read_catalog();
+            if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(w)) {
+                return Err(Error::NotFound(format!("workload {:?} not found", unknown.as_str())));
+            }
+            catalog.gpu(&gpu).unwrap_or_default()
+        };
+        rank::predict(&query, &gpu, &model, &table)
+    }
+
+    /// Feature vectors of the named workloads on a GPU model (used by import and tests).
+    pub fn features(&self, gpu: &GpuName, name: &WorkloadName) -> Option<Features> {
+        self.read_catalog().gpu(gpu)?.get(name).map(|e| e.features)
+    }
+}
+
+fn encode_page_token(last_name: &str) -> String {
+    last_name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_page_token(token: &str) -> Result<Option<String>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let invalid = || Error::InvalidArgument("page_token is not one this server issued".into());
+    if token.len() % 2 != 0 || token.len() > 512 {
+        return Err(invalid());
+    }
+    let bytes = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).map_err(|_| invalid()))
+        .collect::<Result<Vec<u8>>>()?;
+    String::from_utf8(bytes).map(Some).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_garbage_is_rejected() {
+        let token = encode_page_token("bert-base-cased_batch8-inf");
+        assert_eq!(decode_page_token(&token).unwrap().as_deref(), Some("bert-base-cased_batch8-inf"));
+        assert_eq!(decode_page_token("").unwrap(), None);
+        for bad in ["xyz", "0", "zz", "ff"] {
+            assert!(decode_page_token(bad).is_err(), "{bad} accepted");
+        }
+    }
+}

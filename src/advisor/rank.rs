@@ -1,0 +1,292 @@
+//! Rank and Predict: scoring candidate sets against the current model, with the memory-fit
+//! guard (an OOM costs more than a slow pair).
+
+use std::{collections::HashSet, sync::Arc};
+
+use super::{Error, GpuProfiles, ProfileEntry, Result};
+use crate::{
+    domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
+    model::{Features, SetPrediction},
+    store::StoredModel,
+};
+
+/// The most candidates one Rank request may name (an empty list means all profiled ones).
+pub const MAX_CANDIDATES: usize = 100_000;
+/// Above this many candidates scoring moves off the async threads.
+const BLOCKING_SCORE_THRESHOLD: usize = 5_000;
+
+#[derive(Debug, Clone)]
+pub struct RankQuery {
+    pub target: WorkloadName,
+    pub candidates: Vec<WorkloadName>,
+    /// 0 = all.
+    pub top_k: usize,
+    pub gpu: Option<GpuName>,
+    pub gpu_memory_gb: Option<f64>,
+    pub include_oversubscribed: bool,
+}
+
+impl RankQuery {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.candidates.len() > MAX_CANDIDATES {
+            return Err(ValidationError::new(format!(
+                "at most {MAX_CANDIDATES} candidates may be named, got {}; send none to rank every profiled workload",
+                self.candidates.len()
+            )));
+        }
+        if self.top_k > MAX_CANDIDATES {
+            return Err(ValidationError::new(format!(
+                "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
+                self.top_k
+            )));
+        }
+        let mut seen = HashSet::with_capacity(self.candidates.len());
+        if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
+            return Err(ValidationError::new(format!("candidate {twice} is listed twice")));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PredictQuery {
+    /// A name may repeat: copies of one workload.
+    pub workloads: Vec<WorkloadName>,
+    pub gpu: Option<GpuName>,
+    pub gpu_memory_gb: Option<f64>,
+}
+
+impl PredictQuery {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.workloads.len() < 2 || self.workloads.len() > MAX_MEMBERS {
+            return Err(ValidationError::new(format!(
+                "a colocated set has 2 to {MAX_MEMBERS} workloads, got {}",
+                self.workloads.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What the model says about one member of a set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberPrediction {
+    pub workload: WorkloadName,
+    pub exclusive_throughput: f64,
+    pub throughput_unit: String,
+    pub predicted_throughput: Option<f64>,
+}
+
+impl MemberPrediction {
+    pub fn predicted_slowdown(&self) -> Option<f64> {
+        self.predicted_throughput.map(|t| t / self.exclusive_throughput)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankedCandidate {
+    pub workload: WorkloadName,
+    pub predicted_throughput_sum: f64,
+    pub fits_memory: bool,
+    pub memory_gb: f64,
+    pub members: Vec<MemberPrediction>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipCode {
+    UnknownWorkload,
+    NotProfiledOnGpu,
+    ExceedsGpuMemory,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub workload: String,
+    pub code: SkipCode,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RankResult {
+    pub gpu: GpuName,
+    pub gpu_memory_gb: f64,
+    pub model_version: u64,
+    pub ranked: Vec<RankedCandidate>,
+    pub skipped: Vec<Skipped>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PredictResult {
+    pub gpu: GpuName,
+    pub model_version: u64,
+    pub predicted_throughput_sum: f64,
+    pub members: Vec<MemberPrediction>,
+    pub memory_gb: f64,
+    pub fits_memory: bool,
+}
+
+/// The memory a set may use: the request's limit, else the GPU model's memory.
+fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> Result<f64> {
+    requested.or(table.memory_gb).ok_or_else(|| {
+        Error::FailedPrecondition(format!(
+            "the memory of GPU model {:?} is unknown; pass gpu_memory_gb or store a profile that carries it",
+            gpu.as_str()
+        ))
+    })
+}
+
+fn member_predictions(entries: &[&ProfileEntry], prediction: &SetPrediction) -> Vec<MemberPrediction> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| MemberPrediction {
+            workload: entry.name.clone(),
+            exclusive_throughput: entry.features.exclusive_throughput(),
+            throughput_unit: entry.throughput_unit.clone(),
+            predicted_throughput: prediction.members.as_ref().map(|m| m[i]),
+        })
+        .collect()
+}
+
+fn not_profiled(gpu: &GpuName, name: &WorkloadName) -> String {
+    format!("{name} has no profile on GPU model {:?}", gpu.as_str())
+}
+
+/// A Rank request with everything it needs captured, so it can run on a blocking thread.
+pub(super) struct RankWork {
+    pub query: RankQuery,
+    pub gpu: GpuName,
+    pub model: Arc<StoredModel>,
+    pub table: Arc<GpuProfiles>,
+    /// Per named candidate: true when no such workload is registered.
+    pub unknown: Vec<bool>,
+}
+
+impl RankWork {
+    pub fn is_large(&self) -> bool {
+        let n = if self.query.candidates.is_empty() {
+            self.table.entries().len()
+        } else {
+            self.query.candidates.len()
+        };
+        n > BLOCKING_SCORE_THRESHOLD
+    }
+
+    pub fn run(self) -> Result<RankResult> {
+        let Self { query, gpu, model, table, unknown } = self;
+        let target = table.get(&query.target).ok_or_else(|| {
+            Error::FailedPrecondition(format!("target {}", not_profiled(&gpu, &query.target)))
+        })?;
+        let limit = memory_limit(&gpu, &table, query.gpu_memory_gb)?;
+
+        let mut skipped = Vec::new();
+        let named: Vec<&ProfileEntry>;
+        let pool: Vec<&ProfileEntry> = if query.candidates.is_empty() {
+            table.entries().iter().collect()
+        } else {
+            named = query
+                .candidates
+                .iter()
+                .zip(&unknown)
+                .filter_map(|(name, &is_unknown)| {
+                    let entry = if is_unknown { None } else { table.get(name) };
+                    if entry.is_none() {
+                        skipped.push(if is_unknown {
+                            Skipped {
+                                workload: name.to_string(),
+                                code: SkipCode::UnknownWorkload,
+                                reason: format!("{name} is not a registered workload"),
+                            }
+                        } else {
+                            Skipped {
+                                workload: name.to_string(),
+                                code: SkipCode::NotProfiledOnGpu,
+                                reason: not_profiled(&gpu, name),
+                            }
+                        });
+                    }
+                    entry
+                })
+                .collect();
+            named
+        };
+
+        let mut scored: Vec<(&ProfileEntry, f64, bool)> = Vec::with_capacity(pool.len());
+        for entry in pool {
+            let memory = target.features.memory_gb() + entry.features.memory_gb();
+            let fits = memory <= limit;
+            if !fits && !query.include_oversubscribed {
+                skipped.push(Skipped {
+                    workload: entry.name.to_string(),
+                    code: SkipCode::ExceedsGpuMemory,
+                    reason: format!(
+                        "with the target it needs {memory:.1} GB, more than the {limit:.1} GB available"
+                    ),
+                });
+                continue;
+            }
+            scored.push((entry, memory, fits));
+        }
+
+        let features: Vec<&Features> = scored.iter().map(|(e, _, _)| &e.features).collect();
+        let predictions = model.params.predict_pairs(&target.features, &features);
+        let mut ranked: Vec<(usize, &SetPrediction)> = predictions.iter().enumerate().collect();
+        ranked.sort_by(|(a, pa), (b, pb)| {
+            pb.sum
+                .total_cmp(&pa.sum)
+                .then_with(|| scored[*a].0.name.cmp(&scored[*b].0.name))
+        });
+        if query.top_k > 0 {
+            ranked.truncate(query.top_k);
+        }
+        let ranked = ranked
+            .into_iter()
+            .map(|(i, prediction)| {
+                let (entry, memory, fits) = scored[i];
+                RankedCandidate {
+                    workload: entry.name.clone(),
+                    predicted_throughput_sum: prediction.sum,
+                    fits_memory: fits,
+                    memory_gb: memory,
+                    members: member_predictions(&[target, entry], prediction),
+                }
+            })
+            .collect();
+        Ok(RankResult {
+            gpu,
+            gpu_memory_gb: limit,
+            model_version: model.version,
+            ranked,
+            skipped,
+        })
+    }
+}
+
+pub(super) fn predict(
+    query: &PredictQuery,
+    gpu: &GpuName,
+    model: &StoredModel,
+    table: &GpuProfiles,
+) -> Result<PredictResult> {
+    let entries = query
+        .workloads
+        .iter()
+        .map(|name| {
+            table
+                .get(name)
+                .ok_or_else(|| Error::FailedPrecondition(not_profiled(gpu, name)))
+        })
+        .collect::<Result<Vec<&ProfileEntry>>>()?;
+    let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
+    let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
+    let prediction = model.params.predict_set(&features);
+    let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
+    Ok(PredictResult {
+        gpu: gpu.clone(),
+        model_version: model.version,
+        predicted_throughput_sum: prediction.sum,
+        members: member_predictions(&entries, &prediction),
+        memory_gb: memory,
+        fits_memory: memory <= limit,
+    })
+}

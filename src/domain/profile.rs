@@ -1,0 +1,198 @@
+//! A workload's profile on one GPU model: the KACE method's six kernel metrics (Nsight
+//! Compute, one step) and four system metrics (NVML, running alone).
+
+use super::{GpuName, ValidationError};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelMetrics {
+    pub threads: f64,
+    pub compute_throughput_pct: f64,
+    pub dram_throughput_pct: f64,
+    pub memory_throughput_pct: f64,
+    pub registers: f64,
+    pub static_shared_memory_bytes: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemMetrics {
+    pub exclusive_throughput: f64,
+    pub throughput_unit: String,
+    pub sm_busy_pct: f64,
+    pub mem_busy_pct: f64,
+    pub memory_gb: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileSource {
+    Imported,
+    ClientSupplied,
+    Measured,
+    Replay,
+}
+
+impl ProfileSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Imported => "imported",
+            Self::ClientSupplied => "client_supplied",
+            Self::Measured => "measured",
+            Self::Replay => "replay",
+        }
+    }
+
+    pub fn from_db(raw: &str) -> Option<Self> {
+        match raw {
+            "imported" => Some(Self::Imported),
+            "client_supplied" => Some(Self::ClientSupplied),
+            "measured" => Some(Self::Measured),
+            "replay" => Some(Self::Replay),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub gpu: GpuName,
+    pub kernel: KernelMetrics,
+    pub system: SystemMetrics,
+    pub source: ProfileSource,
+    /// Total memory of the GPU model, when the profile says it.
+    pub gpu_memory_gb: Option<f64>,
+    pub measured_at_ms: i64,
+}
+
+/// No single GPU has more memory than this; a larger figure is a unit mistake.
+const MAX_MEMORY_GB: f64 = 100_000.0;
+const MAX_UNIT_CHARS: usize = 32;
+
+fn check_non_negative(field: &str, value: f64) -> Result<(), ValidationError> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(ValidationError::new(format!(
+            "{field} must be a finite number >= 0, got {value}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_percentage(field: &str, value: f64) -> Result<(), ValidationError> {
+    if !value.is_finite() || !(0.0..=100.0).contains(&value) {
+        return Err(ValidationError::new(format!(
+            "{field} must be a percentage between 0 and 100, got {value}"
+        )));
+    }
+    Ok(())
+}
+
+impl KernelMetrics {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_non_negative("kernel.threads", self.threads)?;
+        check_percentage("kernel.compute_throughput_pct", self.compute_throughput_pct)?;
+        check_percentage("kernel.dram_throughput_pct", self.dram_throughput_pct)?;
+        check_percentage("kernel.memory_throughput_pct", self.memory_throughput_pct)?;
+        check_non_negative("kernel.registers", self.registers)?;
+        check_non_negative(
+            "kernel.static_shared_memory_bytes",
+            self.static_shared_memory_bytes,
+        )
+    }
+}
+
+impl SystemMetrics {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if !self.exclusive_throughput.is_finite() || self.exclusive_throughput <= 0.0 {
+            return Err(ValidationError::new(format!(
+                "system.exclusive_throughput must be a finite number > 0, got {}",
+                self.exclusive_throughput
+            )));
+        }
+        if self.throughput_unit.chars().count() > MAX_UNIT_CHARS
+            || self.throughput_unit.chars().any(char::is_control)
+        {
+            return Err(ValidationError::new(format!(
+                "system.throughput_unit must be at most {MAX_UNIT_CHARS} printable characters"
+            )));
+        }
+        check_percentage("system.sm_busy_pct", self.sm_busy_pct)?;
+        check_percentage("system.mem_busy_pct", self.mem_busy_pct)?;
+        check_memory_gb("system.memory_gb", self.memory_gb)
+    }
+}
+
+/// A memory size in GB: finite, >= 0 and plausible for one GPU.
+pub fn check_memory_gb(field: &str, value: f64) -> Result<(), ValidationError> {
+    check_non_negative(field, value)?;
+    if value > MAX_MEMORY_GB {
+        return Err(ValidationError::new(format!(
+            "{field} = {value} GB is more than any GPU has; is the unit GB?"
+        )));
+    }
+    Ok(())
+}
+
+impl Profile {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.kernel.validate()?;
+        self.system.validate()?;
+        if let Some(memory) = self.gpu_memory_gb {
+            check_memory_gb("profile.gpu_memory_gb", memory)?;
+            if memory == 0.0 {
+                return Err(ValidationError::new("profile.gpu_memory_gb must be > 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn sample_profile() -> Profile {
+        Profile {
+            gpu: GpuName::parse("gpu", "Tesla V100-SXM2-32GB").unwrap(),
+            kernel: KernelMetrics {
+                threads: 321_403.5,
+                compute_throughput_pct: 68.9,
+                dram_throughput_pct: 16.4,
+                memory_throughput_pct: 69.2,
+                registers: 16_463_690.9,
+                static_shared_memory_bytes: 7_439.6,
+            },
+            system: SystemMetrics {
+                exclusive_throughput: 98.3,
+                throughput_unit: "samples/s".into(),
+                sm_busy_pct: 96.0,
+                mem_busy_pct: 38.0,
+                memory_gb: 1.4,
+            },
+            source: ProfileSource::ClientSupplied,
+            gpu_memory_gb: Some(32.0),
+            measured_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_measured_profile_is_valid() {
+        sample_profile().validate().unwrap();
+    }
+
+    #[test]
+    fn nan_infinite_negative_and_out_of_range_metrics_are_rejected() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Profile)>)> = vec![
+            ("threads", Box::new(|p| p.kernel.threads = f64::NAN)),
+            ("registers", Box::new(|p| p.kernel.registers = -1.0)),
+            ("compute", Box::new(|p| p.kernel.compute_throughput_pct = 100.5)),
+            ("throughput", Box::new(|p| p.system.exclusive_throughput = 0.0)),
+            ("throughput inf", Box::new(|p| p.system.exclusive_throughput = f64::INFINITY)),
+            ("sm busy", Box::new(|p| p.system.sm_busy_pct = -0.1)),
+            ("memory", Box::new(|p| p.system.memory_gb = 1e9)),
+            ("gpu memory", Box::new(|p| p.gpu_memory_gb = Some(0.0))),
+        ];
+        for (what, mutate) in cases {
+            let mut profile = sample_profile();
+            mutate(&mut profile);
+            assert!(profile.validate().is_err(), "{what} accepted");
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! coloc: a GPU colocation advisor. It keeps per-workload profiles (KACE's kernel and
+//! system metrics) in SQLite, fits a model of colocated throughput from reported runs, and
+//! answers schedulers' Rank requests over gRPC from memory.
+
+pub mod advisor;
+pub mod domain;
+pub mod model;
+pub mod proto;
+pub mod store;

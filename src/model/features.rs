@@ -1,0 +1,87 @@
+//! The ten per-workload metrics of the KACE method as one feature vector, and the set
+//! features a model sees: the element-wise sum over the members of a colocated set.
+
+use crate::domain::Profile;
+
+pub const NUM_FEATURES: usize = 10;
+
+/// Feature names, in vector order; also the names GetModel reports coefficients under.
+pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [
+    "threads",
+    "compute_throughput_pct",
+    "dram_throughput_pct",
+    "memory_throughput_pct",
+    "registers",
+    "static_shared_memory_bytes",
+    "exclusive_throughput",
+    "sm_busy_pct",
+    "mem_busy_pct",
+    "memory_gb",
+];
+
+const EXCLUSIVE_THROUGHPUT: usize = 6;
+const MEMORY_GB: usize = 9;
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Features(pub [f64; NUM_FEATURES]);
+
+impl Features {
+    pub fn of(profile: &Profile) -> Self {
+        let k = &profile.kernel;
+        let s = &profile.system;
+        Self([
+            k.threads,
+            k.compute_throughput_pct,
+            k.dram_throughput_pct,
+            k.memory_throughput_pct,
+            k.registers,
+            k.static_shared_memory_bytes,
+            s.exclusive_throughput,
+            s.sm_busy_pct,
+            s.mem_busy_pct,
+            s.memory_gb,
+        ])
+    }
+
+    /// Element-wise sum over the members of a set (KACE's pair features, for any size).
+    pub fn sum<'a>(members: impl IntoIterator<Item = &'a Features>) -> Self {
+        let mut total = [0.0; NUM_FEATURES];
+        for member in members {
+            for (t, v) in total.iter_mut().zip(member.0) {
+                *t += v;
+            }
+        }
+        Self(total)
+    }
+
+    pub fn exclusive_throughput(&self) -> f64 {
+        self.0[EXCLUSIVE_THROUGHPUT]
+    }
+
+    pub fn memory_gb(&self) -> f64 {
+        self.0[MEMORY_GB]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::profile_tests::sample_profile;
+
+    #[test]
+    fn features_follow_the_documented_order() {
+        let f = Features::of(&sample_profile());
+        assert_eq!(f.0[0], 321_403.5);
+        assert_eq!(f.0[5], 7_439.6);
+        assert_eq!(f.exclusive_throughput(), 98.3);
+        assert_eq!(f.memory_gb(), 1.4);
+    }
+
+    #[test]
+    fn set_features_are_the_element_wise_sum() {
+        let a = Features([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        let b = Features([10.0; NUM_FEATURES]);
+        let sum = Features::sum([&a, &b, &a]);
+        assert_eq!(sum.0, [12.0, 14.0, 16.0, 18.0, 20.0, 22.0, 24.0, 26.0, 28.0, 30.0]);
+    }
+}

@@ -1,0 +1,196 @@
+//! The model layer: turns profiles of a colocated set into a predicted throughput. Model
+//! kinds live behind [`ModelParams`]; the advisor and the API only ever call
+//! [`ModelParams::predict_pairs`], [`ModelParams::predict_set`] and [`fit`], so a new kind
+//! or larger sets plug in here without touching them.
+
+mod features;
+mod kace_linear;
+
+use serde::{Deserialize, Serialize};
+
+pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
+pub use kace_linear::KaceLinear;
+
+/// Fewer observations than this cannot pin down the ten coefficients and the intercept of
+/// the linear model with any residual left to judge the fit.
+pub const MIN_TRAINING_ROWS: usize = NUM_FEATURES + 2;
+
+/// One colocated run as training data: each member's profile features and its measured
+/// colocated throughput, in the same order.
+#[derive(Debug, Clone)]
+pub struct TrainingRow {
+    pub members: Vec<Features>,
+    pub throughputs: Vec<f64>,
+}
+
+impl TrainingRow {
+    pub fn throughput_sum(&self) -> f64 {
+        self.throughputs.iter().sum()
+    }
+}
+
+/// What a model says about one colocated set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetPrediction {
+    pub sum: f64,
+    /// Each member's predicted colocated throughput, for kinds that predict per member.
+    pub members: Option<Vec<f64>>,
+}
+
+impl SetPrediction {
+    pub fn sum_only(sum: f64) -> Self {
+        Self { sum, members: None }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    KaceLinear,
+}
+
+impl ModelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::KaceLinear => "kace-linear",
+        }
+    }
+}
+
+/// A fitted model of any kind, as persisted (JSON, tagged by kind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ModelParams {
+    KaceLinear(KaceLinear),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FitError {
+    #[error("{have} usable observations; at least {need} are needed to fit a model")]
+    TooFewObservations { have: usize, need: usize },
+    #[error("the solver failed: {0}")]
+    Solver(String),
+    #[error("the fit produced non-finite coefficients (the observations are degenerate)")]
+    NotFinite,
+}
+
+/// In-sample quality of a fitted model on the throughput sum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitMetrics {
+    pub observations: usize,
+    pub r2: f64,
+    pub mse: f64,
+}
+
+impl ModelParams {
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            Self::KaceLinear(_) => ModelKind::KaceLinear,
+        }
+    }
+
+    /// Checks a model loaded from storage before it is served.
+    pub fn is_servable(&self) -> bool {
+        match self {
+            Self::KaceLinear(m) => m.has_expected_shape() && m.is_finite(),
+        }
+    }
+
+    pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
+        match self {
+            Self::KaceLinear(m) => m.predict_set(members),
+        }
+    }
+
+    /// Scores the pairs (target, candidate) for every candidate, as one batch.
+    pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
+        match self {
+            Self::KaceLinear(m) => m.predict_pairs(target, candidates),
+        }
+    }
+
+    /// Intercept and per-feature coefficients, for kinds that have them.
+    pub fn coefficients(&self) -> Option<(f64, &[f64])> {
+        match self {
+            Self::KaceLinear(m) => Some((m.intercept, &m.coefficients)),
+        }
+    }
+}
+
+/// Fits a model of `kind` on `rows` and measures it in-sample. CPU-bound: call it off the
+/// async threads.
+pub fn fit(kind: ModelKind, rows: &[TrainingRow]) -> Result<(ModelParams, FitMetrics), FitError> {
+    if rows.len() < MIN_TRAINING_ROWS {
+        return Err(FitError::TooFewObservations {
+            have: rows.len(),
+            need: MIN_TRAINING_ROWS,
+        });
+    }
+    let params = match kind {
+        ModelKind::KaceLinear => ModelParams::KaceLinear(KaceLinear::fit(rows)?),
+    };
+    let metrics = evaluate(&params, rows);
+    Ok((params, metrics))
+}
+
+/// R² and MSE of the predicted throughput sum over `rows`.
+pub fn evaluate(params: &ModelParams, rows: &[TrainingRow]) -> FitMetrics {
+    let n = rows.len() as f64;
+    let labels: Vec<f64> = rows.iter().map(TrainingRow::throughput_sum).collect();
+    let mean = labels.iter().sum::<f64>() / n;
+    let mut residual = 0.0;
+    let mut total = 0.0;
+    for (row, label) in rows.iter().zip(&labels) {
+        let refs: Vec<&Features> = row.members.iter().collect();
+        let predicted = params.predict_set(&refs).sum;
+        residual += (label - predicted).powi(2);
+        total += (label - mean).powi(2);
+    }
+    FitMetrics {
+        observations: rows.len(),
+        r2: if total > 0.0 { 1.0 - residual / total } else { 0.0 },
+        mse: residual / n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fitting_needs_a_minimum_number_of_rows() {
+        let rows = vec![
+            TrainingRow { members: vec![Features::default(); 2], throughputs: vec![1.0, 1.0] };
+            MIN_TRAINING_ROWS - 1
+        ];
+        assert_eq!(
+            fit(ModelKind::KaceLinear, &rows).unwrap_err(),
+            FitError::TooFewObservations { have: MIN_TRAINING_ROWS - 1, need: MIN_TRAINING_ROWS }
+        );
+    }
+
+    #[test]
+    fn parameters_round_trip_through_json_with_their_kind() {
+        let params = ModelParams::KaceLinear(KaceLinear { intercept: 1.5, coefficients: vec![0.25; 10] });
+        let json = serde_json::to_string(&params).unwrap();
+        assert!(json.contains("\"kind\":\"kace-linear\""), "{json}");
+        assert_eq!(serde_json::from_str::<ModelParams>(&json).unwrap(), params);
+    }
+
+    #[test]
+    fn evaluate_reports_perfect_r2_for_an_exact_model_and_mse_for_an_offset() {
+        let exact = ModelParams::KaceLinear(KaceLinear { intercept: 0.0, coefficients: {
+            let mut c = vec![0.0; 10]; c[6] = 1.0; c } });
+        let rows: Vec<TrainingRow> = (1..=4)
+            .map(|i| {
+                let mut f = Features::default();
+                f.0[6] = i as f64;
+                TrainingRow { members: vec![f, f], throughputs: vec![i as f64, i as f64] }
+            })
+            .collect();
+        let m = evaluate(&exact, &rows);
+        assert_eq!((m.r2, m.mse), (1.0, 0.0));
+        let offset = ModelParams::KaceLinear(KaceLinear { intercept: 2.0, ..match exact {
+            ModelParams::KaceLinear(k) => k } });
+        assert_eq!(evaluate(&offset, &rows).mse, 4.0);
+    }
+}

@@ -1,0 +1,80 @@
+//! The SQLite profile datastore (sqlx). Opens the database with the settings durability
+//! needs (WAL, synchronous FULL, foreign keys), runs the embedded migrations, and offers
+//! typed operations; every multi-row write is one transaction, and constraint violations
+//! come back as domain errors rather than SQL text.
+
+mod models;
+mod observations;
+mod workloads;
+
+use std::{str::FromStr, time::Duration};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+pub use models::StoredModel;
+pub use observations::{ObservationSource, StoredObservation};
+pub use workloads::WorkloadRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("workload {0:?} not found")]
+    WorkloadNotFound(String),
+    #[error("workload {0:?} already exists")]
+    WorkloadExists(String),
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("invalid database url: {0}")]
+    InvalidUrl(#[source] sqlx::Error),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// True when the error is a UNIQUE constraint violation.
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|e| e.is_unique_violation())
+}
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating if missing) the database at `url`, e.g. `sqlite://./coloc.db`, and
+    /// brings its schema up to date.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(StoreError::InvalidUrl)?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5))
+            // FULL: an acknowledged write survives a power cut, not only a process crash.
+            .synchronous(SqliteSynchronous::Full);
+        let options = if in_memory {
+            options
+        } else {
+            options.journal_mode(SqliteJournalMode::Wal)
+        };
+        // An in-memory database lives in one connection; more would each see an empty one.
+        let max_connections = if in_memory { 1 } else { 4 };
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!().run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
