@@ -3,7 +3,13 @@
 //! answers schedulers' Rank requests over gRPC from memory.
 
 pub mod advisor;
+pub mod api;
 pub mod domain;
 pub mod model;
 pub mod proto;
 pub mod store;
+pub mod settings;
+pub mod startup;
+pub mod telemetry;
+pub mod import;
+pub mod cli;

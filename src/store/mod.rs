@@ -9,7 +9,12 @@ mod workloads;
 
 use std::{str::FromStr, time::Duration};
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    },
+    Sqlite, Transaction,
+};
 
 pub use models::StoredModel;
 pub use observations::{ObservationSource, StoredObservation};
@@ -76,5 +81,35 @@ impl Store {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// A write transaction. IMMEDIATE takes the write lock up front, so a writer waits
+    /// (busy timeout) instead of failing when it would upgrade a read lock mid-transaction.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn begin_read(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+/// Commits when the work succeeded and rolls back at once when it failed, so a failed
+/// transaction never keeps holding the database lock after it is dropped.
+async fn finish<T>(
+    tx: Transaction<'static, Sqlite>,
+    outcome: Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    match outcome {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(value)
+        }
+        Err(error) => {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback failed");
+            }
+            Err(error)
+        }
     }
 }

@@ -53,6 +53,7 @@ impl ModelRow {
 impl Store {
     /// Stores a fitted model as the next version for its GPU model. One transaction, so two
     /// concurrent trainings cannot take the same version.
+    /// (A single statement is its own transaction.)
     pub async fn insert_model(
         &self,
         gpu: &GpuName,
@@ -61,7 +62,6 @@ impl Store {
         now_ms: i64,
     ) -> Result<StoredModel, StoreError> {
         let parameters = serde_json::to_string(params).expect("model parameters serialize");
-        let mut tx = self.pool.begin().await?;
         let version = sqlx::query_scalar::<_, i64>(
             "INSERT INTO models (gpu, version, kind, parameters, observations, r2, mse, created_at_ms) \
              VALUES (?1, (SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE gpu = ?1), \
@@ -74,9 +74,8 @@ impl Store {
         .bind(metrics.r2)
         .bind(metrics.mse)
         .bind(now_ms)
-        .fetch_one(&mut *tx)
+        .fetch_one(&self.pool)
         .await?;
-        tx.commit().await?;
         Ok(StoredModel {
             gpu: gpu.clone(),
             version: version as u64,

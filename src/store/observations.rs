@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use sqlx::{Sqlite, Transaction};
 
-use super::{Store, StoreError};
+use super::{finish, Store, StoreError};
 use crate::domain::{GpuName, Observation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,10 +79,9 @@ impl Store {
         source: ObservationSource,
         now_ms: i64,
     ) -> Result<(i64, bool), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = insert_one(&mut tx, observation, source, now_ms).await?;
-        tx.commit().await?;
-        Ok(outcome)
+        let mut tx = self.begin_write().await?;
+        let outcome = insert_one(&mut tx, observation, source, now_ms).await;
+        finish(tx, outcome).await
     }
 
     /// Stores many runs in one transaction; returns how many were new.
@@ -92,15 +91,18 @@ impl Store {
         source: ObservationSource,
         now_ms: i64,
     ) -> Result<usize, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let mut created = 0;
-        for observation in observations {
-            if insert_one(&mut tx, observation, source, now_ms).await?.1 {
-                created += 1;
+        let mut tx = self.begin_write().await?;
+        let outcome = async {
+            let mut created = 0;
+            for observation in observations {
+                if insert_one(&mut tx, observation, source, now_ms).await?.1 {
+                    created += 1;
+                }
             }
+            Ok(created)
         }
-        tx.commit().await?;
-        Ok(created)
+        .await;
+        finish(tx, outcome).await
     }
 
     /// Every stored run on `gpu`, oldest first.

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use sqlx::{FromRow, Sqlite, Transaction};
 
-use super::{is_unique_violation, Store, StoreError};
+use super::{finish, is_unique_violation, Store, StoreError};
 use crate::domain::{
     GpuName, KernelMetrics, Labels, NewWorkload, Profile, ProfileSource, SystemMetrics,
     WorkloadMode, WorkloadName, WorkloadState,
@@ -193,56 +193,15 @@ impl Store {
         workload: &NewWorkload,
         now_ms: i64,
     ) -> Result<WorkloadRecord, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let state = if workload.profile.is_some() {
-            WorkloadState::Profiled
-        } else {
-            WorkloadState::PendingProfile
-        };
-        let labels = serde_json::to_string(&workload.labels).expect("string map serializes");
-        let inserted = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO workloads (name, mode, model, batch_size, labels, state, created_at_ms, \
-             updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) RETURNING id",
-        )
-        .bind(workload.name.as_str())
-        .bind(workload.mode.as_str())
-        .bind(&workload.model)
-        .bind(i64::from(workload.batch_size))
-        .bind(labels)
-        .bind(state.as_str())
-        .bind(now_ms)
-        .fetch_one(&mut *tx)
-        .await;
-        let id = match inserted {
-            Ok(id) => id,
-            Err(e) if is_unique_violation(&e) => {
-                return Err(StoreError::WorkloadExists(workload.name.to_string()))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        match &workload.profile {
-            Some(profile) => upsert_profile(&mut tx, id, profile).await?,
-            None => {
-                sqlx::query(
-                    "INSERT INTO profiling_jobs (workload_id, state, created_at_ms, updated_at_ms) \
-                     VALUES (?1, 'pending', ?2, ?2)",
-                )
-                .bind(id)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        let record = fetch_workload(&mut tx, workload.name.as_str()).await?;
-        tx.commit().await?;
-        record.ok_or_else(|| corrupt("a registered workload vanished"))
+        let mut tx = self.begin_write().await?;
+        let outcome = register_in(&mut tx, workload, now_ms).await;
+        finish(tx, outcome).await
     }
 
     pub async fn get_workload(&self, name: &str) -> Result<Option<WorkloadRecord>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let record = fetch_workload(&mut tx, name).await?;
-        tx.commit().await?;
-        Ok(record)
+        let mut tx = self.begin_read().await?;
+        let outcome = fetch_workload(&mut tx, name).await;
+        finish(tx, outcome).await
     }
 
     /// Workloads ordered by name, after `after_name` (keyset paging), at most `limit`.
@@ -252,18 +211,22 @@ impl Store {
         limit: u32,
         state: Option<WorkloadState>,
     ) -> Result<Vec<WorkloadRecord>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query_as::<_, WorkloadRow>(
-            "SELECT * FROM workloads WHERE (?1 IS NULL OR name > ?1) AND (?2 IS NULL OR state = ?2) \
-             ORDER BY name LIMIT ?3",
-        )
-        .bind(after_name)
-        .bind(state.map(WorkloadState::as_str))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut profiles = fetch_profiles(&mut tx, rows.iter().map(|r| r.id).collect()).await?;
-        tx.commit().await?;
+        let mut tx = self.begin_read().await?;
+        let outcome = async {
+            let rows = sqlx::query_as::<_, WorkloadRow>(
+                "SELECT * FROM workloads WHERE (?1 IS NULL OR name > ?1) \
+                 AND (?2 IS NULL OR state = ?2) ORDER BY name LIMIT ?3",
+            )
+            .bind(after_name)
+            .bind(state.map(WorkloadState::as_str))
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+            let profiles = fetch_profiles(&mut tx, rows.iter().map(|r| r.id).collect()).await?;
+            Ok((rows, profiles))
+        }
+        .await;
+        let (rows, mut profiles) = finish(tx, outcome).await?;
         rows.into_iter()
             .map(|row| {
                 let own = profiles.remove(&row.id).unwrap_or_default();
@@ -289,44 +252,25 @@ impl Store {
         profile: &Profile,
         now_ms: i64,
     ) -> Result<WorkloadRecord, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let id = sqlx::query_scalar::<_, i64>("SELECT id FROM workloads WHERE name = ?1")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| StoreError::WorkloadNotFound(name.to_string()))?;
-        upsert_profile(&mut tx, id, profile).await?;
-        sqlx::query(
-            "UPDATE workloads SET state = 'profiled', state_reason = '', updated_at_ms = ?2 \
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE profiling_jobs SET state = 'done', updated_at_ms = ?2 \
-             WHERE workload_id = ?1 AND state IN ('pending', 'failed')",
-        )
-        .bind(id)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
-        let record = fetch_workload(&mut tx, name).await?;
-        tx.commit().await?;
-        record.ok_or_else(|| corrupt("a profiled workload vanished"))
+        let mut tx = self.begin_write().await?;
+        let outcome = put_profile_in(&mut tx, name, profile, now_ms).await;
+        finish(tx, outcome).await
     }
 
     /// Every workload's name with its profiles: what the in-memory catalog is built from.
     pub async fn all_profiles(&self) -> Result<Vec<(WorkloadName, Vec<Profile>)>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query_as::<_, (i64, String)>("SELECT id, name FROM workloads")
-            .fetch_all(&mut *tx)
-            .await?;
-        let profile_rows = sqlx::query_as::<_, ProfileRow>(select_profiles!(""))
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        let mut tx = self.begin_read().await?;
+        let outcome = async {
+            let rows = sqlx::query_as::<_, (i64, String)>("SELECT id, name FROM workloads")
+                .fetch_all(&mut *tx)
+                .await?;
+            let profile_rows = sqlx::query_as::<_, ProfileRow>(select_profiles!(""))
+                .fetch_all(&mut *tx)
+                .await?;
+            Ok((rows, profile_rows))
+        }
+        .await;
+        let (rows, profile_rows) = finish(tx, outcome).await?;
         let mut profiles = group_profiles(profile_rows)?;
         rows.into_iter()
             .map(|(id, name)| {
@@ -350,11 +294,92 @@ impl Store {
 
     /// Records a GPU model's memory (used by imports, which know it from their dataset).
     pub async fn upsert_gpu(&self, gpu: &GpuName, memory_gb: Option<f64>) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        upsert_gpu(&mut tx, gpu, memory_gb).await?;
-        tx.commit().await?;
-        Ok(())
+        let mut tx = self.begin_write().await?;
+        let outcome = upsert_gpu(&mut tx, gpu, memory_gb).await;
+        finish(tx, outcome).await
     }
+}
+
+async fn register_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    workload: &NewWorkload,
+    now_ms: i64,
+) -> Result<WorkloadRecord, StoreError> {
+    let state = if workload.profile.is_some() {
+        WorkloadState::Profiled
+    } else {
+        WorkloadState::PendingProfile
+    };
+    let labels = serde_json::to_string(&workload.labels).expect("string map serializes");
+    let inserted = sqlx::query_scalar::<_, i64>(
+        "INSERT INTO workloads (name, mode, model, batch_size, labels, state, created_at_ms, \
+         updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) RETURNING id",
+    )
+    .bind(workload.name.as_str())
+    .bind(workload.mode.as_str())
+    .bind(&workload.model)
+    .bind(i64::from(workload.batch_size))
+    .bind(labels)
+    .bind(state.as_str())
+    .bind(now_ms)
+    .fetch_one(&mut **tx)
+    .await;
+    let id = match inserted {
+        Ok(id) => id,
+        Err(e) if is_unique_violation(&e) => {
+            return Err(StoreError::WorkloadExists(workload.name.to_string()))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match &workload.profile {
+        Some(profile) => upsert_profile(tx, id, profile).await?,
+        None => {
+            sqlx::query(
+                "INSERT INTO profiling_jobs (workload_id, state, created_at_ms, updated_at_ms) \
+                 VALUES (?1, 'pending', ?2, ?2)",
+            )
+            .bind(id)
+            .bind(now_ms)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    fetch_workload(tx, workload.name.as_str())
+        .await?
+        .ok_or_else(|| corrupt("a registered workload vanished"))
+}
+
+async fn put_profile_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    name: &str,
+    profile: &Profile,
+    now_ms: i64,
+) -> Result<WorkloadRecord, StoreError> {
+    let id = sqlx::query_scalar::<_, i64>("SELECT id FROM workloads WHERE name = ?1")
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::WorkloadNotFound(name.to_string()))?;
+    upsert_profile(tx, id, profile).await?;
+    sqlx::query(
+        "UPDATE workloads SET state = 'profiled', state_reason = '', updated_at_ms = ?2 \
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "UPDATE profiling_jobs SET state = 'done', updated_at_ms = ?2 \
+         WHERE workload_id = ?1 AND state IN ('pending', 'failed')",
+    )
+    .bind(id)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    fetch_workload(tx, name)
+        .await?
+        .ok_or_else(|| corrupt("a profiled workload vanished"))
 }
 
 async fn fetch_workload(

@@ -1,0 +1,337 @@
+//! Conversions between the generated protobuf types and domain types. Incoming messages are
+//! validated here (into domain types) before anything else sees them.
+
+use crate::{
+    advisor::{
+        MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult, RankedCandidate,
+        SkipCode, Skipped,
+    },
+    domain::{
+        check_memory_gb, ColocatedMember, GpuName, KernelMetrics, NewWorkload, Observation,
+        Profile, ProfileSource, SystemMetrics, ValidationError, WorkloadMode, WorkloadName,
+        WorkloadState,
+    },
+    model::FEATURE_NAMES,
+    proto as pb,
+    store::{StoredModel, WorkloadRecord},
+};
+
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+fn timestamp_ms(field: &str, ts: &prost_types::Timestamp) -> Result<i64, ValidationError> {
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return Err(ValidationError::new(format!("{field} has invalid nanos")));
+    }
+    // Year 1970 to 9999: the range RFC 3339 (and grpcurl's JSON) can express.
+    if !(0..=253_402_300_799).contains(&ts.seconds) {
+        return Err(ValidationError::new(format!("{field} is out of range")));
+    }
+    Ok(ts.seconds * 1000 + i64::from(ts.nanos / 1_000_000))
+}
+
+pub fn workload_name(field: &str, raw: &str) -> Result<WorkloadName, ValidationError> {
+    WorkloadName::parse(field, raw)
+}
+
+/// An optional GPU model: empty means "not given".
+pub fn optional_gpu(field: &str, raw: &str) -> Result<Option<GpuName>, ValidationError> {
+    if raw.is_empty() {
+        Ok(None)
+    } else {
+        GpuName::parse(field, raw).map(Some)
+    }
+}
+
+/// An optional memory limit: 0 means "not given".
+fn optional_memory(field: &str, value: f64) -> Result<Option<f64>, ValidationError> {
+    check_memory_gb(field, value)?;
+    Ok((value > 0.0).then_some(value))
+}
+
+fn mode(raw: i32) -> Result<WorkloadMode, ValidationError> {
+    match pb::WorkloadMode::try_from(raw) {
+        Ok(pb::WorkloadMode::Training) => Ok(WorkloadMode::Training),
+        Ok(pb::WorkloadMode::Inference) => Ok(WorkloadMode::Inference),
+        Ok(pb::WorkloadMode::Unspecified) => {
+            Err(ValidationError::new("mode must be TRAINING or INFERENCE"))
+        }
+        Err(_) => Err(ValidationError::new(format!("mode {raw} is not a known value"))),
+    }
+}
+
+fn mode_to_pb(mode: WorkloadMode) -> pb::WorkloadMode {
+    match mode {
+        WorkloadMode::Training => pb::WorkloadMode::Training,
+        WorkloadMode::Inference => pb::WorkloadMode::Inference,
+    }
+}
+
+pub fn state_filter(raw: i32) -> Result<Option<WorkloadState>, ValidationError> {
+    match pb::WorkloadState::try_from(raw) {
+        Ok(pb::WorkloadState::Unspecified) => Ok(None),
+        Ok(pb::WorkloadState::PendingProfile) => Ok(Some(WorkloadState::PendingProfile)),
+        Ok(pb::WorkloadState::Profiled) => Ok(Some(WorkloadState::Profiled)),
+        Ok(pb::WorkloadState::Failed) => Ok(Some(WorkloadState::Failed)),
+        Err(_) => Err(ValidationError::new(format!("state {raw} is not a known value"))),
+    }
+}
+
+fn state_to_pb(state: WorkloadState) -> pb::WorkloadState {
+    match state {
+        WorkloadState::PendingProfile => pb::WorkloadState::PendingProfile,
+        WorkloadState::Profiled => pb::WorkloadState::Profiled,
+        WorkloadState::Failed => pb::WorkloadState::Failed,
+    }
+}
+
+fn source(raw: i32) -> Result<ProfileSource, ValidationError> {
+    match pb::ProfileSource::try_from(raw) {
+        Ok(pb::ProfileSource::Unspecified | pb::ProfileSource::ClientSupplied) => {
+            Ok(ProfileSource::ClientSupplied)
+        }
+        Ok(pb::ProfileSource::Imported) => Ok(ProfileSource::Imported),
+        Ok(pb::ProfileSource::Measured) => Ok(ProfileSource::Measured),
+        Ok(pb::ProfileSource::Replay) => Ok(ProfileSource::Replay),
+        Err(_) => Err(ValidationError::new(format!("profile.source {raw} is not a known value"))),
+    }
+}
+
+fn source_to_pb(source: ProfileSource) -> pb::ProfileSource {
+    match source {
+        ProfileSource::Imported => pb::ProfileSource::Imported,
+        ProfileSource::ClientSupplied => pb::ProfileSource::ClientSupplied,
+        ProfileSource::Measured => pb::ProfileSource::Measured,
+        ProfileSource::Replay => pb::ProfileSource::Replay,
+    }
+}
+
+pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, ValidationError> {
+    let raw = raw.ok_or_else(|| ValidationError::new("profile is required"))?;
+    let kernel = raw
+        .kernel
+        .ok_or_else(|| ValidationError::new("profile.kernel is required"))?;
+    let system = raw
+        .system
+        .ok_or_else(|| ValidationError::new("profile.system is required"))?;
+    let profile = Profile {
+        gpu: GpuName::parse("profile.gpu", &raw.gpu)?,
+        kernel: KernelMetrics {
+            threads: kernel.threads,
+            compute_throughput_pct: kernel.compute_throughput_pct,
+            dram_throughput_pct: kernel.dram_throughput_pct,
+            memory_throughput_pct: kernel.memory_throughput_pct,
+            registers: kernel.registers,
+            static_shared_memory_bytes: kernel.static_shared_memory_bytes,
+        },
+        system: SystemMetrics {
+            exclusive_throughput: system.exclusive_throughput,
+            throughput_unit: system.throughput_unit,
+            sm_busy_pct: system.sm_busy_pct,
+            mem_busy_pct: system.mem_busy_pct,
+            memory_gb: system.memory_gb,
+        },
+        source: source(raw.source)?,
+        gpu_memory_gb: optional_memory("profile.gpu_memory_gb", raw.gpu_memory_gb)?,
+        measured_at_ms: now_ms,
+    };
+    profile.validate()?;
+    Ok(profile)
+}
+
+fn profile_to_pb(profile: &Profile) -> pb::Profile {
+    let k = &profile.kernel;
+    let s = &profile.system;
+    pb::Profile {
+        gpu: profile.gpu.to_string(),
+        kernel: Some(pb::KernelMetrics {
+            threads: k.threads,
+            compute_throughput_pct: k.compute_throughput_pct,
+            dram_throughput_pct: k.dram_throughput_pct,
+            memory_throughput_pct: k.memory_throughput_pct,
+            registers: k.registers,
+            static_shared_memory_bytes: k.static_shared_memory_bytes,
+        }),
+        system: Some(pb::SystemMetrics {
+            exclusive_throughput: s.exclusive_throughput,
+            throughput_unit: s.throughput_unit.clone(),
+            sm_busy_pct: s.sm_busy_pct,
+            mem_busy_pct: s.mem_busy_pct,
+            memory_gb: s.memory_gb,
+        }),
+        source: source_to_pb(profile.source) as i32,
+        gpu_memory_gb: profile.gpu_memory_gb.unwrap_or(0.0),
+        measured_at: Some(timestamp(profile.measured_at_ms)),
+    }
+}
+
+pub fn new_workload(raw: pb::RegisterWorkloadRequest, now_ms: i64) -> Result<NewWorkload, ValidationError> {
+    let name = workload_name("name", &raw.name)?;
+    let mode = mode(raw.mode)?;
+    let labels = raw.labels.into_iter().collect();
+    NewWorkload::validate_text(&raw.model, raw.batch_size, &labels)?;
+    let profile = raw.profile.map(|p| profile(Some(p), now_ms)).transpose()?;
+    Ok(NewWorkload {
+        name,
+        mode,
+        model: raw.model,
+        batch_size: raw.batch_size,
+        labels,
+        profile,
+    })
+}
+
+pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
+    pb::Workload {
+        name: record.name.to_string(),
+        mode: mode_to_pb(record.mode) as i32,
+        model: record.model,
+        batch_size: record.batch_size,
+        labels: record.labels.into_iter().collect(),
+        state: state_to_pb(record.state) as i32,
+        state_reason: record.state_reason,
+        profiles: record.profiles.iter().map(profile_to_pb).collect(),
+        created_at: Some(timestamp(record.created_at_ms)),
+        updated_at: Some(timestamp(record.updated_at_ms)),
+    }
+}
+
+pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
+    if pb::Objective::try_from(raw.objective).is_err() {
+        return Err(ValidationError::new(format!("objective {} is not a known value", raw.objective)));
+    }
+    if raw.top_k < 0 {
+        return Err(ValidationError::new(format!("top_k must not be negative, got {}", raw.top_k)));
+    }
+    let query = RankQuery {
+        target: workload_name("target", &raw.target)?,
+        candidates: raw
+            .candidates
+            .iter()
+            .map(|c| workload_name("candidate", c))
+            .collect::<Result<_, _>>()?,
+        top_k: raw.top_k as usize,
+        gpu: optional_gpu("gpu", &raw.gpu)?,
+        gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
+        include_oversubscribed: raw.include_oversubscribed,
+    };
+    query.validate()?;
+    Ok(query)
+}
+
+fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
+    pb::MemberPrediction {
+        predicted_slowdown: member.predicted_slowdown(),
+        workload: member.workload.to_string(),
+        exclusive_throughput: member.exclusive_throughput,
+        throughput_unit: member.throughput_unit,
+        predicted_throughput: member.predicted_throughput,
+    }
+}
+
+fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
+    pb::RankedCandidate {
+        workload: candidate.workload.to_string(),
+        predicted_throughput_sum: candidate.predicted_throughput_sum,
+        fits_memory: candidate.fits_memory,
+        memory_gb: candidate.memory_gb,
+        members: candidate.members.into_iter().map(member_to_pb).collect(),
+    }
+}
+
+fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
+    let code = match skipped.code {
+        SkipCode::UnknownWorkload => pb::SkipReason::UnknownWorkload,
+        SkipCode::NotProfiledOnGpu => pb::SkipReason::NotProfiledOnGpu,
+        SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
+    };
+    pb::SkippedCandidate {
+        workload: skipped.workload,
+        reason: skipped.reason,
+        code: code as i32,
+    }
+}
+
+pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
+    pb::RankResponse {
+        ranked: result.ranked.into_iter().map(ranked_to_pb).collect(),
+        skipped: result.skipped.into_iter().map(skipped_to_pb).collect(),
+        model_version: result.model_version,
+        gpu: result.gpu.to_string(),
+        gpu_memory_gb: result.gpu_memory_gb,
+    }
+}
+
+pub fn predict_query(raw: pb::PredictRequest) -> Result<PredictQuery, ValidationError> {
+    let query = PredictQuery {
+        workloads: raw
+            .workloads
+            .iter()
+            .map(|w| workload_name("workload", w))
+            .collect::<Result<_, _>>()?,
+        gpu: optional_gpu("gpu", &raw.gpu)?,
+        gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
+    };
+    query.validate()?;
+    Ok(query)
+}
+
+pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
+    pb::PredictResponse {
+        predicted_throughput_sum: result.predicted_throughput_sum,
+        members: result.members.into_iter().map(member_to_pb).collect(),
+        fits_memory: result.fits_memory,
+        memory_gb: result.memory_gb,
+        model_version: result.model_version,
+        gpu: result.gpu.to_string(),
+    }
+}
+
+pub fn observation(raw: pb::ReportColocationRequest, now_ms: i64) -> Result<Observation, ValidationError> {
+    let gpu = GpuName::parse("gpu", &raw.gpu)?;
+    let members = raw
+        .members
+        .into_iter()
+        .map(|m| {
+            Ok(ColocatedMember {
+                workload: workload_name("members.workload", &m.workload)?,
+                throughput: m.throughput,
+                job_id: m.job_id,
+            })
+        })
+        .collect::<Result<Vec<_>, ValidationError>>()?;
+    let observed_at_ms = match &raw.observed_at {
+        Some(ts) => timestamp_ms("observed_at", ts)?,
+        None => now_ms,
+    };
+    Observation::new(gpu, members, observed_at_ms)
+}
+
+pub fn model_to_pb(model: &StoredModel) -> pb::Model {
+    let (intercept, coefficients) = match model.params.coefficients() {
+        Some((intercept, values)) => (
+            intercept,
+            FEATURE_NAMES
+                .iter()
+                .zip(values)
+                .map(|(name, value)| pb::Coefficient { feature: name.to_string(), value: *value })
+                .collect(),
+        ),
+        None => (0.0, Vec::new()),
+    };
+    pb::Model {
+        gpu: model.gpu.to_string(),
+        version: model.version,
+        kind: model.params.kind().as_str().to_string(),
+        trained_at: Some(timestamp(model.created_at_ms)),
+        observations: model.metrics.observations as u64,
+        r2: model.metrics.r2,
+        mse: model.metrics.mse,
+        intercept,
+        coefficients,
+    }
+}

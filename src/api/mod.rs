@@ -1,0 +1,136 @@
+//! The gRPC face of the advisor: `coloc.v1.ColocationAdvisor`. Handlers convert the request
+//! into domain types, call the advisor, and convert the answer back; nothing else.
+
+mod convert;
+mod status;
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::{
+    advisor::Advisor,
+    domain::{now_ms, GpuName},
+    proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
+};
+
+pub use convert::timestamp;
+pub use pb::colocation_advisor_server::ColocationAdvisorServer;
+
+pub struct AdvisorService {
+    advisor: Arc<Advisor>,
+}
+
+impl AdvisorService {
+    pub fn new(advisor: Arc<Advisor>) -> Self {
+        Self { advisor }
+    }
+
+    /// The GPU model named by a request field, else the server's default.
+    fn gpu(&self, raw: &str) -> Result<GpuName, Status> {
+        let requested = convert::optional_gpu("gpu", raw).map_err(crate::advisor::Error::from)?;
+        Ok(self.advisor.resolve_gpu(requested)?)
+    }
+}
+
+fn invalid(error: crate::domain::ValidationError) -> Status {
+    crate::advisor::Error::from(error).into()
+}
+
+#[tonic::async_trait]
+impl ColocationAdvisor for AdvisorService {
+    async fn register_workload(
+        &self,
+        request: Request<pb::RegisterWorkloadRequest>,
+    ) -> Result<Response<pb::Workload>, Status> {
+        let workload = convert::new_workload(request.into_inner(), now_ms()).map_err(invalid)?;
+        let record = self.advisor.register(workload).await?;
+        Ok(Response::new(convert::workload_to_pb(record)))
+    }
+
+    async fn get_workload(
+        &self,
+        request: Request<pb::GetWorkloadRequest>,
+    ) -> Result<Response<pb::Workload>, Status> {
+        let name = convert::workload_name("name", &request.into_inner().name).map_err(invalid)?;
+        let record = self.advisor.get(&name).await?;
+        Ok(Response::new(convert::workload_to_pb(record)))
+    }
+
+    async fn list_workloads(
+        &self,
+        request: Request<pb::ListWorkloadsRequest>,
+    ) -> Result<Response<pb::ListWorkloadsResponse>, Status> {
+        let request = request.into_inner();
+        let state = convert::state_filter(request.state).map_err(invalid)?;
+        let (page, next_page_token) = self
+            .advisor
+            .list(request.page_size, &request.page_token, state)
+            .await?;
+        Ok(Response::new(pb::ListWorkloadsResponse {
+            workloads: page.into_iter().map(convert::workload_to_pb).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn delete_workload(
+        &self,
+        request: Request<pb::DeleteWorkloadRequest>,
+    ) -> Result<Response<pb::DeleteWorkloadResponse>, Status> {
+        let name = convert::workload_name("name", &request.into_inner().name).map_err(invalid)?;
+        self.advisor.delete(&name).await?;
+        Ok(Response::new(pb::DeleteWorkloadResponse {}))
+    }
+
+    async fn put_profile(
+        &self,
+        request: Request<pb::PutProfileRequest>,
+    ) -> Result<Response<pb::Workload>, Status> {
+        let request = request.into_inner();
+        let name = convert::workload_name("name", &request.name).map_err(invalid)?;
+        let profile = convert::profile(request.profile, now_ms()).map_err(invalid)?;
+        let record = self.advisor.put_profile(&name, profile).await?;
+        Ok(Response::new(convert::workload_to_pb(record)))
+    }
+
+    async fn rank(&self, request: Request<pb::RankRequest>) -> Result<Response<pb::RankResponse>, Status> {
+        let query = convert::rank_query(request.into_inner()).map_err(invalid)?;
+        let result = self.advisor.rank(query).await?;
+        Ok(Response::new(convert::rank_to_pb(result)))
+    }
+
+    async fn predict(
+        &self,
+        request: Request<pb::PredictRequest>,
+    ) -> Result<Response<pb::PredictResponse>, Status> {
+        let query = convert::predict_query(request.into_inner()).map_err(invalid)?;
+        let result = self.advisor.predict(query).await?;
+        Ok(Response::new(convert::predict_to_pb(result)))
+    }
+
+    async fn report_colocation(
+        &self,
+        request: Request<pb::ReportColocationRequest>,
+    ) -> Result<Response<pb::ReportColocationResponse>, Status> {
+        let observation = convert::observation(request.into_inner(), now_ms()).map_err(invalid)?;
+        let (id, created) = self.advisor.report(observation).await?;
+        Ok(Response::new(pb::ReportColocationResponse {
+            observation_id: id as u64,
+            created,
+        }))
+    }
+
+    async fn train(&self, request: Request<pb::TrainRequest>) -> Result<Response<pb::TrainResponse>, Status> {
+        let gpu = self.gpu(&request.into_inner().gpu)?;
+        let outcome = self.advisor.train(&gpu).await?;
+        Ok(Response::new(pb::TrainResponse {
+            model: Some(convert::model_to_pb(&outcome.model)),
+        }))
+    }
+
+    async fn get_model(&self, request: Request<pb::GetModelRequest>) -> Result<Response<pb::Model>, Status> {
+        let gpu = self.gpu(&request.into_inner().gpu)?;
+        let model = self.advisor.current_model(&gpu)?;
+        Ok(Response::new(convert::model_to_pb(&model)))
+    }
+}

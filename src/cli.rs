@@ -1,0 +1,143 @@
+//! The command line: `coloc serve` runs the service; `coloc import` loads datasets.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    advisor::Advisor,
+    domain::GpuName,
+    import,
+    settings::{Settings, SettingsSources},
+    startup::{cancel_on_signal, App},
+    store::Store,
+    telemetry,
+};
+
+#[derive(Debug, Parser)]
+#[command(name = "coloc", version, about = "GPU colocation advisor: which workloads to share a GPU")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC service.
+    Serve(ServeArgs),
+    /// Load a dataset measured elsewhere into the store, then train.
+    #[command(subcommand)]
+    Import(ImportCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// TOML settings file (optional; defaults and COLOC__SECTION__KEY variables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Database URL, e.g. sqlite://./coloc.db (overrides database.url).
+    #[arg(long, value_name = "URL")]
+    pub database: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Address to listen on, e.g. 127.0.0.1:50051 (overrides server.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// A KACE-format dataset: a folder with kernel_metrics.csv, system_metrics.csv and
+    /// pairs.csv, or a clone of the KACE-artifact repository.
+    Kace(ImportKaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportKaceArgs {
+    /// The dataset folder.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// GPU model the data was measured on.
+    #[arg(long, default_value = import::KACE_GPU)]
+    pub gpu: String,
+    /// Total memory of that GPU model, GB.
+    #[arg(long, default_value_t = import::KACE_GPU_MEMORY_GB)]
+    pub gpu_memory_gb: f64,
+}
+
+fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result<Settings> {
+    let mut overrides = Vec::new();
+    if let Some(url) = &common.database {
+        overrides.push(("database.url", url.clone()));
+    }
+    if let Some(listen) = listen {
+        overrides.push(("server.listen", listen.clone()));
+    }
+    Ok(Settings::load(SettingsSources {
+        file: common.config.as_deref(),
+        environment: None,
+        overrides,
+    })?)
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let settings = load_settings(&args.common, args.listen.as_ref())?;
+            telemetry::init(&settings.log.level, &settings.log.format);
+            let app = App::build(&settings).await?;
+            let shutdown = CancellationToken::new();
+            let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
+            let served = app.run_until_stopped(shutdown).await;
+            signals.abort();
+            served
+        }
+        Command::Import(ImportCommand::Kace(args)) => {
+            let settings = load_settings(&args.common, None)?;
+            telemetry::init(&settings.log.level, &settings.log.format);
+            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.0))?;
+            crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
+                .map_err(|e| anyhow::anyhow!(e.0))?;
+            let store = Store::open(&settings.database.url).await.context("cannot open the database")?;
+            let advisor = Advisor::load(store, settings.default_gpu()?).await?;
+            let summary = import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
+            advisor.store().close().await;
+            print_import_summary(&gpu, &summary);
+            Ok(())
+        }
+    }
+}
+
+fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
+    println!(
+        "workloads: {} registered, {} updated; {} skipped without both kernel and system metrics",
+        summary.workloads_registered,
+        summary.workloads_updated,
+        summary.incomplete_workloads.len()
+    );
+    println!(
+        "observations on {gpu}: {} new of {} pairs ({} already stored); {} pairs skipped",
+        summary.observations_new,
+        summary.observations_total,
+        summary.observations_total - summary.observations_new,
+        summary.pairs_skipped
+    );
+    match &summary.model {
+        Ok(outcome) => println!(
+            "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}",
+            outcome.model.version,
+            outcome.model.params.kind().as_str(),
+            outcome.model.metrics.observations,
+            outcome.model.metrics.r2,
+            outcome.model.metrics.mse
+        ),
+        Err(reason) => println!("model: not trained: {reason}"),
+    }
+}

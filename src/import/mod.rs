@@ -1,0 +1,121 @@
+//! `coloc import`: loading datasets measured elsewhere into the store, through the same
+//! advisor operations the RPCs use, then training.
+
+mod kace;
+
+use std::path::Path;
+
+use anyhow::Context;
+
+pub use kace::{parse_workload_name, KaceDataset, KacePair, KaceWorkload};
+
+use crate::{
+    advisor::{Advisor, Error as AdvisorError, TrainOutcome},
+    domain::{now_ms, ColocatedMember, GpuName, NewWorkload, Observation, Profile, ProfileSource, WorkloadName},
+    store::ObservationSource,
+};
+
+/// GPU model and memory of the published KACE measurements.
+pub const KACE_GPU: &str = "Tesla V100-SXM2-32GB";
+pub const KACE_GPU_MEMORY_GB: f64 = 32.0;
+
+#[derive(Debug)]
+pub struct ImportSummary {
+    pub workloads_registered: usize,
+    pub workloads_updated: usize,
+    pub incomplete_workloads: Vec<String>,
+    pub observations_new: usize,
+    pub observations_total: usize,
+    pub pairs_skipped: usize,
+    pub model: Result<TrainOutcome, String>,
+}
+
+/// Imports a KACE-format dataset on `gpu`: every complete workload (registered, or its
+/// profile replaced), every pair of two imported workloads as an observation (a repeated
+/// import adds nothing), then trains. Everything is read and validated before anything is
+/// written.
+pub async fn import_kace(
+    advisor: &Advisor,
+    dir: &Path,
+    gpu: &GpuName,
+    gpu_memory_gb: f64,
+) -> anyhow::Result<ImportSummary> {
+    let dataset = KaceDataset::read(dir)?;
+    let measured_at_ms = now_ms();
+    let mut workloads = Vec::with_capacity(dataset.workloads.len());
+    for w in &dataset.workloads {
+        let profile = Profile {
+            gpu: gpu.clone(),
+            kernel: w.kernel,
+            system: w.system.clone(),
+            source: ProfileSource::Imported,
+            gpu_memory_gb: Some(gpu_memory_gb),
+            measured_at_ms,
+        };
+        profile
+            .validate()
+            .with_context(|| format!("workload {} has invalid metrics", w.name))?;
+        workloads.push(NewWorkload {
+            name: w.name.clone(),
+            mode: w.mode,
+            model: w.model.clone(),
+            batch_size: w.batch_size,
+            labels: [("source".to_string(), "kace".to_string())].into(),
+            profile: Some(profile),
+        });
+    }
+    let imported: std::collections::HashSet<&str> =
+        dataset.workloads.iter().map(|w| w.name.as_str()).collect();
+    let mut observations = Vec::new();
+    let mut pairs_skipped = 0;
+    for pair in &dataset.pairs {
+        if !imported.contains(pair.workload1.as_str()) || !imported.contains(pair.workload2.as_str()) {
+            pairs_skipped += 1;
+            continue;
+        }
+        let member = |name: &str, throughput: f64| -> anyhow::Result<ColocatedMember> {
+            Ok(ColocatedMember {
+                workload: WorkloadName::parse("workload", name)?,
+                throughput,
+                job_id: String::new(),
+            })
+        };
+        observations.push(Observation::new(
+            gpu.clone(),
+            vec![
+                member(&pair.workload1, pair.throughput1)?,
+                member(&pair.workload2, pair.throughput2)?,
+            ],
+            0,
+        )?);
+    }
+
+    let mut registered = 0;
+    let mut updated = 0;
+    for workload in workloads {
+        let name = workload.name.clone();
+        let profile = workload.profile.clone().expect("imported workloads carry a profile");
+        match advisor.register(workload).await {
+            Ok(_) => registered += 1,
+            Err(AdvisorError::AlreadyExists(_)) => {
+                advisor.put_profile(&name, profile).await?;
+                updated += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let observations_new = advisor
+        .store()
+        .insert_observations(&observations, ObservationSource::Imported, now_ms())
+        .await?;
+    let model = advisor.train(gpu).await.map_err(|e| e.to_string());
+    Ok(ImportSummary {
+        workloads_registered: registered,
+        workloads_updated: updated,
+        incomplete_workloads: dataset.incomplete_workloads,
+        observations_new,
+        observations_total: observations.len(),
+        pairs_skipped,
+        model,
+    })
+}
