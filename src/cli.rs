@@ -17,7 +17,11 @@ use crate::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "coloc", version, about = "GPU colocation advisor: which workloads to share a GPU")]
+#[command(
+    name = "coloc",
+    version,
+    about = "GPU colocation advisor: which workloads to share a GPU"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -105,9 +109,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.0))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.0))?;
-            let store = Store::open(&settings.database.url).await.context("cannot open the database")?;
+            let store = Store::open(&settings.database.url)
+                .await
+                .context("cannot open the database")?;
             let advisor = Advisor::load(store, settings.default_gpu()?).await?;
-            let summary = import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
+            let summary =
+                import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
             advisor.store().close().await;
             print_import_summary(&gpu, &summary);
             Ok(())
@@ -117,9 +124,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
     println!(
-        "workloads: {} registered, {} updated; {} skipped without both kernel and system metrics",
+        "workloads: {} registered, {} updated, {} unchanged; {} skipped without both kernel and system metrics",
         summary.workloads_registered,
         summary.workloads_updated,
+        summary.workloads_unchanged,
         summary.incomplete_workloads.len()
     );
     println!(

@@ -4,12 +4,12 @@
 
 pub mod advisor;
 pub mod api;
+pub mod cli;
 pub mod domain;
+pub mod import;
 pub mod model;
 pub mod proto;
-pub mod store;
 pub mod settings;
 pub mod startup;
+pub mod store;
 pub mod telemetry;
-pub mod import;
-pub mod cli;

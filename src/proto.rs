@@ -5,4 +5,5 @@
 tonic::include_proto!("coloc.v1");
 
 /// Encoded descriptor set of `coloc.v1`, served by gRPC reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coloc_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/coloc_descriptor.bin"));

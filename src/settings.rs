@@ -116,18 +116,26 @@ impl Settings {
                 message: format!("{:?} is neither \"text\" nor \"json\"", self.log.format),
             });
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|e| SettingsError::Invalid {
-            key: "log.level",
-            message: e.to_string(),
+        tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|e| {
+            SettingsError::Invalid {
+                key: "log.level",
+                message: e.to_string(),
+            }
         })?;
         Ok(())
     }
 
     pub fn listen_address(&self) -> Result<SocketAddr, SettingsError> {
-        self.server.listen.parse().map_err(|e| SettingsError::Invalid {
-            key: "server.listen",
-            message: format!("{:?} is not an address like 127.0.0.1:50051 ({e})", self.server.listen),
-        })
+        self.server
+            .listen
+            .parse()
+            .map_err(|e| SettingsError::Invalid {
+                key: "server.listen",
+                message: format!(
+                    "{:?} is not an address like 127.0.0.1:50051 ({e})",
+                    self.server.listen
+                ),
+            })
     }
 
     pub fn default_gpu(&self) -> Result<Option<GpuName>, SettingsError> {
@@ -136,7 +144,10 @@ impl Settings {
         }
         GpuName::parse("model.default_gpu", &self.model.default_gpu)
             .map(Some)
-            .map_err(|e| SettingsError::Invalid { key: "model.default_gpu", message: e.0 })
+            .map_err(|e| SettingsError::Invalid {
+                key: "model.default_gpu",
+                message: e.0,
+            })
     }
 }
 
@@ -147,12 +158,21 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Option<Map<String, String>> {
-        Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     }
 
     #[test]
     fn defaults_work_with_no_file_and_no_environment() {
-        let settings = Settings::load(SettingsSources { environment: env(&[]), ..Default::default() }).unwrap();
+        let settings = Settings::load(SettingsSources {
+            environment: env(&[]),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(settings.server.listen, "127.0.0.1:50051");
         assert_eq!(settings.database.url, "sqlite://./coloc.db");
         assert_eq!(settings.default_gpu().unwrap(), None);
@@ -164,7 +184,10 @@ mod tests {
         writeln!(file, "[server]\nlisten = \"127.0.0.1:1\"\n[database]\nurl = \"sqlite://file.db\"\n[model]\ndefault_gpu = \"from file\"").unwrap();
         let settings = Settings::load(SettingsSources {
             file: Some(file.path()),
-            environment: env(&[("COLOC__DATABASE__URL", "sqlite://env.db"), ("COLOC__SERVER__LISTEN", "127.0.0.1:2")]),
+            environment: env(&[
+                ("COLOC__DATABASE__URL", "sqlite://env.db"),
+                ("COLOC__SERVER__LISTEN", "127.0.0.1:2"),
+            ]),
             overrides: vec![("server.listen", "127.0.0.1:3".into())],
         })
         .unwrap();
@@ -187,8 +210,12 @@ mod tests {
     fn an_unknown_key_is_rejected_with_its_name() {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
         writeln!(file, "[server]\nlisen = \"127.0.0.1:1\"").unwrap();
-        let error = Settings::load(SettingsSources { file: Some(file.path()), environment: env(&[]), ..Default::default() })
-            .unwrap_err();
+        let error = Settings::load(SettingsSources {
+            file: Some(file.path()),
+            environment: env(&[]),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(error.to_string().contains("lisen"), "{error}");
     }
 }

@@ -44,7 +44,11 @@ impl App {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let local_addr = listener.local_addr()?;
-        Ok(Self { listener, local_addr, advisor })
+        Ok(Self {
+            listener,
+            local_addr,
+            advisor,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -67,7 +71,9 @@ impl App {
                 .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(
+                    tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+                )
         };
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
@@ -89,7 +95,9 @@ impl App {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone())))
+            .add_service(ColocationAdvisorServer::new(AdvisorService::new(
+                self.advisor.clone(),
+            )))
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {

@@ -26,7 +26,9 @@ impl From<ValidationError> for Error {
 impl From<StoreError> for Error {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::WorkloadNotFound(name) => Self::NotFound(format!("workload {name:?} not found")),
+            StoreError::WorkloadNotFound(name) => {
+                Self::NotFound(format!("workload {name:?} not found"))
+            }
             StoreError::WorkloadExists(name) => {
                 Self::AlreadyExists(format!("workload {name:?} already exists"))
             }

@@ -97,7 +97,8 @@ impl Advisor {
     pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
         let _writer = self.catalog_writer.lock().await;
         let record = self.store.register_workload(&workload, now_ms()).await?;
-        self.write_catalog().put_workload(&record.name, &record.profiles);
+        self.write_catalog()
+            .put_workload(&record.name, &record.profiles);
         Ok(record)
     }
 
@@ -120,9 +121,14 @@ impl Advisor {
             n => n.min(MAX_PAGE_SIZE),
         };
         let after = decode_page_token(page_token)?;
-        let page = self.store.list_workloads(after.as_deref(), limit, state).await?;
+        let page = self
+            .store
+            .list_workloads(after.as_deref(), limit, state)
+            .await?;
         let next = if page.len() == limit as usize {
-            page.last().map(|w| encode_page_token(w.name.as_str())).unwrap_or_default()
+            page.last()
+                .map(|w| encode_page_token(w.name.as_str()))
+                .unwrap_or_default()
         } else {
             String::new()
         };
@@ -138,10 +144,18 @@ impl Advisor {
         Ok(())
     }
 
-    pub async fn put_profile(&self, name: &WorkloadName, profile: Profile) -> Result<WorkloadRecord> {
+    pub async fn put_profile(
+        &self,
+        name: &WorkloadName,
+        profile: Profile,
+    ) -> Result<WorkloadRecord> {
         let _writer = self.catalog_writer.lock().await;
-        let record = self.store.put_profile(name.as_str(), &profile, now_ms()).await?;
-        self.write_catalog().put_workload(&record.name, &record.profiles);
+        let record = self
+            .store
+            .put_profile(name.as_str(), &profile, now_ms())
+            .await?;
+        self.write_catalog()
+            .put_workload(&record.name, &record.profiles);
         Ok(record)
     }
 
@@ -149,7 +163,11 @@ impl Advisor {
     pub async fn report(&self, observation: Observation) -> Result<(i64, bool)> {
         {
             let catalog = self.read_catalog();
-            if let Some(unknown) = observation.members.iter().find(|m| !catalog.contains(&m.workload)) {
+            if let Some(unknown) = observation
+                .members
+                .iter()
+                .find(|m| !catalog.contains(&m.workload))
+            {
                 return Err(Error::NotFound(format!(
                     "workload {:?} not found; register it before reporting runs with it",
                     unknown.workload.as_str()
@@ -210,7 +228,10 @@ impl Advisor {
                     members.push(table.get(&name)?.features);
                     throughputs.push(throughput);
                 }
-                Some(TrainingRow { members, throughputs })
+                Some(TrainingRow {
+                    members,
+                    throughputs,
+                })
             })
             .collect();
         let unusable = total - rows.len();
@@ -230,7 +251,11 @@ impl Advisor {
             )),
         })?;
 
-        let stored = Arc::new(self.store.insert_model(gpu, &params, &metrics, now_ms()).await?);
+        let stored = Arc::new(
+            self.store
+                .insert_model(gpu, &params, &metrics, now_ms())
+                .await?,
+        );
         self.models.rcu(|current| {
             let mut next = ModelMap::clone(current);
             next.insert(gpu.clone(), stored.clone());
@@ -258,10 +283,20 @@ impl Advisor {
                     query.target.as_str()
                 )));
             }
-            let unknown: Vec<bool> = query.candidates.iter().map(|c| !catalog.contains(c)).collect();
+            let unknown: Vec<bool> = query
+                .candidates
+                .iter()
+                .map(|c| !catalog.contains(c))
+                .collect();
             (catalog.gpu(&gpu).unwrap_or_default(), unknown)
         };
-        let work = rank::RankWork { query, gpu, model, table, unknown };
+        let work = rank::RankWork {
+            query,
+            gpu,
+            model,
+            table,
+            unknown,
+        };
         if work.is_large() {
             tokio::task::spawn_blocking(move || work.run())
                 .await
@@ -278,7 +313,10 @@ impl Advisor {
         let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(w)) {
-                return Err(Error::NotFound(format!("workload {:?} not found", unknown.as_str())));
+                return Err(Error::NotFound(format!(
+                    "workload {:?} not found",
+                    unknown.as_str()
+                )));
             }
             catalog.gpu(&gpu).unwrap_or_default()
         };
@@ -317,7 +355,10 @@ mod tests {
     #[test]
     fn page_tokens_round_trip_and_garbage_is_rejected() {
         let token = encode_page_token("bert-base-cased_batch8-inf");
-        assert_eq!(decode_page_token(&token).unwrap().as_deref(), Some("bert-base-cased_batch8-inf"));
+        assert_eq!(
+            decode_page_token(&token).unwrap().as_deref(),
+            Some("bert-base-cased_batch8-inf")
+        );
         assert_eq!(decode_page_token("").unwrap(), None);
         for bad in ["xyz", "0", "zz", "ff"] {
             assert!(decode_page_token(bad).is_err(), "{bad} accepted");

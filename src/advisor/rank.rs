@@ -42,7 +42,9 @@ impl RankQuery {
         }
         let mut seen = HashSet::with_capacity(self.candidates.len());
         if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
-            return Err(ValidationError::new(format!("candidate {twice} is listed twice")));
+            return Err(ValidationError::new(format!(
+                "candidate {twice} is listed twice"
+            )));
         }
         Ok(())
     }
@@ -79,7 +81,8 @@ pub struct MemberPrediction {
 
 impl MemberPrediction {
     pub fn predicted_slowdown(&self) -> Option<f64> {
-        self.predicted_throughput.map(|t| t / self.exclusive_throughput)
+        self.predicted_throughput
+            .map(|t| t / self.exclusive_throughput)
     }
 }
 
@@ -135,7 +138,10 @@ fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> R
     })
 }
 
-fn member_predictions(entries: &[&ProfileEntry], prediction: &SetPrediction) -> Vec<MemberPrediction> {
+fn member_predictions(
+    entries: &[&ProfileEntry],
+    prediction: &SetPrediction,
+) -> Vec<MemberPrediction> {
     entries
         .iter()
         .enumerate()
@@ -173,7 +179,13 @@ impl RankWork {
     }
 
     pub fn run(self) -> Result<RankResult> {
-        let Self { query, gpu, model, table, unknown } = self;
+        let Self {
+            query,
+            gpu,
+            model,
+            table,
+            unknown,
+        } = self;
         let target = table.get(&query.target).ok_or_else(|| {
             Error::FailedPrecondition(format!("target {}", not_profiled(&gpu, &query.target)))
         })?;

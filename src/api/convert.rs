@@ -60,7 +60,9 @@ fn mode(raw: i32) -> Result<WorkloadMode, ValidationError> {
         Ok(pb::WorkloadMode::Unspecified) => {
             Err(ValidationError::new("mode must be TRAINING or INFERENCE"))
         }
-        Err(_) => Err(ValidationError::new(format!("mode {raw} is not a known value"))),
+        Err(_) => Err(ValidationError::new(format!(
+            "mode {raw} is not a known value"
+        ))),
     }
 }
 
@@ -77,7 +79,9 @@ pub fn state_filter(raw: i32) -> Result<Option<WorkloadState>, ValidationError> 
         Ok(pb::WorkloadState::PendingProfile) => Ok(Some(WorkloadState::PendingProfile)),
         Ok(pb::WorkloadState::Profiled) => Ok(Some(WorkloadState::Profiled)),
         Ok(pb::WorkloadState::Failed) => Ok(Some(WorkloadState::Failed)),
-        Err(_) => Err(ValidationError::new(format!("state {raw} is not a known value"))),
+        Err(_) => Err(ValidationError::new(format!(
+            "state {raw} is not a known value"
+        ))),
     }
 }
 
@@ -97,7 +101,9 @@ fn source(raw: i32) -> Result<ProfileSource, ValidationError> {
         Ok(pb::ProfileSource::Imported) => Ok(ProfileSource::Imported),
         Ok(pb::ProfileSource::Measured) => Ok(ProfileSource::Measured),
         Ok(pb::ProfileSource::Replay) => Ok(ProfileSource::Replay),
-        Err(_) => Err(ValidationError::new(format!("profile.source {raw} is not a known value"))),
+        Err(_) => Err(ValidationError::new(format!(
+            "profile.source {raw} is not a known value"
+        ))),
     }
 }
 
@@ -169,7 +175,10 @@ fn profile_to_pb(profile: &Profile) -> pb::Profile {
     }
 }
 
-pub fn new_workload(raw: pb::RegisterWorkloadRequest, now_ms: i64) -> Result<NewWorkload, ValidationError> {
+pub fn new_workload(
+    raw: pb::RegisterWorkloadRequest,
+    now_ms: i64,
+) -> Result<NewWorkload, ValidationError> {
     let name = workload_name("name", &raw.name)?;
     let mode = mode(raw.mode)?;
     let labels = raw.labels.into_iter().collect();
@@ -202,10 +211,16 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
 
 pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
     if pb::Objective::try_from(raw.objective).is_err() {
-        return Err(ValidationError::new(format!("objective {} is not a known value", raw.objective)));
+        return Err(ValidationError::new(format!(
+            "objective {} is not a known value",
+            raw.objective
+        )));
     }
     if raw.top_k < 0 {
-        return Err(ValidationError::new(format!("top_k must not be negative, got {}", raw.top_k)));
+        return Err(ValidationError::new(format!(
+            "top_k must not be negative, got {}",
+            raw.top_k
+        )));
     }
     let query = RankQuery {
         target: workload_name("target", &raw.target)?,
@@ -291,7 +306,10 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
     }
 }
 
-pub fn observation(raw: pb::ReportColocationRequest, now_ms: i64) -> Result<Observation, ValidationError> {
+pub fn observation(
+    raw: pb::ReportColocationRequest,
+    now_ms: i64,
+) -> Result<Observation, ValidationError> {
     let gpu = GpuName::parse("gpu", &raw.gpu)?;
     let members = raw
         .members
@@ -318,7 +336,10 @@ pub fn model_to_pb(model: &StoredModel) -> pb::Model {
             FEATURE_NAMES
                 .iter()
                 .zip(values)
-                .map(|(name, value)| pb::Coefficient { feature: name.to_string(), value: *value })
+                .map(|(name, value)| pb::Coefficient {
+                    feature: name.to_string(),
+                    value: *value,
+                })
                 .collect(),
         ),
         None => (0.0, Vec::new()),

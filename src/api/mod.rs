@@ -93,7 +93,10 @@ impl ColocationAdvisor for AdvisorService {
         Ok(Response::new(convert::workload_to_pb(record)))
     }
 
-    async fn rank(&self, request: Request<pb::RankRequest>) -> Result<Response<pb::RankResponse>, Status> {
+    async fn rank(
+        &self,
+        request: Request<pb::RankRequest>,
+    ) -> Result<Response<pb::RankResponse>, Status> {
         let query = convert::rank_query(request.into_inner()).map_err(invalid)?;
         let result = self.advisor.rank(query).await?;
         Ok(Response::new(convert::rank_to_pb(result)))
@@ -120,7 +123,10 @@ impl ColocationAdvisor for AdvisorService {
         }))
     }
 
-    async fn train(&self, request: Request<pb::TrainRequest>) -> Result<Response<pb::TrainResponse>, Status> {
+    async fn train(
+        &self,
+        request: Request<pb::TrainRequest>,
+    ) -> Result<Response<pb::TrainResponse>, Status> {
         let gpu = self.gpu(&request.into_inner().gpu)?;
         let outcome = self.advisor.train(&gpu).await?;
         Ok(Response::new(pb::TrainResponse {
@@ -128,7 +134,10 @@ impl ColocationAdvisor for AdvisorService {
         }))
     }
 
-    async fn get_model(&self, request: Request<pb::GetModelRequest>) -> Result<Response<pb::Model>, Status> {
+    async fn get_model(
+        &self,
+        request: Request<pb::GetModelRequest>,
+    ) -> Result<Response<pb::Model>, Status> {
         let gpu = self.gpu(&request.into_inner().gpu)?;
         let model = self.advisor.current_model(&gpu)?;
         Ok(Response::new(convert::model_to_pb(&model)))

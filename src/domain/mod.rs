@@ -9,9 +9,9 @@ mod workload;
 
 pub use names::{GpuName, WorkloadName};
 pub use observation::{ColocatedMember, Observation, MAX_MEMBERS};
-pub use profile::{check_memory_gb, KernelMetrics, Profile, ProfileSource, SystemMetrics};
 #[cfg(test)]
 pub(crate) use profile::tests as profile_tests;
+pub use profile::{check_memory_gb, KernelMetrics, Profile, ProfileSource, SystemMetrics};
 pub use workload::{Labels, NewWorkload, WorkloadMode, WorkloadState};
 
 /// A value that failed validation; the message is written for the person who sent it.

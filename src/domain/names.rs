@@ -83,7 +83,11 @@ mod tests {
 
     #[test]
     fn workload_names_from_the_kace_data_are_accepted() {
-        for name in ["albert-base-v2_batch16-train", "vit_h_14_batch2-train", "team/a:v1+x"] {
+        for name in [
+            "albert-base-v2_batch16-train",
+            "vit_h_14_batch2-train",
+            "team/a:v1+x",
+        ] {
             assert_eq!(WorkloadName::parse("name", name).unwrap().as_str(), name);
         }
     }
@@ -92,7 +96,10 @@ mod tests {
     fn workload_names_that_are_empty_long_or_odd_are_rejected() {
         let long = "a".repeat(129);
         for name in ["", long.as_str(), "has space", "semi;colon", "ünï"] {
-            assert!(WorkloadName::parse("name", name).is_err(), "{name:?} accepted");
+            assert!(
+                WorkloadName::parse("name", name).is_err(),
+                "{name:?} accepted"
+            );
         }
     }
 

@@ -113,16 +113,28 @@ mod tests {
     #[test]
     fn one_member_a_repeated_job_and_bad_throughputs_are_rejected() {
         assert!(Observation::new(gpu(), vec![member("a", 1.0, "")], 0).is_err());
-        assert!(Observation::new(gpu(), vec![member("a", 1.0, "j"), member("b", 1.0, "j")], 0).is_err());
-        assert!(Observation::new(gpu(), vec![member("a", f64::NAN, ""), member("b", 1.0, "")], 0).is_err());
-        assert!(Observation::new(gpu(), vec![member("a", -1.0, ""), member("b", 1.0, "")], 0).is_err());
+        assert!(
+            Observation::new(gpu(), vec![member("a", 1.0, "j"), member("b", 1.0, "j")], 0).is_err()
+        );
+        assert!(Observation::new(
+            gpu(),
+            vec![member("a", f64::NAN, ""), member("b", 1.0, "")],
+            0
+        )
+        .is_err());
+        assert!(
+            Observation::new(gpu(), vec![member("a", -1.0, ""), member("b", 1.0, "")], 0).is_err()
+        );
     }
 
     #[test]
     fn the_fingerprint_ignores_member_order_but_not_values() {
-        let ab = Observation::new(gpu(), vec![member("a", 1.0, ""), member("b", 2.0, "")], 7).unwrap();
-        let ba = Observation::new(gpu(), vec![member("b", 2.0, ""), member("a", 1.0, "")], 7).unwrap();
-        let other = Observation::new(gpu(), vec![member("a", 1.5, ""), member("b", 2.0, "")], 7).unwrap();
+        let ab =
+            Observation::new(gpu(), vec![member("a", 1.0, ""), member("b", 2.0, "")], 7).unwrap();
+        let ba =
+            Observation::new(gpu(), vec![member("b", 2.0, ""), member("a", 1.0, "")], 7).unwrap();
+        let other =
+            Observation::new(gpu(), vec![member("a", 1.5, ""), member("b", 2.0, "")], 7).unwrap();
         assert_eq!(ab.fingerprint(), ba.fingerprint());
         assert_ne!(ab.fingerprint(), other.fingerprint());
     }

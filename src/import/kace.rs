@@ -124,7 +124,8 @@ fn find_layout(dir: &Path) -> anyhow::Result<Layout> {
 }
 
 fn read_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     reader
         .deserialize()
         .enumerate()
@@ -228,6 +229,9 @@ mod tests {
             parse_workload_name("bert-base-cased_batch2-inf"),
             ("bert-base-cased".to_string(), 2, WorkloadMode::Inference)
         );
-        assert_eq!(parse_workload_name("custom"), ("custom".to_string(), 0, WorkloadMode::Inference));
+        assert_eq!(
+            parse_workload_name("custom"),
+            ("custom".to_string(), 0, WorkloadMode::Inference)
+        );
     }
 }

@@ -11,7 +11,10 @@ pub use kace::{parse_workload_name, KaceDataset, KacePair, KaceWorkload};
 
 use crate::{
     advisor::{Advisor, Error as AdvisorError, TrainOutcome},
-    domain::{now_ms, ColocatedMember, GpuName, NewWorkload, Observation, Profile, ProfileSource, WorkloadName},
+    domain::{
+        now_ms, ColocatedMember, GpuName, NewWorkload, Observation, Profile, ProfileSource,
+        WorkloadName,
+    },
     store::ObservationSource,
 };
 
@@ -23,6 +26,7 @@ pub const KACE_GPU_MEMORY_GB: f64 = 32.0;
 pub struct ImportSummary {
     pub workloads_registered: usize,
     pub workloads_updated: usize,
+    pub workloads_unchanged: usize,
     pub incomplete_workloads: Vec<String>,
     pub observations_new: usize,
     pub observations_total: usize,
@@ -69,7 +73,9 @@ pub async fn import_kace(
     let mut observations = Vec::new();
     let mut pairs_skipped = 0;
     for pair in &dataset.pairs {
-        if !imported.contains(pair.workload1.as_str()) || !imported.contains(pair.workload2.as_str()) {
+        if !imported.contains(pair.workload1.as_str())
+            || !imported.contains(pair.workload2.as_str())
+        {
             pairs_skipped += 1;
             continue;
         }
@@ -92,14 +98,26 @@ pub async fn import_kace(
 
     let mut registered = 0;
     let mut updated = 0;
+    let mut unchanged = 0;
     for workload in workloads {
         let name = workload.name.clone();
-        let profile = workload.profile.clone().expect("imported workloads carry a profile");
+        let profile = workload
+            .profile
+            .clone()
+            .expect("imported workloads carry a profile");
         match advisor.register(workload).await {
             Ok(_) => registered += 1,
             Err(AdvisorError::AlreadyExists(_)) => {
-                advisor.put_profile(&name, profile).await?;
-                updated += 1;
+                let stored = advisor.get(&name).await?;
+                let same = stored.profiles.iter().any(|p| {
+                    p.gpu == profile.gpu && p.kernel == profile.kernel && p.system == profile.system
+                });
+                if same {
+                    unchanged += 1;
+                } else {
+                    advisor.put_profile(&name, profile).await?;
+                    updated += 1;
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -108,10 +126,20 @@ pub async fn import_kace(
         .store()
         .insert_observations(&observations, ObservationSource::Imported, now_ms())
         .await?;
-    let model = advisor.train(gpu).await.map_err(|e| e.to_string());
+    // A repeated import changes nothing, so it keeps the current model instead of adding a
+    // version identical to it.
+    let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
+    let model = match advisor.current_model(gpu) {
+        Ok(current) if nothing_changed => Ok(TrainOutcome {
+            model: current,
+            unusable_observations: 0,
+        }),
+        _ => advisor.train(gpu).await.map_err(|e| e.to_string()),
+    };
     Ok(ImportSummary {
         workloads_registered: registered,
         workloads_updated: updated,
+        workloads_unchanged: unchanged,
         incomplete_workloads: dataset.incomplete_workloads,
         observations_new,
         observations_total: observations.len(),

@@ -6,7 +6,7 @@ use linfa_linear::LinearRegression;
 use ndarray::{Array1, Array2};
 use serde::{Deserialize, Serialize};
 
-use super::{FitError, SetPrediction, TrainingRow, Features, NUM_FEATURES};
+use super::{Features, FitError, SetPrediction, TrainingRow, NUM_FEATURES};
 
 /// The fitted model in raw feature units: sum = intercept + coefficients · summed features.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,8 +90,12 @@ impl KaceLinear {
             .sum()
     }
 
+    /// Summed left to right from the intercept, the same order as [`Self::predict_pairs`],
+    /// so Predict and Rank give bit-identical sums for the same pair.
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
-        let sum = self.intercept + members.iter().map(|m| self.dot(m)).sum::<f64>();
+        let sum = members
+            .iter()
+            .fold(self.intercept, |acc, m| acc + self.dot(m));
         SetPrediction::sum_only(sum)
     }
 
@@ -112,7 +116,9 @@ mod tests {
 
     /// A small deterministic pseudo-random sequence, so the test needs no extra crate.
     fn lcg(state: &mut u64) -> f64 {
-        *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (*state >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -139,15 +145,24 @@ mod tests {
                 let refs: Vec<&Features> = members.iter().collect();
                 let sum = truth.predict_set(&refs).sum;
                 // Split the sum between members arbitrarily; only the sum is the label.
-                TrainingRow { members, throughputs: vec![sum * 0.25, sum * 0.75] }
+                TrainingRow {
+                    members,
+                    throughputs: vec![sum * 0.25, sum * 0.75],
+                }
             })
             .collect();
 
         let fitted = KaceLinear::fit(&rows).unwrap();
 
-        assert!((fitted.intercept - truth.intercept).abs() < 1e-6, "{fitted:?}");
+        assert!(
+            (fitted.intercept - truth.intercept).abs() < 1e-6,
+            "{fitted:?}"
+        );
         for (got, want) in fitted.coefficients.iter().zip(&truth.coefficients) {
-            assert!((got - want).abs() <= 1e-6 * want.abs().max(1e-9), "{got} vs {want}");
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1e-9),
+                "{got} vs {want}"
+            );
         }
     }
 
@@ -161,7 +176,10 @@ mod tests {
                 a.0[9] = 1.0;
                 b.0[9] = 1.0;
                 let label = 3.0 + 0.5 * (a.0[6] + b.0[6]);
-                TrainingRow { members: vec![a, b], throughputs: vec![label, 0.0] }
+                TrainingRow {
+                    members: vec![a, b],
+                    throughputs: vec![label, 0.0],
+                }
             })
             .collect();
         let fitted = KaceLinear::fit(&rows).unwrap();
@@ -171,14 +189,16 @@ mod tests {
 
     #[test]
     fn pair_batch_scoring_equals_scoring_each_set() {
-        let model = KaceLinear { intercept: 1.0, coefficients: (1..=10).map(f64::from).collect() };
+        let model = KaceLinear {
+            intercept: 1.0,
+            coefficients: (1..=10).map(f64::from).collect(),
+        };
         let mut state = 3;
         let target = random_features(&mut state);
         let candidates: Vec<Features> = (0..5).map(|_| random_features(&mut state)).collect();
         let refs: Vec<&Features> = candidates.iter().collect();
         for (batch, c) in model.predict_pairs(&target, &refs).iter().zip(&candidates) {
-            let single = model.predict_set(&[&target, c]).sum;
-            assert!((batch.sum - single).abs() <= 1e-9 * single.abs());
+            assert_eq!(batch.sum, model.predict_set(&[&target, c]).sum);
         }
     }
 }

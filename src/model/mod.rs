@@ -147,7 +147,11 @@ pub fn evaluate(params: &ModelParams, rows: &[TrainingRow]) -> FitMetrics {
     }
     FitMetrics {
         observations: rows.len(),
-        r2: if total > 0.0 { 1.0 - residual / total } else { 0.0 },
+        r2: if total > 0.0 {
+            1.0 - residual / total
+        } else {
+            0.0
+        },
         mse: residual / n,
     }
 }
@@ -159,18 +163,27 @@ mod tests {
     #[test]
     fn fitting_needs_a_minimum_number_of_rows() {
         let rows = vec![
-            TrainingRow { members: vec![Features::default(); 2], throughputs: vec![1.0, 1.0] };
+            TrainingRow {
+                members: vec![Features::default(); 2],
+                throughputs: vec![1.0, 1.0]
+            };
             MIN_TRAINING_ROWS - 1
         ];
         assert_eq!(
             fit(ModelKind::KaceLinear, &rows).unwrap_err(),
-            FitError::TooFewObservations { have: MIN_TRAINING_ROWS - 1, need: MIN_TRAINING_ROWS }
+            FitError::TooFewObservations {
+                have: MIN_TRAINING_ROWS - 1,
+                need: MIN_TRAINING_ROWS
+            }
         );
     }
 
     #[test]
     fn parameters_round_trip_through_json_with_their_kind() {
-        let params = ModelParams::KaceLinear(KaceLinear { intercept: 1.5, coefficients: vec![0.25; 10] });
+        let params = ModelParams::KaceLinear(KaceLinear {
+            intercept: 1.5,
+            coefficients: vec![0.25; 10],
+        });
         let json = serde_json::to_string(&params).unwrap();
         assert!(json.contains("\"kind\":\"kace-linear\""), "{json}");
         assert_eq!(serde_json::from_str::<ModelParams>(&json).unwrap(), params);
@@ -178,19 +191,32 @@ mod tests {
 
     #[test]
     fn evaluate_reports_perfect_r2_for_an_exact_model_and_mse_for_an_offset() {
-        let exact = ModelParams::KaceLinear(KaceLinear { intercept: 0.0, coefficients: {
-            let mut c = vec![0.0; 10]; c[6] = 1.0; c } });
+        let exact = ModelParams::KaceLinear(KaceLinear {
+            intercept: 0.0,
+            coefficients: {
+                let mut c = vec![0.0; 10];
+                c[6] = 1.0;
+                c
+            },
+        });
         let rows: Vec<TrainingRow> = (1..=4)
             .map(|i| {
                 let mut f = Features::default();
                 f.0[6] = i as f64;
-                TrainingRow { members: vec![f, f], throughputs: vec![i as f64, i as f64] }
+                TrainingRow {
+                    members: vec![f, f],
+                    throughputs: vec![i as f64, i as f64],
+                }
             })
             .collect();
         let m = evaluate(&exact, &rows);
         assert_eq!((m.r2, m.mse), (1.0, 0.0));
-        let offset = ModelParams::KaceLinear(KaceLinear { intercept: 2.0, ..match exact {
-            ModelParams::KaceLinear(k) => k } });
+        let offset = ModelParams::KaceLinear(KaceLinear {
+            intercept: 2.0,
+            ..match exact {
+                ModelParams::KaceLinear(k) => k,
+            }
+        });
         assert_eq!(evaluate(&offset, &rows).mse, 4.0);
     }
 }

@@ -31,10 +31,17 @@ struct ModelRow {
 impl ModelRow {
     fn into_model(self) -> Result<StoredModel, StoreError> {
         let corrupt = |what: String| StoreError::Corrupt(what);
-        let params: ModelParams = serde_json::from_str(&self.parameters)
-            .map_err(|e| corrupt(format!("parameters of model {} v{}: {e}", self.gpu, self.version)))?;
+        let params: ModelParams = serde_json::from_str(&self.parameters).map_err(|e| {
+            corrupt(format!(
+                "parameters of model {} v{}: {e}",
+                self.gpu, self.version
+            ))
+        })?;
         if !params.is_servable() {
-            return Err(corrupt(format!("model {} v{} has unusable parameters", self.gpu, self.version)));
+            return Err(corrupt(format!(
+                "model {} v{} has unusable parameters",
+                self.gpu, self.version
+            )));
         }
         Ok(StoredModel {
             gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.0))?,

@@ -48,10 +48,11 @@ async fn insert_one(
     .fetch_optional(&mut **tx)
     .await?;
     let Some(id) = inserted else {
-        let existing = sqlx::query_scalar::<_, i64>("SELECT id FROM observations WHERE fingerprint = ?1")
-            .bind(&fingerprint)
-            .fetch_one(&mut **tx)
-            .await?;
+        let existing =
+            sqlx::query_scalar::<_, i64>("SELECT id FROM observations WHERE fingerprint = ?1")
+                .bind(&fingerprint)
+                .fetch_one(&mut **tx)
+                .await?;
         return Ok((existing, false));
     };
     for (position, member) in observation.members.iter().enumerate() {
@@ -119,7 +120,10 @@ impl Store {
         let mut index: HashMap<i64, usize> = HashMap::new();
         for (id, workload, throughput) in rows {
             let slot = *index.entry(id).or_insert_with(|| {
-                observations.push(StoredObservation { id, members: Vec::new() });
+                observations.push(StoredObservation {
+                    id,
+                    members: Vec::new(),
+                });
                 observations.len() - 1
             });
             observations[slot].members.push((workload, throughput));

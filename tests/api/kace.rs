@@ -1,0 +1,97 @@
+//! The published KACE V100 data, imported with the real `coloc import` command.
+
+use std::{process::Command, sync::Arc};
+
+use coloc::proto as pb;
+use tempfile::TempDir;
+
+use crate::helpers::{database_url, kace_dir, spawn_app_in};
+
+const V100: &str = "Tesla V100-SXM2-32GB";
+
+fn import(dir: &TempDir) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["import", "kace"])
+        .arg(kace_dir())
+        .args(["--database", &database_url(dir)])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn importing_the_kace_data_twice_adds_no_rows_and_ranks_real_workloads() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let first = import(&dir);
+    assert!(first.contains("181 new of 181 pairs"), "{first}");
+    let second = import(&dir);
+    assert!(second.contains("0 new of 181 pairs"), "{second}");
+    assert!(second.contains("0 registered, 0 updated"), "{second}");
+
+    let mut app = spawn_app_in(dir).await;
+    assert_eq!(app.count("observations").await, 181);
+    assert_eq!(app.count("observation_members").await, 362);
+    assert_eq!(app.count("models").await, 1);
+
+    // The KACE baseline is visible: a linear model on the ten summed metrics.
+    let model = app
+        .client
+        .get_model(pb::GetModelRequest { gpu: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(model.gpu, V100);
+    assert_eq!(model.kind, "kace-linear");
+    assert_eq!(model.observations, 181);
+    assert_eq!(model.coefficients.len(), 10);
+    assert!(model.coefficients.iter().all(|c| c.value.is_finite()));
+    assert!(model.r2 > 0.5 && model.r2 < 1.0, "{}", model.r2);
+
+    let workload = app
+        .client
+        .get_workload(pb::GetWorkloadRequest {
+            name: "bert-base-cased_batch8-inf".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(workload.model, "bert-base-cased");
+    assert_eq!(workload.batch_size, 8);
+    assert_eq!(workload.mode(), pb::WorkloadMode::Inference);
+    assert_eq!(workload.profiles[0].source(), pb::ProfileSource::Imported);
+    assert_eq!(workload.profiles[0].gpu_memory_gb, 32.0);
+
+    let ranked = app
+        .client
+        .rank(pb::RankRequest {
+            target: "whisper-large-v2_batch16-inf".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ranked.ranked.len() >= 20, "{}", ranked.ranked.len());
+    for pair in ranked.ranked.windows(2) {
+        assert!(pair[0].predicted_throughput_sum >= pair[1].predicted_throughput_sum);
+    }
+    // whisper b16 uses 15.4 GB: every pair that fits in 32 GB is ranked, none that does not.
+    for candidate in &ranked.ranked {
+        assert!(
+            candidate.memory_gb <= 32.0 && candidate.fits_memory,
+            "{candidate:?}"
+        );
+    }
+    for skipped in &ranked.skipped {
+        assert_eq!(
+            skipped.code(),
+            pb::SkipReason::ExceedsGpuMemory,
+            "{skipped:?}"
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! Integration tests: the real gRPC server on a loopback port, a fresh SQLite file per
+//! test, the generated client (and the real grpcurl in `grpcurl`).
+
+mod helpers;
+
+mod grpcurl;
+mod health;
+mod kace;
+mod predict;
+mod profiles;
+mod rank;
+mod report;
+mod restart;
+mod train;
+mod workloads;

@@ -1,0 +1,134 @@
+use coloc::proto as pb;
+use tonic::Code;
+
+use crate::helpers::{expect_code, profile, register_request, spawn_app, trained_app, GPU};
+
+#[tokio::test]
+async fn put_profile_makes_a_pending_workload_profiled_and_rankable_without_restart() {
+    let (mut app, _) = trained_app(6).await;
+    app.client
+        .register_workload(register_request("late", None))
+        .await
+        .unwrap();
+    let rank = |target: &str| pb::RankRequest {
+        target: target.into(),
+        ..Default::default()
+    };
+    expect_code(
+        app.client.rank(rank("late")).await,
+        Code::FailedPrecondition,
+    );
+
+    let workload = app
+        .client
+        .put_profile(pb::PutProfileRequest {
+            name: "late".into(),
+            profile: Some(profile(99, 1.0)),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(workload.state(), pb::WorkloadState::Profiled);
+    assert_eq!(
+        workload.profiles[0].source(),
+        pb::ProfileSource::ClientSupplied
+    );
+
+    let ranked = app.client.rank(rank("late")).await.unwrap().into_inner();
+    assert!(
+        ranked.ranked.iter().any(|c| c.workload == "late"),
+        "the target itself is a candidate"
+    );
+    assert_eq!(ranked.ranked.len(), 7);
+}
+
+#[tokio::test]
+async fn put_profile_replaces_the_profile_of_that_gpu_model_and_keeps_others() {
+    let mut app = spawn_app().await;
+    app.client
+        .register_workload(register_request("a", Some(profile(1, 1.0))))
+        .await
+        .unwrap();
+    let mut other_gpu = profile(2, 3.0);
+    other_gpu.gpu = "Other GPU".into();
+    other_gpu.source = pb::ProfileSource::Measured as i32;
+    app.client
+        .put_profile(pb::PutProfileRequest {
+            name: "a".into(),
+            profile: Some(other_gpu),
+        })
+        .await
+        .unwrap();
+    let replaced = app
+        .client
+        .put_profile(pb::PutProfileRequest {
+            name: "a".into(),
+            profile: Some(profile(3, 5.0)),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(replaced.profiles.len(), 2);
+    let on = |gpu: &str| {
+        replaced
+            .profiles
+            .iter()
+            .find(|p| p.gpu == gpu)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(on(GPU).system.unwrap().memory_gb, 5.0);
+    assert_eq!(on("Other GPU").system.unwrap().memory_gb, 3.0);
+    assert_eq!(on("Other GPU").source(), pb::ProfileSource::Measured);
+}
+
+#[tokio::test]
+async fn put_profile_for_an_unknown_workload_is_not_found_and_bad_metrics_are_invalid() {
+    let mut app = spawn_app().await;
+    app.client
+        .register_workload(register_request("a", None))
+        .await
+        .unwrap();
+    let before = app.dump_store().await;
+    expect_code(
+        app.client
+            .put_profile(pb::PutProfileRequest {
+                name: "ghost".into(),
+                profile: Some(profile(1, 1.0)),
+            })
+            .await,
+        Code::NotFound,
+    );
+    let mut bad = profile(1, 1.0);
+    bad.system.as_mut().unwrap().mem_busy_pct = f64::NEG_INFINITY;
+    expect_code(
+        app.client
+            .put_profile(pb::PutProfileRequest {
+                name: "a".into(),
+                profile: Some(bad),
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    expect_code(
+        app.client
+            .put_profile(pb::PutProfileRequest {
+                name: "a".into(),
+                profile: None,
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    let mut absurd_gpu_memory = profile(1, 1.0);
+    absurd_gpu_memory.gpu_memory_gb = -16.0;
+    expect_code(
+        app.client
+            .put_profile(pb::PutProfileRequest {
+                name: "a".into(),
+                profile: Some(absurd_gpu_memory),
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    assert_eq!(app.dump_store().await, before);
+}

@@ -1,0 +1,286 @@
+use coloc::proto as pb;
+use tonic::Code;
+
+use crate::helpers::{
+    expect_code, profile, register_request, seed_workloads_and_runs, spawn_app, trained_app,
+    true_sum, GPU, GPU_MEMORY_GB,
+};
+
+fn rank(target: &str) -> pb::RankRequest {
+    pb::RankRequest {
+        target: target.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn rank_before_any_model_is_failed_precondition() {
+    let mut app = spawn_app().await;
+    seed_workloads_and_runs(&mut app, 3).await;
+    let message = expect_code(app.client.rank(rank("w00")).await, Code::FailedPrecondition);
+    assert!(message.contains("Train"), "{message}");
+}
+
+#[tokio::test]
+async fn rank_orders_every_fitting_candidate_by_predicted_sum_and_includes_the_target_itself() {
+    // w00..w07 use 1..8 GB; with w03 (4 GB) every pair fits in 16 GB.
+    let (mut app, workloads) = trained_app(8).await;
+    let response = app.client.rank(rank("w03")).await.unwrap().into_inner();
+    assert_eq!(response.gpu, GPU);
+    assert_eq!(response.gpu_memory_gb, GPU_MEMORY_GB);
+    assert_eq!(response.model_version, 1);
+    assert_eq!(response.ranked.len(), 8);
+    assert!(response.skipped.is_empty());
+    assert!(response.ranked.iter().any(|c| c.workload == "w03"));
+    for pair in response.ranked.windows(2) {
+        assert!(pair[0].predicted_throughput_sum >= pair[1].predicted_throughput_sum);
+    }
+    // The runs follow a linear truth exactly, so the model reproduces it.
+    let target = &workloads[3].1;
+    for candidate in &response.ranked {
+        let (_, p) = workloads
+            .iter()
+            .find(|(n, _)| *n == candidate.workload)
+            .unwrap();
+        let truth = true_sum(target, p);
+        assert!(
+            (candidate.predicted_throughput_sum - truth).abs() < 1e-6 * truth.abs(),
+            "{candidate:?}"
+        );
+        assert_eq!(candidate.members.len(), 2);
+        assert_eq!(candidate.members[0].workload, "w03");
+        assert_eq!(candidate.members[1].workload, candidate.workload);
+        assert!(candidate.fits_memory);
+    }
+}
+
+#[tokio::test]
+async fn top_k_keeps_the_best_entries() {
+    let (mut app, _) = trained_app(8).await;
+    let all = app.client.rank(rank("w01")).await.unwrap().into_inner();
+    let top = app
+        .client
+        .rank(pb::RankRequest {
+            top_k: 3,
+            ..rank("w01")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(top.ranked, all.ranked[..3]);
+}
+
+#[tokio::test]
+async fn candidates_that_do_not_fit_in_gpu_memory_are_skipped_unless_asked_for() {
+    // w07 uses 8 GB and w08..w09 use 9 and 10 GB: with w07, 9 + 8 and 10 + 8 exceed 16 GB.
+    let (mut app, _) = trained_app(10).await;
+    let response = app.client.rank(rank("w07")).await.unwrap().into_inner();
+    let ranked: Vec<&str> = response
+        .ranked
+        .iter()
+        .map(|c| c.workload.as_str())
+        .collect();
+    assert_eq!(ranked.len(), 8);
+    assert!(!ranked.contains(&"w08") && !ranked.contains(&"w09"));
+    let skipped: Vec<(&str, pb::SkipReason)> = response
+        .skipped
+        .iter()
+        .map(|s| (s.workload.as_str(), s.code()))
+        .collect();
+    assert_eq!(skipped.len(), 2);
+    assert!(skipped.contains(&("w08", pb::SkipReason::ExceedsGpuMemory)));
+    assert!(skipped.contains(&("w09", pb::SkipReason::ExceedsGpuMemory)));
+
+    let oversubscribed = app
+        .client
+        .rank(pb::RankRequest {
+            include_oversubscribed: true,
+            ..rank("w07")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(oversubscribed.ranked.len(), 10);
+    let flagged: Vec<&str> = oversubscribed
+        .ranked
+        .iter()
+        .filter(|c| !c.fits_memory)
+        .map(|c| c.workload.as_str())
+        .collect();
+    assert_eq!(flagged.len(), 2);
+    assert!(flagged.contains(&"w08") && flagged.contains(&"w09"));
+
+    // A smaller limit from the request: 8 + 1 fits in 10 GB, 8 + 3 does not.
+    let limited = app
+        .client
+        .rank(pb::RankRequest {
+            gpu_memory_gb: 10.0,
+            ..rank("w07")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(limited.gpu_memory_gb, 10.0);
+    let names: Vec<&str> = limited.ranked.iter().map(|c| c.workload.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"w00") && names.contains(&"w01"));
+}
+
+#[tokio::test]
+async fn named_candidates_that_are_unknown_or_unprofiled_are_reported_as_skipped() {
+    let (mut app, _) = trained_app(6).await;
+    app.client
+        .register_workload(register_request("pending", None))
+        .await
+        .unwrap();
+    let response = app
+        .client
+        .rank(pb::RankRequest {
+            candidates: vec!["w02".into(), "ghost".into(), "pending".into(), "w00".into()],
+            ..rank("w01")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ranked: Vec<&str> = response
+        .ranked
+        .iter()
+        .map(|c| c.workload.as_str())
+        .collect();
+    ranked.sort();
+    assert_eq!(ranked, ["w00", "w02"]);
+    let skipped: Vec<(&str, pb::SkipReason)> = response
+        .skipped
+        .iter()
+        .map(|s| (s.workload.as_str(), s.code()))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("ghost", pb::SkipReason::UnknownWorkload),
+            ("pending", pb::SkipReason::NotProfiledOnGpu)
+        ]
+    );
+    assert!(response.skipped.iter().all(|s| !s.reason.is_empty()));
+}
+
+#[tokio::test]
+async fn rank_rejects_bad_requests_with_the_right_code() {
+    let (mut app, _) = trained_app(6).await;
+    app.client
+        .register_workload(register_request("pending", None))
+        .await
+        .unwrap();
+    let many: Vec<String> = (0..100_001).map(|i| format!("c{i}")).collect();
+    let cases: Vec<(&str, pb::RankRequest, Code)> = vec![
+        ("unknown target", rank("ghost"), Code::NotFound),
+        (
+            "unprofiled target",
+            rank("pending"),
+            Code::FailedPrecondition,
+        ),
+        ("empty target", rank(""), Code::InvalidArgument),
+        (
+            "negative top_k",
+            pb::RankRequest {
+                top_k: -1,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "absurd top_k",
+            pb::RankRequest {
+                top_k: 2_000_000_000,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "duplicate candidates",
+            pb::RankRequest {
+                candidates: vec!["w01".into(), "w01".into()],
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "invalid candidate name",
+            pb::RankRequest {
+                candidates: vec!["bad name".into()],
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "too many candidates",
+            pb::RankRequest {
+                candidates: many,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "NaN memory",
+            pb::RankRequest {
+                gpu_memory_gb: f64::NAN,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "negative memory",
+            pb::RankRequest {
+                gpu_memory_gb: -1.0,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "unknown objective",
+            pb::RankRequest {
+                objective: 99,
+                ..rank("w00")
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "GPU model without a model",
+            pb::RankRequest {
+                gpu: "Never Seen GPU".into(),
+                ..rank("w00")
+            },
+            Code::FailedPrecondition,
+        ),
+    ];
+    for (what, request, code) in cases {
+        let result = app.client.rank(request).await;
+        assert!(
+            matches!(&result, Err(s) if s.code() == code),
+            "{what}: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
+    let (mut app, _) = trained_app(6).await;
+    let mut other = profile(1, 1.0);
+    other.gpu = "Other GPU".into();
+    app.client
+        .register_workload(register_request("elsewhere", Some(other)))
+        .await
+        .unwrap();
+    let message = expect_code(app.client.rank(rank("w00")).await, Code::InvalidArgument);
+    assert!(message.contains("gpu"), "{message}");
+    let named = app
+        .client
+        .rank(pb::RankRequest {
+            gpu: GPU.into(),
+            ..rank("w00")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(named.ranked.len(), 6);
+}

@@ -1,0 +1,171 @@
+use coloc::proto as pb;
+use tonic::Code;
+
+use crate::helpers::{profile, register_request, spawn_app, GPU};
+
+fn member(workload: &str, throughput: f64, job_id: &str) -> pb::ColocatedMember {
+    pb::ColocatedMember {
+        workload: workload.into(),
+        throughput,
+        job_id: job_id.into(),
+    }
+}
+
+fn report(members: Vec<pb::ColocatedMember>) -> pb::ReportColocationRequest {
+    pb::ReportColocationRequest {
+        gpu: GPU.into(),
+        members,
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_750_000_000,
+            nanos: 0,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn a_reported_run_is_stored_once_even_when_reported_twice() {
+    let mut app = spawn_app().await;
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+    let first = app
+        .client
+        .report_colocation(report(vec![
+            member("a", 10.0, "job-1"),
+            member("b", 20.0, "job-2"),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.created);
+    // The same run, members in the other order.
+    let again = app
+        .client
+        .report_colocation(report(vec![
+            member("b", 20.0, "job-2"),
+            member("a", 10.0, "job-1"),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!again.created);
+    assert_eq!(again.observation_id, first.observation_id);
+    assert_eq!(app.count("observations").await, 1);
+    assert_eq!(app.count("observation_members").await, 2);
+
+    // Two copies of one workload, and a three-way run, are valid runs.
+    app.client
+        .report_colocation(report(vec![member("a", 5.0, ""), member("a", 6.0, "")]))
+        .await
+        .unwrap();
+    app.client
+        .report_colocation(report(vec![
+            member("a", 5.0, ""),
+            member("b", 6.0, ""),
+            member("b", 7.0, ""),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(app.count("observations").await, 3);
+    assert_eq!(app.count("observation_members").await, 7);
+}
+
+#[tokio::test]
+async fn bad_reports_are_rejected_and_change_nothing() {
+    let mut app = spawn_app().await;
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+    let before = app.dump_store().await;
+    let mut no_gpu = report(vec![member("a", 1.0, ""), member("b", 1.0, "")]);
+    no_gpu.gpu = String::new();
+    let mut bad_time = report(vec![member("a", 1.0, ""), member("b", 1.0, "")]);
+    bad_time.observed_at = Some(prost_types::Timestamp {
+        seconds: -5,
+        nanos: 0,
+    });
+    let cases: Vec<(&str, pb::ReportColocationRequest, Code)> = vec![
+        (
+            "one member",
+            report(vec![member("a", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        ("no members", report(vec![]), Code::InvalidArgument),
+        (
+            "NaN throughput",
+            report(vec![member("a", f64::NAN, ""), member("b", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "negative throughput",
+            report(vec![member("a", -1.0, ""), member("b", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "infinite throughput",
+            report(vec![member("a", f64::INFINITY, ""), member("b", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "the same job twice",
+            report(vec![member("a", 1.0, "j"), member("b", 1.0, "j")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "unknown workload",
+            report(vec![member("a", 1.0, ""), member("ghost", 1.0, "")]),
+            Code::NotFound,
+        ),
+        (
+            "invalid name",
+            report(vec![member("a", 1.0, ""), member("", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "too many members",
+            report((0..17).map(|_| member("a", 1.0, "")).collect()),
+            Code::InvalidArgument,
+        ),
+        ("no gpu", no_gpu, Code::InvalidArgument),
+        ("time before 1970", bad_time, Code::InvalidArgument),
+    ];
+    for (what, request, code) in cases {
+        let result = app.client.report_colocation(request).await;
+        assert!(
+            matches!(&result, Err(s) if s.code() == code),
+            "{what}: {result:?}"
+        );
+    }
+    assert_eq!(app.dump_store().await, before);
+}
+
+#[tokio::test]
+async fn a_report_without_a_time_is_stamped_now() {
+    let mut app = spawn_app().await;
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+    let mut request = report(vec![member("a", 1.0, ""), member("b", 2.0, "")]);
+    request.observed_at = None;
+    app.client.report_colocation(request).await.unwrap();
+    let observed_at = app
+        .query_i64("SELECT observed_at_ms FROM observations")
+        .await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (now_ms - observed_at).abs() < 60_000,
+        "{observed_at} vs {now_ms}"
+    );
+}
