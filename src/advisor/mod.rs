@@ -330,7 +330,7 @@ impl Advisor {
 }
 
 fn encode_page_token(last_name: &str) -> String {
-    last_name.bytes().map(|b| format!("{b:02x}")).collect()
+    hex::encode(last_name)
 }
 
 fn decode_page_token(token: &str) -> Result<Option<String>> {
@@ -338,13 +338,7 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
         return Ok(None);
     }
     let invalid = || Error::InvalidArgument("page_token is not one this server issued".into());
-    if token.len() % 2 != 0 || token.len() > 512 {
-        return Err(invalid());
-    }
-    let bytes = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).map_err(|_| invalid()))
-        .collect::<Result<Vec<u8>>>()?;
+    let bytes = hex::decode(token).map_err(|_| invalid())?;
     String::from_utf8(bytes).map(Some).map_err(|_| invalid())
 }
 

@@ -179,24 +179,18 @@ pub(crate) mod tests {
 
     #[test]
     fn nan_infinite_negative_and_out_of_range_metrics_are_rejected() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Profile)>)> = vec![
-            ("threads", Box::new(|p| p.kernel.threads = f64::NAN)),
-            ("registers", Box::new(|p| p.kernel.registers = -1.0)),
-            (
-                "compute",
-                Box::new(|p| p.kernel.compute_throughput_pct = 100.5),
-            ),
-            (
-                "throughput",
-                Box::new(|p| p.system.exclusive_throughput = 0.0),
-            ),
-            (
-                "throughput inf",
-                Box::new(|p| p.system.exclusive_throughput = f64::INFINITY),
-            ),
-            ("sm busy", Box::new(|p| p.system.sm_busy_pct = -0.1)),
-            ("memory", Box::new(|p| p.system.memory_gb = 1e9)),
-            ("gpu memory", Box::new(|p| p.gpu_memory_gb = Some(0.0))),
+        type Mutation = fn(&mut Profile);
+        let cases: [(&str, Mutation); 8] = [
+            ("threads", |p| p.kernel.threads = f64::NAN),
+            ("registers", |p| p.kernel.registers = -1.0),
+            ("compute", |p| p.kernel.compute_throughput_pct = 100.5),
+            ("throughput", |p| p.system.exclusive_throughput = 0.0),
+            ("throughput inf", |p| {
+                p.system.exclusive_throughput = f64::INFINITY
+            }),
+            ("sm busy", |p| p.system.sm_busy_pct = -0.1),
+            ("memory", |p| p.system.memory_gb = 1e9),
+            ("gpu memory", |p| p.gpu_memory_gb = Some(0.0)),
         ];
         for (what, mutate) in cases {
             let mut profile = sample_profile();
