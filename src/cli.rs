@@ -34,6 +34,34 @@ pub enum Command {
     /// Load a dataset measured elsewhere into the store, then train.
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Measure how well each model kind picks partners, on a published dataset.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// The KACE paper's protocol on a KACE-format dataset with splits.csv: every split
+    /// (train on its pairs, rank the rest) and every held-out workload.
+    Kace(EvalKaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalKaceArgs {
+    /// The dataset folder (kernel_metrics.csv, system_metrics.csv, pairs.csv, splits.csv).
+    pub dir: PathBuf,
+    /// Print the numbers as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw per-target scores and predicted-vs-actual sums into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Write every prediction of the default model kind (or --predictions-model) to this CSV.
+    #[arg(long, value_name = "FILE.csv")]
+    pub predictions_out: Option<PathBuf>,
+    /// The model kind whose predictions --predictions-out writes.
+    #[arg(long, value_name = "KIND")]
+    pub predictions_model: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -103,6 +131,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             signals.abort();
             served
         }
+        Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, &settings.log.format);
@@ -120,6 +149,53 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
+    use crate::{eval, model::ModelKind};
+    let predictions_kind = match &args.predictions_model {
+        None => ModelKind::DEFAULT,
+        Some(raw) => ModelKind::parse(raw).with_context(|| {
+            let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("--predictions-model {raw:?} is not one of {known:?}")
+        })?,
+    };
+    let mut policies: Vec<eval::Policy> = vec![eval::Policy::Model(ModelKind::DEFAULT)];
+    policies.extend(
+        ModelKind::ALL
+            .into_iter()
+            .filter(|k| *k != ModelKind::DEFAULT)
+            .map(eval::Policy::Model),
+    );
+    policies.extend([
+        eval::Policy::Random,
+        eval::Policy::SmallestMemory,
+        eval::Policy::LargestExclusive,
+    ]);
+    let dir = args.dir.clone();
+    let (data, results, summary) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let data = eval::EvalData::read(&dir)?;
+        let results = eval::evaluate(&data, &policies)?;
+        let summary = eval::summarize(&data, &policies, &results);
+        Ok((data, results, summary))
+    })
+    .await??;
+    if let Some(path) = &args.predictions_out {
+        eval::write_predictions(path, &data, &results, eval::Policy::Model(predictions_kind))?;
+    }
+    if let Some(path) = &args.plot {
+        let models: Vec<eval::Policy> = ModelKind::ALL
+            .into_iter()
+            .map(eval::Policy::Model)
+            .collect();
+        eval::draw(path, &data, &summary, &results, &models)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        eval::print_table(&summary, &mut std::io::stdout().lock())?;
+    }
+    Ok(())
 }
 
 fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {

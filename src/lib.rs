@@ -6,6 +6,7 @@ pub mod advisor;
 pub mod api;
 pub mod cli;
 pub mod domain;
+pub mod eval;
 pub mod import;
 pub mod model;
 pub mod proto;

@@ -23,8 +23,8 @@ use crate::{
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use rank::{
-    MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult, RankedCandidate,
-    SkipCode, Skipped, MAX_CANDIDATES,
+    rank_order, MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult,
+    RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
 };
 
 /// Page size when the client asks for none, and the largest page served.
@@ -236,7 +236,7 @@ impl Advisor {
             .collect();
         let unusable = total - rows.len();
 
-        let fitted = tokio::task::spawn_blocking(move || model::fit(ModelKind::KaceLinear, &rows))
+        let fitted = tokio::task::spawn_blocking(move || model::fit(ModelKind::DEFAULT, &rows))
             .await
             .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
         let (params, metrics) = fitted.map_err(|e| match e {

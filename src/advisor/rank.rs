@@ -128,6 +128,12 @@ pub struct PredictResult {
     pub fits_memory: bool,
 }
 
+/// The order of a ranking: higher score first, ties by name so that answers are stable.
+/// The evaluation (`coloc eval`) picks partners with the same order.
+pub fn rank_order(a: (f64, &str), b: (f64, &str)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1))
+}
+
 /// The memory a set may use: the request's limit, else the GPU model's memory.
 fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> Result<f64> {
     requested.or(table.memory_gb).ok_or_else(|| {
@@ -244,9 +250,10 @@ impl RankWork {
         let predictions = model.params.predict_pairs(&target.features, &features);
         let mut ranked: Vec<(usize, &SetPrediction)> = predictions.iter().enumerate().collect();
         ranked.sort_by(|(a, pa), (b, pb)| {
-            pb.sum
-                .total_cmp(&pa.sum)
-                .then_with(|| scored[*a].0.name.cmp(&scored[*b].0.name))
+            rank_order(
+                (pa.sum, scored[*a].0.name.as_str()),
+                (pb.sum, scored[*b].0.name.as_str()),
+            )
         });
         if query.top_k > 0 {
             ranked.truncate(query.top_k);

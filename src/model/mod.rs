@@ -43,16 +43,24 @@ impl SetPrediction {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum ModelKind {
     KaceLinear,
 }
 
 impl ModelKind {
+    pub const ALL: [ModelKind; 1] = [ModelKind::KaceLinear];
+    /// The kind `Train` fits: the winner of `coloc eval kace` (see README, "Model quality").
+    pub const DEFAULT: ModelKind = ModelKind::KaceLinear;
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::KaceLinear => "kace-linear",
         }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == raw)
     }
 }
 
