@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod eval;
 mod grpcurl;
 mod health;
 mod kace;
