@@ -26,9 +26,10 @@ fn rescore(predictions: &str, pairs_csv: &str) -> BTreeMap<(String, String), Vec
         actual.insert((r[w1].to_string(), r[w2].to_string()), sum);
     }
 
-    // case -> target -> [(predicted, partner, actual)]
+    // case (protocol, n_occur, seed, holdout) -> target -> [(predicted, partner, actual)]
     type Case = (String, String, String, String);
-    let mut cases: BTreeMap<Case, BTreeMap<String, Vec<(f64, String, f64)>>> = BTreeMap::new();
+    type Candidates = Vec<(f64, String, f64)>;
+    let mut cases: BTreeMap<Case, BTreeMap<String, Candidates>> = BTreeMap::new();
     let mut reader = csv::Reader::from_path(predictions).unwrap();
     assert_eq!(
         reader.headers().unwrap().iter().collect::<Vec<_>>(),
