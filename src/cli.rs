@@ -141,7 +141,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor = Advisor::load(store, settings.default_gpu()?).await?;
+            let advisor =
+                Advisor::load(store, settings.default_gpu()?, settings.model_kind()?).await?;
             let summary =
                 import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
             advisor.store().close().await;
@@ -213,15 +214,17 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
         summary.observations_total - summary.observations_new,
         summary.pairs_skipped
     );
-    match &summary.model {
-        Ok(outcome) => println!(
-            "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}",
-            outcome.model.version,
-            outcome.model.params.kind().as_str(),
-            outcome.model.metrics.observations,
-            outcome.model.metrics.r2,
-            outcome.model.metrics.mse
-        ),
-        Err(reason) => println!("model: not trained: {reason}"),
+    for model in &summary.models {
+        match model {
+            Ok(outcome) => println!(
+                "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}",
+                outcome.model.version,
+                outcome.model.params.kind().as_str(),
+                outcome.model.metrics.observations,
+                outcome.model.metrics.r2,
+                outcome.model.metrics.mse
+            ),
+            Err(reason) => println!("model: not trained: {reason}"),
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::Path};
 use config::{Config, Environment, File, FileFormat, Map};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::GpuName;
+use crate::{domain::GpuName, model::ModelKind};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +37,8 @@ pub struct DatabaseSettings {
 pub struct ModelSettings {
     /// GPU model used when a request names none; empty = the only one known.
     pub default_gpu: String,
+    /// Model kind Train fits when the request names none.
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -57,6 +59,7 @@ url = "sqlite://./coloc.db"
 
 [model]
 default_gpu = ""
+kind = "member-ridge-gbt"
 
 [log]
 level = "info"
@@ -110,6 +113,7 @@ impl Settings {
             });
         }
         self.default_gpu()?;
+        self.model_kind()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(SettingsError::Invalid {
                 key: "log.format",
@@ -136,6 +140,17 @@ impl Settings {
                     self.server.listen
                 ),
             })
+    }
+
+    pub fn model_kind(&self) -> Result<ModelKind, SettingsError> {
+        ModelKind::parse(&self.model.kind).ok_or_else(|| SettingsError::Invalid {
+            key: "model.kind",
+            message: format!(
+                "{:?} is not one of {:?}",
+                self.model.kind,
+                ModelKind::ALL.map(ModelKind::as_str)
+            ),
+        })
     }
 
     pub fn default_gpu(&self) -> Result<Option<GpuName>, SettingsError> {

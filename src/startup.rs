@@ -36,7 +36,7 @@ impl App {
             .await
             .context("cannot open the database")?;
         let advisor = Arc::new(
-            Advisor::load(store, settings.default_gpu()?)
+            Advisor::load(store, settings.default_gpu()?, settings.model_kind()?)
                 .await
                 .context("cannot load profiles and models from the database")?,
         );

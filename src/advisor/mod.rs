@@ -23,7 +23,7 @@ use crate::{
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use rank::{
-    rank_order, MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult,
+    rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
 };
 
@@ -38,6 +38,7 @@ pub struct Advisor {
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
     default_gpu: Option<GpuName>,
+    default_kind: ModelKind,
     /// Serialises catalog writers so that memory changes in the order the store committed.
     catalog_writer: Mutex<()>,
     /// Serialises training so that versions are published in order.
@@ -55,7 +56,11 @@ pub struct TrainOutcome {
 impl Advisor {
     /// Builds the advisor from what the store holds: profiles into the catalog, the newest
     /// model of each GPU model into memory.
-    pub async fn load(store: Store, default_gpu: Option<GpuName>) -> anyhow::Result<Self> {
+    pub async fn load(
+        store: Store,
+        default_gpu: Option<GpuName>,
+        default_kind: ModelKind,
+    ) -> anyhow::Result<Self> {
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
             catalog.set_gpu_memory(&gpu, memory);
@@ -75,9 +80,14 @@ impl Advisor {
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
             default_gpu,
+            default_kind,
             catalog_writer: Mutex::new(()),
             trainer: Mutex::new(()),
         })
+    }
+
+    pub fn default_kind(&self) -> ModelKind {
+        self.default_kind
     }
 
     pub fn store(&self) -> &Store {
@@ -213,7 +223,29 @@ impl Advisor {
 
     /// Fits a new model of the GPU model from every usable stored run, stores it as the next
     /// version and publishes it; Rank keeps using the old one until the swap.
-    pub async fn train(&self, gpu: &GpuName) -> Result<TrainOutcome> {
+    /// A stored version of a GPU model's model (the one in use for `None`).
+    pub async fn model_version(
+        &self,
+        gpu: &GpuName,
+        version: Option<u64>,
+    ) -> Result<Arc<StoredModel>> {
+        let Some(version) = version else {
+            return self.current_model(gpu);
+        };
+        self.store
+            .model(gpu, version)
+            .await?
+            .map(Arc::new)
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "GPU model {:?} has no model version {version}",
+                    gpu.as_str()
+                ))
+            })
+    }
+
+    pub async fn train(&self, gpu: &GpuName, kind: Option<ModelKind>) -> Result<TrainOutcome> {
+        let kind = kind.unwrap_or(self.default_kind);
         let _trainer = self.trainer.lock().await;
         let observations = self.store.observations(gpu).await?;
         let table = self.read_catalog().gpu(gpu).unwrap_or_default();
@@ -236,7 +268,7 @@ impl Advisor {
             .collect();
         let unusable = total - rows.len();
 
-        let fitted = tokio::task::spawn_blocking(move || model::fit(ModelKind::DEFAULT, &rows))
+        let fitted = tokio::task::spawn_blocking(move || model::fit(kind, &rows))
             .await
             .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
         let (params, metrics) = fitted.map_err(|e| match e {
@@ -262,7 +294,7 @@ impl Advisor {
             next
         });
         tracing::info!(
-            gpu = %gpu, version = stored.version, observations = metrics.observations,
+            gpu = %gpu, version = stored.version, kind = kind.as_str(), observations = metrics.observations,
             r2 = metrics.r2, mse = metrics.mse, unusable, "model trained"
         );
         Ok(TrainOutcome {

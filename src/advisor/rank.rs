@@ -12,8 +12,20 @@ use crate::{
 
 /// The most candidates one Rank request may name (an empty list means all profiled ones).
 pub const MAX_CANDIDATES: usize = 100_000;
-/// Above this many candidates scoring moves off the async threads.
-const BLOCKING_SCORE_THRESHOLD: usize = 5_000;
+/// Above this many candidates scoring moves off the async threads: the per-member model
+/// walks 500 shallow trees for each of a pair's two members, a few microseconds a
+/// candidate, so a batch this size stays near the 500 µs budget of an async task.
+const BLOCKING_SCORE_THRESHOLD: usize = 128;
+
+/// What Rank orders candidates by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objective {
+    /// The predicted throughput sum in the members' own units (KACE).
+    #[default]
+    ThroughputSum,
+    /// The sum of each member's predicted colocated / exclusive throughput.
+    NormalizedSum,
+}
 
 #[derive(Debug, Clone)]
 pub struct RankQuery {
@@ -24,6 +36,9 @@ pub struct RankQuery {
     pub gpu: Option<GpuName>,
     pub gpu_memory_gb: Option<f64>,
     pub include_oversubscribed: bool,
+    pub objective: Objective,
+    /// The lowest fraction of its exclusive throughput the target may keep.
+    pub min_target_fraction: Option<f64>,
 }
 
 impl RankQuery {
@@ -39,6 +54,14 @@ impl RankQuery {
                 "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
                 self.top_k
             )));
+        }
+        if let Some(fraction) = self.min_target_fraction {
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return Err(ValidationError::new(format!(
+                    "max_target_slowdown is the fraction of its exclusive throughput the target \
+                     keeps: between 0 (no limit) and 1, got {fraction}"
+                )));
+            }
         }
         let mut seen = HashSet::with_capacity(self.candidates.len());
         if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
@@ -90,6 +113,7 @@ impl MemberPrediction {
 pub struct RankedCandidate {
     pub workload: WorkloadName,
     pub predicted_throughput_sum: f64,
+    pub predicted_normalized_sum: Option<f64>,
     pub fits_memory: bool,
     pub memory_gb: f64,
     pub members: Vec<MemberPrediction>,
@@ -100,6 +124,7 @@ pub enum SkipCode {
     UnknownWorkload,
     NotProfiledOnGpu,
     ExceedsGpuMemory,
+    TargetSlowdown,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +148,7 @@ pub struct PredictResult {
     pub gpu: GpuName,
     pub model_version: u64,
     pub predicted_throughput_sum: f64,
+    pub predicted_normalized_sum: Option<f64>,
     pub members: Vec<MemberPrediction>,
     pub memory_gb: f64,
     pub fits_memory: bool,
@@ -160,8 +186,30 @@ fn member_predictions(
         .collect()
 }
 
+/// Σ predicted colocated / exclusive throughput, when the model predicts each member.
+fn normalized_sum(entries: &[&ProfileEntry], prediction: &SetPrediction) -> Option<f64> {
+    let members = prediction.members.as_ref()?;
+    Some(
+        entries
+            .iter()
+            .zip(members)
+            .map(|(e, t)| t / e.features.exclusive_throughput())
+            .sum(),
+    )
+}
+
 fn not_profiled(gpu: &GpuName, name: &WorkloadName) -> String {
     format!("{name} has no profile on GPU model {:?}", gpu.as_str())
+}
+
+/// One candidate's prediction while ranking.
+struct Scored<'a> {
+    /// Index into the candidates that passed the memory check.
+    index: usize,
+    prediction: &'a SetPrediction,
+    normalized: Option<f64>,
+    /// What the objective orders by.
+    score: f64,
 }
 
 /// A Rank request with everything it needs captured, so it can run on a blocking thread.
@@ -246,13 +294,59 @@ impl RankWork {
             scored.push((entry, memory, fits));
         }
 
+        let kind = model.params.kind();
+        let needs_members =
+            query.objective == Objective::NormalizedSum || query.min_target_fraction.is_some();
+        if needs_members && !kind.predicts_members() {
+            return Err(Error::FailedPrecondition(format!(
+                "the model of GPU model {:?} ({}) predicts only the set's sum; NORMALIZED_SUM and \
+                 max_target_slowdown need a model kind that predicts each member",
+                gpu.as_str(),
+                kind.as_str()
+            )));
+        }
+
         let features: Vec<&Features> = scored.iter().map(|(e, _, _)| &e.features).collect();
         let predictions = model.params.predict_pairs(&target.features, &features);
-        let mut ranked: Vec<(usize, &SetPrediction)> = predictions.iter().enumerate().collect();
-        ranked.sort_by(|(a, pa), (b, pb)| {
+        let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
+        for (i, prediction) in predictions.iter().enumerate() {
+            let entry = scored[i].0;
+            if let (Some(fraction), Some(members)) =
+                (query.min_target_fraction, &prediction.members)
+            {
+                let kept = members[0] / target.features.exclusive_throughput();
+                if kept < fraction {
+                    skipped.push(Skipped {
+                        workload: entry.name.to_string(),
+                        code: SkipCode::TargetSlowdown,
+                        reason: format!(
+                            "predicted to leave the target {:.0} % of its exclusive throughput, \
+                             below the {:.0} % asked for",
+                            kept * 100.0,
+                            fraction * 100.0
+                        ),
+                    });
+                    continue;
+                }
+            }
+            let normalized = normalized_sum(&[target, entry], prediction);
+            let score = match query.objective {
+                Objective::ThroughputSum => prediction.sum,
+                Objective::NormalizedSum => {
+                    normalized.expect("checked: the model predicts members")
+                }
+            };
+            ranked.push(Scored {
+                index: i,
+                prediction,
+                normalized,
+                score,
+            });
+        }
+        ranked.sort_by(|a, b| {
             rank_order(
-                (pa.sum, scored[*a].0.name.as_str()),
-                (pb.sum, scored[*b].0.name.as_str()),
+                (a.score, scored[a.index].0.name.as_str()),
+                (b.score, scored[b.index].0.name.as_str()),
             )
         });
         if query.top_k > 0 {
@@ -260,14 +354,15 @@ impl RankWork {
         }
         let ranked = ranked
             .into_iter()
-            .map(|(i, prediction)| {
-                let (entry, memory, fits) = scored[i];
+            .map(|s| {
+                let (entry, memory, fits) = scored[s.index];
                 RankedCandidate {
                     workload: entry.name.clone(),
-                    predicted_throughput_sum: prediction.sum,
+                    predicted_throughput_sum: s.prediction.sum,
+                    predicted_normalized_sum: s.normalized,
                     fits_memory: fits,
                     memory_gb: memory,
-                    members: member_predictions(&[target, entry], prediction),
+                    members: member_predictions(&[target, entry], s.prediction),
                 }
             })
             .collect();
@@ -304,6 +399,7 @@ pub(super) fn predict(
         gpu: gpu.clone(),
         model_version: model.version,
         predicted_throughput_sum: prediction.sum,
+        predicted_normalized_sum: normalized_sum(&entries, &prediction),
         members: member_predictions(&entries, &prediction),
         memory_gb: memory,
         fits_memory: memory <= limit,

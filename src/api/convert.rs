@@ -3,15 +3,15 @@
 
 use crate::{
     advisor::{
-        MemberPrediction, PredictQuery, PredictResult, RankQuery, RankResult, RankedCandidate,
-        SkipCode, Skipped,
+        MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
+        RankedCandidate, SkipCode, Skipped,
     },
     domain::{
         check_memory_gb, ColocatedMember, GpuName, KernelMetrics, NewWorkload, Observation,
         Profile, ProfileSource, SystemMetrics, ValidationError, WorkloadMode, WorkloadName,
         WorkloadState,
     },
-    model::FEATURE_NAMES,
+    model::ModelKind,
     proto as pb,
     store::{StoredModel, WorkloadRecord},
 };
@@ -210,12 +210,16 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
 }
 
 pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
-    if pb::Objective::try_from(raw.objective).is_err() {
-        return Err(ValidationError::new(format!(
-            "objective {} is not a known value",
-            raw.objective
-        )));
-    }
+    let objective = match pb::Objective::try_from(raw.objective) {
+        Ok(pb::Objective::ThroughputSum) => Objective::ThroughputSum,
+        Ok(pb::Objective::NormalizedSum) => Objective::NormalizedSum,
+        Err(_) => {
+            return Err(ValidationError::new(format!(
+                "objective {} is not a known value",
+                raw.objective
+            )))
+        }
+    };
     if raw.top_k < 0 {
         return Err(ValidationError::new(format!(
             "top_k must not be negative, got {}",
@@ -233,6 +237,9 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         gpu: optional_gpu("gpu", &raw.gpu)?,
         gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
         include_oversubscribed: raw.include_oversubscribed,
+        objective,
+        // 0 means no limit; anything else (NaN included) is checked by validate().
+        min_target_fraction: (raw.max_target_slowdown != 0.0).then_some(raw.max_target_slowdown),
     };
     query.validate()?;
     Ok(query)
@@ -252,6 +259,7 @@ fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
     pb::RankedCandidate {
         workload: candidate.workload.to_string(),
         predicted_throughput_sum: candidate.predicted_throughput_sum,
+        predicted_normalized_sum: candidate.predicted_normalized_sum,
         fits_memory: candidate.fits_memory,
         memory_gb: candidate.memory_gb,
         members: candidate.members.into_iter().map(member_to_pb).collect(),
@@ -263,6 +271,7 @@ fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
         SkipCode::UnknownWorkload => pb::SkipReason::UnknownWorkload,
         SkipCode::NotProfiledOnGpu => pb::SkipReason::NotProfiledOnGpu,
         SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
+        SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
     };
     pb::SkippedCandidate {
         workload: skipped.workload,
@@ -298,6 +307,7 @@ pub fn predict_query(raw: pb::PredictRequest) -> Result<PredictQuery, Validation
 pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
     pb::PredictResponse {
         predicted_throughput_sum: result.predicted_throughput_sum,
+        predicted_normalized_sum: result.predicted_normalized_sum,
         members: result.members.into_iter().map(member_to_pb).collect(),
         fits_memory: result.fits_memory,
         memory_gb: result.memory_gb,
@@ -329,21 +339,25 @@ pub fn observation(
     Observation::new(gpu, members, observed_at_ms)
 }
 
+/// An optional model kind: empty means the server's default.
+pub fn model_kind(raw: &str) -> Result<Option<ModelKind>, ValidationError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    ModelKind::parse(raw).map(Some).ok_or_else(|| {
+        ValidationError::new(format!(
+            "kind {raw:?} is not one of {:?}",
+            ModelKind::ALL.map(ModelKind::as_str)
+        ))
+    })
+}
+
 pub fn model_to_pb(model: &StoredModel) -> pb::Model {
-    let (intercept, coefficients) = match model.params.coefficients() {
-        Some((intercept, values)) => (
-            intercept,
-            FEATURE_NAMES
-                .iter()
-                .zip(values)
-                .map(|(name, value)| pb::Coefficient {
-                    feature: name.to_string(),
-                    value: *value,
-                })
-                .collect(),
-        ),
-        None => (0.0, Vec::new()),
-    };
+    let (intercept, coefficients) = model.params.coefficients();
+    let coefficients = coefficients
+        .into_iter()
+        .map(|(feature, value)| pb::Coefficient { feature, value })
+        .collect();
     pb::Model {
         gpu: model.gpu.to_string(),
         version: model.version,

@@ -127,8 +127,10 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::TrainRequest>,
     ) -> Result<Response<pb::TrainResponse>, Status> {
-        let gpu = self.gpu(&request.into_inner().gpu)?;
-        let outcome = self.advisor.train(&gpu).await?;
+        let request = request.into_inner();
+        let kind = convert::model_kind(&request.kind).map_err(invalid)?;
+        let gpu = self.gpu(&request.gpu)?;
+        let outcome = self.advisor.train(&gpu, kind).await?;
         Ok(Response::new(pb::TrainResponse {
             model: Some(convert::model_to_pb(&outcome.model)),
         }))
@@ -138,8 +140,10 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::GetModelRequest>,
     ) -> Result<Response<pb::Model>, Status> {
-        let gpu = self.gpu(&request.into_inner().gpu)?;
-        let model = self.advisor.current_model(&gpu)?;
+        let request = request.into_inner();
+        let gpu = self.gpu(&request.gpu)?;
+        let version = (request.version != 0).then_some(request.version);
+        let model = self.advisor.model_version(&gpu, version).await?;
         Ok(Response::new(convert::model_to_pb(&model)))
     }
 }

@@ -377,14 +377,42 @@ pub fn summarize(data: &EvalData, policies: &[Policy], results: &[CaseResult]) -
     for n in &n_occurs {
         rows.push(row(format!("n_occur={n}"), &|c| c.n_occur == Some(*n)));
     }
-    rows.push(row("mean".into(), &|c| c.protocol == Protocol::Split));
+    let selection_seed = |c: &Case| c.seed.is_some_and(|s| SELECTION_SEEDS.contains(&s));
+    let split = |c: &Case| c.protocol == Protocol::Split;
+    rows.push(row("mean".into(), &|c| split(c)));
+    rows.push(row("n_occur=2, selection seeds 10,30".into(), &|c| {
+        c.n_occur == Some(2) && selection_seed(c)
+    }));
+    rows.push(row("n_occur=2, report seeds 20,40,50".into(), &|c| {
+        c.n_occur == Some(2) && !selection_seed(c)
+    }));
     rows.push(row("mean, selection seeds 10,30".into(), &|c| {
-        c.protocol == Protocol::Split && c.seed.is_some_and(|s| SELECTION_SEEDS.contains(&s))
+        split(c) && selection_seed(c)
     }));
     rows.push(row("mean, report seeds 20,40,50".into(), &|c| {
-        c.protocol == Protocol::Split && c.seed.is_some_and(|s| !SELECTION_SEEDS.contains(&s))
+        split(c) && !selection_seed(c)
     }));
     rows.push(row("unseen".into(), &|c| c.protocol == Protocol::Unseen));
+    // Held-out workloads in name order: the even-numbered half may choose settings, the
+    // odd-numbered half reports.
+    let mut holdouts: Vec<&str> = data
+        .cases
+        .iter()
+        .filter_map(|c| c.holdout.as_deref())
+        .collect();
+    holdouts.sort();
+    let selection_workload = |c: &Case| {
+        c.holdout
+            .as_deref()
+            .and_then(|h| holdouts.iter().position(|x| *x == h))
+            .is_some_and(|i| i % 2 == 0)
+    };
+    rows.push(row("unseen, selection workloads (even)".into(), &|c| {
+        c.protocol == Protocol::Unseen && selection_workload(c)
+    }));
+    rows.push(row("unseen, report workloads (odd)".into(), &|c| {
+        c.protocol == Protocol::Unseen && !selection_workload(c)
+    }));
 
     let mut per_target: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for &policy in policies {
@@ -436,12 +464,13 @@ mod tests {
             pair("B", "C", 1.0, 3.0),
         ];
         let test = [0, 1, 2, 3];
-        // The policy prefers AC for A (8/10), BC for B (4/10), and for C: AC (8/8).
+        // The policy scores BC highest, then AC: A picks AC (8/10), B picks BC (4/10), and
+        // C picks BC (4/8).
         let scores = [1.0, 3.0, 2.0, 5.0];
         let got = score_targets(&pairs, &test, &scores, None);
         assert_eq!(got["A"], 0.8);
         assert_eq!(got["B"], 0.4);
-        assert_eq!(got["C"], 1.0);
+        assert_eq!(got["C"], 0.5);
         // Random: A = (10/10 + 8/10 + 5/10) / 3, B = (1 + 0.4) / 2, C = (1 + 0.5) / 2.
         let random = random_targets(&pairs, &test, None);
         assert!((random["A"] - 2.3 / 3.0).abs() < 1e-12);

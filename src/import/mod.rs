@@ -15,6 +15,7 @@ use crate::{
         now_ms, ColocatedMember, GpuName, NewWorkload, Observation, Profile, ProfileSource,
         WorkloadName,
     },
+    model::ModelKind,
     store::ObservationSource,
 };
 
@@ -31,7 +32,8 @@ pub struct ImportSummary {
     pub observations_new: usize,
     pub observations_total: usize,
     pub pairs_skipped: usize,
-    pub model: Result<TrainOutcome, String>,
+    /// The models fitted after the import, the one served last; or the one kept.
+    pub models: Vec<Result<TrainOutcome, String>>,
 }
 
 /// Imports a KACE-format dataset on `gpu`: every complete workload (registered, or its
@@ -126,15 +128,24 @@ pub async fn import_kace(
         .store()
         .insert_observations(&observations, ObservationSource::Imported, now_ms())
         .await?;
-    // A repeated import changes nothing, so it keeps the current model instead of adding a
-    // version identical to it.
+    // A repeated import changes nothing, so it keeps the current model instead of adding
+    // versions identical to it. Otherwise the KACE baseline is fitted first (kept as a
+    // version for comparison), then the server's model kind, which is the one served.
     let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
-    let model = match advisor.current_model(gpu) {
-        Ok(current) if nothing_changed => Ok(TrainOutcome {
+    let models = match advisor.current_model(gpu) {
+        Ok(current) if nothing_changed => vec![Ok(TrainOutcome {
             model: current,
             unusable_observations: 0,
-        }),
-        _ => advisor.train(gpu).await.map_err(|e| e.to_string()),
+        })],
+        _ => {
+            let mut models = Vec::new();
+            if advisor.default_kind() != ModelKind::KaceLinear {
+                let baseline = advisor.train(gpu, Some(ModelKind::KaceLinear)).await;
+                models.push(baseline.map_err(|e| e.to_string()));
+            }
+            models.push(advisor.train(gpu, None).await.map_err(|e| e.to_string()));
+            models
+        }
     };
     Ok(ImportSummary {
         workloads_registered: registered,
@@ -144,6 +155,6 @@ pub async fn import_kace(
         observations_new,
         observations_total: observations.len(),
         pairs_skipped,
-        model,
+        models,
     })
 }

@@ -5,11 +5,13 @@
 
 mod features;
 mod kace_linear;
+mod member;
 
 use serde::{Deserialize, Serialize};
 
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
+pub use member::MemberRidgeGbt;
 
 /// Fewer observations than this cannot pin down the ten coefficients and the intercept of
 /// the linear model with any residual left to judge the fit.
@@ -45,16 +47,21 @@ impl SetPrediction {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum ModelKind {
+    /// coloc's per-member model: ridge + boosted trees on each member's slowdown.
+    MemberRidgeGbt,
+    /// KACE's model: least squares from summed metrics to the throughput sum.
     KaceLinear,
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 1] = [ModelKind::KaceLinear];
-    /// The kind `Train` fits: the winner of `coloc eval kace` (see README, "Model quality").
-    pub const DEFAULT: ModelKind = ModelKind::KaceLinear;
+    pub const ALL: [ModelKind; 2] = [ModelKind::MemberRidgeGbt, ModelKind::KaceLinear];
+    /// The kind `Train` fits unless told otherwise: the winner of `coloc eval kace` (see
+    /// README, "Model quality").
+    pub const DEFAULT: ModelKind = ModelKind::MemberRidgeGbt;
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::MemberRidgeGbt => "member-ridge-gbt",
             Self::KaceLinear => "kace-linear",
         }
     }
@@ -62,12 +69,21 @@ impl ModelKind {
     pub fn parse(raw: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == raw)
     }
+
+    /// True when the kind predicts each member's throughput, not only the set's sum.
+    pub fn predicts_members(self) -> bool {
+        match self {
+            Self::MemberRidgeGbt => true,
+            Self::KaceLinear => false,
+        }
+    }
 }
 
 /// A fitted model of any kind, as persisted (JSON, tagged by kind).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum ModelParams {
+    MemberRidgeGbt(MemberRidgeGbt),
     KaceLinear(KaceLinear),
 }
 
@@ -92,6 +108,7 @@ pub struct FitMetrics {
 impl ModelParams {
     pub fn kind(&self) -> ModelKind {
         match self {
+            Self::MemberRidgeGbt(_) => ModelKind::MemberRidgeGbt,
             Self::KaceLinear(_) => ModelKind::KaceLinear,
         }
     }
@@ -99,12 +116,14 @@ impl ModelParams {
     /// Checks a model loaded from storage before it is served.
     pub fn is_servable(&self) -> bool {
         match self {
+            Self::MemberRidgeGbt(m) => m.has_expected_shape() && m.is_finite(),
             Self::KaceLinear(m) => m.has_expected_shape() && m.is_finite(),
         }
     }
 
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
         match self {
+            Self::MemberRidgeGbt(m) => m.predict_set(members),
             Self::KaceLinear(m) => m.predict_set(members),
         }
     }
@@ -112,14 +131,30 @@ impl ModelParams {
     /// Scores the pairs (target, candidate) for every candidate, as one batch.
     pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
         match self {
+            Self::MemberRidgeGbt(m) => m.predict_pairs(target, candidates),
             Self::KaceLinear(m) => m.predict_pairs(target, candidates),
         }
     }
 
-    /// Intercept and per-feature coefficients, for kinds that have them.
-    pub fn coefficients(&self) -> Option<(f64, &[f64])> {
+    /// The linear part of the model: intercept and coefficients by feature name (for
+    /// `member-ridge-gbt`, its ridge half; the trees are not shown).
+    pub fn coefficients(&self) -> (f64, Vec<(String, f64)>) {
         match self {
-            Self::KaceLinear(m) => Some((m.intercept, &m.coefficients)),
+            Self::MemberRidgeGbt(m) => (
+                m.ridge_intercept,
+                member::ridge_feature_names()
+                    .into_iter()
+                    .zip(m.ridge_coefficients.iter().copied())
+                    .collect(),
+            ),
+            Self::KaceLinear(m) => (
+                m.intercept,
+                FEATURE_NAMES
+                    .iter()
+                    .map(|n| n.to_string())
+                    .zip(m.coefficients.iter().copied())
+                    .collect(),
+            ),
         }
     }
 }
@@ -134,6 +169,7 @@ pub fn fit(kind: ModelKind, rows: &[TrainingRow]) -> Result<(ModelParams, FitMet
         });
     }
     let params = match kind {
+        ModelKind::MemberRidgeGbt => ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit(rows)?),
         ModelKind::KaceLinear => ModelParams::KaceLinear(KaceLinear::fit(rows)?),
     };
     let metrics = evaluate(&params, rows);
@@ -199,14 +235,14 @@ mod tests {
 
     #[test]
     fn evaluate_reports_perfect_r2_for_an_exact_model_and_mse_for_an_offset() {
-        let exact = ModelParams::KaceLinear(KaceLinear {
-            intercept: 0.0,
-            coefficients: {
-                let mut c = vec![0.0; 10];
-                c[6] = 1.0;
-                c
-            },
-        });
+        let linear = |intercept: f64| {
+            let mut coefficients = vec![0.0; 10];
+            coefficients[6] = 1.0;
+            ModelParams::KaceLinear(KaceLinear {
+                intercept,
+                coefficients,
+            })
+        };
         let rows: Vec<TrainingRow> = (1..=4)
             .map(|i| {
                 let mut f = Features::default();
@@ -217,14 +253,8 @@ mod tests {
                 }
             })
             .collect();
-        let m = evaluate(&exact, &rows);
+        let m = evaluate(&linear(0.0), &rows);
         assert_eq!((m.r2, m.mse), (1.0, 0.0));
-        let offset = ModelParams::KaceLinear(KaceLinear {
-            intercept: 2.0,
-            ..match exact {
-                ModelParams::KaceLinear(k) => k,
-            }
-        });
-        assert_eq!(evaluate(&offset, &rows).mse, 4.0);
+        assert_eq!(evaluate(&linear(2.0), &rows).mse, 4.0);
     }
 }

@@ -92,6 +92,23 @@ impl Store {
         })
     }
 
+    /// One stored version.
+    pub async fn model(
+        &self,
+        gpu: &GpuName,
+        version: u64,
+    ) -> Result<Option<StoredModel>, StoreError> {
+        let row = sqlx::query_as::<_, ModelRow>(
+            "SELECT gpu, version, parameters, observations, r2, mse, created_at_ms FROM models \
+             WHERE gpu = ?1 AND version = ?2",
+        )
+        .bind(gpu.as_str())
+        .bind(i64::try_from(version).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(ModelRow::into_model).transpose()
+    }
+
     /// The newest model of every GPU model.
     pub async fn latest_models(&self) -> Result<Vec<StoredModel>, StoreError> {
         let rows = sqlx::query_as::<_, ModelRow>(

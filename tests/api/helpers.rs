@@ -263,12 +263,79 @@ pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String
     workloads
 }
 
-/// Seeds workloads and runs, then trains; returns the profiles.
+/// A known per-member interference law: a member keeps less of its exclusive throughput
+/// the busier the SMs of the pair are in total, and never more than all of it.
+pub fn true_kept_fraction(own: &pb::Profile, other: &pb::Profile) -> f64 {
+    let busy = (features(own)[7] + features(other)[7]) / 100.0;
+    (1.25 - 0.5 * busy).clamp(0.2, 1.0)
+}
+
+/// Registers `n` profiled workloads and reports every pair among them with each member's
+/// throughput following [`true_kept_fraction`]; then trains the default kind.
+pub async fn slowdown_app(n: usize) -> (TestApp, Vec<(String, pb::Profile)>) {
+    let mut app = spawn_app().await;
+    let mut workloads = Vec::new();
+    for i in 0..n {
+        let name = format!("w{i:02}");
+        let p = profile(100 + i as u64, 1.0 + (i % 6) as f64);
+        app.client
+            .register_workload(register_request(&name, Some(p.clone())))
+            .await
+            .unwrap();
+        workloads.push((name, p));
+    }
+    for i in 0..n {
+        for j in i..n {
+            let (a, pa) = &workloads[i];
+            let (b, pb_) = &workloads[j];
+            let throughput = |own: &pb::Profile, other: &pb::Profile| {
+                own.system.as_ref().unwrap().exclusive_throughput * true_kept_fraction(own, other)
+            };
+            app.client
+                .report_colocation(pb::ReportColocationRequest {
+                    gpu: GPU.into(),
+                    members: vec![
+                        pb::ColocatedMember {
+                            workload: a.clone(),
+                            throughput: throughput(pa, pb_),
+                            job_id: String::new(),
+                        },
+                        pb::ColocatedMember {
+                            workload: b.clone(),
+                            throughput: throughput(pb_, pa),
+                            job_id: String::new(),
+                        },
+                    ],
+                    observed_at: None,
+                })
+                .await
+                .unwrap();
+        }
+    }
+    app.client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap();
+    (app, workloads)
+}
+
+/// Seeds workloads and runs, then trains the server's default model kind.
 pub async fn trained_app(n: usize) -> (TestApp, Vec<(String, pb::Profile)>) {
+    trained_app_with(n, "").await
+}
+
+/// Seeds workloads and runs, then trains `kind` ("" = the default); returns the profiles.
+pub async fn trained_app_with(n: usize, kind: &str) -> (TestApp, Vec<(String, pb::Profile)>) {
     let mut app = spawn_app().await;
     let workloads = seed_workloads_and_runs(&mut app, n).await;
     app.client
-        .train(pb::TrainRequest { gpu: GPU.into() })
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: kind.into(),
+        })
         .await
         .unwrap();
     (app, workloads)

@@ -37,21 +37,50 @@ async fn importing_the_kace_data_twice_adds_no_rows_and_ranks_real_workloads() {
     let mut app = spawn_app_in(dir).await;
     assert_eq!(app.count("observations").await, 181);
     assert_eq!(app.count("observation_members").await, 362);
-    assert_eq!(app.count("models").await, 1);
+    assert_eq!(
+        app.count("models").await,
+        2,
+        "the KACE baseline, then the default kind"
+    );
 
-    // The KACE baseline is visible: a linear model on the ten summed metrics.
+    // The model in use is coloc's per-member model.
     let model = app
         .client
-        .get_model(pb::GetModelRequest { gpu: String::new() })
+        .get_model(pb::GetModelRequest {
+            gpu: String::new(),
+            version: 0,
+        })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(model.gpu, V100);
-    assert_eq!(model.kind, "kace-linear");
+    assert_eq!(
+        (model.gpu.as_str(), model.version, model.kind.as_str()),
+        (V100, 2, "member-ridge-gbt")
+    );
     assert_eq!(model.observations, 181);
-    assert_eq!(model.coefficients.len(), 10);
-    assert!(model.coefficients.iter().all(|c| c.value.is_finite()));
-    assert!(model.r2 > 0.5 && model.r2 < 1.0, "{}", model.r2);
+
+    // The KACE baseline is visible: a linear model on the ten summed metrics.
+    let baseline = app
+        .client
+        .get_model(pb::GetModelRequest {
+            gpu: V100.into(),
+            version: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(baseline.kind, "kace-linear");
+    assert_eq!(baseline.observations, 181);
+    assert_eq!(baseline.coefficients.len(), 10);
+    assert!(baseline.coefficients.iter().all(|c| c.value.is_finite()));
+    // The same least-squares fit an independent solver gives on these 181 pairs.
+    assert!((baseline.r2 - 0.888614).abs() < 1e-5, "{}", baseline.r2);
+    assert!(
+        (baseline.intercept - (-12.435977)).abs() < 1e-4,
+        "{}",
+        baseline.intercept
+    );
+    assert!(model.r2 > baseline.r2, "{} vs {}", model.r2, baseline.r2);
 
     let workload = app
         .client

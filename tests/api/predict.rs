@@ -1,7 +1,7 @@
 use coloc::proto as pb;
 use tonic::Code;
 
-use crate::helpers::{expect_code, register_request, trained_app, true_sum, GPU};
+use crate::helpers::{expect_code, register_request, trained_app, trained_app_with, true_sum, GPU};
 
 fn predict(names: &[&str]) -> pb::PredictRequest {
     pb::PredictRequest {
@@ -12,7 +12,7 @@ fn predict(names: &[&str]) -> pb::PredictRequest {
 
 #[tokio::test]
 async fn predict_gives_the_same_sum_as_rank_for_the_same_pair() {
-    let (mut app, workloads) = trained_app(6).await;
+    let (mut app, workloads) = trained_app_with(6, "kace-linear").await;
     let predicted = app
         .client
         .predict(predict(&["w01", "w04"]))

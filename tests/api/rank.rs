@@ -2,8 +2,8 @@ use coloc::proto as pb;
 use tonic::Code;
 
 use crate::helpers::{
-    expect_code, profile, register_request, seed_workloads_and_runs, spawn_app, trained_app,
-    true_sum, GPU, GPU_MEMORY_GB,
+    expect_code, profile, register_request, seed_workloads_and_runs, slowdown_app, spawn_app,
+    trained_app, trained_app_with, true_kept_fraction, true_sum, GPU, GPU_MEMORY_GB,
 };
 
 fn rank(target: &str) -> pb::RankRequest {
@@ -23,8 +23,9 @@ async fn rank_before_any_model_is_failed_precondition() {
 
 #[tokio::test]
 async fn rank_orders_every_fitting_candidate_by_predicted_sum_and_includes_the_target_itself() {
-    // w00..w07 use 1..8 GB; with w03 (4 GB) every pair fits in 16 GB.
-    let (mut app, workloads) = trained_app(8).await;
+    // w00..w07 use 1..8 GB; with w03 (4 GB) every pair fits in 16 GB. The runs follow a
+    // linear truth, which the linear kind reproduces exactly.
+    let (mut app, workloads) = trained_app_with(8, "kace-linear").await;
     let response = app.client.rank(rank("w03")).await.unwrap().into_inner();
     assert_eq!(response.gpu, GPU);
     assert_eq!(response.gpu_memory_gb, GPU_MEMORY_GB);
@@ -283,4 +284,147 @@ async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
         .unwrap()
         .into_inner();
     assert_eq!(named.ranked.len(), 6);
+}
+
+#[tokio::test]
+async fn normalized_sum_ranks_by_the_members_predicted_share_of_their_exclusive_throughput() {
+    let (mut app, _) = slowdown_app(8).await;
+    let response = app
+        .client
+        .rank(pb::RankRequest {
+            objective: pb::Objective::NormalizedSum as i32,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.ranked.len(), 8);
+    let mut previous = f64::INFINITY;
+    for candidate in &response.ranked {
+        let members = &candidate.members;
+        assert_eq!(members.len(), 2);
+        let mut normalized = 0.0;
+        let mut sum = 0.0;
+        for member in members {
+            let predicted = member.predicted_throughput.expect("per-member prediction");
+            let slowdown = member.predicted_slowdown.expect("per-member slowdown");
+            assert!((slowdown - predicted / member.exclusive_throughput).abs() < 1e-12);
+            normalized += slowdown;
+            sum += predicted;
+        }
+        let reported = candidate.predicted_normalized_sum.expect("normalized sum");
+        assert!(
+            (reported - normalized).abs() < 1e-12,
+            "{reported} vs {normalized}"
+        );
+        assert!((candidate.predicted_throughput_sum - sum).abs() < 1e-9 * sum);
+        assert!(reported <= previous, "not in descending normalized order");
+        previous = reported;
+    }
+}
+
+#[tokio::test]
+async fn max_target_slowdown_skips_exactly_the_candidates_that_would_slow_the_target_too_much() {
+    let (mut app, workloads) = slowdown_app(8).await;
+    let unlimited = app.client.rank(rank("w03")).await.unwrap().into_inner();
+    let kept: Vec<(String, f64)> = unlimited
+        .ranked
+        .iter()
+        .map(|c| (c.workload.clone(), c.members[0].predicted_slowdown.unwrap()))
+        .collect();
+    let mut fractions: Vec<f64> = kept.iter().map(|k| k.1).collect();
+    fractions.sort_by(f64::total_cmp);
+    // A limit between the predictions, so that some candidates pass and some do not.
+    let limit = (fractions[3] + fractions[4]) / 2.0;
+    assert!(limit > 0.0 && limit <= 1.0, "{limit}");
+
+    let limited = app
+        .client
+        .rank(pb::RankRequest {
+            max_target_slowdown: limit,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut passed: Vec<&str> = limited.ranked.iter().map(|c| c.workload.as_str()).collect();
+    let mut expected: Vec<&str> = kept
+        .iter()
+        .filter(|k| k.1 >= limit)
+        .map(|k| k.0.as_str())
+        .collect();
+    passed.sort();
+    expected.sort();
+    assert_eq!(passed, expected);
+    let mut skipped: Vec<&str> = limited
+        .skipped
+        .iter()
+        .filter(|s| s.code() == pb::SkipReason::TargetSlowdown)
+        .map(|s| s.workload.as_str())
+        .collect();
+    let mut expected_skipped: Vec<&str> = kept
+        .iter()
+        .filter(|k| k.1 < limit)
+        .map(|k| k.0.as_str())
+        .collect();
+    skipped.sort();
+    expected_skipped.sort();
+    assert_eq!(skipped, expected_skipped);
+    assert_eq!(skipped.len(), 4);
+
+    // The predictions behind the limit follow the interference law the runs came from.
+    let target = &workloads[3].1;
+    for (name, predicted) in &kept {
+        let (_, other) = workloads.iter().find(|(n, _)| n == name).unwrap();
+        let truth = true_kept_fraction(target, other);
+        assert!(
+            (predicted - truth).abs() < 0.1,
+            "{name}: {predicted} vs {truth}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn per_member_objectives_are_refused_when_the_model_predicts_only_sums() {
+    let (mut app, _) = trained_app_with(6, "kace-linear").await;
+    let normalized = pb::RankRequest {
+        objective: pb::Objective::NormalizedSum as i32,
+        ..rank("w00")
+    };
+    let message = expect_code(app.client.rank(normalized).await, Code::FailedPrecondition);
+    assert!(message.contains("kace-linear"), "{message}");
+    expect_code(
+        app.client
+            .rank(pb::RankRequest {
+                max_target_slowdown: 0.5,
+                ..rank("w00")
+            })
+            .await,
+        Code::FailedPrecondition,
+    );
+    // The linear kind still ranks by throughput sum, without per-member figures.
+    let response = app.client.rank(rank("w00")).await.unwrap().into_inner();
+    assert!(response
+        .ranked
+        .iter()
+        .all(|c| c.predicted_normalized_sum.is_none()
+            && c.members.iter().all(|m| m.predicted_throughput.is_none())));
+}
+
+#[tokio::test]
+async fn max_target_slowdown_outside_zero_to_one_is_invalid() {
+    let (mut app, _) = trained_app(6).await;
+    for limit in [1.5, -0.2, f64::NAN, f64::INFINITY] {
+        let result = app
+            .client
+            .rank(pb::RankRequest {
+                max_target_slowdown: limit,
+                ..rank("w00")
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(s) if s.code() == Code::InvalidArgument),
+            "{limit}: {result:?}"
+        );
+    }
 }

@@ -18,7 +18,10 @@ async fn workloads_profiles_runs_and_the_model_survive_a_restart() {
         .unwrap();
     let model = app
         .client
-        .train(pb::TrainRequest { gpu: GPU.into() })
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -46,7 +49,10 @@ async fn workloads_profiles_runs_and_the_model_survive_a_restart() {
     assert_eq!(pending.state(), pb::WorkloadState::PendingProfile);
     let reloaded = restarted
         .client
-        .get_model(pb::GetModelRequest { gpu: GPU.into() })
+        .get_model(pb::GetModelRequest {
+            gpu: GPU.into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

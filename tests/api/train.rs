@@ -5,14 +5,26 @@ use crate::helpers::{
     expect_code, seed_workloads_and_runs, spawn_app, GPU, TRUE_COEFFICIENTS, TRUE_INTERCEPT,
 };
 
+fn train(kind: &str) -> pb::TrainRequest {
+    pb::TrainRequest {
+        gpu: GPU.into(),
+        kind: kind.into(),
+    }
+}
+
+fn get_model(version: u64) -> pb::GetModelRequest {
+    pb::GetModelRequest {
+        gpu: GPU.into(),
+        version,
+    }
+}
+
 #[tokio::test]
 async fn get_model_before_training_is_failed_precondition() {
     let mut app = spawn_app().await;
     seed_workloads_and_runs(&mut app, 2).await;
     expect_code(
-        app.client
-            .get_model(pb::GetModelRequest { gpu: GPU.into() })
-            .await,
+        app.client.get_model(get_model(0)).await,
         Code::FailedPrecondition,
     );
 }
@@ -22,23 +34,25 @@ async fn train_with_too_few_runs_is_failed_precondition_and_stores_no_model() {
     let mut app = spawn_app().await;
     seed_workloads_and_runs(&mut app, 3).await; // 6 runs
     let before = app.dump_store().await;
-    let message = expect_code(
-        app.client.train(pb::TrainRequest { gpu: GPU.into() }).await,
-        Code::FailedPrecondition,
-    );
-    assert!(message.contains("at least"), "{message}");
+    for kind in ["", "kace-linear"] {
+        let message = expect_code(
+            app.client.train(train(kind)).await,
+            Code::FailedPrecondition,
+        );
+        assert!(message.contains("at least"), "{message}");
+    }
     assert_eq!(app.dump_store().await, before);
 }
 
 #[tokio::test]
-async fn train_recovers_the_coefficients_behind_the_runs_and_get_model_shows_them() {
+async fn the_linear_kind_recovers_the_coefficients_behind_the_runs_and_get_model_shows_them() {
     let mut app = spawn_app().await;
     // Pair sums of n workloads span at most n dimensions: 12 workloads identify the 10
     // coefficients and the intercept.
     seed_workloads_and_runs(&mut app, 12).await; // 78 runs
     let trained = app
         .client
-        .train(pb::TrainRequest { gpu: String::new() })
+        .train(train("kace-linear"))
         .await
         .unwrap()
         .into_inner()
@@ -46,7 +60,7 @@ async fn train_recovers_the_coefficients_behind_the_runs_and_get_model_shows_the
         .unwrap();
     let model = app
         .client
-        .get_model(pb::GetModelRequest { gpu: GPU.into() })
+        .get_model(get_model(0))
         .await
         .unwrap()
         .into_inner();
@@ -86,14 +100,39 @@ async fn train_recovers_the_coefficients_behind_the_runs_and_get_model_shows_the
             got.value
         );
     }
+}
 
-    let again = app
+#[tokio::test]
+async fn train_fits_the_default_kind_unless_told_and_every_version_stays_readable() {
+    let mut app = spawn_app().await;
+    seed_workloads_and_runs(&mut app, 8).await;
+    let first = app
         .client
-        .train(pb::TrainRequest { gpu: GPU.into() })
+        .train(train(""))
         .await
         .unwrap()
-        .into_inner();
-    assert_eq!(again.model.unwrap().version, 2);
+        .into_inner()
+        .model
+        .unwrap();
+    assert_eq!(first.kind, "member-ridge-gbt");
+    assert_eq!(first.version, 1);
+    assert_eq!(
+        first.coefficients.len(),
+        20,
+        "the ridge half's coefficients"
+    );
+    assert!(first.coefficients.iter().all(|c| c.value.is_finite()));
+    let second = app
+        .client
+        .train(train("kace-linear"))
+        .await
+        .unwrap()
+        .into_inner()
+        .model
+        .unwrap();
+    assert_eq!((second.version, second.kind.as_str()), (2, "kace-linear"));
+
+    // The newest version serves; older ones stay readable.
     let ranked = app
         .client
         .rank(pb::RankRequest {
@@ -104,6 +143,23 @@ async fn train_recovers_the_coefficients_behind_the_runs_and_get_model_shows_the
         .unwrap()
         .into_inner();
     assert_eq!(ranked.model_version, 2);
+    assert_eq!(
+        app.client
+            .get_model(get_model(1))
+            .await
+            .unwrap()
+            .into_inner(),
+        first
+    );
+    assert_eq!(
+        app.client
+            .get_model(get_model(0))
+            .await
+            .unwrap()
+            .into_inner(),
+        second
+    );
+    expect_code(app.client.get_model(get_model(3)).await, Code::NotFound);
 }
 
 #[tokio::test]
@@ -116,7 +172,7 @@ async fn runs_whose_members_lack_a_profile_are_left_out_of_training() {
         .unwrap();
     let model = app
         .client
-        .train(pb::TrainRequest { gpu: GPU.into() })
+        .train(train(""))
         .await
         .unwrap()
         .into_inner()
@@ -127,14 +183,23 @@ async fn runs_whose_members_lack_a_profile_are_left_out_of_training() {
 }
 
 #[tokio::test]
-async fn train_for_an_invalid_gpu_name_is_invalid_argument() {
+async fn train_rejects_an_invalid_gpu_name_or_an_unknown_kind() {
     let mut app = spawn_app().await;
+    seed_workloads_and_runs(&mut app, 6).await;
+    let before = app.dump_store().await;
     expect_code(
         app.client
             .train(pb::TrainRequest {
                 gpu: " padded".into(),
+                ..Default::default()
             })
             .await,
         Code::InvalidArgument,
     );
+    let message = expect_code(
+        app.client.train(train("random-forest")).await,
+        Code::InvalidArgument,
+    );
+    assert!(message.contains("member-ridge-gbt"), "{message}");
+    assert_eq!(app.dump_store().await, before);
 }
