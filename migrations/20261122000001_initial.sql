@@ -16,6 +16,9 @@ CREATE TABLE workloads (
     labels        TEXT    NOT NULL DEFAULT '{}',
     state         TEXT    NOT NULL CHECK (state IN ('pending_profile', 'profiled', 'failed')),
     state_reason  TEXT    NOT NULL DEFAULT '',
+    -- How the profiling worker runs the workload (JSON launch spec); NULL when it was
+    -- registered without one.
+    launch        TEXT,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL
 );
@@ -30,7 +33,9 @@ CREATE TABLE gpus (
 );
 
 -- One profile per workload and GPU model: the six kernel metrics and four system metrics
--- of the KACE method, measured with the workload running alone.
+-- of the KACE method, measured with the workload running alone. kernel_missing = 1 when
+-- Nsight Compute could not run: the kernel columns are then 0 and the profile is kept (its
+-- system metrics are real) but not ranked.
 CREATE TABLE profiles (
     workload_id            INTEGER NOT NULL REFERENCES workloads (id) ON DELETE CASCADE,
     gpu                    TEXT    NOT NULL REFERENCES gpus (name),
@@ -47,6 +52,7 @@ CREATE TABLE profiles (
     memory_gb              REAL    NOT NULL CHECK (memory_gb >= 0),
     source                 TEXT    NOT NULL CHECK (source IN ('imported', 'client_supplied', 'measured', 'replay')),
     measured_at_ms         INTEGER NOT NULL,
+    kernel_missing         INTEGER NOT NULL DEFAULT 0 CHECK (kernel_missing IN (0, 1)),
     PRIMARY KEY (workload_id, gpu)
 );
 CREATE INDEX profiles_by_gpu ON profiles (gpu);
@@ -60,7 +66,7 @@ CREATE TABLE observations (
     -- 0 when the time of the run is unknown (imported datasets).
     observed_at_ms INTEGER NOT NULL,
     recorded_at_ms INTEGER NOT NULL,
-    source         TEXT    NOT NULL CHECK (source IN ('reported', 'imported')),
+    source         TEXT    NOT NULL CHECK (source IN ('reported', 'imported', 'calibrated')),
     fingerprint    TEXT    NOT NULL UNIQUE
 );
 CREATE INDEX observations_by_gpu ON observations (gpu, id);
@@ -92,7 +98,9 @@ CREATE TABLE models (
     UNIQUE (gpu, version)
 );
 
--- Profiling work for the worker: one job per workload registered without a profile.
+-- Profiling work for the worker: one job per workload registered without a profile. The
+-- worker claims the oldest pending job whose not_before has passed; a job found running at
+-- startup was cut off by a crash and goes back to pending.
 CREATE TABLE profiling_jobs (
     id            INTEGER PRIMARY KEY,
     workload_id   INTEGER NOT NULL UNIQUE REFERENCES workloads (id) ON DELETE CASCADE,

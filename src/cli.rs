@@ -141,8 +141,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor =
-                Advisor::load(store, settings.default_gpu()?, settings.model_kind()?).await?;
+            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
             let summary =
                 import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
             advisor.store().close().await;

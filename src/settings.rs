@@ -15,7 +15,44 @@ pub struct Settings {
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub model: ModelSettings,
+    pub profiler: ProfilerSettings,
     pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilerSettings {
+    /// "nvml" (measure on this machine's GPU), "replay" (serve profiles from a KACE-format
+    /// dataset) or "off" (jobs wait).
+    pub backend: String,
+    /// The dataset of the replay backend.
+    pub replay_dir: String,
+    /// GPU model and memory the replay backend records its profiles under.
+    pub replay_gpu: String,
+    pub replay_gpu_memory_gb: f64,
+    /// NVML index of the dedicated profiling GPU (also its CUDA_VISIBLE_DEVICES).
+    pub gpu_index: u32,
+    /// Nsight Compute: a path, or a name looked up in PATH.
+    pub ncu_path: String,
+    /// Glob patterns of programs a launch spec may name; empty = launch specs are refused.
+    pub allowed_programs: Vec<String>,
+    /// Variables of the worker's own environment that the workload inherits.
+    pub env_allowlist: Vec<String>,
+    /// NVML sampling period.
+    pub sample_interval_ms: u64,
+    /// Time limits of the system phase (NVML) and kernel phase (ncu) of one attempt.
+    pub system_timeout_secs: u64,
+    pub kernel_timeout_secs: u64,
+    /// Attempts before a job is FAILED; retries wait retry_backoff_secs x 2^(attempt-1).
+    pub max_attempts: u32,
+    pub retry_backoff_secs: u64,
+    /// Each of stdout and stderr is kept up to this many bytes.
+    pub output_limit_bytes: usize,
+    /// How often an idle worker looks for a job.
+    pub poll_interval_ms: u64,
+    /// Kernel selection when a launch spec asks for no NVTX range.
+    pub ncu_launch_skip: u64,
+    pub ncu_launch_count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -61,6 +98,25 @@ url = "sqlite://./coloc.db"
 default_gpu = ""
 kind = "member-ridge-gbt"
 
+[profiler]
+backend = "off"
+replay_dir = ""
+replay_gpu = "Tesla V100-SXM2-32GB"
+replay_gpu_memory_gb = 32.0
+gpu_index = 0
+ncu_path = "ncu"
+allowed_programs = []
+env_allowlist = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME", "PYTHONPATH", "VIRTUAL_ENV"]
+sample_interval_ms = 100
+system_timeout_secs = 900
+kernel_timeout_secs = 1800
+max_attempts = 3
+retry_backoff_secs = 30
+output_limit_bytes = 4194304
+poll_interval_ms = 1000
+ncu_launch_skip = 50
+ncu_launch_count = 200
+
 [log]
 level = "info"
 format = "text"
@@ -94,6 +150,10 @@ impl Settings {
             Environment::with_prefix("COLOC")
                 .prefix_separator("__")
                 .separator("__")
+                .list_separator(",")
+                .with_list_parse_key("profiler.allowed_programs")
+                .with_list_parse_key("profiler.env_allowlist")
+                .try_parsing(true)
                 .source(sources.environment),
         );
         for (key, value) in sources.overrides {
@@ -114,6 +174,7 @@ impl Settings {
         }
         self.default_gpu()?;
         self.model_kind()?;
+        self.validate_profiler()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(SettingsError::Invalid {
                 key: "log.format",
@@ -140,6 +201,83 @@ impl Settings {
                     self.server.listen
                 ),
             })
+    }
+
+    fn validate_profiler(&self) -> Result<(), SettingsError> {
+        let p = &self.profiler;
+        let invalid =
+            |key: &'static str, message: String| Err(SettingsError::Invalid { key, message });
+        match p.backend.as_str() {
+            "off" | "nvml" => {}
+            "replay" if p.replay_dir.is_empty() => {
+                return invalid(
+                    "profiler.replay_dir",
+                    "the replay backend needs a dataset folder".into(),
+                )
+            }
+            "replay" => {}
+            other => {
+                return invalid(
+                    "profiler.backend",
+                    format!("{other:?} is not one of \"nvml\", \"replay\", \"off\""),
+                )
+            }
+        }
+        GpuName::parse("profiler.replay_gpu", &p.replay_gpu).map_err(|e| {
+            SettingsError::Invalid {
+                key: "profiler.replay_gpu",
+                message: e.0,
+            }
+        })?;
+        if !(p.replay_gpu_memory_gb > 0.0 && p.replay_gpu_memory_gb.is_finite()) {
+            return invalid(
+                "profiler.replay_gpu_memory_gb",
+                "must be a positive number of GB".into(),
+            );
+        }
+        self.allowed_programs()?;
+        for (key, value) in [
+            ("profiler.sample_interval_ms", p.sample_interval_ms),
+            ("profiler.system_timeout_secs", p.system_timeout_secs),
+            ("profiler.kernel_timeout_secs", p.kernel_timeout_secs),
+            ("profiler.poll_interval_ms", p.poll_interval_ms),
+            ("profiler.max_attempts", u64::from(p.max_attempts)),
+            ("profiler.output_limit_bytes", p.output_limit_bytes as u64),
+            ("profiler.ncu_launch_count", p.ncu_launch_count),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be greater than 0".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The compiled allow-list of launch-spec programs.
+    pub fn allowed_programs(&self) -> Result<Vec<glob::Pattern>, SettingsError> {
+        self.profiler
+            .allowed_programs
+            .iter()
+            .map(|p| {
+                if !p.starts_with('/') {
+                    return Err(SettingsError::Invalid {
+                        key: "profiler.allowed_programs",
+                        message: format!("{p:?} is not an absolute path pattern"),
+                    });
+                }
+                glob::Pattern::new(p).map_err(|e| SettingsError::Invalid {
+                    key: "profiler.allowed_programs",
+                    message: format!("{p:?}: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    pub fn advisor_options(&self) -> Result<crate::advisor::AdvisorOptions, SettingsError> {
+        Ok(crate::advisor::AdvisorOptions {
+            default_gpu: self.default_gpu()?,
+            default_kind: self.model_kind()?,
+            allowed_programs: self.allowed_programs()?,
+        })
     }
 
     pub fn model_kind(&self) -> Result<ModelKind, SettingsError> {

@@ -18,15 +18,20 @@ use tonic::transport::{server::TcpIncoming, Server};
 use crate::{
     advisor::Advisor,
     api::{AdvisorService, ColocationAdvisorServer},
+    domain::now_ms,
+    profiler::{Backend, NvmlSampler},
     proto,
     settings::Settings,
     store::Store,
+    worker::Worker,
 };
 
 pub struct App {
     listener: TcpListener,
     local_addr: SocketAddr,
     advisor: Arc<Advisor>,
+    /// The profiling worker; `None` when profiler.backend is "off".
+    worker: Option<Worker>,
 }
 
 impl App {
@@ -36,10 +41,33 @@ impl App {
             .await
             .context("cannot open the database")?;
         let advisor = Arc::new(
-            Advisor::load(store, settings.default_gpu()?, settings.model_kind()?)
+            Advisor::load(store, settings.advisor_options()?)
                 .await
                 .context("cannot load profiles and models from the database")?,
         );
+        let requeued = advisor.store().requeue_running_jobs(now_ms()).await?;
+        if requeued > 0 {
+            tracing::warn!(
+                requeued,
+                "profiling jobs cut off by the last stop are pending again"
+            );
+        }
+        let backend =
+            Backend::from_settings(&settings.profiler).context("cannot set up the profiler")?;
+        if let Backend::Nvml(_) = backend {
+            // Say it once, clearly, at startup; jobs then wait with the reason visible.
+            if let Err(error) = NvmlSampler::init(settings.profiler.gpu_index) {
+                tracing::warn!(%error, "NVML is unavailable: profiling jobs will wait until it is");
+            }
+        }
+        let worker = match backend {
+            Backend::Off => None,
+            backend => Some(Worker::new(
+                advisor.clone(),
+                Arc::new(backend),
+                settings.profiler.clone(),
+            )),
+        };
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -48,6 +76,7 @@ impl App {
             listener,
             local_addr,
             advisor,
+            worker,
         })
     }
 
@@ -80,9 +109,14 @@ impl App {
 
         let request_ids = Arc::new(AtomicU64::new(1));
         let server_shutdown = shutdown.child_token();
+        // The worker is owned here and awaited below: on shutdown it stops its job and puts
+        // it back to pending before the store closes.
+        let worker = self
+            .worker
+            .map(|worker| tokio::spawn(worker.run(shutdown.child_token())));
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, "serving gRPC");
-        Server::builder()
+        let served = Server::builder()
             .trace_fn(move |request| {
                 let request_id = request
                     .headers()
@@ -112,8 +146,16 @@ impl App {
                 },
             )
             .await
-            .context("gRPC server failed")?;
+            .context("gRPC server failed");
+        // A failed server still stops the worker before the store closes.
+        shutdown.cancel();
+        if let Some(worker) = worker {
+            if let Err(error) = worker.await {
+                tracing::error!(%error, "profiling worker panicked");
+            }
+        }
         self.advisor.store().close().await;
+        served?;
         tracing::info!("stopped");
         Ok(())
     }

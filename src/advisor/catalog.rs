@@ -29,6 +29,8 @@ pub struct GpuProfiles {
     pub memory_gb: Option<f64>,
     entries: Vec<ProfileEntry>,
     index: HashMap<WorkloadName, usize>,
+    /// Workloads profiled here without kernel metrics: known, but not rankable.
+    kernel_missing: HashSet<WorkloadName>,
 }
 
 impl GpuProfiles {
@@ -38,6 +40,10 @@ impl GpuProfiles {
 
     pub fn entries(&self) -> &[ProfileEntry] {
         &self.entries
+    }
+
+    pub fn lacks_kernel_metrics(&self, name: &WorkloadName) -> bool {
+        self.kernel_missing.contains(name)
     }
 
     fn upsert(&mut self, entry: ProfileEntry) {
@@ -51,6 +57,7 @@ impl GpuProfiles {
     }
 
     fn remove(&mut self, name: &WorkloadName) {
+        self.kernel_missing.remove(name);
         if let Some(i) = self.index.remove(name) {
             self.entries.swap_remove(i);
             if let Some(moved) = self.entries.get(i) {
@@ -91,13 +98,20 @@ impl Catalog {
         self.workloads.insert(name.clone());
         let profiled_on: HashSet<&GpuName> = profiles.iter().map(|p| &p.gpu).collect();
         for (gpu, table) in self.gpus.iter_mut() {
-            if !profiled_on.contains(gpu) && table.get(name).is_some() {
+            let known = table.get(name).is_some() || table.lacks_kernel_metrics(name);
+            if !profiled_on.contains(gpu) && known {
                 Arc::make_mut(table).remove(name);
             }
         }
         for profile in profiles {
             self.set_gpu_memory(&profile.gpu, profile.gpu_memory_gb);
             let table = Arc::make_mut(self.gpus.get_mut(&profile.gpu).expect("inserted above"));
+            if profile.kernel_missing {
+                table.remove(name);
+                table.kernel_missing.insert(name.clone());
+                continue;
+            }
+            table.kernel_missing.remove(name);
             table.upsert(ProfileEntry {
                 name: name.clone(),
                 features: Features::of(profile),
@@ -109,7 +123,7 @@ impl Catalog {
     pub fn remove_workload(&mut self, name: &WorkloadName) {
         self.workloads.remove(name);
         for table in self.gpus.values_mut() {
-            if table.get(name).is_some() {
+            if table.get(name).is_some() || table.lacks_kernel_metrics(name) {
                 Arc::make_mut(table).remove(name);
             }
         }

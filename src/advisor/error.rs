@@ -13,6 +13,8 @@ pub enum Error {
     AlreadyExists(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }

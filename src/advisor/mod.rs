@@ -13,11 +13,12 @@ use std::{
 
 use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
     model::{self, Features, FitError, ModelKind, TrainingRow},
-    store::{ObservationSource, Store, StoredModel, WorkloadRecord},
+    store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
 
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
@@ -33,8 +34,28 @@ pub const MAX_PAGE_SIZE: u32 = 1000;
 
 type ModelMap = HashMap<GpuName, Arc<StoredModel>>;
 
+/// What the advisor is told at startup.
+#[derive(Debug, Clone)]
+pub struct AdvisorOptions {
+    pub default_gpu: Option<GpuName>,
+    pub default_kind: ModelKind,
+    /// Programs a launch spec may name; empty = launch specs are refused.
+    pub allowed_programs: Vec<glob::Pattern>,
+}
+
+impl Default for AdvisorOptions {
+    fn default() -> Self {
+        Self {
+            default_gpu: None,
+            default_kind: ModelKind::DEFAULT,
+            allowed_programs: Vec::new(),
+        }
+    }
+}
+
 pub struct Advisor {
     store: Store,
+    allowed_programs: Vec<glob::Pattern>,
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
     default_gpu: Option<GpuName>,
@@ -43,6 +64,8 @@ pub struct Advisor {
     catalog_writer: Mutex<()>,
     /// Serialises training so that versions are published in order.
     trainer: Mutex<()>,
+    /// The profiling job running now, by workload: DeleteWorkload cancels it.
+    running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
 }
 
 /// The outcome of a training run.
@@ -56,11 +79,12 @@ pub struct TrainOutcome {
 impl Advisor {
     /// Builds the advisor from what the store holds: profiles into the catalog, the newest
     /// model of each GPU model into memory.
-    pub async fn load(
-        store: Store,
-        default_gpu: Option<GpuName>,
-        default_kind: ModelKind,
-    ) -> anyhow::Result<Self> {
+    pub async fn load(store: Store, options: AdvisorOptions) -> anyhow::Result<Self> {
+        let AdvisorOptions {
+            default_gpu,
+            default_kind,
+            allowed_programs,
+        } = options;
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
             catalog.set_gpu_memory(&gpu, memory);
@@ -77,12 +101,14 @@ impl Advisor {
         tracing::info!(models = models.len(), "advisor loaded");
         Ok(Self {
             store,
+            allowed_programs,
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
             default_gpu,
             default_kind,
             catalog_writer: Mutex::new(()),
             trainer: Mutex::new(()),
+            running_jobs: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -105,11 +131,31 @@ impl Advisor {
     }
 
     pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
+        if let Some(launch) = &workload.launch {
+            self.check_program(&launch.program)?;
+        }
         let _writer = self.catalog_writer.lock().await;
         let record = self.store.register_workload(&workload, now_ms()).await?;
         self.write_catalog()
             .put_workload(&record.name, &record.profiles);
         Ok(record)
+    }
+
+    /// A launch spec may name only a program the operator allowed.
+    fn check_program(&self, program: &str) -> Result<()> {
+        if self.allowed_programs.is_empty() {
+            return Err(Error::PermissionDenied(
+                "this server runs no workloads: profiler.allowed_programs is empty, so launch \
+                 specs are refused"
+                    .into(),
+            ));
+        }
+        if !self.allowed_programs.iter().any(|p| p.matches(program)) {
+            return Err(Error::PermissionDenied(format!(
+                "program {program:?} is not in profiler.allowed_programs"
+            )));
+        }
+        Ok(())
     }
 
     pub async fn get(&self, name: &WorkloadName) -> Result<WorkloadRecord> {
@@ -151,6 +197,15 @@ impl Advisor {
             return Err(Error::NotFound(format!("workload {name:?} not found")));
         }
         self.write_catalog().remove_workload(name);
+        // Its job row went with it; stop the run if the worker is profiling it now.
+        if let Some(running) = self
+            .running_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            running.cancel();
+        }
         Ok(())
     }
 
@@ -163,6 +218,45 @@ impl Advisor {
         let record = self
             .store
             .put_profile(name.as_str(), &profile, now_ms())
+            .await?;
+        self.write_catalog()
+            .put_workload(&record.name, &record.profiles);
+        Ok(record)
+    }
+
+    /// Marks a profiling job as running for `workload`: the returned token is cancelled when
+    /// the workload is deleted (or `parent` is).
+    pub fn start_job(
+        &self,
+        workload: &WorkloadName,
+        parent: &CancellationToken,
+    ) -> CancellationToken {
+        let token = parent.child_token();
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(workload.clone(), token.clone());
+        token
+    }
+
+    pub fn end_job(&self, workload: &WorkloadName) {
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(workload);
+    }
+
+    /// Stores a profiling job's result and makes the workload rankable at once.
+    pub async fn complete_job(
+        &self,
+        job: &ClaimedJob,
+        profile: &Profile,
+        note: &str,
+    ) -> Result<WorkloadRecord> {
+        let _writer = self.catalog_writer.lock().await;
+        let record = self
+            .store
+            .complete_job(job.id, &job.workload, profile, note, now_ms())
             .await?;
         self.write_catalog()
             .put_workload(&record.name, &record.profiles);

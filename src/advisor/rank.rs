@@ -125,6 +125,7 @@ pub enum SkipCode {
     NotProfiledOnGpu,
     ExceedsGpuMemory,
     TargetSlowdown,
+    KernelMetricsMissing,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -262,6 +263,16 @@ impl RankWork {
                                 workload: name.to_string(),
                                 code: SkipCode::UnknownWorkload,
                                 reason: format!("{name} is not a registered workload"),
+                            }
+                        } else if table.lacks_kernel_metrics(name) {
+                            Skipped {
+                                workload: name.to_string(),
+                                code: SkipCode::KernelMetricsMissing,
+                                reason: format!(
+                                    "{name} was profiled on GPU model {:?} without kernel metrics \
+                                     (Nsight Compute was unavailable); profile it again",
+                                    gpu.as_str()
+                                ),
                             }
                         } else {
                             Skipped {

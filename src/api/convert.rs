@@ -7,9 +7,9 @@ use crate::{
         RankedCandidate, SkipCode, Skipped,
     },
     domain::{
-        check_memory_gb, ColocatedMember, GpuName, KernelMetrics, NewWorkload, Observation,
-        Profile, ProfileSource, SystemMetrics, ValidationError, WorkloadMode, WorkloadName,
-        WorkloadState,
+        check_memory_gb, ColocatedMember, GpuName, KernelMetrics, LaunchSpec, NewWorkload,
+        Observation, Profile, ProfileSource, SystemMetrics, ValidationError, WorkloadMode,
+        WorkloadName, WorkloadState,
     },
     model::ModelKind,
     proto as pb,
@@ -118,9 +118,16 @@ fn source_to_pb(source: ProfileSource) -> pb::ProfileSource {
 
 pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, ValidationError> {
     let raw = raw.ok_or_else(|| ValidationError::new("profile is required"))?;
-    let kernel = raw
-        .kernel
-        .ok_or_else(|| ValidationError::new("profile.kernel is required"))?;
+    // A profile may come without kernel metrics only when it says so.
+    let kernel = match (raw.kernel, raw.kernel_missing) {
+        (_, true) => pb::KernelMetrics::default(),
+        (Some(kernel), false) => kernel,
+        (None, false) => {
+            return Err(ValidationError::new(
+                "profile.kernel is required (or set profile.kernel_missing)",
+            ))
+        }
+    };
     let system = raw
         .system
         .ok_or_else(|| ValidationError::new("profile.system is required"))?;
@@ -144,6 +151,7 @@ pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, Validat
         source: source(raw.source)?,
         gpu_memory_gb: optional_memory("profile.gpu_memory_gb", raw.gpu_memory_gb)?,
         measured_at_ms: now_ms,
+        kernel_missing: raw.kernel_missing,
     };
     profile.validate()?;
     Ok(profile)
@@ -172,6 +180,7 @@ fn profile_to_pb(profile: &Profile) -> pb::Profile {
         source: source_to_pb(profile.source) as i32,
         gpu_memory_gb: profile.gpu_memory_gb.unwrap_or(0.0),
         measured_at: Some(timestamp(profile.measured_at_ms)),
+        kernel_missing: profile.kernel_missing,
     }
 }
 
@@ -184,6 +193,7 @@ pub fn new_workload(
     let labels = raw.labels.into_iter().collect();
     NewWorkload::validate_text(&raw.model, raw.batch_size, &labels)?;
     let profile = raw.profile.map(|p| profile(Some(p), now_ms)).transpose()?;
+    let launch = raw.launch.map(launch_spec).transpose()?;
     Ok(NewWorkload {
         name,
         mode,
@@ -191,7 +201,34 @@ pub fn new_workload(
         batch_size: raw.batch_size,
         labels,
         profile,
+        launch,
     })
+}
+
+fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
+    let spec = LaunchSpec {
+        program: raw.program,
+        args: raw.args,
+        env: raw.env.into_iter().collect(),
+        working_dir: (!raw.working_dir.is_empty()).then_some(raw.working_dir),
+        timeout_secs: (raw.timeout_secs != 0).then_some(raw.timeout_secs),
+        throughput_regex: (!raw.throughput_regex.is_empty()).then_some(raw.throughput_regex),
+        nvtx_range: raw.nvtx_range,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
+    pb::LaunchSpec {
+        program: spec.program,
+        args: spec.args,
+        env: spec.env.into_iter().collect(),
+        working_dir: spec.working_dir.unwrap_or_default(),
+        timeout_secs: spec.timeout_secs.unwrap_or(0),
+        throughput_regex: spec.throughput_regex.unwrap_or_default(),
+        nvtx_range: spec.nvtx_range,
+    }
 }
 
 pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
@@ -206,6 +243,7 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
         profiles: record.profiles.iter().map(profile_to_pb).collect(),
         created_at: Some(timestamp(record.created_at_ms)),
         updated_at: Some(timestamp(record.updated_at_ms)),
+        launch: record.launch.map(launch_spec_to_pb),
     }
 }
 
@@ -272,6 +310,7 @@ fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
         SkipCode::NotProfiledOnGpu => pb::SkipReason::NotProfiledOnGpu,
         SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
         SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
+        SkipCode::KernelMetricsMissing => pb::SkipReason::KernelMetricsMissing,
     };
     pb::SkippedCandidate {
         workload: skipped.workload,

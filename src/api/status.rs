@@ -12,6 +12,7 @@ impl From<Error> for Status {
             Error::NotFound(message) => Status::not_found(message),
             Error::AlreadyExists(message) => Status::already_exists(message),
             Error::FailedPrecondition(message) => Status::failed_precondition(message),
+            Error::PermissionDenied(message) => Status::permission_denied(message),
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
                 Status::internal("internal error")

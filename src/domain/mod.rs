@@ -2,11 +2,13 @@
 //! has been checked here once, so the layers below never re-validate and never see a
 //! generated protobuf type.
 
+mod launch;
 mod names;
 mod observation;
 mod profile;
 mod workload;
 
+pub use launch::{LaunchSpec, DEFAULT_NVTX_RANGE};
 pub use names::{GpuName, WorkloadName};
 pub use observation::{ColocatedMember, Observation, MAX_MEMBERS};
 #[cfg(test)]

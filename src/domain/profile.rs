@@ -60,6 +60,9 @@ pub struct Profile {
     /// Total memory of the GPU model, when the profile says it.
     pub gpu_memory_gb: Option<f64>,
     pub measured_at_ms: i64,
+    /// True when Nsight Compute could not run: `kernel` is all zeros and the profile is
+    /// kept for its system metrics but not ranked.
+    pub kernel_missing: bool,
 }
 
 /// No single GPU has more memory than this; a larger figure is a unit mistake.
@@ -169,6 +172,7 @@ pub(crate) mod tests {
             source: ProfileSource::ClientSupplied,
             gpu_memory_gb: Some(32.0),
             measured_at_ms: 0,
+            kernel_missing: false,
         }
     }
 

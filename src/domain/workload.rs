@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Profile, ValidationError, WorkloadName};
+use super::{LaunchSpec, Profile, ValidationError, WorkloadName};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadMode {
@@ -71,6 +71,8 @@ pub struct NewWorkload {
     pub batch_size: u32,
     pub labels: Labels,
     pub profile: Option<Profile>,
+    /// How the profiling worker runs it, when it is to be profiled here.
+    pub launch: Option<LaunchSpec>,
 }
 
 impl NewWorkload {

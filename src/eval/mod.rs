@@ -100,6 +100,7 @@ impl EvalData {
                     source: crate::domain::ProfileSource::Imported,
                     gpu_memory_gb: None,
                     measured_at_ms: 0,
+                    kernel_missing: false,
                 };
                 (w.name.to_string(), Features::of(&profile))
             })

@@ -57,6 +57,7 @@ pub async fn import_kace(
             source: ProfileSource::Imported,
             gpu_memory_gb: Some(gpu_memory_gb),
             measured_at_ms,
+            kernel_missing: false,
         };
         profile
             .validate()
@@ -68,6 +69,7 @@ pub async fn import_kace(
             batch_size: w.batch_size,
             labels: [("source".to_string(), "kace".to_string())].into(),
             profile: Some(profile),
+            launch: None,
         });
     }
     let imported: std::collections::HashSet<&str> =

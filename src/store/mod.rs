@@ -3,6 +3,7 @@
 //! typed operations; every multi-row write is one transaction, and constraint violations
 //! come back as domain errors rather than SQL text.
 
+mod jobs;
 mod models;
 mod observations;
 mod workloads;
@@ -16,6 +17,7 @@ use sqlx::{
     Sqlite, Transaction,
 };
 
+pub use jobs::ClaimedJob;
 pub use models::StoredModel;
 pub use observations::{ObservationSource, StoredObservation};
 pub use workloads::WorkloadRecord;

@@ -6,7 +6,7 @@ use sqlx::{FromRow, Sqlite, Transaction};
 
 use super::{finish, is_unique_violation, Store, StoreError};
 use crate::domain::{
-    GpuName, KernelMetrics, Labels, NewWorkload, Profile, ProfileSource, SystemMetrics,
+    GpuName, KernelMetrics, Labels, LaunchSpec, NewWorkload, Profile, ProfileSource, SystemMetrics,
     WorkloadMode, WorkloadName, WorkloadState,
 };
 
@@ -20,6 +20,7 @@ pub struct WorkloadRecord {
     pub labels: Labels,
     pub state: WorkloadState,
     pub state_reason: String,
+    pub launch: Option<LaunchSpec>,
     pub profiles: Vec<Profile>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -35,6 +36,7 @@ struct WorkloadRow {
     labels: String,
     state: String,
     state_reason: String,
+    launch: Option<String>,
     created_at_ms: i64,
     updated_at_ms: i64,
 }
@@ -57,6 +59,7 @@ struct ProfileRow {
     memory_gb: f64,
     source: String,
     measured_at_ms: i64,
+    kernel_missing: bool,
 }
 
 /// `SELECT` of every profile column joined with its GPU's memory, followed by `$tail`.
@@ -66,7 +69,7 @@ macro_rules! select_profiles {
             "SELECT p.workload_id, p.gpu, g.memory_gb AS gpu_memory_gb, p.threads, ",
             "p.compute_throughput_pct, p.dram_throughput_pct, p.memory_throughput_pct, p.registers, ",
             "p.static_shared_memory_bytes, p.exclusive_throughput, p.throughput_unit, p.sm_busy_pct, ",
-            "p.mem_busy_pct, p.memory_gb, p.source, p.measured_at_ms ",
+            "p.mem_busy_pct, p.memory_gb, p.source, p.measured_at_ms, p.kernel_missing ",
             "FROM profiles p JOIN gpus g ON g.name = p.gpu ",
             $tail
         )
@@ -100,6 +103,7 @@ impl ProfileRow {
                 .ok_or_else(|| corrupt(format!("profile source {:?}", self.source)))?,
             gpu_memory_gb: self.gpu_memory_gb,
             measured_at_ms: self.measured_at_ms,
+            kernel_missing: self.kernel_missing,
         })
     }
 }
@@ -118,6 +122,11 @@ impl WorkloadRow {
             state: WorkloadState::from_db(&self.state)
                 .ok_or_else(|| corrupt(format!("workload state {:?}", self.state)))?,
             state_reason: self.state_reason,
+            launch: self
+                .launch
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .map_err(|e| corrupt(format!("launch spec of {}: {e}", self.name)))?,
             profiles,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
@@ -154,7 +163,8 @@ async fn upsert_profile(
         "INSERT INTO profiles (workload_id, gpu, threads, compute_throughput_pct, \
          dram_throughput_pct, memory_throughput_pct, registers, static_shared_memory_bytes, \
          exclusive_throughput, throughput_unit, sm_busy_pct, mem_busy_pct, memory_gb, source, \
-         measured_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+         measured_at_ms, kernel_missing) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
          ON CONFLICT (workload_id, gpu) DO UPDATE SET threads = excluded.threads, \
          compute_throughput_pct = excluded.compute_throughput_pct, \
          dram_throughput_pct = excluded.dram_throughput_pct, \
@@ -163,7 +173,8 @@ async fn upsert_profile(
          exclusive_throughput = excluded.exclusive_throughput, \
          throughput_unit = excluded.throughput_unit, sm_busy_pct = excluded.sm_busy_pct, \
          mem_busy_pct = excluded.mem_busy_pct, memory_gb = excluded.memory_gb, \
-         source = excluded.source, measured_at_ms = excluded.measured_at_ms",
+         source = excluded.source, measured_at_ms = excluded.measured_at_ms, \
+         kernel_missing = excluded.kernel_missing",
     )
     .bind(workload_id)
     .bind(profile.gpu.as_str())
@@ -180,6 +191,7 @@ async fn upsert_profile(
     .bind(s.memory_gb)
     .bind(profile.source.as_str())
     .bind(profile.measured_at_ms)
+    .bind(profile.kernel_missing)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -319,8 +331,8 @@ async fn register_in(
     };
     let labels = serde_json::to_string(&workload.labels).expect("string map serializes");
     let inserted = sqlx::query_scalar::<_, i64>(
-        "INSERT INTO workloads (name, mode, model, batch_size, labels, state, created_at_ms, \
-         updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) RETURNING id",
+        "INSERT INTO workloads (name, mode, model, batch_size, labels, state, launch, \
+         created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?7) RETURNING id",
     )
     .bind(workload.name.as_str())
     .bind(workload.mode.as_str())
@@ -329,6 +341,12 @@ async fn register_in(
     .bind(labels)
     .bind(state.as_str())
     .bind(now_ms)
+    .bind(
+        workload
+            .launch
+            .as_ref()
+            .map(|l| serde_json::to_string(l).expect("launch spec serializes")),
+    )
     .fetch_one(&mut **tx)
     .await;
     let id = match inserted {
@@ -356,7 +374,7 @@ async fn register_in(
         .ok_or_else(|| corrupt("a registered workload vanished"))
 }
 
-async fn put_profile_in(
+pub(super) async fn put_profile_in(
     tx: &mut Transaction<'_, Sqlite>,
     name: &str,
     profile: &Profile,

@@ -174,6 +174,7 @@ pub fn profile(seed: u64, memory_gb: f64) -> pb::Profile {
         source: pb::ProfileSource::ClientSupplied as i32,
         gpu_memory_gb: GPU_MEMORY_GB,
         measured_at: None,
+        kernel_missing: false,
     }
 }
 
@@ -185,6 +186,7 @@ pub fn register_request(name: &str, profile: Option<pb::Profile>) -> pb::Registe
         batch_size: 16,
         labels: [("team".to_string(), "vision".to_string())].into(),
         profile,
+        launch: None,
     }
 }
 

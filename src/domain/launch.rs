@@ -1,0 +1,159 @@
+//! How the profiling worker runs a workload: a program with arguments and environment,
+//! never through a shell, and how the workload reports its throughput.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ValidationError;
+
+/// The NVTX range the example workloads put around one step; ncu profiles only that range.
+pub const DEFAULT_NVTX_RANGE: &str = "coloc_step";
+const MAX_ARGS: usize = 256;
+const MAX_ARG_CHARS: usize = 4096;
+const MAX_ENV: usize = 128;
+const MAX_TIMEOUT_SECS: u32 = 24 * 3600;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// Absolute path of the program; it must match `profiler.allowed_programs`.
+    pub program: String,
+    pub args: Vec<String>,
+    /// Set on top of the allow-listed part of the worker's own environment.
+    pub env: BTreeMap<String, String>,
+    /// Absolute; `None` = the worker's working directory.
+    pub working_dir: Option<String>,
+    /// Limit for each run (system phase, kernel phase); `None` = the worker's settings.
+    pub timeout_secs: Option<u32>,
+    /// A regex with a capture group for the value (and optionally a second for the unit)
+    /// that finds the throughput in the workload's stdout; `None` = the line
+    /// `COLOC_THROUGHPUT <value> <unit>`.
+    pub throughput_regex: Option<String>,
+    /// NVTX range that marks one step for Nsight Compute; `None` = `coloc_step`; an empty
+    /// string = select kernels by launch count instead (profiler settings).
+    pub nvtx_range: Option<String>,
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl LaunchSpec {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let invalid = |m: String| Err(ValidationError::new(m));
+        if !self.program.starts_with('/') || self.program.contains('\0') {
+            return invalid(format!(
+                "launch.program must be an absolute path, got {:?}",
+                self.program
+            ));
+        }
+        if self.args.len() > MAX_ARGS {
+            return invalid(format!("launch.args has more than {MAX_ARGS} arguments"));
+        }
+        if self
+            .args
+            .iter()
+            .any(|a| a.contains('\0') || a.chars().count() > MAX_ARG_CHARS)
+        {
+            return invalid(format!(
+                "launch.args must not contain NUL or arguments over {MAX_ARG_CHARS} characters"
+            ));
+        }
+        if self.env.len() > MAX_ENV {
+            return invalid(format!("launch.env has more than {MAX_ENV} variables"));
+        }
+        if let Some((bad, _)) = self
+            .env
+            .iter()
+            .find(|(k, v)| !is_env_name(k) || v.contains('\0'))
+        {
+            return invalid(format!("launch.env has an invalid variable {bad:?}"));
+        }
+        if self.env.contains_key("CUDA_VISIBLE_DEVICES") {
+            return invalid(
+                "launch.env must not set CUDA_VISIBLE_DEVICES: the worker picks the GPU".into(),
+            );
+        }
+        if let Some(dir) = &self.working_dir {
+            if !dir.starts_with('/') || dir.contains('\0') {
+                return invalid(format!("launch.working_dir must be absolute, got {dir:?}"));
+            }
+        }
+        if let Some(timeout) = self.timeout_secs {
+            if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
+                return invalid(format!(
+                    "launch.timeout_secs must be between 1 and {MAX_TIMEOUT_SECS}, got {timeout}"
+                ));
+            }
+        }
+        if let Some(pattern) = &self.throughput_regex {
+            let regex = regex::Regex::new(pattern).map_err(|e| {
+                ValidationError::new(format!("launch.throughput_regex does not compile: {e}"))
+            })?;
+            if regex.captures_len() < 2 {
+                return invalid(
+                    "launch.throughput_regex needs a capture group for the value".into(),
+                );
+            }
+        }
+        if let Some(range) = &self.nvtx_range {
+            if range.chars().count() > 256 || range.chars().any(char::is_control) {
+                return invalid(
+                    "launch.nvtx_range must be at most 256 printable characters".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn spec() -> LaunchSpec {
+        LaunchSpec {
+            program: "/usr/bin/python3".into(),
+            args: vec!["train.py".into(), "--steps".into(), "100".into()],
+            env: [("OMP_NUM_THREADS".to_string(), "4".to_string())].into(),
+            working_dir: Some("/srv/jobs".into()),
+            timeout_secs: Some(600),
+            throughput_regex: Some(r"throughput: ([0-9.]+) (\S+)".into()),
+            nvtx_range: None,
+        }
+    }
+
+    #[test]
+    fn a_complete_spec_is_valid() {
+        spec().validate().unwrap();
+    }
+
+    #[test]
+    fn relative_programs_bad_env_bad_regex_and_bad_timeouts_are_rejected() {
+        type Mutation = fn(&mut LaunchSpec);
+        let cases: [(&str, Mutation); 7] = [
+            ("relative program", |s| s.program = "python3".into()),
+            ("env name", |s| {
+                s.env.insert("BAD-NAME".into(), "x".into());
+            }),
+            ("gpu choice", |s| {
+                s.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+            }),
+            ("relative dir", |s| s.working_dir = Some("jobs".into())),
+            ("zero timeout", |s| s.timeout_secs = Some(0)),
+            ("regex", |s| s.throughput_regex = Some("(".into())),
+            ("no group", |s| {
+                s.throughput_regex = Some("throughput".into())
+            }),
+        ];
+        for (what, mutate) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            assert!(s.validate().is_err(), "{what} accepted");
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Profiling a workload once, alone, on the dedicated profiling GPU. Backends behind one
+//! type: `nvml` runs the workload from its launch spec — once while sampling NVML (system
+//! metrics, throughput) and once under Nsight Compute for one step (kernel metrics) —
+//! and `replay` serves profiles from a KACE-format dataset (demos, CI).
+
+pub mod gpu;
+pub mod ncu;
+pub mod runner;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use tokio_util::sync::CancellationToken;
+
+pub use gpu::{GpuInfo, GpuSample, GpuSampler, NvmlSampler, RecordedSampler};
+use runner::{RunError, RunSpec};
+
+use crate::{
+    domain::{
+        now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource, SystemMetrics,
+        WorkloadName, DEFAULT_NVTX_RANGE,
+    },
+    import::KaceDataset,
+    settings::ProfilerSettings,
+};
+
+/// Why a profile could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The backend cannot run at all now (no NVML): the job waits, no attempt is counted.
+    #[error("{0}")]
+    Unavailable(String),
+    /// This attempt failed; another may succeed.
+    #[error("{0}")]
+    Failed(String),
+    /// No attempt can succeed (no launch spec; not in the replay dataset).
+    #[error("{0}")]
+    Permanent(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A measured profile, and anything the operator should know about it.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    pub profile: Profile,
+    /// E.g. that Nsight Compute was not available; empty when complete.
+    pub note: String,
+    /// Seconds the system (NVML) and kernel (ncu) phases took.
+    pub phase_secs: (f64, f64),
+}
+
+pub enum Backend {
+    Off,
+    Replay(ReplayBackend),
+    Nvml(NvmlBackend),
+}
+
+impl Backend {
+    /// The backend the settings ask for. NVML is not touched here: a machine without a
+    /// driver still starts, and the worker reports the problem on each job it cannot run.
+    pub fn from_settings(settings: &ProfilerSettings) -> anyhow::Result<Self> {
+        Ok(match settings.backend.as_str() {
+            "replay" => Self::Replay(ReplayBackend::load(
+                Path::new(&settings.replay_dir),
+                GpuName::parse("profiler.replay_gpu", &settings.replay_gpu)
+                    .map_err(|e| anyhow::anyhow!(e.0))?,
+                settings.replay_gpu_memory_gb,
+            )?),
+            "nvml" => Self::Nvml(NvmlBackend::new(settings.clone(), None)),
+            _ => Self::Off,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Replay(_) => "replay",
+            Self::Nvml(_) => "nvml",
+        }
+    }
+
+    pub async fn profile(
+        &self,
+        workload: &WorkloadName,
+        launch: Option<&LaunchSpec>,
+        cancel: &CancellationToken,
+    ) -> Result<Measurement, ProfileError> {
+        match self {
+            Self::Off => Err(ProfileError::Unavailable(
+                "profiling is off (profiler.backend = \"off\")".into(),
+            )),
+            Self::Replay(replay) => replay.profile(workload),
+            Self::Nvml(nvml) => nvml.profile(launch, cancel).await,
+        }
+    }
+}
+
+/// Serves profiles recorded in a KACE-format dataset, by workload name.
+pub struct ReplayBackend {
+    gpu: GpuName,
+    gpu_memory_gb: f64,
+    profiles: HashMap<String, (KernelMetrics, SystemMetrics)>,
+}
+
+impl ReplayBackend {
+    pub fn load(dir: &Path, gpu: GpuName, gpu_memory_gb: f64) -> anyhow::Result<Self> {
+        let dataset = KaceDataset::read(dir)?;
+        let profiles = dataset
+            .workloads
+            .into_iter()
+            .map(|w| (w.name.to_string(), (w.kernel, w.system)))
+            .collect();
+        Ok(Self {
+            gpu,
+            gpu_memory_gb,
+            profiles,
+        })
+    }
+
+    fn profile(&self, workload: &WorkloadName) -> Result<Measurement, ProfileError> {
+        let (kernel, system) = self.profiles.get(workload.as_str()).ok_or_else(|| {
+            ProfileError::Permanent(format!(
+                "the replay dataset has no workload named {workload}"
+            ))
+        })?;
+        Ok(Measurement {
+            profile: Profile {
+                gpu: self.gpu.clone(),
+                kernel: *kernel,
+                system: system.clone(),
+                source: ProfileSource::Replay,
+                gpu_memory_gb: Some(self.gpu_memory_gb),
+                measured_at_ms: now_ms(),
+                kernel_missing: false,
+            },
+            note: String::new(),
+            phase_secs: (0.0, 0.0),
+        })
+    }
+}
+
+/// Measures on this machine's GPU: NVML for the system phase, Nsight Compute for the
+/// kernel phase.
+pub struct NvmlBackend {
+    settings: ProfilerSettings,
+    sampler: OnceLock<Arc<dyn GpuSampler>>,
+}
+
+fn run_error(phase: &str, error: RunError) -> ProfileError {
+    match error {
+        RunError::Cancelled => ProfileError::Cancelled,
+        RunError::Spawn { .. } => ProfileError::Permanent(format!("{phase}: {error}")),
+        other => ProfileError::Failed(format!("{phase}: {other}")),
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+impl NvmlBackend {
+    /// `sampler` replaces NVML (tests, recordings); `None` = NVML, initialised on first use.
+    pub fn new(settings: ProfilerSettings, sampler: Option<Arc<dyn GpuSampler>>) -> Self {
+        let cell = OnceLock::new();
+        if let Some(sampler) = sampler {
+            let _ = cell.set(sampler);
+        }
+        Self {
+            settings,
+            sampler: cell,
+        }
+    }
+
+    fn sampler(&self) -> Result<Arc<dyn GpuSampler>, ProfileError> {
+        if let Some(sampler) = self.sampler.get() {
+            return Ok(sampler.clone());
+        }
+        let sampler: Arc<dyn GpuSampler> =
+            Arc::new(NvmlSampler::init(self.settings.gpu_index).map_err(|e| {
+                ProfileError::Unavailable(format!(
+                    "{e}; the nvml backend needs the NVIDIA driver on this machine"
+                ))
+            })?);
+        Ok(self.sampler.get_or_init(|| sampler).clone())
+    }
+
+    fn run_spec(&self, launch: &LaunchSpec, timeout_secs: u64) -> RunSpec {
+        RunSpec {
+            program: launch.program.clone(),
+            args: launch.args.clone(),
+            env: runner::workload_environment(
+                &self.settings.env_allowlist,
+                &launch.env,
+                self.settings.gpu_index,
+            ),
+            working_dir: launch.working_dir.clone(),
+            timeout: Duration::from_secs(launch.timeout_secs.map_or(timeout_secs, u64::from)),
+            output_limit: self.settings.output_limit_bytes,
+        }
+    }
+
+    async fn profile(
+        &self,
+        launch: Option<&LaunchSpec>,
+        cancel: &CancellationToken,
+    ) -> Result<Measurement, ProfileError> {
+        let launch = launch.ok_or_else(|| {
+            ProfileError::Permanent(
+                "the workload has no launch spec; the nvml backend runs workloads from one".into(),
+            )
+        })?;
+        let sampler = self.sampler()?;
+        let info = sampler.info().map_err(ProfileError::Unavailable)?;
+        let gpu = GpuName::parse("gpu", info.name.trim())
+            .map_err(|e| ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.0)))?;
+
+        let started = std::time::Instant::now();
+        let (system, samples) = self.system_phase(launch, sampler.as_ref(), cancel).await?;
+        let system_secs = started.elapsed().as_secs_f64();
+        tracing::info!(samples, secs = system_secs, "system phase done");
+
+        let started = std::time::Instant::now();
+        let (kernel, kernel_missing, note) = match find_ncu(&self.settings.ncu_path) {
+            None => (
+                KernelMetrics {
+                    threads: 0.0,
+                    compute_throughput_pct: 0.0,
+                    dram_throughput_pct: 0.0,
+                    memory_throughput_pct: 0.0,
+                    registers: 0.0,
+                    static_shared_memory_bytes: 0.0,
+                },
+                true,
+                format!(
+                    "kernel metrics missing: Nsight Compute was not found at {:?} \
+                     (profiler.ncu_path); not rankable until profiled again",
+                    self.settings.ncu_path
+                ),
+            ),
+            Some(ncu) => (
+                self.kernel_phase(&ncu, launch, cancel).await?,
+                false,
+                String::new(),
+            ),
+        };
+        let kernel_secs = started.elapsed().as_secs_f64();
+
+        let profile = Profile {
+            gpu,
+            kernel,
+            system,
+            source: ProfileSource::Measured,
+            gpu_memory_gb: Some(info.total_memory_bytes as f64 / (1u64 << 30) as f64),
+            measured_at_ms: now_ms(),
+            kernel_missing,
+        };
+        profile
+            .validate()
+            .map_err(|e| ProfileError::Failed(format!("the measured profile is invalid: {e}")))?;
+        Ok(Measurement {
+            profile,
+            note,
+            phase_secs: (system_secs, kernel_secs),
+        })
+    }
+
+    /// Runs the workload alone while sampling NVML; returns its system metrics and the
+    /// number of samples.
+    async fn system_phase(
+        &self,
+        launch: &LaunchSpec,
+        sampler: &dyn GpuSampler,
+        cancel: &CancellationToken,
+    ) -> Result<(SystemMetrics, usize), ProfileError> {
+        let spec = self.run_spec(launch, self.settings.system_timeout_secs);
+        let (pid_tx, pid_rx) = tokio::sync::oneshot::channel();
+        let samples = std::sync::Mutex::new(Vec::new());
+        let sampling_error = std::sync::Mutex::new(None);
+        let run = runner::run(&spec, cancel, |pid| {
+            let _ = pid_tx.send(pid);
+        });
+        // Samples until the run ends (select! then drops this loop); never finishes itself.
+        let sampling = async {
+            if let Ok(group) = pid_rx.await {
+                let mut ticker =
+                    tokio::time::interval(Duration::from_millis(self.settings.sample_interval_ms));
+                loop {
+                    ticker.tick().await;
+                    match sampler.sample(group) {
+                        Ok(sample) => samples
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(sample),
+                        Err(error) => {
+                            *sampling_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+                            break;
+                        }
+                    }
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        let output = tokio::select! {
+            output = run => output,
+            _ = sampling => unreachable!("sampling never finishes"),
+        };
+        let output = output.map_err(|e| run_error("system phase", e))?;
+        if !output.status.success() {
+            return Err(ProfileError::Failed(format!(
+                "system phase: the workload exited with {}: {}",
+                output.status,
+                tail(&output.stderr, 5)
+            )));
+        }
+        if let Some(error) = sampling_error
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            return Err(ProfileError::Failed(format!(
+                "system phase: NVML sampling: {error}"
+            )));
+        }
+        let (exclusive_throughput, throughput_unit) =
+            runner::parse_throughput(&output.stdout, launch.throughput_regex.as_deref())
+                .map_err(|e| ProfileError::Failed(format!("system phase: {e}")))?;
+        let samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+        let (sm_busy_pct, mem_busy_pct, memory_gb) = gpu::summarize(&samples)
+            .map_err(|e| ProfileError::Failed(format!("system phase: {e}")))?;
+        Ok((
+            SystemMetrics {
+                exclusive_throughput,
+                throughput_unit,
+                sm_busy_pct,
+                mem_busy_pct,
+                memory_gb,
+            },
+            samples.len(),
+        ))
+    }
+
+    /// Runs the workload under Nsight Compute for one step and aggregates its kernels.
+    async fn kernel_phase(
+        &self,
+        ncu: &Path,
+        launch: &LaunchSpec,
+        cancel: &CancellationToken,
+    ) -> Result<KernelMetrics, ProfileError> {
+        let selector = match launch.nvtx_range.as_deref() {
+            None => ncu::StepSelector::Nvtx {
+                range: DEFAULT_NVTX_RANGE.into(),
+            },
+            Some("") => ncu::StepSelector::Launches {
+                skip: self.settings.ncu_launch_skip,
+                count: self.settings.ncu_launch_count,
+            },
+            Some(range) => ncu::StepSelector::Nvtx {
+                range: range.into(),
+            },
+        };
+        let mut spec = self.run_spec(launch, self.settings.kernel_timeout_secs);
+        spec.program = ncu.to_string_lossy().into_owned();
+        spec.args = ncu::ncu_args(&selector);
+        spec.args.push(launch.program.clone());
+        spec.args.extend(launch.args.iter().cloned());
+        let output = runner::run(&spec, cancel, |_| {})
+            .await
+            .map_err(|e| run_error("kernel phase", e))?;
+        if !output.status.success() {
+            return Err(ProfileError::Failed(format!(
+                "kernel phase: ncu exited with {}: {}",
+                output.status,
+                tail(&output.stderr, 5)
+            )));
+        }
+        let kernels = ncu::parse_raw_csv(&output.stdout)
+            .map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))?;
+        ncu::aggregate(&kernels).map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))
+    }
+}
+
+/// Where Nsight Compute is, if anywhere.
+pub fn find_ncu(path: &str) -> Option<PathBuf> {
+    runner::resolve_program(path)
+}

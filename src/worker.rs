@@ -1,0 +1,210 @@
+//! The profiling worker inside `coloc serve`: one job at a time (the profiling GPU is
+//! dedicated and exclusive), as a loop around [`Worker::run_once`], which tests drive
+//! directly.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    advisor::{Advisor, Error as AdvisorError},
+    domain::{now_ms, WorkloadName},
+    profiler::{Backend, ProfileError},
+    settings::ProfilerSettings,
+    store::ClaimedJob,
+};
+
+/// What one turn of the worker did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// No job was ready.
+    Idle,
+    Profiled {
+        workload: WorkloadName,
+        note: String,
+    },
+    /// The attempt failed and the job will be retried after a backoff.
+    WillRetry {
+        workload: WorkloadName,
+        attempt: u32,
+        error: String,
+    },
+    /// The job failed for good.
+    Failed {
+        workload: WorkloadName,
+        error: String,
+    },
+    /// The backend cannot run now; the job waits (no attempt counted).
+    Waiting {
+        workload: WorkloadName,
+        reason: String,
+    },
+    /// The workload was deleted while it was being profiled.
+    Cancelled { workload: WorkloadName },
+    /// The server is stopping: the job went back to pending.
+    Interrupted { workload: WorkloadName },
+}
+
+pub struct Worker {
+    advisor: Arc<Advisor>,
+    backend: Arc<Backend>,
+    settings: ProfilerSettings,
+}
+
+impl Worker {
+    pub fn new(advisor: Arc<Advisor>, backend: Arc<Backend>, settings: ProfilerSettings) -> Self {
+        Self {
+            advisor,
+            backend,
+            settings,
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u64 << attempt.saturating_sub(1).min(16);
+        Duration::from_secs(self.settings.retry_backoff_secs.saturating_mul(factor))
+    }
+
+    /// Claims the next ready job, profiles its workload, and records the outcome.
+    pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<RunOutcome> {
+        match self.advisor.store().claim_next_job(now_ms()).await? {
+            None => Ok(RunOutcome::Idle),
+            Some(job) => self.handle(job, shutdown).await,
+        }
+    }
+
+    #[tracing::instrument(
+        name = "profile",
+        skip_all,
+        fields(backend = self.backend.name(), workload = %job.workload, job = job.id, attempt = job.attempts)
+    )]
+    async fn handle(
+        &self,
+        job: ClaimedJob,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<RunOutcome> {
+        let store = self.advisor.store();
+        let workload = job.workload.clone();
+        tracing::info!("profiling");
+        let cancel = self.advisor.start_job(&workload, shutdown);
+        let measured = self
+            .backend
+            .profile(&workload, job.launch.as_ref(), &cancel)
+            .await;
+        self.advisor.end_job(&workload);
+
+        let now = now_ms();
+        Ok(match measured {
+            Ok(measurement) => {
+                match self
+                    .advisor
+                    .complete_job(&job, &measurement.profile, &measurement.note)
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(
+                            system_secs = measurement.phase_secs.0,
+                            kernel_secs = measurement.phase_secs.1,
+                            note = %measurement.note,
+                            "profiled"
+                        );
+                        RunOutcome::Profiled {
+                            workload,
+                            note: measurement.note,
+                        }
+                    }
+                    Err(AdvisorError::NotFound(_)) => RunOutcome::Cancelled { workload },
+                    Err(error) => {
+                        return Err(anyhow::Error::new(error).context("storing the profile"))
+                    }
+                }
+            }
+            Err(ProfileError::Cancelled) if shutdown.is_cancelled() => {
+                store
+                    .release_job(
+                        job.id,
+                        "profiling was interrupted by a shutdown; it will run again",
+                        0,
+                        now,
+                    )
+                    .await?;
+                tracing::info!("interrupted; job re-queued");
+                RunOutcome::Interrupted { workload }
+            }
+            Err(ProfileError::Cancelled) => {
+                tracing::info!("workload deleted while profiling; run stopped");
+                RunOutcome::Cancelled { workload }
+            }
+            Err(ProfileError::Unavailable(reason)) => {
+                let wait = now + self.settings.poll_interval_ms as i64;
+                store
+                    .release_job(
+                        job.id,
+                        &format!("waiting for the profiler: {reason}"),
+                        wait,
+                        now,
+                    )
+                    .await?;
+                RunOutcome::Waiting { workload, reason }
+            }
+            Err(ProfileError::Permanent(error)) => {
+                store.fail_job(job.id, &error, now).await?;
+                tracing::warn!(%error, "profiling failed for good");
+                RunOutcome::Failed { workload, error }
+            }
+            Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
+                let error = format!("profiling failed {} times; last: {error}", job.attempts);
+                store.fail_job(job.id, &error, now).await?;
+                tracing::warn!(%error, "profiling failed for good");
+                RunOutcome::Failed { workload, error }
+            }
+            Err(ProfileError::Failed(error)) => {
+                let backoff = self.backoff(job.attempts);
+                let reason = format!(
+                    "attempt {} of {} failed ({error}); retrying in {}s",
+                    job.attempts,
+                    self.settings.max_attempts,
+                    backoff.as_secs()
+                );
+                store
+                    .retry_job(
+                        job.id,
+                        &error,
+                        &reason,
+                        now + backoff.as_millis() as i64,
+                        now,
+                    )
+                    .await?;
+                tracing::warn!(%error, attempt = job.attempts, "profiling attempt failed");
+                RunOutcome::WillRetry {
+                    workload,
+                    attempt: job.attempts,
+                    error,
+                }
+            }
+        })
+    }
+
+    /// Runs jobs until `shutdown`; a running job is stopped and put back to pending.
+    pub async fn run(self, shutdown: CancellationToken) {
+        tracing::info!(backend = self.backend.name(), "profiling worker started");
+        let idle = Duration::from_millis(self.settings.poll_interval_ms);
+        while !shutdown.is_cancelled() {
+            let pause = match self.run_once(&shutdown).await {
+                Ok(RunOutcome::Idle | RunOutcome::Waiting { .. }) => idle,
+                Ok(_) => Duration::ZERO,
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "profiling worker error");
+                    idle
+                }
+            };
+            if !pause.is_zero() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+        tracing::info!("profiling worker stopped");
+    }
+}
