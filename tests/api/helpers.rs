@@ -27,6 +27,9 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub client: ColocationAdvisorClient<Channel>,
     pub dir: Arc<TempDir>,
+    /// The server's advisor, to drive a profiling worker beside it.
+    pub advisor: Arc<coloc::advisor::Advisor>,
+    pub settings: Settings,
     shutdown: CancellationToken,
     server: JoinHandle<anyhow::Result<()>>,
 }
@@ -42,17 +45,25 @@ pub async fn spawn_app() -> TestApp {
 
 /// A server on the database in `dir` (a restart when a server ran there before).
 pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
+    spawn_app_with_config(dir, "").await
+}
+
+/// A server on the database in `dir`, with `config` (TOML) as its settings file.
+pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
+    let config_path = dir.path().join("coloc.toml");
+    std::fs::write(&config_path, config).unwrap();
     let settings = Settings::load(SettingsSources {
+        file: Some(&config_path),
         environment: Some(Default::default()),
         overrides: vec![
             ("server.listen", "127.0.0.1:0".into()),
             ("database.url", database_url(&dir)),
         ],
-        ..Default::default()
     })
     .unwrap();
     let app = App::build(&settings).await.unwrap();
     let addr = app.local_addr();
+    let advisor = app.advisor();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let client = ColocationAdvisorClient::connect(format!("http://{addr}"))
@@ -62,6 +73,8 @@ pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
         addr,
         client,
         dir,
+        advisor,
+        settings,
         shutdown,
         server,
     }

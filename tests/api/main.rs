@@ -13,4 +13,5 @@ mod rank;
 mod report;
 mod restart;
 mod train;
+mod worker;
 mod workloads;

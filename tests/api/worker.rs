@@ -1,0 +1,591 @@
+//! The profiling worker, driven through `Worker::run_once` beside a real server: launch
+//! specs and the allow-list, the replay backend, and the nvml backend's job lifecycle with
+//! real child processes. Only the GPU is replaced: NVML by a recording, Nsight Compute by a
+//! program that prints a raw-page CSV fixture.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use coloc::{
+    import::{import_kace, KACE_GPU, KACE_GPU_MEMORY_GB},
+    profiler::{ncu, Backend, NvmlBackend, NvmlSampler, RecordedSampler},
+    proto as pb,
+    settings::ProfilerSettings,
+    worker::{RunOutcome, Worker},
+};
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use crate::helpers::{expect_code, kace_dir, spawn_app_with_config, TestApp};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn fake_workload() -> String {
+    fixtures()
+        .join("workloads/fake_workload.py")
+        .display()
+        .to_string()
+}
+
+/// Settings that allow the fixture programs; the server's own worker stays off so that
+/// the tests drive theirs.
+fn config(extra: &str) -> String {
+    format!(
+        "[profiler]\nallowed_programs = [\"{}/*\"]\nretry_backoff_secs = 0\nsample_interval_ms = 1\n{extra}",
+        fixtures().join("workloads").display()
+    )
+}
+
+async fn app(extra: &str) -> TestApp {
+    spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config(extra)).await
+}
+
+fn launch(args: &[&str]) -> pb::LaunchSpec {
+    pb::LaunchSpec {
+        program: fake_workload(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn register(name: &str, launch: Option<pb::LaunchSpec>) -> pb::RegisterWorkloadRequest {
+    pb::RegisterWorkloadRequest {
+        name: name.into(),
+        mode: pb::WorkloadMode::Inference as i32,
+        model: "fake".into(),
+        batch_size: 1,
+        launch,
+        ..Default::default()
+    }
+}
+
+/// A worker on the nvml backend with NVML replaced by the recording and ncu by `ncu_path`.
+fn nvml_worker(app: &TestApp, ncu_path: &str, max_attempts: u32) -> Worker {
+    let settings = ProfilerSettings {
+        ncu_path: ncu_path.into(),
+        max_attempts,
+        ..app.settings.profiler.clone()
+    };
+    let sampler =
+        RecordedSampler::from_file(&fixtures().join("nvml/synthetic_samples.jsonl")).unwrap();
+    let backend = NvmlBackend::new(settings.clone(), Some(Arc::new(sampler)));
+    Worker::new(
+        app.advisor.clone(),
+        Arc::new(Backend::Nvml(backend)),
+        settings,
+    )
+}
+
+fn fake_ncu() -> String {
+    fixtures()
+        .join("workloads/fake_ncu.py")
+        .display()
+        .to_string()
+}
+
+async fn workload(app: &mut TestApp, name: &str) -> pb::Workload {
+    app.client
+        .get_workload(pb::GetWorkloadRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Waits (bounded) for a file the fake workload writes once it is running.
+async fn wait_for_file(path: &std::path::Path) -> u32 {
+    for _ in 0..500 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text.trim().parse().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+/// True while `pid` is a live process (a zombie awaiting its reaper counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+        .unwrap_or(false)
+}
+
+async fn eventually_dead(pid: u32) -> bool {
+    for _ in 0..200 {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn launch_specs_are_refused_unless_the_program_is_allowed() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let mut closed = spawn_app_with_config(dir, "").await;
+    let before = closed.dump_store().await;
+    let message = expect_code(
+        closed
+            .client
+            .register_workload(register("w", Some(launch(&["ok"]))))
+            .await,
+        Code::PermissionDenied,
+    );
+    assert!(message.contains("allowed_programs"), "{message}");
+    assert_eq!(closed.dump_store().await, before);
+
+    let mut open = app("").await;
+    let mut elsewhere = launch(&["ok"]);
+    elsewhere.program = "/usr/bin/yes".into();
+    expect_code(
+        open.client
+            .register_workload(register("w", Some(elsewhere)))
+            .await,
+        Code::PermissionDenied,
+    );
+    let mut relative = launch(&["ok"]);
+    relative.program = "fake_workload.py".into();
+    expect_code(
+        open.client
+            .register_workload(register("w", Some(relative)))
+            .await,
+        Code::InvalidArgument,
+    );
+
+    let registered = open
+        .client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(registered.state(), pb::WorkloadState::PendingProfile);
+    assert_eq!(registered.launch.unwrap().program, fake_workload());
+    assert_eq!(open.count("profiling_jobs").await, 1);
+}
+
+#[tokio::test]
+async fn the_nvml_backend_profiles_a_workload_and_makes_it_profiled() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok", "42.5"]))))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Profiled { note, .. } if note.is_empty()),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        worker.run_once(&CancellationToken::new()).await.unwrap(),
+        RunOutcome::Idle
+    );
+
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::Profiled, "{}", w.state_reason);
+    let profile = &w.profiles[0];
+    assert_eq!(profile.gpu, "Recorded Test GPU 24GB");
+    assert_eq!(profile.gpu_memory_gb, 24.0);
+    assert_eq!(profile.source(), pb::ProfileSource::Measured);
+    assert!(!profile.kernel_missing);
+    let system = profile.system.as_ref().unwrap();
+    assert_eq!(system.exclusive_throughput, 42.5);
+    assert_eq!(system.throughput_unit, "samples/s");
+    // The recording's busy readings average 90 % and 33 %; its peak is 3 GiB.
+    assert!(
+        (system.sm_busy_pct - 90.0).abs() < 1e-9,
+        "{}",
+        system.sm_busy_pct
+    );
+    assert!(
+        (system.mem_busy_pct - 33.0).abs() < 1e-9,
+        "{}",
+        system.mem_busy_pct
+    );
+    assert_eq!(system.memory_gb, 3.0);
+    // The kernel metrics are the fixture's kernels, aggregated.
+    let csv = std::fs::read_to_string(fixtures().join("ncu/raw_page_three_kernels.csv")).unwrap();
+    let expected = ncu::aggregate(&ncu::parse_raw_csv(&csv).unwrap()).unwrap();
+    let kernel = profile.kernel.as_ref().unwrap();
+    assert_eq!(kernel.threads, expected.threads);
+    assert_eq!(kernel.registers, expected.registers);
+    assert_eq!(
+        kernel.static_shared_memory_bytes,
+        expected.static_shared_memory_bytes
+    );
+    assert!(kernel.compute_throughput_pct > 0.0);
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (0, 0, 1, 0)
+    );
+}
+
+#[tokio::test]
+async fn without_nsight_compute_the_system_metrics_are_kept_and_the_gap_is_stated() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, "/nonexistent/ncu", 3);
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Profiled { note, .. } if note.contains("Nsight Compute")),
+        "{outcome:?}"
+    );
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::Profiled);
+    assert!(
+        w.state_reason.contains("kernel metrics missing"),
+        "{}",
+        w.state_reason
+    );
+    assert!(w.profiles[0].kernel_missing);
+    assert_eq!(
+        w.profiles[0].system.as_ref().unwrap().exclusive_throughput,
+        42.5
+    );
+}
+
+#[tokio::test]
+async fn a_failing_workload_is_retried_then_failed_with_its_error() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["fail"]))))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 2);
+    let first = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(&first, RunOutcome::WillRetry { attempt: 1, .. }),
+        "{first:?}"
+    );
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::PendingProfile);
+    assert!(
+        w.state_reason.contains("attempt 1 of 2"),
+        "{}",
+        w.state_reason
+    );
+
+    let second = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(matches!(&second, RunOutcome::Failed { .. }), "{second:?}");
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::Failed);
+    assert!(
+        w.state_reason.contains("out of memory (simulated)"),
+        "{}",
+        w.state_reason
+    );
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (0, 0, 0, 1)
+    );
+    assert_eq!(
+        worker.run_once(&CancellationToken::new()).await.unwrap(),
+        RunOutcome::Idle
+    );
+}
+
+#[tokio::test]
+async fn a_workload_without_a_throughput_line_fails_its_attempt() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["silent"]))))
+        .await
+        .unwrap();
+    let outcome = nvml_worker(&app, &fake_ncu(), 1)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Failed { error, .. } if error.contains("COLOC_THROUGHPUT")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Failed
+    );
+}
+
+#[tokio::test]
+async fn a_time_limit_kills_the_whole_process_group() {
+    let mut app = app("").await;
+    let pid_file = app.dir.path().join("grandchild.pid");
+    let mut spec = launch(&["hang", pid_file.to_str().unwrap()]);
+    spec.timeout_secs = 1;
+    app.client
+        .register_workload(register("w", Some(spec)))
+        .await
+        .unwrap();
+    let outcome = nvml_worker(&app, &fake_ncu(), 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::WillRetry { error, .. } if error.contains("killed")),
+        "{outcome:?}"
+    );
+    let grandchild = wait_for_file(&pid_file).await;
+    assert!(
+        eventually_dead(grandchild).await,
+        "grandchild {grandchild} survived the time limit"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_workload_stops_its_running_job() {
+    let mut app = app("").await;
+    let pid_file = app.dir.path().join("grandchild.pid");
+    app.client
+        .register_workload(register(
+            "w",
+            Some(launch(&["hang", pid_file.to_str().unwrap()])),
+        ))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let running = tokio::spawn(async move { worker.run_once(&CancellationToken::new()).await });
+    let grandchild = wait_for_file(&pid_file).await;
+    app.client
+        .delete_workload(pb::DeleteWorkloadRequest { name: "w".into() })
+        .await
+        .unwrap();
+    let outcome = running.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Cancelled { .. }),
+        "{outcome:?}"
+    );
+    assert!(
+        eventually_dead(grandchild).await,
+        "the workload kept running after its deletion"
+    );
+    assert_eq!(app.count("profiling_jobs").await, 0);
+}
+
+#[tokio::test]
+async fn a_shutdown_puts_the_running_job_back_without_counting_the_attempt() {
+    let mut app = app("").await;
+    let pid_file = app.dir.path().join("grandchild.pid");
+    app.client
+        .register_workload(register(
+            "w",
+            Some(launch(&["hang", pid_file.to_str().unwrap()])),
+        ))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let running = tokio::spawn(async move { worker.run_once(&stop).await });
+    let grandchild = wait_for_file(&pid_file).await;
+    shutdown.cancel();
+    let outcome = running.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Interrupted { .. }),
+        "{outcome:?}"
+    );
+    assert!(eventually_dead(grandchild).await);
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (1, 0, 0, 0)
+    );
+    let attempts = app.query_i64("SELECT attempts FROM profiling_jobs").await;
+    assert_eq!(attempts, 0);
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::PendingProfile
+    );
+}
+
+#[tokio::test]
+async fn a_job_running_when_the_process_died_is_pending_again_after_a_restart() {
+    let app = app("").await;
+    let mut client = app.client.clone();
+    client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    // The worker claims the job and the process dies before it finishes.
+    let claimed = app
+        .advisor
+        .store()
+        .claim_next_job(0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.attempts, 1);
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (0, 1, 0, 0)
+    );
+    let dir = app.stop().await;
+
+    let restarted = spawn_app_with_config(dir, &config("")).await;
+    assert_eq!(
+        restarted.advisor.store().job_counts().await.unwrap(),
+        (1, 0, 0, 0)
+    );
+    let outcome = nvml_worker(&restarted, &fake_ncu(), 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_workload_gets_only_the_allow_listed_environment_and_its_gpu() {
+    let mut app = app("env_allowlist = [\"PATH\"]\n").await;
+    let env_file = app.dir.path().join("env.txt");
+    let mut spec = launch(&["env", env_file.to_str().unwrap()]);
+    spec.env = [("MY_SETTING".to_string(), "on".to_string())].into();
+    app.client
+        .register_workload(register("w", Some(spec)))
+        .await
+        .unwrap();
+    let outcome = nvml_worker(&app, "/nonexistent/ncu", 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+    let names: Vec<String> = std::fs::read_to_string(&env_file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // The interpreter chain adds a few of its own (a pyenv shim exports PYENV_*, a shell
+    // PWD and SHLVL, Python LC_CTYPE); everything else must come from the worker.
+    let added_by_interpreter = |n: &str| {
+        n.starts_with("PYENV")
+            || n.starts_with("_PYENV")
+            || ["PWD", "SHLVL", "LC_CTYPE", "_"].contains(&n)
+    };
+    let own: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !added_by_interpreter(n))
+        .collect();
+    assert_eq!(own, ["CUDA_VISIBLE_DEVICES", "MY_SETTING", "PATH"]);
+    // Nothing of the worker's own environment leaks but PATH.
+    for (name, _) in std::env::vars() {
+        if name != "PATH" && !added_by_interpreter(&name) {
+            assert!(!names.contains(&name), "{name} leaked into the workload");
+        }
+    }
+    assert!(
+        std::env::var("CARGO_MANIFEST_DIR").is_ok(),
+        "the test process has more variables"
+    );
+}
+
+#[tokio::test]
+async fn the_nvml_backend_waits_with_a_visible_reason_when_nvml_cannot_start() {
+    if NvmlSampler::init(0).is_ok() {
+        eprintln!("NVML works on this machine: the no-driver path cannot be exercised here");
+        return;
+    }
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    let settings = app.settings.profiler.clone();
+    let backend = Backend::Nvml(NvmlBackend::new(settings.clone(), None));
+    let worker = Worker::new(app.advisor.clone(), Arc::new(backend), settings);
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Waiting { reason, .. } if reason.contains("NVML")),
+        "{outcome:?}"
+    );
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::PendingProfile);
+    assert!(w.state_reason.contains("NVML"), "{}", w.state_reason);
+    let attempts = app.query_i64("SELECT attempts FROM profiling_jobs").await;
+    assert_eq!(attempts, 0, "waiting for NVML is not a failed attempt");
+}
+
+#[tokio::test]
+async fn the_nvml_backend_fails_a_workload_that_has_no_launch_spec() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", None))
+        .await
+        .unwrap();
+    let outcome = nvml_worker(&app, &fake_ncu(), 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Failed { error, .. } if error.contains("launch spec")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Failed
+    );
+}
+
+#[tokio::test]
+async fn the_replay_backend_profiles_from_the_dataset_and_the_workload_ranks_at_once() {
+    let mut app = app("").await;
+    let gpu = coloc::domain::GpuName::parse("gpu", KACE_GPU).unwrap();
+    import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+        .await
+        .unwrap();
+    // A workload of the dataset with no measured pairs, registered anew without a profile.
+    let name = "vit-base-patch16-224_batch1-inf";
+    app.client
+        .delete_workload(pb::DeleteWorkloadRequest { name: name.into() })
+        .await
+        .unwrap();
+    app.client
+        .register_workload(register(name, None))
+        .await
+        .unwrap();
+    app.client
+        .register_workload(register("not-in-the-dataset", None))
+        .await
+        .unwrap();
+    let settings = ProfilerSettings {
+        backend: "replay".into(),
+        replay_dir: kace_dir().display().to_string(),
+        ..app.settings.profiler.clone()
+    };
+    let backend = Backend::from_settings(&settings).unwrap();
+    let worker = Worker::new(app.advisor.clone(), Arc::new(backend), settings);
+
+    let first = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(&first, RunOutcome::Profiled { workload, .. } if workload.as_str() == name),
+        "{first:?}"
+    );
+    let second = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(matches!(&second, RunOutcome::Failed { .. }), "{second:?}");
+
+    let w = workload(&mut app, name).await;
+    assert_eq!(w.state(), pb::WorkloadState::Profiled);
+    assert_eq!(w.profiles[0].source(), pb::ProfileSource::Replay);
+    let ranked = app
+        .client
+        .rank(pb::RankRequest {
+            target: name.into(),
+            top_k: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ranked.ranked.len(), 3);
+}
