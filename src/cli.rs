@@ -37,6 +37,21 @@ pub enum Command {
     /// Measure how well each model kind picks partners, on a published dataset.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Run pairs of profiled workloads together on the profiling GPU and store what they
+    /// achieved as training data (needs an NVIDIA GPU and launch specs).
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// NVML index of the GPU to run on (overrides profiler.gpu_index).
+    #[arg(long)]
+    pub gpu_index: Option<u32>,
+    /// At most this many pairs.
+    #[arg(long, default_value_t = 10)]
+    pub pairs: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,6 +147,45 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
+        Command::Calibrate(args) => {
+            let mut settings = load_settings(&args.common, None)?;
+            if let Some(index) = args.gpu_index {
+                settings.profiler.gpu_index = index;
+            }
+            telemetry::init(&settings.log.level, &settings.log.format);
+            let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
+                .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
+            let store = Store::open(&settings.database.url)
+                .await
+                .context("cannot open the database")?;
+            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
+            let cancel = CancellationToken::new();
+            let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+            let summary = crate::profiler::calibrate::calibrate(
+                &advisor,
+                &sampler,
+                &settings.profiler,
+                args.pairs,
+                &cancel,
+            )
+            .await;
+            signals.abort();
+            advisor.store().close().await;
+            let summary = summary?;
+            println!("GPU {} ({} sharing)", summary.gpu, summary.sharing.as_str());
+            for (a, b, ta, tb) in &summary.measured {
+                println!("  {a} {ta:.3} + {b} {tb:.3} = {:.3}", ta + tb);
+            }
+            for (a, b, why) in &summary.failed {
+                println!("  {a} + {b}: failed: {why}");
+            }
+            println!(
+                "{} pairs stored as observations, {} failed; call Train to use them",
+                summary.measured.len(),
+                summary.failed.len()
+            );
+            Ok(())
+        }
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, &settings.log.format);

@@ -350,6 +350,63 @@ mod tests {
     }
 
     #[test]
+    fn list_settings_come_from_comma_separated_environment_variables() {
+        let settings = Settings::load(SettingsSources {
+            environment: env(&[
+                (
+                    "COLOC__PROFILER__ALLOWED_PROGRAMS",
+                    "/usr/bin/python3,/opt/jobs/*",
+                ),
+                ("COLOC__PROFILER__BACKEND", "nvml"),
+                ("COLOC__PROFILER__GPU_INDEX", "2"),
+            ]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            settings.profiler.allowed_programs,
+            ["/usr/bin/python3", "/opt/jobs/*"]
+        );
+        assert_eq!(
+            (
+                settings.profiler.backend.as_str(),
+                settings.profiler.gpu_index
+            ),
+            ("nvml", 2)
+        );
+        let patterns = settings.allowed_programs().unwrap();
+        assert!(patterns[1].matches("/opt/jobs/train.sh"));
+    }
+
+    #[test]
+    fn profiler_settings_are_checked() {
+        for (key, value) in [
+            ("COLOC__PROFILER__BACKEND", "cuda"),
+            ("COLOC__PROFILER__ALLOWED_PROGRAMS", "python3"),
+            ("COLOC__PROFILER__MAX_ATTEMPTS", "0"),
+            ("COLOC__MODEL__KIND", "forest"),
+        ] {
+            let error = Settings::load(SettingsSources {
+                environment: env(&[(key, value)]),
+                ..Default::default()
+            })
+            .unwrap_err();
+            let expected = key
+                .trim_start_matches("COLOC__")
+                .replace("__", ".")
+                .to_lowercase();
+            assert!(error.to_string().contains(&expected), "{key}: {error}");
+        }
+        // The replay backend needs its dataset.
+        let error = Settings::load(SettingsSources {
+            environment: env(&[("COLOC__PROFILER__BACKEND", "replay")]),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("profiler.replay_dir"), "{error}");
+    }
+
+    #[test]
     fn a_bad_value_is_reported_with_its_key() {
         let error = Settings::load(SettingsSources {
             environment: env(&[("COLOC__SERVER__LISTEN", "not an address")]),

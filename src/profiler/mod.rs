@@ -3,6 +3,7 @@
 //! metrics, throughput) and once under Nsight Compute for one step (kernel metrics) —
 //! and `replay` serves profiles from a KACE-format dataset (demos, CI).
 
+pub mod calibrate;
 pub mod gpu;
 pub mod ncu;
 pub mod runner;
@@ -191,18 +192,7 @@ impl NvmlBackend {
     }
 
     fn run_spec(&self, launch: &LaunchSpec, timeout_secs: u64) -> RunSpec {
-        RunSpec {
-            program: launch.program.clone(),
-            args: launch.args.clone(),
-            env: runner::workload_environment(
-                &self.settings.env_allowlist,
-                &launch.env,
-                self.settings.gpu_index,
-            ),
-            working_dir: launch.working_dir.clone(),
-            timeout: Duration::from_secs(launch.timeout_secs.map_or(timeout_secs, u64::from)),
-            output_limit: self.settings.output_limit_bytes,
-        }
+        launch_run_spec(&self.settings, launch, timeout_secs)
     }
 
     async fn profile(
@@ -381,6 +371,22 @@ impl NvmlBackend {
         let kernels = ncu::parse_raw_csv(&output.stdout)
             .map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))?;
         ncu::aggregate(&kernels).map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))
+    }
+}
+
+/// How a launch spec runs on the profiling GPU under these settings.
+pub fn launch_run_spec(
+    settings: &ProfilerSettings,
+    launch: &LaunchSpec,
+    timeout_secs: u64,
+) -> RunSpec {
+    RunSpec {
+        program: launch.program.clone(),
+        args: launch.args.clone(),
+        env: runner::workload_environment(&settings.env_allowlist, &launch.env, settings.gpu_index),
+        working_dir: launch.working_dir.clone(),
+        timeout: Duration::from_secs(launch.timeout_secs.map_or(timeout_secs, u64::from)),
+        output_limit: settings.output_limit_bytes,
     }
 }
 

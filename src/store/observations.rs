@@ -11,6 +11,8 @@ use crate::domain::{GpuName, Observation};
 pub enum ObservationSource {
     Reported,
     Imported,
+    /// Measured by `coloc calibrate` on the profiling GPU.
+    Calibrated,
 }
 
 impl ObservationSource {
@@ -18,6 +20,7 @@ impl ObservationSource {
         match self {
             Self::Reported => "reported",
             Self::Imported => "imported",
+            Self::Calibrated => "calibrated",
         }
     }
 }
