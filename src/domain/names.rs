@@ -6,6 +6,19 @@ use super::ValidationError;
 
 const MAX_NAME_CHARS: usize = 128;
 
+/// Every name: present, and at most [`MAX_NAME_CHARS`] characters.
+fn check_length(field: &str, raw: &str) -> Result<(), ValidationError> {
+    if raw.is_empty() {
+        return Err(ValidationError::new(format!("{field} must not be empty")));
+    }
+    if raw.chars().count() > MAX_NAME_CHARS {
+        return Err(ValidationError::new(format!(
+            "{field} is longer than {MAX_NAME_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
 /// A workload's unique name: 1 to 128 characters from letters, digits and `. _ - / : +`, so
 /// that it is safe in logs, URLs and shell commands.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -13,14 +26,7 @@ pub struct WorkloadName(Arc<str>);
 
 impl WorkloadName {
     pub fn parse(field: &str, raw: &str) -> Result<Self, ValidationError> {
-        if raw.is_empty() {
-            return Err(ValidationError::new(format!("{field} must not be empty")));
-        }
-        if raw.chars().count() > MAX_NAME_CHARS {
-            return Err(ValidationError::new(format!(
-                "{field} is longer than {MAX_NAME_CHARS} characters"
-            )));
-        }
+        check_length(field, raw)?;
         if let Some(bad) = raw
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || "._-/:+".contains(*c)))
@@ -50,14 +56,7 @@ pub struct GpuName(Arc<str>);
 
 impl GpuName {
     pub fn parse(field: &str, raw: &str) -> Result<Self, ValidationError> {
-        if raw.is_empty() {
-            return Err(ValidationError::new(format!("{field} must not be empty")));
-        }
-        if raw.chars().count() > MAX_NAME_CHARS {
-            return Err(ValidationError::new(format!(
-                "{field} is longer than {MAX_NAME_CHARS} characters"
-            )));
-        }
+        check_length(field, raw)?;
         if raw.trim() != raw || raw.chars().any(char::is_control) {
             return Err(ValidationError::new(format!(
                 "{field} {raw:?} has control characters or leading/trailing spaces"

@@ -233,13 +233,20 @@ pub fn true_sum(a: &pb::Profile, b: &pb::Profile) -> f64 {
             .sum::<f64>()
 }
 
-/// Registers `n` profiled workloads w00.. (memory 1 + i GB) and reports every pair among
-/// them with throughputs that follow the known truth exactly. Returns the profiles.
-pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String, pb::Profile)> {
+/// Registers `n` profiled workloads w00.. (profile seed `seed + i`, memory `memory(i)` GB)
+/// and reports every pair among them, a workload with itself included, with the members'
+/// throughputs given by `throughputs(a, b)`. Returns the profiles.
+async fn register_and_report_all_pairs(
+    app: &mut TestApp,
+    n: usize,
+    seed: u64,
+    memory: impl Fn(usize) -> f64,
+    throughputs: impl Fn(&pb::Profile, &pb::Profile) -> (f64, f64),
+) -> Vec<(String, pb::Profile)> {
     let mut workloads = Vec::new();
     for i in 0..n {
         let name = format!("w{i:02}");
-        let p = profile(i as u64, 1.0 + i as f64);
+        let p = profile(seed + i as u64, memory(i));
         app.client
             .register_workload(register_request(&name, Some(p.clone())))
             .await
@@ -250,22 +257,16 @@ pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String
         for j in i..n {
             let (a, pa) = &workloads[i];
             let (b, pb_) = &workloads[j];
-            let sum = true_sum(pa, pb_);
+            let (ta, tb) = throughputs(pa, pb_);
+            let member = |workload: &str, throughput: f64| pb::ColocatedMember {
+                workload: workload.into(),
+                throughput,
+                job_id: String::new(),
+            };
             app.client
                 .report_colocation(pb::ReportColocationRequest {
                     gpu: GPU.into(),
-                    members: vec![
-                        pb::ColocatedMember {
-                            workload: a.clone(),
-                            throughput: sum * 0.4,
-                            job_id: String::new(),
-                        },
-                        pb::ColocatedMember {
-                            workload: b.clone(),
-                            throughput: sum * 0.6,
-                            job_id: String::new(),
-                        },
-                    ],
+                    members: vec![member(a, ta), member(b, tb)],
                     observed_at: Some(prost_types::Timestamp {
                         seconds: 1_700_000_000 + (i * n + j) as i64,
                         nanos: 0,
@@ -276,6 +277,23 @@ pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String
         }
     }
     workloads
+}
+
+/// Registers `n` profiled workloads w00.. (memory 1 + i GB) and reports every pair among
+/// them with throughputs that follow the known linear truth exactly (split 40/60 between
+/// the members). Returns the profiles.
+pub async fn seed_workloads_and_runs(app: &mut TestApp, n: usize) -> Vec<(String, pb::Profile)> {
+    register_and_report_all_pairs(
+        app,
+        n,
+        0,
+        |i| 1.0 + i as f64,
+        |a, b| {
+            let sum = true_sum(a, b);
+            (sum * 0.4, sum * 0.6)
+        },
+    )
+    .await
 }
 
 /// A known per-member interference law: a member keeps less of its exclusive throughput
@@ -289,44 +307,20 @@ pub fn true_kept_fraction(own: &pb::Profile, other: &pb::Profile) -> f64 {
 /// throughput following [`true_kept_fraction`]; then trains the default kind.
 pub async fn slowdown_app(n: usize) -> (TestApp, Vec<(String, pb::Profile)>) {
     let mut app = spawn_app().await;
-    let mut workloads = Vec::new();
-    for i in 0..n {
-        let name = format!("w{i:02}");
-        let p = profile(100 + i as u64, 1.0 + (i % 6) as f64);
-        app.client
-            .register_workload(register_request(&name, Some(p.clone())))
-            .await
-            .unwrap();
-        workloads.push((name, p));
-    }
-    for i in 0..n {
-        for j in i..n {
-            let (a, pa) = &workloads[i];
-            let (b, pb_) = &workloads[j];
-            let throughput = |own: &pb::Profile, other: &pb::Profile| {
-                own.system.as_ref().unwrap().exclusive_throughput * true_kept_fraction(own, other)
-            };
-            app.client
-                .report_colocation(pb::ReportColocationRequest {
-                    gpu: GPU.into(),
-                    members: vec![
-                        pb::ColocatedMember {
-                            workload: a.clone(),
-                            throughput: throughput(pa, pb_),
-                            job_id: String::new(),
-                        },
-                        pb::ColocatedMember {
-                            workload: b.clone(),
-                            throughput: throughput(pb_, pa),
-                            job_id: String::new(),
-                        },
-                    ],
-                    observed_at: None,
-                })
-                .await
-                .unwrap();
-        }
-    }
+    let exclusive = |p: &pb::Profile| p.system.as_ref().unwrap().exclusive_throughput;
+    let workloads = register_and_report_all_pairs(
+        &mut app,
+        n,
+        100,
+        |i| 1.0 + (i % 6) as f64,
+        |a, b| {
+            (
+                exclusive(a) * true_kept_fraction(a, b),
+                exclusive(b) * true_kept_fraction(b, a),
+            )
+        },
+    )
+    .await;
     app.client
         .train(pb::TrainRequest {
             gpu: GPU.into(),
