@@ -19,7 +19,7 @@ use crate::{
     advisor::Advisor,
     api::{AdvisorService, ColocationAdvisorServer},
     domain::now_ms,
-    profiler::{Backend, NvmlSampler},
+    profiler::Backend,
     proto,
     settings::Settings,
     store::Store,
@@ -54,12 +54,6 @@ impl App {
         }
         let backend =
             Backend::from_settings(&settings.profiler).context("cannot set up the profiler")?;
-        if let Backend::Nvml(_) = backend {
-            // Say it once, clearly, at startup; jobs then wait with the reason visible.
-            if let Err(error) = NvmlSampler::init(settings.profiler.gpu_index) {
-                tracing::warn!(%error, "NVML is unavailable: profiling jobs will wait until it is");
-            }
-        }
         let worker = match backend {
             Backend::Off => None,
             backend => Some(Worker::new(

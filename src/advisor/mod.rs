@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
-    model::{self, Features, FitError, ModelKind, TrainingRow},
+    model::{self, FitError, ModelKind, TrainingRow},
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
 
@@ -447,11 +447,6 @@ impl Advisor {
             catalog.gpu(&gpu).unwrap_or_default()
         };
         rank::predict(&query, &gpu, &model, &table)
-    }
-
-    /// Feature vectors of the named workloads on a GPU model (used by import and tests).
-    pub fn features(&self, gpu: &GpuName, name: &WorkloadName) -> Option<Features> {
-        self.read_catalog().gpu(gpu)?.get(name).map(|e| e.features)
     }
 }
 

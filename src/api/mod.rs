@@ -133,6 +133,7 @@ impl ColocationAdvisor for AdvisorService {
         let outcome = self.advisor.train(&gpu, kind).await?;
         Ok(Response::new(pb::TrainResponse {
             model: Some(convert::model_to_pb(&outcome.model)),
+            unusable_observations: outcome.unusable_observations as u64,
         }))
     }
 

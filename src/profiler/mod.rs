@@ -62,8 +62,9 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend the settings ask for. NVML is not touched here: a machine without a
-    /// driver still starts, and the worker reports the problem on each job it cannot run.
+    /// The backend the settings ask for. A machine without an NVIDIA driver still starts:
+    /// the nvml backend says so once here, and then on each job it cannot run (the job
+    /// waits, with the reason visible on the workload).
     pub fn from_settings(settings: &ProfilerSettings) -> anyhow::Result<Self> {
         Ok(match settings.backend.as_str() {
             "replay" => Self::Replay(ReplayBackend::load(
@@ -72,7 +73,16 @@ impl Backend {
                     .map_err(|e| anyhow::anyhow!(e.0))?,
                 settings.replay_gpu_memory_gb,
             )?),
-            "nvml" => Self::Nvml(NvmlBackend::new(settings.clone(), None)),
+            "nvml" => {
+                let sampler = match NvmlSampler::init(settings.gpu_index) {
+                    Ok(sampler) => Some(Arc::new(sampler) as Arc<dyn GpuSampler>),
+                    Err(error) => {
+                        tracing::warn!(%error, "NVML is unavailable: profiling jobs will wait until it is");
+                        None
+                    }
+                };
+                Self::Nvml(NvmlBackend::new(settings.clone(), sampler))
+            }
             _ => Self::Off,
         })
     }

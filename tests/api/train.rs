@@ -170,16 +170,10 @@ async fn runs_whose_members_lack_a_profile_are_left_out_of_training() {
         .delete_workload(pb::DeleteWorkloadRequest { name: "w07".into() })
         .await
         .unwrap();
-    let model = app
-        .client
-        .train(train(""))
-        .await
-        .unwrap()
-        .into_inner()
-        .model
-        .unwrap();
+    let response = app.client.train(train("")).await.unwrap().into_inner();
     // 36 runs, of which the 8 that involve w07 no longer have a profile for it.
-    assert_eq!(model.observations, 28);
+    assert_eq!(response.model.unwrap().observations, 28);
+    assert_eq!(response.unusable_observations, 8);
 }
 
 #[tokio::test]
