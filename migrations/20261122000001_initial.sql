@@ -67,7 +67,14 @@ CREATE TABLE observations (
     observed_at_ms INTEGER NOT NULL,
     recorded_at_ms INTEGER NOT NULL,
     source         TEXT    NOT NULL CHECK (source IN ('reported', 'imported', 'calibrated')),
-    fingerprint    TEXT    NOT NULL UNIQUE
+    fingerprint    TEXT    NOT NULL UNIQUE,
+    -- Set when training found the run outside the robust bound of its GPU model's runs: it
+    -- is kept, visibly, but not trained on.
+    outlier_reason TEXT,
+    -- What the model in use predicted for this set when it was reported (prediction
+    -- feedback: the rolling error of the model in use, and drift).
+    predicted_sum  REAL,
+    predicted_by_version INTEGER
 );
 CREATE INDEX observations_by_gpu ON observations (gpu, id);
 
@@ -82,8 +89,8 @@ CREATE TABLE observation_members (
     PRIMARY KEY (observation_id, position)
 );
 
--- Every fitted model, kept with its training metrics. The current model of a GPU model is
--- its highest version.
+-- Every model fitted for a GPU model, with its verdict. The champion — the one served —
+-- is the pinned version if there is a pin, else the newest promoted version.
 CREATE TABLE models (
     id            INTEGER PRIMARY KEY,
     gpu           TEXT    NOT NULL,
@@ -95,7 +102,42 @@ CREATE TABLE models (
     r2            REAL    NOT NULL,
     mse           REAL    NOT NULL,
     created_at_ms INTEGER NOT NULL,
+    status        TEXT    NOT NULL CHECK (status IN ('promoted', 'rejected')),
+    -- Why it was promoted or rejected, for people.
+    reason        TEXT    NOT NULL DEFAULT '',
+    -- Cross-validated rank score (vs oracle) and MSE of this model's procedure and of the
+    -- champion's on the same folds; NULL when there was nothing to compare.
+    cv_score      REAL,
+    cv_mse        REAL,
+    champion_cv_score REAL,
+    champion_cv_mse   REAL,
+    -- The training set: the runs with id up to this one (minus outliers).
+    last_observation_id INTEGER NOT NULL DEFAULT 0,
+    excluded_outliers   INTEGER NOT NULL DEFAULT 0,
     UNIQUE (gpu, version)
+);
+
+-- Every training attempt and what came of it, failures included (a failed fit makes no
+-- model version but is recorded here with why).
+CREATE TABLE training_runs (
+    id            INTEGER PRIMARY KEY,
+    gpu           TEXT    NOT NULL,
+    kind          TEXT    NOT NULL,
+    -- What started it: 'request' (Train RPC), 'schedule' (new observations), 'drift',
+    -- 'import'.
+    trigger       TEXT    NOT NULL,
+    outcome       TEXT    NOT NULL CHECK (outcome IN ('promoted', 'rejected', 'failed')),
+    version       INTEGER,
+    reason        TEXT    NOT NULL,
+    started_at_ms INTEGER NOT NULL
+);
+CREATE INDEX training_runs_by_gpu ON training_runs (gpu, id);
+
+-- An operator's pin: serve this version of the GPU model whatever training decides.
+CREATE TABLE model_pins (
+    gpu     TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    FOREIGN KEY (gpu, version) REFERENCES models (gpu, version)
 );
 
 -- Profiling work for the worker: one job per workload registered without a profile. The

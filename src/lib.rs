@@ -15,4 +15,5 @@ pub mod settings;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod trainer;
 pub mod worker;

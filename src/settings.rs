@@ -16,7 +16,30 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub model: ModelSettings,
     pub profiler: ProfilerSettings,
+    pub trainer: TrainerSettings,
     pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrainerSettings {
+    /// How often the retraining task looks at each GPU model; 0 = never (Train only).
+    pub interval_secs: u64,
+    /// New runs since the last training that make a retrain due.
+    pub min_new_observations: u64,
+    /// Folds of the cross-validation that judges a challenger against the champion.
+    pub cv_folds: usize,
+    /// A challenger is "not worse" when its cross-validated rank score is at least the
+    /// champion's minus score_tolerance and its MSE at most the champion's x (1 + mse_tolerance).
+    pub score_tolerance: f64,
+    pub mse_tolerance: f64,
+    /// Runs with a member further than this many robust deviations from the median
+    /// colocated/exclusive ratio are flagged as outliers and not trained on.
+    pub outlier_threshold: f64,
+    /// Relative error of the champion's predictions on newly reported runs (mean over the
+    /// last drift_window of them) above which a retrain is due at once.
+    pub drift_threshold: f64,
+    pub drift_window: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -117,6 +140,16 @@ poll_interval_ms = 1000
 ncu_launch_skip = 50
 ncu_launch_count = 200
 
+[trainer]
+interval_secs = 600
+min_new_observations = 20
+cv_folds = 5
+score_tolerance = 0.005
+mse_tolerance = 0.05
+outlier_threshold = 6.0
+drift_threshold = 0.25
+drift_window = 50
+
 [log]
 level = "info"
 format = "text"
@@ -175,6 +208,7 @@ impl Settings {
         self.default_gpu()?;
         self.model_kind()?;
         self.validate_profiler()?;
+        self.validate_trainer()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(SettingsError::Invalid {
                 key: "log.format",
@@ -252,6 +286,42 @@ impl Settings {
         Ok(())
     }
 
+    fn validate_trainer(&self) -> Result<(), SettingsError> {
+        let t = &self.trainer;
+        let invalid = |key: &'static str, message: &str| {
+            Err(SettingsError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
+        if t.cv_folds < 2 {
+            return invalid("trainer.cv_folds", "must be at least 2");
+        }
+        if t.min_new_observations == 0 {
+            return invalid("trainer.min_new_observations", "must be greater than 0");
+        }
+        if t.drift_window == 0 {
+            return invalid("trainer.drift_window", "must be greater than 0");
+        }
+        for (key, value) in [
+            ("trainer.score_tolerance", t.score_tolerance),
+            ("trainer.mse_tolerance", t.mse_tolerance),
+            ("trainer.outlier_threshold", t.outlier_threshold),
+            ("trainer.drift_threshold", t.drift_threshold),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return invalid(key, "must be a finite number >= 0");
+            }
+        }
+        if self.trainer.outlier_threshold == 0.0 || self.trainer.drift_threshold == 0.0 {
+            return invalid(
+                "trainer.outlier_threshold",
+                "thresholds must be greater than 0",
+            );
+        }
+        Ok(())
+    }
+
     /// The compiled allow-list of launch-spec programs.
     pub fn allowed_programs(&self) -> Result<Vec<glob::Pattern>, SettingsError> {
         self.profiler
@@ -277,6 +347,7 @@ impl Settings {
             default_gpu: self.default_gpu()?,
             default_kind: self.model_kind()?,
             allowed_programs: self.allowed_programs()?,
+            lifecycle: self.trainer.clone(),
         })
     }
 

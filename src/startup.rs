@@ -8,6 +8,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
+    time::Duration,
 };
 
 use anyhow::Context;
@@ -23,6 +24,7 @@ use crate::{
     proto,
     settings::Settings,
     store::Store,
+    trainer::Trainer,
     worker::Worker,
 };
 
@@ -32,6 +34,8 @@ pub struct App {
     advisor: Arc<Advisor>,
     /// The profiling worker; `None` when profiler.backend is "off".
     worker: Option<Worker>,
+    /// The retraining task; `None` when trainer.interval_secs is 0.
+    trainer: Option<Trainer>,
 }
 
 impl App {
@@ -62,6 +66,12 @@ impl App {
                 settings.profiler.clone(),
             )),
         };
+        let trainer = (settings.trainer.interval_secs > 0).then(|| {
+            Trainer::new(
+                advisor.clone(),
+                Duration::from_secs(settings.trainer.interval_secs),
+            )
+        });
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -71,6 +81,7 @@ impl App {
             local_addr,
             advisor,
             worker,
+            trainer,
         })
     }
 
@@ -108,6 +119,9 @@ impl App {
         let worker = self
             .worker
             .map(|worker| tokio::spawn(worker.run(shutdown.child_token())));
+        let trainer = self
+            .trainer
+            .map(|trainer| tokio::spawn(trainer.run(shutdown.child_token())));
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, "serving gRPC");
         let served = Server::builder()
@@ -143,9 +157,11 @@ impl App {
             .context("gRPC server failed");
         // A failed server still stops the worker before the store closes.
         shutdown.cancel();
-        if let Some(worker) = worker {
-            if let Err(error) = worker.await {
-                tracing::error!(%error, "profiling worker panicked");
+        for (task, name) in [(worker, "profiling worker"), (trainer, "retraining task")] {
+            if let Some(task) = task {
+                if let Err(error) = task.await {
+                    tracing::error!(%error, task = name, "background task panicked");
+                }
             }
         }
         self.advisor.store().close().await;

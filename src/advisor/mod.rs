@@ -5,6 +5,7 @@
 mod catalog;
 mod error;
 mod rank;
+mod training;
 
 use std::{
     collections::HashMap,
@@ -17,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
-    model::{self, FitError, ModelKind, TrainingRow},
+    model::{Features, ModelKind},
+    settings::TrainerSettings,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
 
@@ -27,6 +29,7 @@ pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
 };
+pub use training::{TrainOutcome, Trigger};
 
 /// Page size when the client asks for none, and the largest page served.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -41,6 +44,7 @@ pub struct AdvisorOptions {
     pub default_kind: ModelKind,
     /// Programs a launch spec may name; empty = launch specs are refused.
     pub allowed_programs: Vec<glob::Pattern>,
+    pub lifecycle: TrainerSettings,
 }
 
 impl Default for AdvisorOptions {
@@ -49,6 +53,9 @@ impl Default for AdvisorOptions {
             default_gpu: None,
             default_kind: ModelKind::DEFAULT,
             allowed_programs: Vec::new(),
+            lifecycle: crate::settings::Settings::load(Default::default())
+                .map(|s| s.trainer)
+                .expect("the built-in settings are valid"),
         }
     }
 }
@@ -56,6 +63,9 @@ impl Default for AdvisorOptions {
 pub struct Advisor {
     store: Store,
     allowed_programs: Vec<glob::Pattern>,
+    lifecycle: TrainerSettings,
+    /// The champion's recent prediction errors per GPU model (drift).
+    rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
     default_gpu: Option<GpuName>,
@@ -68,14 +78,6 @@ pub struct Advisor {
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
 }
 
-/// The outcome of a training run.
-#[derive(Debug, Clone)]
-pub struct TrainOutcome {
-    pub model: Arc<StoredModel>,
-    /// Stored runs on that GPU model left out because a member has no profile there.
-    pub unusable_observations: usize,
-}
-
 impl Advisor {
     /// Builds the advisor from what the store holds: profiles into the catalog, the newest
     /// model of each GPU model into memory.
@@ -84,6 +86,7 @@ impl Advisor {
             default_gpu,
             default_kind,
             allowed_programs,
+            lifecycle,
         } = options;
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
@@ -93,15 +96,17 @@ impl Advisor {
             catalog.put_workload(&name, &profiles);
         }
         let models: ModelMap = store
-            .latest_models()
+            .champions()
             .await?
             .into_iter()
             .map(|m| (m.gpu.clone(), Arc::new(m)))
             .collect();
         tracing::info!(models = models.len(), "advisor loaded");
-        Ok(Self {
+        let advisor = Self {
             store,
             allowed_programs,
+            lifecycle,
+            rolling_errors: std::sync::Mutex::new(HashMap::new()),
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
             default_gpu,
@@ -109,7 +114,9 @@ impl Advisor {
             catalog_writer: Mutex::new(()),
             trainer: Mutex::new(()),
             running_jobs: std::sync::Mutex::new(HashMap::new()),
-        })
+        };
+        advisor.load_rolling_errors().await?;
+        Ok(advisor)
     }
 
     pub fn default_kind(&self) -> ModelKind {
@@ -263,9 +270,11 @@ impl Advisor {
         Ok(record)
     }
 
-    /// Stores a colocated run; every member must be a registered workload.
+    /// Stores a colocated run; every member must be a registered workload. When the
+    /// champion can predict the set, its prediction is stored with the run and its error
+    /// feeds the rolling error (drift).
     pub async fn report(&self, observation: Observation) -> Result<(i64, bool)> {
-        {
+        let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = observation
                 .members
@@ -277,11 +286,38 @@ impl Advisor {
                     unknown.workload.as_str()
                 )));
             }
-        }
-        Ok(self
+            catalog.gpu(&observation.gpu)
+        };
+        let champion = self.models.load().get(&observation.gpu).cloned();
+        let prediction = champion.zip(table).and_then(|(champion, table)| {
+            let features: Option<Vec<&Features>> = observation
+                .members
+                .iter()
+                .map(|m| table.get(&m.workload).map(|e| &e.features))
+                .collect();
+            let sum = champion.params.predict_set(&features?).sum;
+            Some((sum, champion.version))
+        });
+        let (id, created) = self
             .store
-            .insert_observation(&observation, ObservationSource::Reported, now_ms())
-            .await?)
+            .insert_observation(
+                &observation,
+                ObservationSource::Reported,
+                prediction,
+                now_ms(),
+            )
+            .await?;
+        let actual = observation.throughput_sum();
+        if let (true, Some((predicted, version))) = (created, prediction) {
+            if actual > 0.0 {
+                self.record_prediction_error(
+                    &observation.gpu,
+                    version,
+                    (predicted - actual).abs() / actual,
+                );
+            }
+        }
+        Ok((id, created))
     }
 
     /// The GPU model a request is about: the one it names, else the configured default,
@@ -312,88 +348,6 @@ impl Advisor {
                 "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
                 gpu.as_str()
             ))
-        })
-    }
-
-    /// Fits a new model of the GPU model from every usable stored run, stores it as the next
-    /// version and publishes it; Rank keeps using the old one until the swap.
-    /// A stored version of a GPU model's model (the one in use for `None`).
-    pub async fn model_version(
-        &self,
-        gpu: &GpuName,
-        version: Option<u64>,
-    ) -> Result<Arc<StoredModel>> {
-        let Some(version) = version else {
-            return self.current_model(gpu);
-        };
-        self.store
-            .model(gpu, version)
-            .await?
-            .map(Arc::new)
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "GPU model {:?} has no model version {version}",
-                    gpu.as_str()
-                ))
-            })
-    }
-
-    pub async fn train(&self, gpu: &GpuName, kind: Option<ModelKind>) -> Result<TrainOutcome> {
-        let kind = kind.unwrap_or(self.default_kind);
-        let _trainer = self.trainer.lock().await;
-        let observations = self.store.observations(gpu).await?;
-        let table = self.read_catalog().gpu(gpu).unwrap_or_default();
-        let total = observations.len();
-        let rows: Vec<TrainingRow> = observations
-            .into_iter()
-            .filter_map(|observation| {
-                let mut members = Vec::with_capacity(observation.members.len());
-                let mut throughputs = Vec::with_capacity(observation.members.len());
-                for (name, throughput) in observation.members {
-                    let name = WorkloadName::parse("workload", &name).ok()?;
-                    members.push(table.get(&name)?.features);
-                    throughputs.push(throughput);
-                }
-                Some(TrainingRow {
-                    members,
-                    throughputs,
-                })
-            })
-            .collect();
-        let unusable = total - rows.len();
-
-        let fitted = tokio::task::spawn_blocking(move || model::fit(kind, &rows))
-            .await
-            .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
-        let (params, metrics) = fitted.map_err(|e| match e {
-            FitError::TooFewObservations { .. } => Error::FailedPrecondition(format!(
-                "cannot train a model for GPU model {:?}: {e} ({unusable} stored runs have members \
-                 without a profile on it)",
-                gpu.as_str()
-            )),
-            other => Error::FailedPrecondition(format!(
-                "cannot train a model for GPU model {:?}: {other}",
-                gpu.as_str()
-            )),
-        })?;
-
-        let stored = Arc::new(
-            self.store
-                .insert_model(gpu, &params, &metrics, now_ms())
-                .await?,
-        );
-        self.models.rcu(|current| {
-            let mut next = ModelMap::clone(current);
-            next.insert(gpu.clone(), stored.clone());
-            next
-        });
-        tracing::info!(
-            gpu = %gpu, version = stored.version, kind = kind.as_str(), observations = metrics.observations,
-            r2 = metrics.r2, mse = metrics.mse, unusable, "model trained"
-        );
-        Ok(TrainOutcome {
-            model: stored,
-            unusable_observations: unusable,
         })
     }
 

@@ -13,7 +13,7 @@ use crate::{
     },
     model::ModelKind,
     proto as pb,
-    store::{StoredModel, WorkloadRecord},
+    store::{ModelStatus, StoredModel, WorkloadRecord},
 };
 
 pub fn timestamp(ms: i64) -> prost_types::Timestamp {
@@ -391,12 +391,23 @@ pub fn model_kind(raw: &str) -> Result<Option<ModelKind>, ValidationError> {
     })
 }
 
-pub fn model_to_pb(model: &StoredModel) -> pb::Model {
+/// What is true of a GPU model's models right now, for reporting one of them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelContext {
+    pub serving_version: Option<u64>,
+    pub pinned_version: Option<u64>,
+    /// The serving model's rolling error and how many runs it covers.
+    pub rolling_error: Option<(f64, usize)>,
+}
+
+pub fn model_to_pb(model: &StoredModel, context: &ModelContext) -> pb::Model {
     let (intercept, coefficients) = model.params.coefficients();
     let coefficients = coefficients
         .into_iter()
         .map(|(feature, value)| pb::Coefficient { feature, value })
         .collect();
+    let serving = context.serving_version == Some(model.version);
+    let rolling = context.rolling_error.filter(|_| serving);
     pb::Model {
         gpu: model.gpu.to_string(),
         version: model.version,
@@ -407,5 +418,20 @@ pub fn model_to_pb(model: &StoredModel) -> pb::Model {
         mse: model.metrics.mse,
         intercept,
         coefficients,
+        status: match model.status {
+            ModelStatus::Promoted => pb::ModelStatus::Promoted,
+            ModelStatus::Rejected => pb::ModelStatus::Rejected,
+        } as i32,
+        reason: model.reason.clone(),
+        cv_score: model.comparison.map(|c| c.score),
+        cv_mse: model.comparison.map(|c| c.mse),
+        champion_cv_score: model.comparison.map(|c| c.champion_score),
+        champion_cv_mse: model.comparison.map(|c| c.champion_mse),
+        excluded_outliers: model.excluded_outliers,
+        serving,
+        pinned: context.pinned_version == Some(model.version),
+        rolling_error: rolling.map(|r| r.0),
+        rolling_error_samples: rolling.map_or(0, |r| r.1 as u64),
+        history: Vec::new(),
     }
 }

@@ -8,8 +8,11 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+/// Versions GetModel shows as history.
+const HISTORY_LENGTH: u32 = 10;
+
 use crate::{
-    advisor::Advisor,
+    advisor::{Advisor, Trigger},
     domain::{now_ms, GpuName},
     proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
 };
@@ -24,6 +27,15 @@ pub struct AdvisorService {
 impl AdvisorService {
     pub fn new(advisor: Arc<Advisor>) -> Self {
         Self { advisor }
+    }
+
+    /// What GetModel and friends report alongside a model.
+    async fn context(&self, gpu: &GpuName) -> Result<convert::ModelContext, Status> {
+        Ok(convert::ModelContext {
+            serving_version: self.advisor.current_model(gpu).ok().map(|m| m.version),
+            pinned_version: self.advisor.pinned_version(gpu).await?,
+            rolling_error: self.advisor.rolling_error(gpu),
+        })
     }
 
     /// The GPU model named by a request field, else the server's default.
@@ -130,10 +142,13 @@ impl ColocationAdvisor for AdvisorService {
         let request = request.into_inner();
         let kind = convert::model_kind(&request.kind).map_err(invalid)?;
         let gpu = self.gpu(&request.gpu)?;
-        let outcome = self.advisor.train(&gpu, kind).await?;
+        let outcome = self.advisor.train(&gpu, kind, Trigger::Request).await?;
+        let context = self.context(&gpu).await?;
         Ok(Response::new(pb::TrainResponse {
-            model: Some(convert::model_to_pb(&outcome.model)),
+            model: Some(convert::model_to_pb(&outcome.model, &context)),
             unusable_observations: outcome.unusable_observations as u64,
+            promoted: outcome.promoted,
+            champion_version: context.serving_version.unwrap_or_default(),
         }))
     }
 
@@ -145,6 +160,61 @@ impl ColocationAdvisor for AdvisorService {
         let gpu = self.gpu(&request.gpu)?;
         let version = (request.version != 0).then_some(request.version);
         let model = self.advisor.model_version(&gpu, version).await?;
-        Ok(Response::new(convert::model_to_pb(&model)))
+        let context = self.context(&gpu).await?;
+        let mut answer = convert::model_to_pb(&model, &context);
+        answer.history = self
+            .advisor
+            .models(&gpu, HISTORY_LENGTH)
+            .await?
+            .iter()
+            .map(|m| convert::model_to_pb(m, &context))
+            .collect();
+        Ok(Response::new(answer))
+    }
+
+    async fn list_models(
+        &self,
+        request: Request<pb::ListModelsRequest>,
+    ) -> Result<Response<pb::ListModelsResponse>, Status> {
+        let request = request.into_inner();
+        let gpu = self.gpu(&request.gpu)?;
+        let limit = match request.limit {
+            0 => 100,
+            n => n.min(1000),
+        };
+        let context = self.context(&gpu).await?;
+        let models = self.advisor.models(&gpu, limit).await?;
+        Ok(Response::new(pb::ListModelsResponse {
+            models: models
+                .iter()
+                .map(|m| convert::model_to_pb(m, &context))
+                .collect(),
+        }))
+    }
+
+    async fn pin_model(
+        &self,
+        request: Request<pb::PinModelRequest>,
+    ) -> Result<Response<pb::Model>, Status> {
+        let request = request.into_inner();
+        let gpu = self.gpu(&request.gpu)?;
+        if request.version == 0 {
+            return Err(Status::invalid_argument(
+                "version must name a stored model version",
+            ));
+        }
+        let model = self.advisor.pin(&gpu, request.version).await?;
+        let context = self.context(&gpu).await?;
+        Ok(Response::new(convert::model_to_pb(&model, &context)))
+    }
+
+    async fn unpin_model(
+        &self,
+        request: Request<pb::UnpinModelRequest>,
+    ) -> Result<Response<pb::Model>, Status> {
+        let gpu = self.gpu(&request.into_inner().gpu)?;
+        let model = self.advisor.unpin(&gpu).await?;
+        let context = self.context(&gpu).await?;
+        Ok(Response::new(convert::model_to_pb(&model, &context)))
     }
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 pub use kace::{parse_workload_name, KaceDataset, KacePair, KaceWorkload};
 
 use crate::{
-    advisor::{Advisor, Error as AdvisorError, TrainOutcome},
+    advisor::{Advisor, Error as AdvisorError, TrainOutcome, Trigger},
     domain::{
         now_ms, ColocatedMember, GpuName, NewWorkload, Observation, Profile, ProfileSource,
         WorkloadName,
@@ -137,15 +137,23 @@ pub async fn import_kace(
     let models = match advisor.current_model(gpu) {
         Ok(current) if nothing_changed => vec![Ok(TrainOutcome {
             model: current,
+            promoted: true,
             unusable_observations: 0,
         })],
         _ => {
             let mut models = Vec::new();
             if advisor.default_kind() != ModelKind::KaceLinear {
-                let baseline = advisor.train(gpu, Some(ModelKind::KaceLinear)).await;
+                let baseline = advisor
+                    .train(gpu, Some(ModelKind::KaceLinear), Trigger::Import)
+                    .await;
                 models.push(baseline.map_err(|e| e.to_string()));
             }
-            models.push(advisor.train(gpu, None).await.map_err(|e| e.to_string()));
+            models.push(
+                advisor
+                    .train(gpu, None, Trigger::Import)
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
             models
         }
     };

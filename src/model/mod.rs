@@ -6,6 +6,7 @@
 mod features;
 mod kace_linear;
 mod member;
+pub mod validation;
 
 use serde::{Deserialize, Serialize};
 

@@ -187,7 +187,7 @@ pub async fn calibrate(
                 )?;
                 advisor
                     .store()
-                    .insert_observation(&observation, ObservationSource::Calibrated, now_ms())
+                    .insert_observation(&observation, ObservationSource::Calibrated, None, now_ms())
                     .await?;
                 summary
                     .measured

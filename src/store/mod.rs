@@ -18,8 +18,8 @@ use sqlx::{
 };
 
 pub use jobs::ClaimedJob;
-pub use models::StoredModel;
-pub use observations::{ObservationSource, StoredObservation};
+pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
+pub use observations::{ObservationSource, Prediction, StoredObservation};
 pub use workloads::WorkloadRecord;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,5 @@
-//! Fitted models, every version kept.
+//! Fitted models, every version kept with its verdict; operator pins; and the log of every
+//! training attempt.
 
 use sqlx::FromRow;
 
@@ -8,6 +9,30 @@ use crate::{
     model::{FitMetrics, ModelParams},
 };
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelStatus {
+    Promoted,
+    Rejected,
+}
+
+impl ModelStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Promoted => "promoted",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// Cross-validated figures of a challenger's procedure and the champion's, on the same folds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Comparison {
+    pub score: f64,
+    pub mse: f64,
+    pub champion_score: f64,
+    pub champion_mse: f64,
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredModel {
     pub gpu: GpuName,
@@ -15,6 +40,35 @@ pub struct StoredModel {
     pub params: ModelParams,
     pub metrics: FitMetrics,
     pub created_at_ms: i64,
+    pub status: ModelStatus,
+    pub reason: String,
+    pub comparison: Option<Comparison>,
+    /// The training set: runs with ids up to this one, outliers excluded.
+    pub last_observation_id: i64,
+    pub excluded_outliers: u64,
+}
+
+/// A fitted model to store, with its verdict.
+#[derive(Debug, Clone)]
+pub struct NewModel {
+    pub params: ModelParams,
+    pub metrics: FitMetrics,
+    pub status: ModelStatus,
+    pub reason: String,
+    pub comparison: Option<Comparison>,
+    pub last_observation_id: i64,
+    pub excluded_outliers: u64,
+}
+
+/// One training attempt, as logged.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct TrainingRun {
+    pub kind: String,
+    pub trigger: String,
+    pub outcome: String,
+    pub version: Option<i64>,
+    pub reason: String,
+    pub started_at_ms: i64,
 }
 
 #[derive(FromRow)]
@@ -26,6 +80,25 @@ struct ModelRow {
     r2: f64,
     mse: f64,
     created_at_ms: i64,
+    status: String,
+    reason: String,
+    cv_score: Option<f64>,
+    cv_mse: Option<f64>,
+    champion_cv_score: Option<f64>,
+    champion_cv_mse: Option<f64>,
+    last_observation_id: i64,
+    excluded_outliers: i64,
+}
+
+macro_rules! select_models {
+    ($tail:literal) => {
+        concat!(
+            "SELECT m.gpu, m.version, m.parameters, m.observations, m.r2, m.mse, ",
+            "m.created_at_ms, m.status, m.reason, m.cv_score, m.cv_mse, m.champion_cv_score, ",
+            "m.champion_cv_mse, m.last_observation_id, m.excluded_outliers FROM models m ",
+            $tail
+        )
+    };
 }
 
 impl ModelRow {
@@ -43,6 +116,27 @@ impl ModelRow {
                 self.gpu, self.version
             )));
         }
+        let status = match self.status.as_str() {
+            "promoted" => ModelStatus::Promoted,
+            "rejected" => ModelStatus::Rejected,
+            other => return Err(corrupt(format!("model status {other:?}"))),
+        };
+        let comparison = match (
+            self.cv_score,
+            self.cv_mse,
+            self.champion_cv_score,
+            self.champion_cv_mse,
+        ) {
+            (Some(score), Some(mse), Some(champion_score), Some(champion_mse)) => {
+                Some(Comparison {
+                    score,
+                    mse,
+                    champion_score,
+                    champion_mse,
+                })
+            }
+            _ => None,
+        };
         Ok(StoredModel {
             gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.0))?,
             version: self.version as u64,
@@ -53,42 +147,65 @@ impl ModelRow {
                 mse: self.mse,
             },
             created_at_ms: self.created_at_ms,
+            status,
+            reason: self.reason,
+            comparison,
+            last_observation_id: self.last_observation_id,
+            excluded_outliers: self.excluded_outliers as u64,
         })
     }
 }
 
+fn version_param(version: u64) -> i64 {
+    i64::try_from(version).unwrap_or(i64::MAX)
+}
+
 impl Store {
-    /// Stores a fitted model as the next version for its GPU model. One transaction, so two
-    /// concurrent trainings cannot take the same version.
-    /// (A single statement is its own transaction.)
+    /// Stores a fitted model as the next version for its GPU model (one statement, so two
+    /// concurrent trainings cannot take the same version).
     pub async fn insert_model(
         &self,
         gpu: &GpuName,
-        params: &ModelParams,
-        metrics: &FitMetrics,
+        model: &NewModel,
         now_ms: i64,
     ) -> Result<StoredModel, StoreError> {
-        let parameters = serde_json::to_string(params).expect("model parameters serialize");
+        let parameters = serde_json::to_string(&model.params).expect("model parameters serialize");
+        let comparison = model.comparison;
         let version = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO models (gpu, version, kind, parameters, observations, r2, mse, created_at_ms) \
+            "INSERT INTO models (gpu, version, kind, parameters, observations, r2, mse, \
+             created_at_ms, status, reason, cv_score, cv_mse, champion_cv_score, champion_cv_mse, \
+             last_observation_id, excluded_outliers) \
              VALUES (?1, (SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE gpu = ?1), \
-             ?2, ?3, ?4, ?5, ?6, ?7) RETURNING version",
+             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING version",
         )
         .bind(gpu.as_str())
-        .bind(params.kind().as_str())
+        .bind(model.params.kind().as_str())
         .bind(parameters)
-        .bind(metrics.observations as i64)
-        .bind(metrics.r2)
-        .bind(metrics.mse)
+        .bind(model.metrics.observations as i64)
+        .bind(model.metrics.r2)
+        .bind(model.metrics.mse)
         .bind(now_ms)
+        .bind(model.status.as_str())
+        .bind(&model.reason)
+        .bind(comparison.map(|c| c.score))
+        .bind(comparison.map(|c| c.mse))
+        .bind(comparison.map(|c| c.champion_score))
+        .bind(comparison.map(|c| c.champion_mse))
+        .bind(model.last_observation_id)
+        .bind(model.excluded_outliers as i64)
         .fetch_one(&self.pool)
         .await?;
         Ok(StoredModel {
             gpu: gpu.clone(),
             version: version as u64,
-            params: params.clone(),
-            metrics: *metrics,
+            params: model.params.clone(),
+            metrics: model.metrics,
             created_at_ms: now_ms,
+            status: model.status,
+            reason: model.reason.clone(),
+            comparison,
+            last_observation_id: model.last_observation_id,
+            excluded_outliers: model.excluded_outliers,
         })
     }
 
@@ -98,25 +215,120 @@ impl Store {
         gpu: &GpuName,
         version: u64,
     ) -> Result<Option<StoredModel>, StoreError> {
-        let row = sqlx::query_as::<_, ModelRow>(
-            "SELECT gpu, version, parameters, observations, r2, mse, created_at_ms FROM models \
-             WHERE gpu = ?1 AND version = ?2",
-        )
-        .bind(gpu.as_str())
-        .bind(i64::try_from(version).unwrap_or(i64::MAX))
-        .fetch_optional(&self.pool)
-        .await?;
+        let row =
+            sqlx::query_as::<_, ModelRow>(select_models!("WHERE m.gpu = ?1 AND m.version = ?2"))
+                .bind(gpu.as_str())
+                .bind(version_param(version))
+                .fetch_optional(&self.pool)
+                .await?;
         row.map(ModelRow::into_model).transpose()
     }
 
-    /// The newest model of every GPU model.
-    pub async fn latest_models(&self) -> Result<Vec<StoredModel>, StoreError> {
-        let rows = sqlx::query_as::<_, ModelRow>(
-            "SELECT gpu, version, parameters, observations, r2, mse, created_at_ms FROM models m \
-             WHERE version = (SELECT MAX(version) FROM models WHERE gpu = m.gpu)",
-        )
+    /// A GPU model's versions, newest first, at most `limit`.
+    pub async fn models(&self, gpu: &GpuName, limit: u32) -> Result<Vec<StoredModel>, StoreError> {
+        let rows = sqlx::query_as::<_, ModelRow>(select_models!(
+            "WHERE m.gpu = ?1 ORDER BY m.version DESC LIMIT ?2"
+        ))
+        .bind(gpu.as_str())
+        .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(ModelRow::into_model).collect()
+    }
+
+    /// The champion of every GPU model: its pinned version, else its newest promoted one.
+    pub async fn champions(&self) -> Result<Vec<StoredModel>, StoreError> {
+        let rows = sqlx::query_as::<_, ModelRow>(select_models!(
+            "WHERE m.version = COALESCE( \
+               (SELECT p.version FROM model_pins p WHERE p.gpu = m.gpu), \
+               (SELECT MAX(version) FROM models WHERE gpu = m.gpu AND status = 'promoted'))"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(ModelRow::into_model).collect()
+    }
+
+    pub async fn pinned_version(&self, gpu: &GpuName) -> Result<Option<u64>, StoreError> {
+        let version = sqlx::query_scalar::<_, i64>("SELECT version FROM model_pins WHERE gpu = ?1")
+            .bind(gpu.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(version.map(|v| v as u64))
+    }
+
+    /// Pins a stored version; false when the GPU model has no such version.
+    pub async fn pin_model(&self, gpu: &GpuName, version: u64) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO model_pins (gpu, version) \
+             SELECT gpu, version FROM models WHERE gpu = ?1 AND version = ?2 \
+             ON CONFLICT (gpu) DO UPDATE SET version = excluded.version",
+        )
+        .bind(gpu.as_str())
+        .bind(version_param(version))
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    /// Removes the pin; false when there was none.
+    pub async fn unpin_model(&self, gpu: &GpuName) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM model_pins WHERE gpu = ?1")
+            .bind(gpu.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_training_run(
+        &self,
+        gpu: &GpuName,
+        kind: &str,
+        trigger: &str,
+        outcome: &str,
+        version: Option<u64>,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO training_runs (gpu, kind, trigger, outcome, version, reason, started_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(gpu.as_str())
+        .bind(kind)
+        .bind(trigger)
+        .bind(outcome)
+        .bind(version.map(version_param))
+        .bind(reason)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The newest run id any model of `gpu` was trained up to (0 = never trained).
+    pub async fn last_trained_observation_id(&self, gpu: &GpuName) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>(
+            "SELECT COALESCE(MAX(last_observation_id), 0) FROM models WHERE gpu = ?1",
+        )
+        .bind(gpu.as_str())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// A GPU model's training attempts, newest first.
+    pub async fn training_runs(
+        &self,
+        gpu: &GpuName,
+        limit: u32,
+    ) -> Result<Vec<TrainingRun>, StoreError> {
+        Ok(sqlx::query_as::<_, TrainingRun>(
+            "SELECT kind, trigger, outcome, version, reason, started_at_ms FROM training_runs \
+             WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2",
+        )
+        .bind(gpu.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

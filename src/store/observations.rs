@@ -32,22 +32,29 @@ pub struct StoredObservation {
     pub members: Vec<(String, f64)>,
 }
 
+/// What the model in use predicted for a reported set: (sum, model version).
+pub type Prediction = (f64, u64);
+
 async fn insert_one(
     tx: &mut Transaction<'_, Sqlite>,
     observation: &Observation,
     source: ObservationSource,
+    prediction: Option<Prediction>,
     now_ms: i64,
 ) -> Result<(i64, bool), StoreError> {
     let fingerprint = observation.fingerprint();
     let inserted = sqlx::query_scalar::<_, i64>(
-        "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, fingerprint) \
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
+        "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, fingerprint, \
+         predicted_sum, predicted_by_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+         ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
     )
     .bind(observation.gpu.as_str())
     .bind(observation.observed_at_ms)
     .bind(now_ms)
     .bind(source.as_str())
     .bind(&fingerprint)
+    .bind(prediction.map(|p| p.0))
+    .bind(prediction.map(|p| p.1 as i64))
     .fetch_optional(&mut **tx)
     .await?;
     let Some(id) = inserted else {
@@ -81,10 +88,11 @@ impl Store {
         &self,
         observation: &Observation,
         source: ObservationSource,
+        prediction: Option<Prediction>,
         now_ms: i64,
     ) -> Result<(i64, bool), StoreError> {
         let mut tx = self.begin_write().await?;
-        let outcome = insert_one(&mut tx, observation, source, now_ms).await;
+        let outcome = insert_one(&mut tx, observation, source, prediction, now_ms).await;
         finish(tx, outcome).await
     }
 
@@ -99,7 +107,10 @@ impl Store {
         let outcome = async {
             let mut created = 0;
             for observation in observations {
-                if insert_one(&mut tx, observation, source, now_ms).await?.1 {
+                if insert_one(&mut tx, observation, source, None, now_ms)
+                    .await?
+                    .1
+                {
                     created += 1;
                 }
             }
@@ -107,6 +118,81 @@ impl Store {
         }
         .await;
         finish(tx, outcome).await
+    }
+
+    /// Marks exactly these runs of `gpu` as outliers (with why) and clears the others.
+    pub async fn set_outliers(
+        &self,
+        gpu: &GpuName,
+        flagged: &[(i64, String)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let outcome = async {
+            sqlx::query("UPDATE observations SET outlier_reason = NULL WHERE gpu = ?1 AND outlier_reason IS NOT NULL")
+                .bind(gpu.as_str())
+                .execute(&mut *tx)
+                .await?;
+            for (id, reason) in flagged {
+                sqlx::query("UPDATE observations SET outlier_reason = ?2 WHERE id = ?1")
+                    .bind(id)
+                    .bind(reason)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Ok(())
+        }
+        .await;
+        finish(tx, outcome).await
+    }
+
+    /// GPU models that have stored runs.
+    pub async fn observation_gpus(&self) -> Result<Vec<GpuName>, StoreError> {
+        let names =
+            sqlx::query_scalar::<_, String>("SELECT DISTINCT gpu FROM observations ORDER BY gpu")
+                .fetch_all(&self.pool)
+                .await?;
+        names
+            .iter()
+            .map(|n| GpuName::parse("gpu", n).map_err(|e| StoreError::Corrupt(e.0)))
+            .collect()
+    }
+
+    /// How many runs of `gpu` have an id above `after_id`.
+    pub async fn observations_after(
+        &self,
+        gpu: &GpuName,
+        after_id: i64,
+    ) -> Result<u64, StoreError> {
+        let count = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM observations WHERE gpu = ?1 AND id > ?2",
+        )
+        .bind(gpu.as_str())
+        .bind(after_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count as u64)
+    }
+
+    /// The relative errors |predicted - actual| / actual of the newest `window` runs of
+    /// `gpu` that model `version` predicted when they were reported, newest first.
+    pub async fn prediction_errors(
+        &self,
+        gpu: &GpuName,
+        version: u64,
+        window: usize,
+    ) -> Result<Vec<f64>, StoreError> {
+        Ok(sqlx::query_scalar::<_, f64>(
+            "SELECT ABS(o.predicted_sum - t.total) / t.total FROM observations o \
+             JOIN (SELECT observation_id, SUM(throughput) AS total FROM observation_members \
+                   GROUP BY observation_id) t ON t.observation_id = o.id \
+             WHERE o.gpu = ?1 AND o.predicted_by_version = ?2 AND t.total > 0 \
+             ORDER BY o.id DESC LIMIT ?3",
+        )
+        .bind(gpu.as_str())
+        .bind(version as i64)
+        .bind(window as i64)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Every stored run on `gpu`, oldest first.

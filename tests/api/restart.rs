@@ -47,7 +47,7 @@ async fn workloads_profiles_runs_and_the_model_survive_a_restart() {
         .unwrap()
         .into_inner();
     assert_eq!(pending.state(), pb::WorkloadState::PendingProfile);
-    let reloaded = restarted
+    let mut reloaded = restarted
         .client
         .get_model(pb::GetModelRequest {
             gpu: GPU.into(),
@@ -56,6 +56,8 @@ async fn workloads_profiles_runs_and_the_model_survive_a_restart() {
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(reloaded.history.len(), 1, "the history survives too");
+    reloaded.history.clear();
     assert_eq!(Some(reloaded), model);
     let ranked_again = restarted
         .client

@@ -30,10 +30,9 @@ async fn get_model_before_training_is_failed_precondition() {
 }
 
 #[tokio::test]
-async fn train_with_too_few_runs_is_failed_precondition_and_stores_no_model() {
+async fn train_with_too_few_runs_is_failed_precondition_and_records_why_without_a_model() {
     let mut app = spawn_app().await;
     seed_workloads_and_runs(&mut app, 3).await; // 6 runs
-    let before = app.dump_store().await;
     for kind in ["", "kace-linear"] {
         let message = expect_code(
             app.client.train(train(kind)).await,
@@ -41,7 +40,12 @@ async fn train_with_too_few_runs_is_failed_precondition_and_stores_no_model() {
         );
         assert!(message.contains("at least"), "{message}");
     }
-    assert_eq!(app.dump_store().await, before);
+    // No model, but each failed attempt is recorded with why.
+    assert_eq!(app.count("models").await, 0);
+    let failed = app
+        .query_i64("SELECT COUNT(*) FROM training_runs WHERE outcome = 'failed' AND reason LIKE '%at least 12%'")
+        .await;
+    assert_eq!(failed, 2);
 }
 
 #[tokio::test]
@@ -58,13 +62,22 @@ async fn the_linear_kind_recovers_the_coefficients_behind_the_runs_and_get_model
         .into_inner()
         .model
         .unwrap();
-    let model = app
+    let mut model = app
         .client
         .get_model(get_model(0))
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(
+        model.history,
+        [trained.clone()],
+        "GetModel shows the history"
+    );
+    model.history.clear();
     assert_eq!(model, trained);
+    assert_eq!(model.status(), pb::ModelStatus::Promoted);
+    assert_eq!(model.reason, "the first model of this GPU model");
+    assert!(model.serving);
     assert_eq!(model.gpu, GPU);
     assert_eq!(model.version, 1);
     assert_eq!(model.kind, "kace-linear");
@@ -142,23 +155,35 @@ async fn train_fits_the_default_kind_unless_told_and_every_version_stays_readabl
         .await
         .unwrap()
         .into_inner();
+    // On runs that follow a linear truth the linear kind cross-validates better: promoted.
     assert_eq!(ranked.model_version, 2);
     assert_eq!(
-        app.client
-            .get_model(get_model(1))
-            .await
-            .unwrap()
-            .into_inner(),
-        first
+        second.status(),
+        pb::ModelStatus::Promoted,
+        "{}",
+        second.reason
     );
+    assert!(second.cv_score.unwrap() >= second.champion_cv_score.unwrap() - 0.005);
+    let older = app
+        .client
+        .get_model(get_model(1))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(
-        app.client
-            .get_model(get_model(0))
-            .await
-            .unwrap()
-            .into_inner(),
-        second
+        (older.version, older.kind.as_str(), older.serving),
+        (1, "member-ridge-gbt", false)
     );
+    assert_eq!(older.coefficients, first.coefficients);
+    let serving = app
+        .client
+        .get_model(get_model(0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((serving.version, serving.serving), (2, true));
+    let versions: Vec<u64> = serving.history.iter().map(|m| m.version).collect();
+    assert_eq!(versions, [2, 1]);
     expect_code(app.client.get_model(get_model(3)).await, Code::NotFound);
 }
 

@@ -1,0 +1,420 @@
+//! Training and the model lifecycle: a challenger is fitted off the async threads on every
+//! usable run (outliers flagged and left out), judged against the champion by k-fold
+//! cross-validation of both procedures on the same runs, and promoted only if it is not
+//! worse. Every version is kept with its verdict, every attempt logged; an operator's pin
+//! overrides the verdicts; the champion's errors on newly reported runs are watched for
+//! drift.
+
+use std::{collections::VecDeque, sync::Arc};
+
+use super::{Advisor, Error, ModelMap, Result};
+use crate::{
+    domain::{now_ms, GpuName, WorkloadName},
+    model::{
+        self,
+        validation::{self, LabelledRow, Procedure},
+        ModelKind, TrainingRow, MIN_TRAINING_ROWS,
+    },
+    store::{Comparison, ModelStatus, NewModel, StoredModel},
+};
+
+/// What started a training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The Train RPC.
+    Request,
+    /// Enough new runs since the last training.
+    Schedule,
+    /// The champion's rolling error passed trainer.drift_threshold.
+    Drift,
+    /// `coloc import`.
+    Import,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Schedule => "schedule",
+            Self::Drift => "drift",
+            Self::Import => "import",
+        }
+    }
+}
+
+/// The outcome of a training that produced a model.
+#[derive(Debug, Clone)]
+pub struct TrainOutcome {
+    /// The new version, promoted or rejected.
+    pub model: Arc<StoredModel>,
+    pub promoted: bool,
+    /// Stored runs on that GPU model left out because a member has no profile there.
+    pub unusable_observations: usize,
+}
+
+/// The champion's recent relative errors on reported runs.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RollingError {
+    version: u64,
+    errors: VecDeque<f64>,
+}
+
+impl Advisor {
+    /// Fits a challenger of `kind` (default: `model.kind`) on every usable run of the GPU
+    /// model, judges it against the champion and promotes it if it is not worse. A failed
+    /// fit keeps the champion; it is logged and answered as FAILED_PRECONDITION.
+    pub async fn train(
+        &self,
+        gpu: &GpuName,
+        kind: Option<ModelKind>,
+        trigger: Trigger,
+    ) -> Result<TrainOutcome> {
+        let kind = kind.unwrap_or(self.default_kind);
+        let _trainer = self.trainer.lock().await;
+        let observations = self.store.observations(gpu).await?;
+        let table = self.read_catalog().gpu(gpu).unwrap_or_default();
+        let total = observations.len();
+        let mut rows: Vec<LabelledRow> = observations
+            .into_iter()
+            .filter_map(|observation| {
+                let mut names = Vec::with_capacity(observation.members.len());
+                let mut members = Vec::with_capacity(observation.members.len());
+                let mut throughputs = Vec::with_capacity(observation.members.len());
+                for (name, throughput) in observation.members {
+                    let parsed = WorkloadName::parse("workload", &name).ok()?;
+                    members.push(table.get(&parsed)?.features);
+                    names.push(name);
+                    throughputs.push(throughput);
+                }
+                Some(LabelledRow {
+                    id: observation.id,
+                    members: names,
+                    row: TrainingRow {
+                        members,
+                        throughputs,
+                    },
+                })
+            })
+            .collect();
+        let unusable = total - rows.len();
+
+        let flagged = validation::outliers(&rows, self.lifecycle.outlier_threshold);
+        let flagged_ids: Vec<(i64, String)> = flagged
+            .iter()
+            .map(|(i, why)| (rows[*i].id, why.clone()))
+            .collect();
+        self.store.set_outliers(gpu, &flagged_ids).await?;
+        let excluded: std::collections::HashSet<usize> = flagged.iter().map(|(i, _)| *i).collect();
+        rows = rows
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !excluded.contains(i))
+            .map(|(_, r)| r)
+            .collect();
+        let last_id = rows.iter().map(|r| r.id).max().unwrap_or(0);
+
+        let champion = self.models.load().get(gpu).cloned();
+        let folds = self.lifecycle.cv_folds;
+        let champion_procedure = champion.as_ref().map(|c| Procedure {
+            kind: c.params.kind(),
+            last_id: c.last_observation_id,
+        });
+        let judged = tokio::task::spawn_blocking(move || {
+            let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
+            let fitted = model::fit(kind, &training)?;
+            let comparison = champion_procedure.map(|champion| {
+                validation::compare(&rows, folds, Procedure { kind, last_id }, champion)
+            });
+            Ok::<_, model::FitError>((fitted, comparison))
+        })
+        .await
+        .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
+
+        let ((params, metrics), comparison) = match judged {
+            Ok(judged) => judged,
+            Err(error) => {
+                let reason = format!(
+                    "cannot train a {} model for GPU model {:?}: {error} ({unusable} stored runs \
+                     have members without a profile on it, {} are outliers); the champion stays",
+                    kind.as_str(),
+                    gpu.as_str(),
+                    excluded.len()
+                );
+                self.store
+                    .record_training_run(
+                        gpu,
+                        kind.as_str(),
+                        trigger.as_str(),
+                        "failed",
+                        None,
+                        &reason,
+                        now_ms(),
+                    )
+                    .await?;
+                tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
+                return Err(Error::FailedPrecondition(reason));
+            }
+        };
+
+        let (status, reason, comparison) = self.verdict(champion.as_deref(), comparison.flatten());
+        let stored = Arc::new(
+            self.store
+                .insert_model(
+                    gpu,
+                    &NewModel {
+                        params,
+                        metrics,
+                        status,
+                        reason: reason.clone(),
+                        comparison,
+                        last_observation_id: last_id,
+                        excluded_outliers: excluded.len() as u64,
+                    },
+                    now_ms(),
+                )
+                .await?,
+        );
+        self.store
+            .record_training_run(
+                gpu,
+                kind.as_str(),
+                trigger.as_str(),
+                status.as_str(),
+                Some(stored.version),
+                &reason,
+                now_ms(),
+            )
+            .await?;
+        let promoted = status == ModelStatus::Promoted;
+        if promoted && self.store.pinned_version(gpu).await?.is_none() {
+            self.publish(gpu, stored.clone());
+        }
+        tracing::info!(
+            gpu = %gpu, version = stored.version, kind = kind.as_str(), trigger = trigger.as_str(),
+            status = status.as_str(), observations = metrics.observations, outliers = excluded.len(),
+            %reason, "model trained"
+        );
+        Ok(TrainOutcome {
+            model: stored,
+            promoted,
+            unusable_observations: unusable,
+        })
+    }
+
+    /// Promote or reject, and why.
+    fn verdict(
+        &self,
+        champion: Option<&StoredModel>,
+        evaluated: Option<(validation::Evaluation, validation::Evaluation)>,
+    ) -> (ModelStatus, String, Option<Comparison>) {
+        let Some(champion) = champion else {
+            return (
+                ModelStatus::Promoted,
+                "the first model of this GPU model".into(),
+                None,
+            );
+        };
+        let Some((challenger, incumbent)) = evaluated else {
+            return (
+                ModelStatus::Rejected,
+                format!(
+                    "too few runs to compare it fairly with the champion (version {})",
+                    champion.version
+                ),
+                None,
+            );
+        };
+        let comparison = Comparison {
+            score: challenger.score,
+            mse: challenger.mse,
+            champion_score: incumbent.score,
+            champion_mse: incumbent.mse,
+        };
+        let figures = format!(
+            "cross-validated rank score {:.4} vs {:.4} and MSE {:.3} vs {:.3} for the champion's \
+             procedure (version {})",
+            challenger.score, incumbent.score, challenger.mse, incumbent.mse, champion.version
+        );
+        let score_ok = challenger.score >= incumbent.score - self.lifecycle.score_tolerance;
+        let mse_ok = challenger.mse <= incumbent.mse * (1.0 + self.lifecycle.mse_tolerance);
+        if score_ok && mse_ok {
+            (
+                ModelStatus::Promoted,
+                format!("not worse than the champion: {figures}"),
+                Some(comparison),
+            )
+        } else {
+            (
+                ModelStatus::Rejected,
+                format!("worse than the champion: {figures}"),
+                Some(comparison),
+            )
+        }
+    }
+
+    /// Serves `model` for its GPU model from now on; its rolling error starts afresh.
+    pub(super) fn publish(&self, gpu: &GpuName, model: Arc<StoredModel>) {
+        self.rolling_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                gpu.clone(),
+                RollingError {
+                    version: model.version,
+                    errors: VecDeque::new(),
+                },
+            );
+        self.models.rcu(|current| {
+            let mut next = ModelMap::clone(current);
+            next.insert(gpu.clone(), model.clone());
+            next
+        });
+    }
+
+    /// A stored version of a GPU model's model (the one serving for `None`).
+    pub async fn model_version(
+        &self,
+        gpu: &GpuName,
+        version: Option<u64>,
+    ) -> Result<Arc<StoredModel>> {
+        let Some(version) = version else {
+            return self.current_model(gpu);
+        };
+        self.store
+            .model(gpu, version)
+            .await?
+            .map(Arc::new)
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "GPU model {:?} has no model version {version}",
+                    gpu.as_str()
+                ))
+            })
+    }
+
+    /// A GPU model's versions, newest first.
+    pub async fn models(&self, gpu: &GpuName, limit: u32) -> Result<Vec<StoredModel>> {
+        Ok(self.store.models(gpu, limit).await?)
+    }
+
+    /// Serves a stored version whatever training decides, until unpinned.
+    pub async fn pin(&self, gpu: &GpuName, version: u64) -> Result<Arc<StoredModel>> {
+        let model = self.store.model(gpu, version).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "GPU model {:?} has no model version {version}",
+                gpu.as_str()
+            ))
+        })?;
+        self.store.pin_model(gpu, version).await?;
+        let model = Arc::new(model);
+        self.publish(gpu, model.clone());
+        tracing::info!(gpu = %gpu, version, "model pinned");
+        Ok(model)
+    }
+
+    /// Removes the pin: the newest promoted version serves again.
+    pub async fn unpin(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
+        if !self.store.unpin_model(gpu).await? {
+            return Err(Error::FailedPrecondition(format!(
+                "GPU model {:?} has no pinned model",
+                gpu.as_str()
+            )));
+        }
+        let champion = self
+            .store
+            .champions()
+            .await?
+            .into_iter()
+            .find(|m| &m.gpu == gpu)
+            .ok_or_else(|| {
+                Error::Internal(anyhow::anyhow!("a pinned GPU model lost its models"))
+            })?;
+        let champion = Arc::new(champion);
+        self.publish(gpu, champion.clone());
+        tracing::info!(gpu = %gpu, version = champion.version, "model unpinned");
+        Ok(champion)
+    }
+
+    pub async fn pinned_version(&self, gpu: &GpuName) -> Result<Option<u64>> {
+        Ok(self.store.pinned_version(gpu).await?)
+    }
+
+    /// Records the champion's relative error on a newly reported run.
+    pub(super) fn record_prediction_error(&self, gpu: &GpuName, version: u64, error: f64) {
+        let mut all = self
+            .rolling_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let rolling = all.entry(gpu.clone()).or_default();
+        if rolling.version != version {
+            *rolling = RollingError {
+                version,
+                errors: VecDeque::new(),
+            };
+        }
+        rolling.errors.push_back(error);
+        while rolling.errors.len() > self.lifecycle.drift_window {
+            rolling.errors.pop_front();
+        }
+    }
+
+    /// The champion's mean relative error over its last reported runs, and how many.
+    pub fn rolling_error(&self, gpu: &GpuName) -> Option<(f64, usize)> {
+        let all = self
+            .rolling_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let rolling = all.get(gpu)?;
+        if rolling.errors.is_empty() {
+            return None;
+        }
+        Some((
+            rolling.errors.iter().sum::<f64>() / rolling.errors.len() as f64,
+            rolling.errors.len(),
+        ))
+    }
+
+    /// Reloads the champions' rolling errors from the stored predictions (at startup).
+    pub(super) async fn load_rolling_errors(&self) -> Result<()> {
+        let champions: Vec<Arc<StoredModel>> = self.models.load().values().cloned().collect();
+        for champion in champions {
+            let mut errors = self
+                .store
+                .prediction_errors(&champion.gpu, champion.version, self.lifecycle.drift_window)
+                .await?;
+            errors.reverse();
+            self.rolling_errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    champion.gpu.clone(),
+                    RollingError {
+                        version: champion.version,
+                        errors: errors.into(),
+                    },
+                );
+        }
+        Ok(())
+    }
+
+    /// Whether a retrain of `gpu` is due, and why.
+    pub async fn training_due(&self, gpu: &GpuName) -> Result<Option<Trigger>> {
+        let trained_up_to = self.store.last_trained_observation_id(gpu).await?;
+        let new = self.store.observations_after(gpu, trained_up_to).await?;
+        if new == 0 {
+            return Ok(None);
+        }
+        let has_champion = self.models.load().contains_key(gpu);
+        if new >= self.lifecycle.min_new_observations
+            || (!has_champion && new >= MIN_TRAINING_ROWS as u64)
+        {
+            return Ok(Some(Trigger::Schedule));
+        }
+        if let Some((error, samples)) = self.rolling_error(gpu) {
+            if samples >= self.lifecycle.drift_window && error > self.lifecycle.drift_threshold {
+                return Ok(Some(Trigger::Drift));
+            }
+        }
+        Ok(None)
+    }
+}

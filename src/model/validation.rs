@@ -1,0 +1,229 @@
+//! Judging a challenger fairly: k-fold cross-validation of two fitting procedures on the
+//! same observations and the same folds, scored with the Rank metric (actual throughput
+//! sum of the best-predicted partner / the best actual sum, per target) and the MSE of the
+//! predicted sums; and flagging outliers with a robust bound before anything is fitted.
+
+use std::collections::BTreeMap;
+
+use super::{fit, FitError, ModelKind, TrainingRow};
+
+/// A stored run ready for training: its id, member names and training row.
+#[derive(Debug, Clone)]
+pub struct LabelledRow {
+    pub id: i64,
+    pub members: Vec<String>,
+    pub row: TrainingRow,
+}
+
+/// A procedure: a model kind fitted on the runs with id up to `last_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Procedure {
+    pub kind: ModelKind,
+    pub last_id: i64,
+}
+
+/// Cross-validated figures of one procedure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Mean over (fold, target) of actual sum of the pick / best actual sum.
+    pub score: f64,
+    pub mse: f64,
+}
+
+/// Scores predictions of a fold's test runs: per workload that appears in at least two of
+/// them, the run with the best predicted sum against the best actual one.
+fn rank_scores(test: &[&LabelledRow], predicted: &[f64], scores: &mut Vec<f64>) {
+    let mut by_target: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    for (row, &p) in test.iter().zip(predicted) {
+        let mut seen: Vec<&str> = Vec::new();
+        for member in &row.members {
+            if !seen.contains(&member.as_str()) {
+                seen.push(member);
+                by_target
+                    .entry(member)
+                    .or_default()
+                    .push((p, row.row.throughput_sum()));
+            }
+        }
+    }
+    for candidates in by_target.values().filter(|c| c.len() >= 2) {
+        let oracle = candidates.iter().map(|c| c.1).fold(f64::MIN, f64::max);
+        let pick = candidates
+            .iter()
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("at least two candidates");
+        if oracle > 0.0 {
+            scores.push(pick.1 / oracle);
+        }
+    }
+}
+
+/// Cross-validates `challenger` and `champion` on `folds` folds (a run's fold is its id
+/// modulo `folds`). The champion's procedure trains only on runs it could have seen.
+/// Folds on which either cannot be fitted are left out; `None` when none is left.
+pub fn compare(
+    rows: &[LabelledRow],
+    folds: usize,
+    challenger: Procedure,
+    champion: Procedure,
+) -> Option<(Evaluation, Evaluation)> {
+    let mut totals = [(Vec::new(), 0.0, 0usize), (Vec::new(), 0.0, 0usize)];
+    for fold in 0..folds as i64 {
+        let (test, train): (Vec<&LabelledRow>, Vec<&LabelledRow>) = rows
+            .iter()
+            .partition(|r| r.id.rem_euclid(folds as i64) == fold);
+        if test.is_empty() {
+            continue;
+        }
+        let fitted: Result<Vec<_>, FitError> = [challenger, champion]
+            .iter()
+            .map(|procedure| {
+                let training: Vec<TrainingRow> = train
+                    .iter()
+                    .filter(|r| r.id <= procedure.last_id)
+                    .map(|r| r.row.clone())
+                    .collect();
+                fit(procedure.kind, &training).map(|(params, _)| params)
+            })
+            .collect();
+        let Ok(fitted) = fitted else { continue };
+        for (params, total) in fitted.iter().zip(totals.iter_mut()) {
+            let predicted: Vec<f64> = test
+                .iter()
+                .map(|r| {
+                    params
+                        .predict_set(&r.row.members.iter().collect::<Vec<_>>())
+                        .sum
+                })
+                .collect();
+            rank_scores(&test, &predicted, &mut total.0);
+            total.1 += test
+                .iter()
+                .zip(&predicted)
+                .map(|(r, p)| (r.row.throughput_sum() - p).powi(2))
+                .sum::<f64>();
+            total.2 += test.len();
+        }
+    }
+    let evaluation = |(scores, squared, n): &(Vec<f64>, f64, usize)| Evaluation {
+        score: if scores.is_empty() {
+            0.0
+        } else {
+            scores.iter().sum::<f64>() / scores.len() as f64
+        },
+        mse: squared / *n as f64,
+    };
+    (totals[0].2 > 0).then(|| (evaluation(&totals[0]), evaluation(&totals[1])))
+}
+
+/// Runs with a member whose ln(colocated / exclusive throughput) lies more than
+/// `threshold` robust standard deviations (1.4826 x MAD) from the median of all members:
+/// (index into `rows`, why).
+pub fn outliers(rows: &[LabelledRow], threshold: f64) -> Vec<(usize, String)> {
+    let log_ratio = |row: &TrainingRow, i: usize| {
+        let ratio = row.throughputs[i] / row.members[i].exclusive_throughput();
+        ratio.max(1e-6).ln()
+    };
+    let mut values: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| (0..r.row.members.len()).map(move |i| log_ratio(&r.row, i)))
+        .collect();
+    if values.len() < 3 {
+        return Vec::new();
+    }
+    values.sort_by(f64::total_cmp);
+    let median = values[values.len() / 2];
+    let mut deviations: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+    deviations.sort_by(f64::total_cmp);
+    let spread = 1.4826 * deviations[deviations.len() / 2];
+    if spread <= 0.0 {
+        return Vec::new();
+    }
+    rows.iter()
+        .enumerate()
+        .filter_map(|(index, r)| {
+            (0..r.row.members.len()).find_map(|i| {
+                let z = (log_ratio(&r.row, i) - median) / spread;
+                (z.abs() > threshold).then(|| {
+                    (
+                        index,
+                        format!(
+                            "{} ran at {:.3}x its exclusive throughput, {:.1} robust deviations \
+                             from the median {:.3}x",
+                            r.members[i],
+                            log_ratio(&r.row, i).exp(),
+                            z.abs(),
+                            median.exp()
+                        ),
+                    )
+                })
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Features;
+
+    fn member(exclusive: f64, seed: f64) -> Features {
+        let mut f = Features([
+            seed,
+            50.0,
+            30.0,
+            60.0,
+            seed * 10.0,
+            1000.0,
+            exclusive,
+            80.0,
+            20.0,
+            2.0,
+        ]);
+        f.0[1] += seed % 7.0;
+        f
+    }
+
+    fn run(id: i64, names: [&str; 2], kept: [f64; 2]) -> LabelledRow {
+        let members = vec![member(100.0, id as f64), member(50.0, 3.0 * id as f64)];
+        LabelledRow {
+            id,
+            members: names.iter().map(|n| n.to_string()).collect(),
+            row: TrainingRow {
+                members: members.clone(),
+                throughputs: vec![100.0 * kept[0], 50.0 * kept[1]],
+            },
+        }
+    }
+
+    #[test]
+    fn a_member_far_outside_the_others_is_flagged_with_a_reason() {
+        let mut rows: Vec<LabelledRow> = (0..20)
+            .map(|i| run(i, ["a", "b"], [0.6 + 0.01 * (i % 5) as f64, 0.5]))
+            .collect();
+        rows.push(run(99, ["a", "x"], [0.6, 40.0]));
+        let flagged = outliers(&rows, 6.0);
+        assert_eq!(flagged.len(), 1, "{flagged:?}");
+        assert_eq!(flagged[0].0, 20);
+        assert!(
+            flagged[0].1.contains("x ran at 40.000x"),
+            "{}",
+            flagged[0].1
+        );
+    }
+
+    #[test]
+    fn the_rank_score_picks_the_best_predicted_run_per_target() {
+        let rows = [
+            run(1, ["t", "a"], [0.5, 0.5]),
+            run(2, ["t", "b"], [0.9, 0.9]),
+            run(3, ["c", "d"], [1.0, 1.0]),
+        ];
+        let refs: Vec<&LabelledRow> = rows.iter().collect();
+        let mut scores = Vec::new();
+        // Predicting ta above tb picks the worse run for t: 75 / 135.
+        rank_scores(&refs, &[10.0, 5.0, 1.0], &mut scores);
+        assert_eq!(scores.len(), 1, "only t has two candidates");
+        assert!((scores[0] - 75.0 / 135.0).abs() < 1e-12, "{scores:?}");
+    }
+}

@@ -1,0 +1,84 @@
+//! The retraining task inside `coloc serve`: every `trainer.interval_secs` it looks at each
+//! GPU model with stored runs and retrains when enough new runs arrived since the last
+//! training, or at once when the champion's rolling error shows drift. The judging and
+//! promotion are the advisor's (the same path as the Train RPC).
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    advisor::{Advisor, TrainOutcome, Trigger},
+    domain::GpuName,
+};
+
+/// What one turn did for one GPU model.
+#[derive(Debug)]
+pub enum TrainerOutcome {
+    Trained {
+        gpu: GpuName,
+        trigger: Trigger,
+        outcome: TrainOutcome,
+    },
+    Failed {
+        gpu: GpuName,
+        trigger: Trigger,
+        error: String,
+    },
+}
+
+pub struct Trainer {
+    advisor: Arc<Advisor>,
+    interval: Duration,
+}
+
+impl Trainer {
+    pub fn new(advisor: Arc<Advisor>, interval: Duration) -> Self {
+        Self { advisor, interval }
+    }
+
+    /// Retrains every GPU model whose retraining is due; GPU models with nothing due are
+    /// left out of the answer.
+    pub async fn run_once(&self) -> anyhow::Result<Vec<TrainerOutcome>> {
+        let mut outcomes = Vec::new();
+        for gpu in self.advisor.store().observation_gpus().await? {
+            let Some(trigger) = self.advisor.training_due(&gpu).await? else {
+                continue;
+            };
+            let span = tracing::info_span!("retrain", gpu = %gpu, trigger = trigger.as_str());
+            let result =
+                tracing::Instrument::instrument(self.advisor.train(&gpu, None, trigger), span)
+                    .await;
+            outcomes.push(match result {
+                Ok(outcome) => TrainerOutcome::Trained {
+                    gpu,
+                    trigger,
+                    outcome,
+                },
+                Err(error) => TrainerOutcome::Failed {
+                    gpu,
+                    trigger,
+                    error: error.to_string(),
+                },
+            });
+        }
+        Ok(outcomes)
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        tracing::info!(
+            interval_secs = self.interval.as_secs(),
+            "retraining task started"
+        );
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+            if let Err(error) = self.run_once().await {
+                tracing::error!(error = format!("{error:#}"), "retraining task error");
+            }
+        }
+        tracing::info!("retraining task stopped");
+    }
+}
