@@ -70,7 +70,7 @@ async fn the_linear_kind_recovers_the_coefficients_behind_the_runs_and_get_model
         .into_inner();
     assert_eq!(
         model.history,
-        [trained.clone()],
+        std::slice::from_ref(&trained),
         "GetModel shows the history"
     );
     model.history.clear();
