@@ -7,6 +7,7 @@ mod eval;
 mod grpcurl;
 mod health;
 mod kace;
+mod lifecycle;
 mod predict;
 mod profiles;
 mod rank;

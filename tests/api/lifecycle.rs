@@ -1,0 +1,521 @@
+//! The model lifecycle: challengers judged against the champion, versions with verdicts,
+//! pins, failed fits, outliers, drift, restarts, and retraining from reported runs of the
+//! published KACE data. The retraining task is driven through `Trainer::run_once`.
+
+use std::{sync::Arc, time::Duration};
+
+use coloc::{
+    advisor::Trigger,
+    domain::GpuName,
+    import::{import_kace, KaceDataset, KACE_GPU, KACE_GPU_MEMORY_GB},
+    proto as pb,
+    trainer::{Trainer, TrainerOutcome},
+};
+use tempfile::TempDir;
+use tonic::Code;
+
+use crate::helpers::{
+    expect_code, kace_dir, seed_workloads_and_runs, spawn_app_with_config, TestApp, GPU,
+};
+
+/// A server whose own retraining task is off (the tests drive one), with a short drift
+/// window.
+async fn app() -> TestApp {
+    spawn_app_with_config(
+        Arc::new(TempDir::new().unwrap()),
+        "[trainer]\ninterval_secs = 0\nmin_new_observations = 20\ndrift_window = 5\n",
+    )
+    .await
+}
+
+fn trainer(app: &TestApp) -> Trainer {
+    Trainer::new(app.advisor.clone(), Duration::from_secs(3600))
+}
+
+async fn kace_app() -> TestApp {
+    let app = app().await;
+    let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
+    import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+        .await
+        .unwrap();
+    app
+}
+
+async fn model(app: &mut TestApp, gpu: &str, version: u64) -> pb::Model {
+    app.client
+        .get_model(pb::GetModelRequest {
+            gpu: gpu.into(),
+            version,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn serving_version(app: &mut TestApp, target: &str) -> u64 {
+    app.client
+        .rank(pb::RankRequest {
+            target: target.into(),
+            top_k: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .model_version
+}
+
+#[tokio::test]
+async fn a_better_challenger_is_promoted_and_a_worse_one_rejected() {
+    let mut app = kace_app().await;
+    // The import fits the KACE baseline (first model), then the per-member model, which
+    // cross-validates better and is promoted.
+    let better = model(&mut app, KACE_GPU, 2).await;
+    assert_eq!(
+        better.status(),
+        pb::ModelStatus::Promoted,
+        "{}",
+        better.reason
+    );
+    assert!(
+        better.cv_score.unwrap() > better.champion_cv_score.unwrap(),
+        "{}",
+        better.reason
+    );
+    assert!(
+        better.cv_mse.unwrap() < better.champion_cv_mse.unwrap(),
+        "{}",
+        better.reason
+    );
+
+    // The KACE baseline again, now as a challenger to the per-member champion: worse.
+    let response = app
+        .client
+        .train(pb::TrainRequest {
+            gpu: KACE_GPU.into(),
+            kind: "kace-linear".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let worse = response.model.unwrap();
+    assert!(!response.promoted);
+    assert_eq!(
+        (worse.version, worse.status()),
+        (3, pb::ModelStatus::Rejected)
+    );
+    assert!(
+        worse.reason.starts_with("worse than the champion"),
+        "{}",
+        worse.reason
+    );
+    assert_eq!(response.champion_version, 2);
+    assert_eq!(
+        serving_version(&mut app, "bert-base-cased_batch8-inf").await,
+        2
+    );
+
+    let listed = app
+        .client
+        .list_models(pb::ListModelsRequest {
+            gpu: KACE_GPU.into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .models;
+    let summary: Vec<(u64, pb::ModelStatus, bool)> = listed
+        .iter()
+        .map(|m| (m.version, m.status(), m.serving))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (3, pb::ModelStatus::Rejected, false),
+            (2, pb::ModelStatus::Promoted, true),
+            (1, pb::ModelStatus::Promoted, false)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_operator_pin_overrides_training_until_unpinned() {
+    let mut app = kace_app().await;
+    let pinned = app
+        .client
+        .pin_model(pb::PinModelRequest {
+            gpu: KACE_GPU.into(),
+            version: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(pinned.pinned && pinned.serving);
+    assert_eq!(
+        serving_version(&mut app, "bert-base-cased_batch8-inf").await,
+        1
+    );
+
+    // A promoted challenger is stored but does not replace a pinned model.
+    let trained = app
+        .client
+        .train(pb::TrainRequest {
+            gpu: KACE_GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(trained.promoted, "{}", trained.model.unwrap().reason);
+    assert_eq!(
+        serving_version(&mut app, "bert-base-cased_batch8-inf").await,
+        1
+    );
+
+    let unpinned = app
+        .client
+        .unpin_model(pb::UnpinModelRequest {
+            gpu: KACE_GPU.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (unpinned.version, unpinned.pinned, unpinned.serving),
+        (3, false, true)
+    );
+    assert_eq!(
+        serving_version(&mut app, "bert-base-cased_batch8-inf").await,
+        3
+    );
+
+    let pin = |version| pb::PinModelRequest {
+        gpu: KACE_GPU.into(),
+        version,
+    };
+    expect_code(app.client.pin_model(pin(99)).await, Code::NotFound);
+    expect_code(app.client.pin_model(pin(0)).await, Code::InvalidArgument);
+    expect_code(
+        app.client
+            .unpin_model(pb::UnpinModelRequest {
+                gpu: KACE_GPU.into(),
+            })
+            .await,
+        Code::FailedPrecondition,
+    );
+}
+
+#[tokio::test]
+async fn a_failed_fit_keeps_the_champion_and_says_why() {
+    let mut app = app().await;
+    seed_workloads_and_runs(&mut app, 8).await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap();
+    for i in 2..8 {
+        app.client
+            .delete_workload(pb::DeleteWorkloadRequest {
+                name: format!("w{i:02}"),
+            })
+            .await
+            .unwrap();
+    }
+    // Three usable runs are left (w00 and w01 with each other and themselves).
+    let message = expect_code(
+        app.client
+            .train(pb::TrainRequest {
+                gpu: GPU.into(),
+                kind: String::new(),
+            })
+            .await,
+        Code::FailedPrecondition,
+    );
+    assert!(message.contains("the champion stays"), "{message}");
+    let champion = model(&mut app, GPU, 0).await;
+    assert_eq!((champion.version, champion.serving), (1, true));
+    assert_eq!(serving_version(&mut app, "w00").await, 1);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM training_runs WHERE outcome = 'failed'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn outliers_are_flagged_kept_and_left_out_of_training() {
+    let mut app = app().await;
+    seed_workloads_and_runs(&mut app, 8).await;
+    let exclusive = |w: &pb::Workload| w.profiles[0].system.as_ref().unwrap().exclusive_throughput;
+    let w0 = app
+        .client
+        .get_workload(pb::GetWorkloadRequest { name: "w00".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let w1 = app
+        .client
+        .get_workload(pb::GetWorkloadRequest { name: "w01".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    app.client
+        .report_colocation(pb::ReportColocationRequest {
+            gpu: GPU.into(),
+            members: vec![
+                pb::ColocatedMember {
+                    workload: "w00".into(),
+                    throughput: exclusive(&w0) * 500.0,
+                    job_id: String::new(),
+                },
+                pb::ColocatedMember {
+                    workload: "w01".into(),
+                    throughput: exclusive(&w1) * 0.5,
+                    job_id: String::new(),
+                },
+            ],
+            observed_at: None,
+        })
+        .await
+        .unwrap();
+    let trained = app
+        .client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .model
+        .unwrap();
+    assert_eq!(trained.excluded_outliers, 1);
+    assert_eq!(
+        trained.observations, 36,
+        "37 runs stored, the outlier left out"
+    );
+    let flagged = app
+        .query_i64("SELECT COUNT(*) FROM observations WHERE outlier_reason LIKE 'w00 ran at 500%'")
+        .await;
+    assert_eq!(flagged, 1);
+    assert_eq!(app.count("observations").await, 37, "kept, not dropped");
+}
+
+#[tokio::test]
+async fn drift_in_the_champions_errors_triggers_an_early_retrain() {
+    let mut app = app().await;
+    let workloads = seed_workloads_and_runs(&mut app, 8).await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: "kace-linear".into(),
+        })
+        .await
+        .unwrap();
+    let trainer = trainer(&app);
+    assert!(
+        trainer.run_once().await.unwrap().is_empty(),
+        "nothing new, nothing due"
+    );
+
+    // Five runs that go three times faster than the champion predicts: too few for a
+    // scheduled retrain (20), enough to fill the drift window (5).
+    for (k, (name, profile)) in workloads.iter().take(5).enumerate() {
+        let (_, other) = &workloads[k + 1];
+        let sum = crate::helpers::true_sum(profile, other) * 3.0;
+        app.client
+            .report_colocation(pb::ReportColocationRequest {
+                gpu: GPU.into(),
+                members: vec![
+                    pb::ColocatedMember {
+                        workload: name.clone(),
+                        throughput: sum / 2.0,
+                        job_id: String::new(),
+                    },
+                    pb::ColocatedMember {
+                        workload: workloads[k + 1].0.clone(),
+                        throughput: sum / 2.0,
+                        job_id: String::new(),
+                    },
+                ],
+                observed_at: Some(prost_types::Timestamp {
+                    seconds: 1_800_000_000 + k as i64,
+                    nanos: 0,
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    let champion = model(&mut app, GPU, 0).await;
+    assert_eq!(champion.rolling_error_samples, 5);
+    assert!(
+        (champion.rolling_error.unwrap() - 2.0 / 3.0).abs() < 1e-6,
+        "{:?}",
+        champion.rolling_error
+    );
+
+    let outcomes = trainer.run_once().await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    assert!(
+        matches!(
+            &outcomes[0],
+            TrainerOutcome::Trained {
+                trigger: Trigger::Drift,
+                ..
+            }
+        ),
+        "{outcomes:?}"
+    );
+    assert!(
+        trainer.run_once().await.unwrap().is_empty(),
+        "no new runs since that retrain"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_keeps_the_champion_the_history_and_the_pin() {
+    let mut app = kace_app().await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: KACE_GPU.into(),
+            kind: "kace-linear".into(),
+        })
+        .await
+        .unwrap();
+    app.client
+        .pin_model(pb::PinModelRequest {
+            gpu: KACE_GPU.into(),
+            version: 2,
+        })
+        .await
+        .unwrap();
+    let before = model(&mut app, KACE_GPU, 0).await;
+    let dir = app.stop().await;
+
+    let mut restarted = spawn_app_with_config(dir, "[trainer]\ninterval_secs = 0\n").await;
+    let after = model(&mut restarted, KACE_GPU, 0).await;
+    assert_eq!(after, before);
+    assert_eq!((after.version, after.pinned), (2, true));
+    let statuses: Vec<pb::ModelStatus> = after.history.iter().map(|m| m.status()).collect();
+    assert_eq!(
+        statuses,
+        [
+            pb::ModelStatus::Rejected,
+            pb::ModelStatus::Promoted,
+            pb::ModelStatus::Promoted
+        ]
+    );
+}
+
+#[tokio::test]
+async fn retraining_from_reported_kace_runs_never_promotes_a_worse_model() {
+    let mut app = app().await;
+    let dataset = KaceDataset::read(&kace_dir()).unwrap();
+    for w in &dataset.workloads {
+        let profile = pb::Profile {
+            gpu: KACE_GPU.into(),
+            kernel: Some(pb::KernelMetrics {
+                threads: w.kernel.threads,
+                compute_throughput_pct: w.kernel.compute_throughput_pct,
+                dram_throughput_pct: w.kernel.dram_throughput_pct,
+                memory_throughput_pct: w.kernel.memory_throughput_pct,
+                registers: w.kernel.registers,
+                static_shared_memory_bytes: w.kernel.static_shared_memory_bytes,
+            }),
+            system: Some(pb::SystemMetrics {
+                exclusive_throughput: w.system.exclusive_throughput,
+                throughput_unit: String::new(),
+                sm_busy_pct: w.system.sm_busy_pct,
+                mem_busy_pct: w.system.mem_busy_pct,
+                memory_gb: w.system.memory_gb,
+            }),
+            gpu_memory_gb: KACE_GPU_MEMORY_GB,
+            ..Default::default()
+        };
+        app.client
+            .register_workload(pb::RegisterWorkloadRequest {
+                name: w.name.to_string(),
+                mode: pb::WorkloadMode::Inference as i32,
+                model: w.model.clone(),
+                batch_size: w.batch_size,
+                profile: Some(profile),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let report = |i: usize| {
+        let pair = &dataset.pairs[i];
+        pb::ReportColocationRequest {
+            gpu: KACE_GPU.into(),
+            members: vec![
+                pb::ColocatedMember {
+                    workload: pair.workload1.clone(),
+                    throughput: pair.throughput1,
+                    job_id: String::new(),
+                },
+                pb::ColocatedMember {
+                    workload: pair.workload2.clone(),
+                    throughput: pair.throughput2,
+                    job_id: String::new(),
+                },
+            ],
+            observed_at: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000 + i as i64,
+                nanos: 0,
+            }),
+        }
+    };
+    // A first subset, then the rest in batches, as a scheduler would report them.
+    for i in 0..60 {
+        app.client.report_colocation(report(i)).await.unwrap();
+    }
+    let trainer = trainer(&app);
+    let first = trainer.run_once().await.unwrap();
+    assert!(
+        matches!(&first[..], [TrainerOutcome::Trained { .. }]),
+        "{first:?}"
+    );
+    let mut verdicts = Vec::new();
+    for batch in (60..dataset.pairs.len()).collect::<Vec<_>>().chunks(30) {
+        for &i in batch {
+            app.client.report_colocation(report(i)).await.unwrap();
+        }
+        for outcome in trainer.run_once().await.unwrap() {
+            match outcome {
+                TrainerOutcome::Trained { outcome, .. } => verdicts.push(outcome),
+                TrainerOutcome::Failed { error, .. } => panic!("retraining failed: {error}"),
+            }
+        }
+    }
+    assert!(verdicts.len() >= 3, "{} retrains", verdicts.len());
+    for verdict in &verdicts {
+        let m = &verdict.model;
+        let c = m.comparison.expect("judged against a champion");
+        eprintln!(
+            "v{} {:?}: cv score {:.4} vs champion {:.4}, mse {:.2} vs {:.2}",
+            m.version, m.status, c.score, c.champion_score, c.mse, c.champion_mse
+        );
+        if verdict.promoted {
+            assert!(
+                c.score >= c.champion_score - 0.005,
+                "a worse model was promoted: {}",
+                m.reason
+            );
+            assert!(
+                c.mse <= c.champion_mse * 1.05,
+                "a worse model was promoted: {}",
+                m.reason
+            );
+        }
+    }
+    // Batches of 30 after the first 60 runs: the last batch holds one run, fewer than
+    // min_new_observations (20), so the newest model was trained on the first 180.
+    let champion = model(&mut app, KACE_GPU, 0).await;
+    assert_eq!(champion.observations + champion.excluded_outliers, 180);
+    assert!(trainer.run_once().await.unwrap().is_empty());
+}
