@@ -270,12 +270,14 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
     for model in &summary.models {
         match model {
             Ok(outcome) => println!(
-                "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}",
+                "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}: {} ({})",
                 outcome.model.version,
                 outcome.model.params.kind().as_str(),
                 outcome.model.metrics.observations,
                 outcome.model.metrics.r2,
-                outcome.model.metrics.mse
+                outcome.model.metrics.mse,
+                outcome.model.status.as_str(),
+                outcome.model.reason
             ),
             Err(reason) => println!("model: not trained: {reason}"),
         }

@@ -74,6 +74,7 @@ impl Trainer {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(self.interval) => {}
+                _ = self.advisor.drift_detected() => tracing::info!("drift detected: retraining early"),
             }
             if let Err(error) = self.run_once().await {
                 tracing::error!(error = format!("{error:#}"), "retraining task error");

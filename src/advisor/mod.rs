@@ -66,6 +66,8 @@ pub struct Advisor {
     lifecycle: TrainerSettings,
     /// The champion's recent prediction errors per GPU model (drift).
     rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
+    /// Woken when a champion's rolling error passes the drift threshold.
+    drift: tokio::sync::Notify,
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
     default_gpu: Option<GpuName>,
@@ -107,6 +109,7 @@ impl Advisor {
             allowed_programs,
             lifecycle,
             rolling_errors: std::sync::Mutex::new(HashMap::new()),
+            drift: tokio::sync::Notify::new(),
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
             default_gpu,

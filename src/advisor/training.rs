@@ -356,6 +356,17 @@ impl Advisor {
         while rolling.errors.len() > self.lifecycle.drift_window {
             rolling.errors.pop_front();
         }
+        let mean = rolling.errors.iter().sum::<f64>() / rolling.errors.len() as f64;
+        if rolling.errors.len() >= self.lifecycle.drift_window
+            && mean > self.lifecycle.drift_threshold
+        {
+            self.drift.notify_one();
+        }
+    }
+
+    /// Resolves when a champion's rolling error has passed the drift threshold.
+    pub async fn drift_detected(&self) {
+        self.drift.notified().await
     }
 
     /// The champion's mean relative error over its last reported runs, and how many.
