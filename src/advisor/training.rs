@@ -421,8 +421,12 @@ impl Advisor {
         {
             return Ok(Some(Trigger::Schedule));
         }
+        // Drift retrains need a window's worth of new runs too: when a drift retrain is
+        // rejected, the champion's error stays high, and each further report must not start
+        // another retrain on nearly the same runs.
+        let window = self.lifecycle.drift_window;
         if let Some((error, samples)) = self.rolling_error(gpu) {
-            if samples >= self.lifecycle.drift_window && error > self.lifecycle.drift_threshold {
+            if samples >= window && new >= window as u64 && error > self.lifecycle.drift_threshold {
                 return Ok(Some(Trigger::Drift));
             }
         }

@@ -519,3 +519,57 @@ async fn retraining_from_reported_kace_runs_never_promotes_a_worse_model() {
     assert_eq!(champion.observations + champion.excluded_outliers, 180);
     assert!(trainer.run_once().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn drift_does_not_retrain_again_until_a_new_window_of_runs_arrives() {
+    let mut app = app().await;
+    let workloads = seed_workloads_and_runs(&mut app, 8).await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: "kace-linear".into(),
+        })
+        .await
+        .unwrap();
+    // Pinned, the drifting champion stays whatever the retrains decide.
+    app.client
+        .pin_model(pb::PinModelRequest {
+            gpu: GPU.into(),
+            version: 1,
+        })
+        .await
+        .unwrap();
+    let trainer = trainer(&app);
+    let report = |k: usize| {
+        let (name, profile) = &workloads[k % 7];
+        let (other, other_profile) = &workloads[k % 7 + 1];
+        let sum = crate::helpers::true_sum(profile, other_profile) * 3.0;
+        pb::ReportColocationRequest {
+            gpu: GPU.into(),
+            members: vec![
+                pb::ColocatedMember {
+                    workload: name.clone(),
+                    throughput: sum / 2.0,
+                    job_id: String::new(),
+                },
+                pb::ColocatedMember {
+                    workload: other.clone(),
+                    throughput: sum / 2.0,
+                    job_id: String::new(),
+                },
+            ],
+            observed_at: Some(prost_types::Timestamp {
+                seconds: 1_800_000_000 + k as i64,
+                nanos: 0,
+            }),
+        }
+    };
+    let mut retrains = Vec::new();
+    for k in 0..11 {
+        app.client.report_colocation(report(k)).await.unwrap();
+        retrains.push(trainer.run_once().await.unwrap().len());
+    }
+    // A window is 5 runs: retrains after the 5th and the 10th run only.
+    assert_eq!(retrains, [0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]);
+    assert_eq!(serving_version(&mut app, "w00").await, 1);
+}
