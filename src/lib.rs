@@ -8,6 +8,7 @@ pub mod cli;
 pub mod domain;
 pub mod eval;
 pub mod import;
+pub mod metrics;
 pub mod model;
 pub mod profiler;
 pub mod proto;

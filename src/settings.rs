@@ -13,6 +13,8 @@ use crate::{domain::GpuName, model::ModelKind};
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
+    pub metrics: MetricsSettings,
+    pub auth: AuthSettings,
     pub database: DatabaseSettings,
     pub model: ModelSettings,
     pub profiler: ProfilerSettings,
@@ -83,6 +85,29 @@ pub struct ProfilerSettings {
 pub struct ServerSettings {
     /// Address the gRPC server binds, e.g. 127.0.0.1:50051.
     pub listen: String,
+    /// Without auth the server binds only loopback addresses, unless this is true.
+    pub allow_unauthenticated_non_loopback: bool,
+    /// PEM certificate chain and private key: both set = TLS on the gRPC port.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// Larger request messages are refused (RESOURCE_EXHAUSTED).
+    pub max_request_bytes: usize,
+    /// On SIGTERM/SIGINT, in-flight RPCs get this long to finish.
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Address of the Prometheus endpoint (`/metrics`); empty = off.
+    pub listen: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// A file of `ROLE TOKEN` lines (roles: reader, operator); empty = auth off.
+    pub tokens_file: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -113,6 +138,17 @@ pub struct LogSettings {
 const DEFAULTS: &str = r#"
 [server]
 listen = "127.0.0.1:50051"
+allow_unauthenticated_non_loopback = false
+tls_cert_file = ""
+tls_key_file = ""
+max_request_bytes = 4194304
+shutdown_grace_secs = 20
+
+[metrics]
+listen = "127.0.0.1:9090"
+
+[auth]
+tokens_file = ""
 
 [database]
 url = "sqlite://./coloc.db"
@@ -198,7 +234,32 @@ impl Settings {
     }
 
     pub fn validate(&self) -> Result<(), SettingsError> {
-        self.listen_address()?;
+        let listen = self.listen_address()?;
+        if !listen.ip().is_loopback()
+            && self.auth.tokens_file.is_empty()
+            && !self.server.allow_unauthenticated_non_loopback
+        {
+            return Err(SettingsError::Invalid {
+                key: "server.listen",
+                message: format!(
+                    "{listen} is reachable from the network but auth is off: set auth.tokens_file, \
+                     or server.allow_unauthenticated_non_loopback = true to accept that"
+                ),
+            });
+        }
+        if self.server.tls_cert_file.is_empty() != self.server.tls_key_file.is_empty() {
+            return Err(SettingsError::Invalid {
+                key: "server.tls_cert_file",
+                message: "TLS needs both server.tls_cert_file and server.tls_key_file".into(),
+            });
+        }
+        if self.server.max_request_bytes < 1024 {
+            return Err(SettingsError::Invalid {
+                key: "server.max_request_bytes",
+                message: "must be at least 1024".into(),
+            });
+        }
+        self.metrics_address()?;
         if !self.database.url.starts_with("sqlite:") {
             return Err(SettingsError::Invalid {
                 key: "database.url",
@@ -222,6 +283,24 @@ impl Settings {
             }
         })?;
         Ok(())
+    }
+
+    /// The metrics endpoint's address; `None` when metrics are off.
+    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, SettingsError> {
+        if self.metrics.listen.is_empty() {
+            return Ok(None);
+        }
+        self.metrics
+            .listen
+            .parse()
+            .map(Some)
+            .map_err(|e| SettingsError::Invalid {
+                key: "metrics.listen",
+                message: format!(
+                    "{:?} is not an address like 127.0.0.1:9090 ({e})",
+                    self.metrics.listen
+                ),
+            })
     }
 
     pub fn listen_address(&self) -> Result<SocketAddr, SettingsError> {
@@ -475,6 +554,37 @@ mod tests {
         })
         .unwrap_err();
         assert!(error.to_string().contains("profiler.replay_dir"), "{error}");
+    }
+
+    #[test]
+    fn without_auth_only_loopback_is_bound_unless_explicitly_allowed() {
+        let load = |pairs: &[(&str, &str)]| {
+            Settings::load(SettingsSources {
+                environment: env(pairs),
+                ..Default::default()
+            })
+        };
+        let error = load(&[("COLOC__SERVER__LISTEN", "0.0.0.0:50051")]).unwrap_err();
+        assert!(error.to_string().contains("server.listen"), "{error}");
+        load(&[
+            ("COLOC__SERVER__LISTEN", "0.0.0.0:50051"),
+            ("COLOC__AUTH__TOKENS_FILE", "/etc/coloc/tokens"),
+        ])
+        .unwrap();
+        load(&[
+            ("COLOC__SERVER__LISTEN", "0.0.0.0:50051"),
+            ("COLOC__SERVER__ALLOW_UNAUTHENTICATED_NON_LOOPBACK", "true"),
+        ])
+        .unwrap();
+        load(&[("COLOC__SERVER__LISTEN", "[::1]:50051")]).unwrap();
+        let half_tls =
+            load(&[("COLOC__SERVER__TLS_CERT_FILE", "/etc/coloc/cert.pem")]).unwrap_err();
+        assert!(
+            half_tls.to_string().contains("server.tls_cert_file"),
+            "{half_tls}"
+        );
+        let metrics = load(&[("COLOC__METRICS__LISTEN", "nowhere")]).unwrap_err();
+        assert!(metrics.to_string().contains("metrics.listen"), "{metrics}");
     }
 
     #[test]

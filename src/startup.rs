@@ -2,24 +2,18 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then closes the store.
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{server::TcpIncoming, Server};
+use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 
 use crate::{
     advisor::Advisor,
-    api::{AdvisorService, ColocationAdvisorServer},
+    api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
     domain::now_ms,
+    metrics::Metrics,
     profiler::Backend,
     proto,
     settings::Settings,
@@ -31,6 +25,12 @@ use crate::{
 pub struct App {
     listener: TcpListener,
     local_addr: SocketAddr,
+    /// The metrics endpoint's listener; `None` when metrics.listen is empty.
+    metrics_listener: Option<TcpListener>,
+    tls: Option<ServerTlsConfig>,
+    tokens: Option<Tokens>,
+    max_request_bytes: usize,
+    shutdown_grace: Duration,
     advisor: Arc<Advisor>,
     /// The profiling worker; `None` when profiler.backend is "off".
     worker: Option<Worker>,
@@ -72,6 +72,39 @@ impl App {
                 Duration::from_secs(settings.trainer.interval_secs),
             )
         });
+        let tokens = match settings.auth.tokens_file.as_str() {
+            "" => None,
+            path => Some(
+                Tokens::load(std::path::Path::new(path))
+                    .map_err(|e| anyhow::anyhow!("setting auth.tokens_file is invalid: {e}"))?,
+            ),
+        };
+        let tls = match (
+            settings.server.tls_cert_file.as_str(),
+            settings.server.tls_key_file.as_str(),
+        ) {
+            ("", _) | (_, "") => None,
+            (cert, key) => {
+                let read = |key_name: &str, path: &str| {
+                    std::fs::read(path).with_context(|| {
+                        format!("setting {key_name} is invalid: cannot read {path}")
+                    })
+                };
+                let identity = Identity::from_pem(
+                    read("server.tls_cert_file", cert)?,
+                    read("server.tls_key_file", key)?,
+                );
+                Some(ServerTlsConfig::new().identity(identity))
+            }
+        };
+        let metrics_listener = match settings.metrics_address()? {
+            None => None,
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("cannot listen on {address} (metrics.listen)"))?,
+            ),
+        };
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -79,6 +112,11 @@ impl App {
         Ok(Self {
             listener,
             local_addr,
+            metrics_listener,
+            tls,
+            tokens,
+            max_request_bytes: settings.server.max_request_bytes,
+            shutdown_grace: Duration::from_secs(settings.server.shutdown_grace_secs),
             advisor,
             worker,
             trainer,
@@ -87,6 +125,13 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where the metrics endpoint listens, when it is on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
     }
 
     pub fn advisor(&self) -> Arc<Advisor> {
@@ -112,34 +157,48 @@ impl App {
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
 
-        let request_ids = Arc::new(AtomicU64::new(1));
         let server_shutdown = shutdown.child_token();
-        // The worker is owned here and awaited below: on shutdown it stops its job and puts
-        // it back to pending before the store closes.
+        // Background tasks are owned here and awaited below: on shutdown the worker stops
+        // its job and puts it back to pending before the store closes.
         let worker = self
             .worker
             .map(|worker| tokio::spawn(worker.run(shutdown.child_token())));
         let trainer = self
             .trainer
             .map(|trainer| tokio::spawn(trainer.run(shutdown.child_token())));
+        let metrics = self
+            .metrics_listener
+            .as_ref()
+            .map(|_| Arc::new(Metrics::new()));
+        let metrics_server =
+            self.metrics_listener
+                .zip(metrics.clone())
+                .map(|(listener, metrics)| {
+                    tokio::spawn(crate::metrics::serve(
+                        listener,
+                        metrics,
+                        self.advisor.clone(),
+                        shutdown.child_token(),
+                    ))
+                });
         let stopping_reporter = health_reporter.clone();
-        tracing::info!(address = %self.local_addr, "serving gRPC");
-        let served = Server::builder()
-            .trace_fn(move |request| {
-                let request_id = request
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| request_ids.fetch_add(1, Ordering::Relaxed).to_string());
-                tracing::info_span!("rpc", method = %request.uri().path(), request_id = %request_id)
-            })
+        tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
+        let mut builder = Server::builder();
+        if let Some(tls) = self.tls {
+            builder = builder
+                .tls_config(tls)
+                .context("invalid TLS certificate or key")?;
+        }
+        let advisor_service =
+            ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
+                .max_decoding_message_size(self.max_request_bytes);
+        let server = builder
+            .layer(RpcLayer::new(metrics))
+            .layer(AuthLayer::new(self.tokens))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(ColocationAdvisorServer::new(AdvisorService::new(
-                self.advisor.clone(),
-            )))
+            .add_service(advisor_service)
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {
@@ -152,12 +211,23 @@ impl App {
                         .await;
                     tracing::info!("shutting down: no new requests accepted");
                 },
-            )
-            .await
-            .context("gRPC server failed");
+            );
+        // In-flight RPCs finish, within the grace period.
+        let grace = self.shutdown_grace;
+        let served = tokio::select! {
+            served = server => served.context("gRPC server failed"),
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(grace_secs = grace.as_secs(), "in-flight RPCs outlived the grace period; closing");
+                Ok(())
+            }
+        };
         // A failed server still stops the worker before the store closes.
         shutdown.cancel();
-        for (task, name) in [(worker, "profiling worker"), (trainer, "retraining task")] {
+        for (task, name) in [
+            (worker, "profiling worker"),
+            (trainer, "retraining task"),
+            (metrics_server, "metrics endpoint"),
+        ] {
             if let Some(task) = task {
                 if let Err(error) = task.await {
                     tracing::error!(%error, task = name, "background task panicked");

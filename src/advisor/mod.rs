@@ -345,6 +345,11 @@ impl Advisor {
         }
     }
 
+    /// The model serving each GPU model.
+    pub fn champions(&self) -> Vec<Arc<StoredModel>> {
+        self.models.load().values().cloned().collect()
+    }
+
     pub fn current_model(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
         self.models.load().get(gpu).cloned().ok_or_else(|| {
             Error::FailedPrecondition(format!(

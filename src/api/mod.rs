@@ -1,7 +1,9 @@
 //! The gRPC face of the advisor: `coloc.v1.ColocationAdvisor`. Handlers convert the request
 //! into domain types, call the advisor, and convert the answer back; nothing else.
 
+mod auth;
 mod convert;
+mod middleware;
 mod status;
 
 use std::sync::Arc;
@@ -17,7 +19,9 @@ use crate::{
     proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
 };
 
+pub use auth::{AuthLayer, Tokens};
 pub use convert::timestamp;
+pub use middleware::RpcLayer;
 pub use pb::colocation_advisor_server::ColocationAdvisorServer;
 
 pub struct AdvisorService {

