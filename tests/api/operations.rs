@@ -24,12 +24,10 @@ async fn app_with_tokens() -> TestApp {
     spawn_app_with_config(dir, &config).await
 }
 
-type AuthedClient = ColocationAdvisorClient<
-    tonic::service::interceptor::InterceptedService<
-        Channel,
-        Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>,
-    >,
->;
+type AddToken =
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type AuthedClient =
+    ColocationAdvisorClient<tonic::service::interceptor::InterceptedService<Channel, AddToken>>;
 
 fn client_with(app: &TestApp, token: Option<&'static str>) -> AuthedClient {
     let channel = Endpoint::from_shared(format!("http://{}", app.addr))
