@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     advisor::Advisor,
+    client,
     domain::GpuName,
     import,
     settings::{Settings, SettingsSources},
@@ -40,6 +41,47 @@ pub enum Command {
     /// Run pairs of profiled workloads together on the profiling GPU and store what they
     /// achieved as training data (needs an NVIDIA GPU and launch specs).
     Calibrate(CalibrateArgs),
+    /// Print the effective settings (defaults, file, environment) as TOML.
+    Config(ConfigArgs),
+    /// Workloads on a running server.
+    Workloads {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: client::WorkloadsCommand,
+    },
+    /// Rank partners for a target on a running server.
+    Rank {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::RankArgs,
+    },
+    /// Report a colocated run to a running server.
+    Report {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::ReportArgs,
+    },
+    /// The serving model of a GPU model and its history.
+    Model {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::ModelArgs,
+    },
+    /// Exit 0 when the server's health service says SERVING (for container health checks).
+    Health {
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 #[derive(Debug, Args)]
@@ -96,6 +138,9 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:50051 (overrides server.listen).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Log format: "text" (for people) or "json" (for collectors); overrides log.format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,7 +182,11 @@ fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let settings = load_settings(&args.common, args.listen.as_ref())?;
+            let mut settings = load_settings(&args.common, args.listen.as_ref())?;
+            if let Some(format) = args.log_format {
+                settings.log.format = format;
+                settings.validate()?;
+            }
             telemetry::init(&settings.log.level, &settings.log.format);
             let app = App::build(&settings).await?;
             let shutdown = CancellationToken::new();
@@ -147,6 +196,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
+        Command::Config(args) => {
+            let settings = load_settings(&args.common, None)?;
+            // Settings hold no secret values: auth.tokens_file is a path, never its tokens.
+            print!("{}", toml::to_string(&settings)?);
+            Ok(())
+        }
+        Command::Workloads {
+            connection,
+            command,
+        } => client::workloads(&connection, command).await,
+        Command::Rank { connection, args } => client::rank(&connection, args).await,
+        Command::Report { connection, args } => client::report(&connection, args).await,
+        Command::Model { connection, args } => client::model(&connection, args).await,
+        Command::Health { connection } => client::health(&connection).await,
         Command::Calibrate(args) => {
             let mut settings = load_settings(&args.common, None)?;
             if let Some(index) = args.gpu_index {

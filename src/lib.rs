@@ -5,6 +5,7 @@
 pub mod advisor;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod domain;
 pub mod eval;
 pub mod import;

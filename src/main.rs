@@ -5,6 +5,18 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = coloc::cli::Cli::parse();
+    if !matches!(cli.command, coloc::cli::Command::Serve(_)) {
+        // Command-line tools end quietly when their reader goes away (`coloc ... | head`);
+        // the server keeps Rust's default of handling broken pipes as errors.
+        // SAFETY: sigaction is process-wide and thread-safe, and SIG_DFL installs no handler
+        // code that would have to be async-signal-safe.
+        unsafe {
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            );
+        }
+    }
     match coloc::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -588,6 +588,24 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_settings_file_is_accepted_and_matches_the_defaults() {
+        let example =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/coloc.example.toml");
+        let from_file = Settings::load(SettingsSources {
+            file: Some(&example),
+            environment: env(&[]),
+            ..Default::default()
+        })
+        .unwrap();
+        let defaults = Settings::load(SettingsSources {
+            environment: env(&[]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(from_file, defaults);
+    }
+
+    #[test]
     fn a_bad_value_is_reported_with_its_key() {
         let error = Settings::load(SettingsSources {
             environment: env(&[("COLOC__SERVER__LISTEN", "not an address")]),

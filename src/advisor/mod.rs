@@ -172,7 +172,7 @@ impl Advisor {
         self.store
             .get_workload(name.as_str())
             .await?
-            .ok_or_else(|| Error::NotFound(format!("workload {name:?} not found")))
+            .ok_or_else(|| Error::NotFound(format!("workload {:?} not found", name.as_str())))
     }
 
     /// One page of workloads by name; the token is opaque to clients.
@@ -204,7 +204,10 @@ impl Advisor {
     pub async fn delete(&self, name: &WorkloadName) -> Result<()> {
         let _writer = self.catalog_writer.lock().await;
         if !self.store.delete_workload(name.as_str()).await? {
-            return Err(Error::NotFound(format!("workload {name:?} not found")));
+            return Err(Error::NotFound(format!(
+                "workload {:?} not found",
+                name.as_str()
+            )));
         }
         self.write_catalog().remove_workload(name);
         // Its job row went with it; stop the run if the worker is profiling it now.

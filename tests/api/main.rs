@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod cli;
 mod eval;
 mod grpcurl;
 mod health;

@@ -64,7 +64,7 @@ async fn get_returns_what_was_registered_and_unknown_names_are_not_found() {
             .await,
         Code::NotFound,
     );
-    assert!(message.contains("missing"), "{message}");
+    assert_eq!(message, r#"workload "missing" not found"#);
 }
 
 #[tokio::test]
