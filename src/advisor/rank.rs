@@ -12,10 +12,8 @@ use crate::{
 
 /// The most candidates one Rank request may name (an empty list means all profiled ones).
 pub const MAX_CANDIDATES: usize = 100_000;
-/// Above this many candidates scoring moves off the async threads: the per-member model
-/// walks 500 shallow trees for each of a pair's two members, a few microseconds a
-/// candidate, so a batch this size stays near the 500 µs budget of an async task.
-const BLOCKING_SCORE_THRESHOLD: usize = 128;
+/// Scoring that would take longer than this moves off the async threads.
+const ASYNC_BUDGET_NS: u64 = 500_000;
 
 /// What Rank orders candidates by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -230,7 +228,7 @@ impl RankWork {
         } else {
             self.query.candidates.len()
         };
-        n > BLOCKING_SCORE_THRESHOLD
+        n as u64 * self.model.params.kind().scoring_cost_ns() > ASYNC_BUDGET_NS
     }
 
     pub fn run(self) -> Result<RankResult> {
