@@ -20,21 +20,10 @@ fn kace_rows() -> (Vec<TrainingRow>, Vec<Features>) {
         .workloads
         .iter()
         .map(|w| {
-            let k = &w.kernel;
-            let s = &w.system;
-            let f = Features([
-                k.threads,
-                k.compute_throughput_pct,
-                k.dram_throughput_pct,
-                k.memory_throughput_pct,
-                k.registers,
-                k.static_shared_memory_bytes,
-                s.exclusive_throughput,
-                s.sm_busy_pct,
-                s.mem_busy_pct,
-                s.memory_gb,
-            ]);
-            (w.name.to_string(), f)
+            (
+                w.name.to_string(),
+                Features::from_metrics(&w.kernel, &w.system),
+            )
         })
         .collect();
     let rows = dataset

@@ -93,16 +93,10 @@ impl EvalData {
             .workloads
             .iter()
             .map(|w| {
-                let profile = crate::domain::Profile {
-                    gpu: crate::domain::GpuName::parse("gpu", "eval").expect("valid"),
-                    kernel: w.kernel,
-                    system: w.system.clone(),
-                    source: crate::domain::ProfileSource::Imported,
-                    gpu_memory_gb: None,
-                    measured_at_ms: 0,
-                    kernel_missing: false,
-                };
-                (w.name.to_string(), Features::of(&profile))
+                (
+                    w.name.to_string(),
+                    Features::from_metrics(&w.kernel, &w.system),
+                )
             })
             .collect();
         let pairs: Vec<KacePair> = dataset

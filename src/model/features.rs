@@ -1,7 +1,7 @@
 //! The ten per-workload metrics of the KACE method as one feature vector, and the set
 //! features a model sees: the element-wise sum over the members of a colocated set.
 
-use crate::domain::Profile;
+use crate::domain::{KernelMetrics, Profile, SystemMetrics};
 
 pub const NUM_FEATURES: usize = 10;
 
@@ -27,8 +27,11 @@ pub struct Features(pub [f64; NUM_FEATURES]);
 
 impl Features {
     pub fn of(profile: &Profile) -> Self {
-        let k = &profile.kernel;
-        let s = &profile.system;
+        Self::from_metrics(&profile.kernel, &profile.system)
+    }
+
+    /// The feature vector of a workload's kernel and system metrics.
+    pub fn from_metrics(k: &KernelMetrics, s: &SystemMetrics) -> Self {
         Self([
             k.threads,
             k.compute_throughput_pct,

@@ -65,6 +65,27 @@ async fn serving_version(app: &mut TestApp, target: &str) -> u64 {
         .model_version
 }
 
+/// A run of workloads k and k+1 (of the first seven) that went three times faster than
+/// the linear truth behind the seeded runs, at a time after them.
+fn drifting_report(workloads: &[(String, pb::Profile)], k: usize) -> pb::ReportColocationRequest {
+    let (name, profile) = &workloads[k % 7];
+    let (other, other_profile) = &workloads[k % 7 + 1];
+    let sum = crate::helpers::true_sum(profile, other_profile) * 3.0;
+    let member = |workload: &String| pb::ColocatedMember {
+        workload: workload.clone(),
+        throughput: sum / 2.0,
+        job_id: String::new(),
+    };
+    pb::ReportColocationRequest {
+        gpu: GPU.into(),
+        members: vec![member(name), member(other)],
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_800_000_000 + k as i64,
+            nanos: 0,
+        }),
+    }
+}
+
 #[tokio::test]
 async fn a_better_challenger_is_promoted_and_a_worse_one_rejected() {
     let mut app = kace_app().await;
@@ -324,29 +345,9 @@ async fn drift_in_the_champions_errors_triggers_an_early_retrain() {
 
     // Five runs that go three times faster than the champion predicts: too few for a
     // scheduled retrain (20), enough to fill the drift window (5).
-    for (k, (name, profile)) in workloads.iter().take(5).enumerate() {
-        let (_, other) = &workloads[k + 1];
-        let sum = crate::helpers::true_sum(profile, other) * 3.0;
+    for k in 0..5 {
         app.client
-            .report_colocation(pb::ReportColocationRequest {
-                gpu: GPU.into(),
-                members: vec![
-                    pb::ColocatedMember {
-                        workload: name.clone(),
-                        throughput: sum / 2.0,
-                        job_id: String::new(),
-                    },
-                    pb::ColocatedMember {
-                        workload: workloads[k + 1].0.clone(),
-                        throughput: sum / 2.0,
-                        job_id: String::new(),
-                    },
-                ],
-                observed_at: Some(prost_types::Timestamp {
-                    seconds: 1_800_000_000 + k as i64,
-                    nanos: 0,
-                }),
-            })
+            .report_colocation(drifting_report(&workloads, k))
             .await
             .unwrap();
     }
@@ -540,33 +541,12 @@ async fn drift_does_not_retrain_again_until_a_new_window_of_runs_arrives() {
         .await
         .unwrap();
     let trainer = trainer(&app);
-    let report = |k: usize| {
-        let (name, profile) = &workloads[k % 7];
-        let (other, other_profile) = &workloads[k % 7 + 1];
-        let sum = crate::helpers::true_sum(profile, other_profile) * 3.0;
-        pb::ReportColocationRequest {
-            gpu: GPU.into(),
-            members: vec![
-                pb::ColocatedMember {
-                    workload: name.clone(),
-                    throughput: sum / 2.0,
-                    job_id: String::new(),
-                },
-                pb::ColocatedMember {
-                    workload: other.clone(),
-                    throughput: sum / 2.0,
-                    job_id: String::new(),
-                },
-            ],
-            observed_at: Some(prost_types::Timestamp {
-                seconds: 1_800_000_000 + k as i64,
-                nanos: 0,
-            }),
-        }
-    };
     let mut retrains = Vec::new();
     for k in 0..11 {
-        app.client.report_colocation(report(k)).await.unwrap();
+        app.client
+            .report_colocation(drifting_report(&workloads, k))
+            .await
+            .unwrap();
         retrains.push(trainer.run_once().await.unwrap().len());
     }
     // A window is 5 runs: retrains after the 5th and the 10th run only.
