@@ -320,15 +320,9 @@ impl Advisor {
                 gpu.as_str()
             )));
         }
-        let champion = self
-            .store
-            .champions()
-            .await?
-            .into_iter()
-            .find(|m| &m.gpu == gpu)
-            .ok_or_else(|| {
-                Error::Internal(anyhow::anyhow!("a pinned GPU model lost its models"))
-            })?;
+        let champion = self.store.champion(gpu).await?.ok_or_else(|| {
+            Error::Internal(anyhow::anyhow!("a pinned GPU model lost its models"))
+        })?;
         let champion = Arc::new(champion);
         self.publish(gpu, champion.clone());
         tracing::info!(gpu = %gpu, version = champion.version, "model unpinned");

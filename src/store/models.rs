@@ -91,11 +91,24 @@ struct ModelRow {
 }
 
 macro_rules! select_models {
-    ($tail:literal) => {
+    ($($tail:literal),*) => {
         concat!(
             "SELECT m.gpu, m.version, m.parameters, m.observations, m.r2, m.mse, ",
             "m.created_at_ms, m.status, m.reason, m.cv_score, m.cv_mse, m.champion_cv_score, ",
             "m.champion_cv_mse, m.last_observation_id, m.excluded_outliers FROM models m ",
+            $($tail),*
+        )
+    };
+}
+
+/// Champions: the pinned version of each GPU model, else its newest promoted one; `$tail`
+/// narrows the selection.
+macro_rules! select_champions {
+    ($tail:literal) => {
+        select_models!(
+            "WHERE m.version = COALESCE( ",
+            "(SELECT p.version FROM model_pins p WHERE p.gpu = m.gpu), ",
+            "(SELECT MAX(version) FROM models WHERE gpu = m.gpu AND status = 'promoted')) ",
             $tail
         )
     };
@@ -238,14 +251,19 @@ impl Store {
 
     /// The champion of every GPU model: its pinned version, else its newest promoted one.
     pub async fn champions(&self) -> Result<Vec<StoredModel>, StoreError> {
-        let rows = sqlx::query_as::<_, ModelRow>(select_models!(
-            "WHERE m.version = COALESCE( \
-               (SELECT p.version FROM model_pins p WHERE p.gpu = m.gpu), \
-               (SELECT MAX(version) FROM models WHERE gpu = m.gpu AND status = 'promoted'))"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query_as::<_, ModelRow>(select_champions!(""))
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter().map(ModelRow::into_model).collect()
+    }
+
+    /// The champion of one GPU model, if it has a model.
+    pub async fn champion(&self, gpu: &GpuName) -> Result<Option<StoredModel>, StoreError> {
+        let row = sqlx::query_as::<_, ModelRow>(select_champions!("AND m.gpu = ?1"))
+            .bind(gpu.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(ModelRow::into_model).transpose()
     }
 
     pub async fn pinned_version(&self, gpu: &GpuName) -> Result<Option<u64>, StoreError> {
