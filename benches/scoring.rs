@@ -9,7 +9,7 @@ use std::path::Path;
 
 use coloc::{
     import::KaceDataset,
-    model::{fit, Features, ModelKind, TrainingRow},
+    model::{fit, Features, ModelKind, ModelParams, TrainingRow},
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -79,6 +79,45 @@ fn scoring(c: &mut Criterion) {
         }
         group.finish();
     }
+
+    // The default kind's three paths: walking every tree (the reference), the pair scorer
+    // with profile codes computed per call, and with codes precomputed as Rank keeps them.
+    let (params, _) = fit(ModelKind::MemberRidgeGbt, &rows).expect("the KACE data fits");
+    let ModelParams::MemberRidgeGbt(model) = &params else {
+        unreachable!("fitted as member-ridge-gbt")
+    };
+    let scorer = model.pair_scorer().expect("depth-2 trees compile");
+    let mut group = c.benchmark_group("score/member-ridge-gbt-paths");
+    for n in [10usize, 100, 1_000, 10_000, 100_000] {
+        let pool = candidates(&workloads, n);
+        let refs: Vec<&Features> = pool.iter().collect();
+        let codes: Vec<_> = pool.iter().map(|f| scorer.code(f)).collect();
+        group.throughput(Throughput::Elements(n as u64));
+        if n >= 10_000 {
+            group.sample_size(10);
+        }
+        if n <= 10_000 {
+            group.bench_with_input(BenchmarkId::new("reference", n), &refs, |b, refs| {
+                b.iter(|| model.predict_pairs_reference(&target, refs))
+            });
+        }
+        group.bench_with_input(BenchmarkId::new("codes-per-call", n), &refs, |b, refs| {
+            b.iter(|| scorer.predict_pairs(&target, refs))
+        });
+        group.bench_with_input(BenchmarkId::new("codes-kept", n), &pool, |b, pool| {
+            b.iter(|| {
+                let tables = scorer.target(&target);
+                pool.iter()
+                    .zip(&codes)
+                    .map(|(c, code)| {
+                        let [a, b] = scorer.score(&tables, c, code);
+                        a + b
+                    })
+                    .fold(f64::NEG_INFINITY, f64::max)
+            })
+        });
+    }
+    group.finish();
 }
 
 criterion_group!(benches, scoring);

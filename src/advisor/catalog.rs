@@ -4,6 +4,9 @@
 //! Each GPU model's profiles sit behind their own `Arc`: a reader clones the `Arc` under a
 //! short read lock and scores without any lock; a writer changes the table in place
 //! (`Arc::make_mut`), copying it only if a reader is scoring with it at that moment.
+//!
+//! Each entry also carries its [`ProfileCode`] under the GPU model's serving model, so Rank
+//! scores a candidate from numbers prepared when the profile or the model arrived.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,7 +15,8 @@ use std::{
 
 use crate::{
     domain::{GpuName, Profile, WorkloadName},
-    model::Features,
+    model::{Features, ProfileCode},
+    store::StoredModel,
 };
 
 /// One workload's profile on one GPU model, ready to score.
@@ -21,6 +25,8 @@ pub struct ProfileEntry {
     pub name: WorkloadName,
     pub features: Features,
     pub throughput_unit: String,
+    /// Its code under the table's scoring model, when that model has a pair scorer.
+    pub code: Option<ProfileCode>,
 }
 
 /// The profiles of one GPU model, in a dense vector for fast scans plus a name index.
@@ -31,6 +37,8 @@ pub struct GpuProfiles {
     index: HashMap<WorkloadName, usize>,
     /// Workloads profiled here without kernel metrics: known, but not rankable.
     kernel_missing: HashSet<WorkloadName>,
+    /// The model the entries' codes were computed under.
+    scoring: Option<Arc<StoredModel>>,
 }
 
 impl GpuProfiles {
@@ -46,7 +54,18 @@ impl GpuProfiles {
         self.kernel_missing.contains(name)
     }
 
-    fn upsert(&mut self, entry: ProfileEntry) {
+    /// The version of the model the entries' codes belong to.
+    pub fn scoring_version(&self) -> Option<u64> {
+        self.scoring.as_ref().map(|m| m.version)
+    }
+
+    fn code(&self, features: &Features) -> Option<ProfileCode> {
+        let scorer = self.scoring.as_ref()?.params.pair_scorer()?;
+        Some(scorer.code(features))
+    }
+
+    fn upsert(&mut self, mut entry: ProfileEntry) {
+        entry.code = self.code(&entry.features);
         match self.index.get(&entry.name) {
             Some(&i) => self.entries[i] = entry,
             None => {
@@ -86,6 +105,17 @@ impl Catalog {
         self.gpus.keys()
     }
 
+    /// Makes `model` the one the GPU model's entries are coded under: every entry's code is
+    /// computed again (a few microseconds each).
+    pub fn set_scoring_model(&mut self, model: Arc<StoredModel>) {
+        let table = Arc::make_mut(self.gpus.entry(model.gpu.clone()).or_default());
+        table.scoring = Some(model);
+        let scorer = table.scoring.as_ref().and_then(|m| m.params.pair_scorer());
+        for entry in &mut table.entries {
+            entry.code = scorer.map(|s| s.code(&entry.features));
+        }
+    }
+
     pub fn set_gpu_memory(&mut self, gpu: &GpuName, memory_gb: Option<f64>) {
         let table = Arc::make_mut(self.gpus.entry(gpu.clone()).or_default());
         if memory_gb.is_some() {
@@ -116,6 +146,7 @@ impl Catalog {
                 name: name.clone(),
                 features: Features::of(profile),
                 throughput_unit: profile.system.throughput_unit.clone(),
+                code: None,
             });
         }
     }

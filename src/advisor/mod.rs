@@ -103,6 +103,9 @@ impl Advisor {
             .into_iter()
             .map(|m| (m.gpu.clone(), Arc::new(m)))
             .collect();
+        for model in models.values() {
+            catalog.set_scoring_model(model.clone());
+        }
         tracing::info!(models = models.len(), "advisor loaded");
         let advisor = Self {
             store,

@@ -169,10 +169,7 @@ fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> R
     })
 }
 
-fn member_predictions(
-    entries: &[&ProfileEntry],
-    prediction: &SetPrediction,
-) -> Vec<MemberPrediction> {
+fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec<MemberPrediction> {
     entries
         .iter()
         .enumerate()
@@ -180,21 +177,77 @@ fn member_predictions(
             workload: entry.name.clone(),
             exclusive_throughput: entry.features.exclusive_throughput(),
             throughput_unit: entry.throughput_unit.clone(),
-            predicted_throughput: prediction.members.as_ref().map(|m| m[i]),
+            predicted_throughput: members.map(|m| m[i]),
         })
         .collect()
 }
 
 /// Σ predicted colocated / exclusive throughput, when the model predicts each member.
-fn normalized_sum(entries: &[&ProfileEntry], prediction: &SetPrediction) -> Option<f64> {
-    let members = prediction.members.as_ref()?;
+fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<f64> {
     Some(
         entries
             .iter()
-            .zip(members)
+            .zip(members?)
             .map(|(e, t)| t / e.features.exclusive_throughput())
             .sum(),
     )
+}
+
+/// What the model says about one (target, candidate) pair, without allocating.
+#[derive(Debug, Clone, Copy)]
+struct PairScore {
+    sum: f64,
+    members: Option<[f64; 2]>,
+}
+
+impl From<SetPrediction> for PairScore {
+    fn from(p: SetPrediction) -> Self {
+        Self {
+            sum: p.sum,
+            members: p.members.map(|m| [m[0], m[1]]),
+        }
+    }
+}
+
+/// Batches at least this large are scored on all cores.
+const PARALLEL_BATCH: usize = 16_384;
+
+/// Scores the pairs (target, each candidate). With a pair scorer, each candidate costs its
+/// code (kept in the catalog entry when it was computed under this model) and a few table
+/// lookups; other kinds score the batch at once.
+fn score_pairs(
+    model: &StoredModel,
+    table: &GpuProfiles,
+    target: &ProfileEntry,
+    candidates: &[&ProfileEntry],
+) -> Vec<PairScore> {
+    let Some(scorer) = model.params.pair_scorer() else {
+        let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
+        return model
+            .params
+            .predict_pairs(&target.features, &features)
+            .into_iter()
+            .map(PairScore::from)
+            .collect();
+    };
+    let tables = scorer.target(&target.features);
+    let codes_current = table.scoring_version() == Some(model.version);
+    let score = |entry: &&ProfileEntry| {
+        let members = match (&entry.code, codes_current) {
+            (Some(code), true) => scorer.score(&tables, &entry.features, code),
+            _ => scorer.score(&tables, &entry.features, &scorer.code(&entry.features)),
+        };
+        PairScore {
+            sum: members[0] + members[1],
+            members: Some(members),
+        }
+    };
+    if candidates.len() >= PARALLEL_BATCH {
+        use rayon::prelude::*;
+        candidates.par_iter().map(score).collect()
+    } else {
+        candidates.iter().map(score).collect()
+    }
 }
 
 fn not_profiled(gpu: &GpuName, name: &WorkloadName) -> String {
@@ -202,10 +255,10 @@ fn not_profiled(gpu: &GpuName, name: &WorkloadName) -> String {
 }
 
 /// One candidate's prediction while ranking.
-struct Scored<'a> {
+struct Scored {
     /// Index into the candidates that passed the memory check.
     index: usize,
-    prediction: &'a SetPrediction,
+    prediction: PairScore,
     normalized: Option<f64>,
     /// What the objective orders by.
     score: f64,
@@ -315,13 +368,12 @@ impl RankWork {
             )));
         }
 
-        let features: Vec<&Features> = scored.iter().map(|(e, _, _)| &e.features).collect();
-        let predictions = model.params.predict_pairs(&target.features, &features);
+        let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
+        let predictions = score_pairs(&model, &table, target, &entries);
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
-        for (i, prediction) in predictions.iter().enumerate() {
+        for (i, prediction) in predictions.into_iter().enumerate() {
             let entry = scored[i].0;
-            if let (Some(fraction), Some(members)) =
-                (query.min_target_fraction, &prediction.members)
+            if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
             {
                 let kept = members[0] / target.features.exclusive_throughput();
                 if kept < fraction {
@@ -338,7 +390,10 @@ impl RankWork {
                     continue;
                 }
             }
-            let normalized = normalized_sum(&[target, entry], prediction);
+            let normalized = normalized_sum(
+                &[target, entry],
+                prediction.members.as_ref().map(|m| &m[..]),
+            );
             let score = match query.objective {
                 Objective::ThroughputSum => prediction.sum,
                 Objective::NormalizedSum => {
@@ -352,15 +407,18 @@ impl RankWork {
                 score,
             });
         }
-        ranked.sort_by(|a, b| {
+        let order = |a: &Scored, b: &Scored| {
             rank_order(
                 (a.score, scored[a.index].0.name.as_str()),
                 (b.score, scored[b.index].0.name.as_str()),
             )
-        });
-        if query.top_k > 0 {
+        };
+        if query.top_k > 0 && query.top_k < ranked.len() {
+            // Only the best k are ordered.
+            ranked.select_nth_unstable_by(query.top_k - 1, order);
             ranked.truncate(query.top_k);
         }
+        ranked.sort_unstable_by(order);
         let ranked = ranked
             .into_iter()
             .map(|s| {
@@ -371,7 +429,10 @@ impl RankWork {
                     predicted_normalized_sum: s.normalized,
                     fits_memory: fits,
                     memory_gb: memory,
-                    members: member_predictions(&[target, entry], s.prediction),
+                    members: member_predictions(
+                        &[target, entry],
+                        s.prediction.members.as_ref().map(|m| &m[..]),
+                    ),
                 }
             })
             .collect();
@@ -401,15 +462,28 @@ pub(super) fn predict(
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
-    let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-    let prediction = model.params.predict_set(&features);
+    // A pair is scored exactly as Rank scores it.
+    let prediction = match entries[..] {
+        [first, second] => {
+            let pair = score_pairs(model, table, first, &[second])[0];
+            SetPrediction {
+                sum: pair.sum,
+                members: pair.members.map(|m| m.to_vec()),
+            }
+        }
+        _ => {
+            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
+            model.params.predict_set(&features)
+        }
+    };
+    let members = prediction.members.as_deref();
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
     Ok(PredictResult {
         gpu: gpu.clone(),
         model_version: model.version,
         predicted_throughput_sum: prediction.sum,
-        predicted_normalized_sum: normalized_sum(&entries, &prediction),
-        members: member_predictions(&entries, &prediction),
+        predicted_normalized_sum: normalized_sum(&entries, members),
+        members: member_predictions(&entries, members),
         memory_gb: memory,
         fits_memory: memory <= limit,
     })

@@ -264,6 +264,7 @@ impl Advisor {
                     errors: VecDeque::new(),
                 },
             );
+        self.write_catalog().set_scoring_model(model.clone());
         self.models.rcu(|current| {
             let mut next = ModelMap::clone(current);
             next.insert(gpu.clone(), model.clone());

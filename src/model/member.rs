@@ -8,7 +8,10 @@
 //!
 //! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality".
 
-use std::{fmt, sync::Arc};
+use std::{
+    fmt,
+    sync::{Arc, OnceLock},
+};
 
 use forust_ml::{data::Matrix, objective::ObjectiveType, GradientBooster};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -19,9 +22,12 @@ use smartcore::{
     },
 };
 
-use super::{Features, FitError, SetPrediction, TrainingRow, FEATURE_NAMES, NUM_FEATURES};
+use super::{
+    pair_scorer::{PairScorer, TreeNode},
+    Features, FitError, SetPrediction, TrainingRow, FEATURE_NAMES, NUM_FEATURES,
+};
 
-const EXCLUSIVE_THROUGHPUT: usize = 6;
+pub(super) const EXCLUSIVE_THROUGHPUT: usize = 6;
 pub const RIDGE_ALPHA: f64 = 1.0;
 pub const BOOSTER_TREES: usize = 500;
 pub const BOOSTER_DEPTH: usize = 2;
@@ -47,6 +53,61 @@ fn ridge_features(own: &Features, others: &Features) -> [f64; RIDGE_FEATURES] {
     }
     f[k] = own.memory_gb() + others.memory_gb();
     f
+}
+
+/// The ridge half split by what its terms depend on, for the pair scorer: the terms of a
+/// member's own metrics, and those of the set's summed metrics (equal for both members).
+#[derive(Debug, Clone)]
+pub(super) struct RidgeParts {
+    pub intercept: f64,
+    own: [f64; NUM_FEATURES],
+    /// Per metric (the exclusive throughput has none), then the set's memory.
+    set: [f64; NUM_FEATURES],
+    memory: f64,
+}
+
+impl RidgeParts {
+    pub fn new(intercept: f64, coefficients: &[f64]) -> Self {
+        let mut own = [0.0; NUM_FEATURES];
+        own.copy_from_slice(&coefficients[..NUM_FEATURES]);
+        let mut set = [0.0; NUM_FEATURES];
+        let mut k = NUM_FEATURES;
+        for (i, slot) in set.iter_mut().enumerate() {
+            if i != EXCLUSIVE_THROUGHPUT {
+                *slot = coefficients[k];
+                k += 1;
+            }
+        }
+        Self {
+            intercept,
+            own,
+            set,
+            memory: coefficients[k],
+        }
+    }
+
+    pub fn own_terms(&self, own: &Features) -> f64 {
+        own.0
+            .iter()
+            .zip(&self.own)
+            .map(|(x, c)| x.ln_1p() * c)
+            .sum()
+    }
+
+    pub fn set_terms(&self, a: &Features, b: &Features) -> f64 {
+        let mut sum = self.memory * (a.memory_gb() + b.memory_gb());
+        for i in (0..NUM_FEATURES).filter(|&i| i != EXCLUSIVE_THROUGHPUT) {
+            sum += self.set[i] * (a.0[i] + b.0[i]).ln_1p();
+        }
+        sum
+    }
+}
+
+/// A member's predicted throughput from the two halves' predicted log ratios.
+#[inline]
+pub(super) fn member_throughput(linear: f64, boosted: f64, own: &Features) -> f64 {
+    let ratio = 0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp());
+    ratio * own.0[EXCLUSIVE_THROUGHPUT]
 }
 
 /// Names of the ridge features, for GetModel.
@@ -109,6 +170,25 @@ pub struct MemberRidgeGbt {
     pub ridge_intercept: f64,
     pub ridge_coefficients: Vec<f64>,
     pub booster: Booster,
+    #[serde(skip)]
+    scorer: LazyScorer,
+}
+
+/// The pair scorer, compiled on first use and shared by clones of the model.
+#[derive(Clone, Default)]
+struct LazyScorer(Arc<OnceLock<Option<PairScorer>>>);
+
+impl fmt::Debug for LazyScorer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PairScorer")
+    }
+}
+
+impl PartialEq for LazyScorer {
+    /// Derived from the parameters: equal models have equal scorers.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Column-major copy of row vectors, as forust-ml's `Matrix` expects.
@@ -170,6 +250,7 @@ impl MemberRidgeGbt {
             ridge_intercept,
             ridge_coefficients,
             booster: Booster(Arc::new(booster)),
+            scorer: LazyScorer::default(),
         };
         if !model.is_finite() {
             return Err(FitError::NotFinite);
@@ -204,8 +285,7 @@ impl MemberRidgeGbt {
                     .iter()
                     .zip(&self.ridge_coefficients)
                     .fold(self.ridge_intercept, |acc, (x, c)| acc + x * c);
-                let ratio = 0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp());
-                ratio * own.0[EXCLUSIVE_THROUGHPUT]
+                member_throughput(linear, boosted, own)
             })
             .collect()
     }
@@ -221,8 +301,55 @@ impl MemberRidgeGbt {
         }
     }
 
-    /// Scores (target, candidate) pairs: one batch of 2 rows per candidate.
+    /// The model compiled for scoring pairs (see [`PairScorer`]); `None` only for trees
+    /// deeper than the ones this kind fits.
+    pub fn pair_scorer(&self) -> Option<&PairScorer> {
+        self.scorer
+            .0
+            .get_or_init(|| {
+                let booster = &self.booster.0;
+                let iterations = booster.prediction_iteration.unwrap_or(booster.trees.len());
+                let trees: Vec<Vec<TreeNode>> = booster.trees[..iterations]
+                    .iter()
+                    .map(|tree| {
+                        tree.nodes
+                            .iter()
+                            .map(|n| TreeNode {
+                                is_leaf: n.is_leaf,
+                                value: n.weight_value as f64,
+                                feature: n.split_feature,
+                                threshold: n.split_value,
+                                left: n.left_child,
+                                right: n.right_child,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                PairScorer::compile(
+                    booster.base_score,
+                    &trees,
+                    self.ridge_intercept,
+                    &self.ridge_coefficients,
+                )
+            })
+            .as_ref()
+    }
+
+    /// Scores (target, candidate) pairs through the pair scorer.
     pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
+        match self.pair_scorer() {
+            Some(scorer) => scorer.predict_pairs(target, candidates),
+            None => self.predict_pairs_reference(target, candidates),
+        }
+    }
+
+    /// Scores (target, candidate) pairs by walking every tree: one batch of 2 rows per
+    /// candidate.
+    pub fn predict_pairs_reference(
+        &self,
+        target: &Features,
+        candidates: &[&Features],
+    ) -> Vec<SetPrediction> {
         let mut inputs: Vec<(&Features, Features)> = Vec::with_capacity(2 * candidates.len());
         for candidate in candidates {
             inputs.push((target, **candidate));
@@ -352,7 +479,7 @@ mod tests {
         let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
         let model = MemberRidgeGbt::fit(&rows(&seen)).unwrap();
         let refs: Vec<&Features> = seen.iter().collect();
-        let batch = model.predict_pairs(&seen[0], &refs);
+        let batch = model.predict_pairs_reference(&seen[0], &refs);
         for (prediction, c) in batch.iter().zip(&seen) {
             let single = model.predict_set(&[&seen[0], c]);
             assert_eq!(prediction, &single);
@@ -363,6 +490,42 @@ mod tests {
         let three = model.predict_set(&[&seen[0], &seen[1], &seen[2]]);
         assert_eq!(three.members.as_ref().unwrap().len(), 3);
         assert!(three.sum.is_finite() && three.sum > 0.0);
+    }
+
+    #[test]
+    fn the_pair_scorer_matches_walking_every_tree_even_on_split_thresholds() {
+        let mut state = 3;
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit(&rows(&seen)).unwrap();
+        let scorer = model.pair_scorer().expect("depth-2 trees compile");
+        // Fresh draws, the training workloads, and copies with one metric moved exactly
+        // onto a split threshold (where `<` against `<=` would pick the other leaf).
+        let mut probes: Vec<Features> = (0..40).map(|_| workload(&mut state)).collect();
+        probes.extend(&seen);
+        let mut on_threshold = 0;
+        for tree in &model.booster.0.trees {
+            for node in tree.nodes.iter().filter(|n| !n.is_leaf) {
+                let mut f = seen[on_threshold % seen.len()];
+                f.0[node.split_feature % NUM_FEATURES] = node.split_value;
+                probes.push(f);
+                on_threshold += 1;
+            }
+        }
+        assert!(on_threshold > 1000, "{on_threshold}");
+        let refs: Vec<&Features> = probes.iter().collect();
+        let mut compared = 0;
+        for target in probes.iter().step_by(97) {
+            let fast = scorer.predict_pairs(target, &refs);
+            let reference = model.predict_pairs_reference(target, &refs);
+            for (a, b) in fast.iter().zip(&reference) {
+                let (a, b) = (a.members.as_ref().unwrap(), b.members.as_ref().unwrap());
+                for (x, y) in a.iter().zip(b) {
+                    assert!((x - y).abs() <= 1e-12 * y.abs(), "{x} vs {y}");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 10_000, "{compared}");
     }
 
     #[test]

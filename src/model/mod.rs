@@ -6,6 +6,7 @@
 mod features;
 mod kace_linear;
 mod member;
+mod pair_scorer;
 pub mod validation;
 
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
 pub use member::MemberRidgeGbt;
+pub use pair_scorer::{PairScorer, ProfileCode, TargetTables};
 
 /// Fewer observations than this cannot pin down the ten coefficients and the intercept of
 /// the linear model with any residual left to judge the fit.
@@ -71,11 +73,12 @@ impl ModelKind {
         Self::ALL.into_iter().find(|k| k.as_str() == raw)
     }
 
-    /// What scoring one candidate pair costs, roughly (benches/scoring.rs on a 2-core
-    /// machine: about 10 µs for the 500 trees of both members, 10 ns for a dot product).
+    /// What scoring one candidate pair in Rank costs, roughly (benches/scoring.rs on a
+    /// 2-core machine: about 120 ns through the pair scorer with the candidate's code kept,
+    /// 10 ns for a dot product).
     pub fn scoring_cost_ns(self) -> u64 {
         match self {
-            Self::MemberRidgeGbt => 10_000,
+            Self::MemberRidgeGbt => 200,
             Self::KaceLinear => 10,
         }
     }
@@ -135,6 +138,14 @@ impl ModelParams {
         match self {
             Self::MemberRidgeGbt(m) => m.predict_set(members),
             Self::KaceLinear(m) => m.predict_set(members),
+        }
+    }
+
+    /// The compiled pair scorer, for kinds that have one (Rank's fast path).
+    pub fn pair_scorer(&self) -> Option<&PairScorer> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.pair_scorer(),
+            Self::KaceLinear(_) => None,
         }
     }
 
