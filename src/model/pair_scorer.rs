@@ -139,7 +139,7 @@ impl PairScorer {
         ridge_intercept: f64,
         ridge_coefficients: &[f64],
     ) -> Option<Self> {
-        let mut paths: Vec<(f64, Vec<(usize, f64, bool)>)> = Vec::new();
+        let mut paths: Vec<LeafPath> = Vec::new();
         for tree in trees {
             collect_leaves(tree, 0, &mut Vec::new(), &mut paths)?;
         }
@@ -316,12 +316,15 @@ impl PairScorer {
     }
 }
 
+/// A leaf's value and the tests on its path: (feature, threshold, goes left).
+type LeafPath = (f64, Vec<(usize, f64, bool)>);
+
 /// Walks a tree and records every leaf with the tests on its path.
 fn collect_leaves(
     tree: &[TreeNode],
     node: usize,
     path: &mut Vec<(usize, f64, bool)>,
-    out: &mut Vec<(f64, Vec<(usize, f64, bool)>)>,
+    out: &mut Vec<LeafPath>,
 ) -> Option<()> {
     let n = tree.get(node)?;
     if n.is_leaf {
