@@ -43,6 +43,9 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Print the effective settings (defaults, file, environment) as TOML.
     Config(ConfigArgs),
+    /// Load generator: drive a server (in-process with a synthetic store, or --addr) with
+    /// concurrent clients and report RPC/s and latency per scenario.
+    Bench(crate::loadgen::BenchArgs),
     /// Workloads on a running server.
     Workloads {
         #[command(flatten)]
@@ -249,6 +252,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Bench(args) => crate::loadgen::run(args).await,
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, &settings.log.format);

@@ -9,6 +9,7 @@ pub mod client;
 pub mod domain;
 pub mod eval;
 pub mod import;
+pub mod loadgen;
 pub mod metrics;
 pub mod model;
 pub mod profiler;

@@ -21,34 +21,19 @@ use super::{
     Features, SetPrediction, NUM_FEATURES,
 };
 
-/// One test on a path: `value < threshold` goes left. `feature` indexes the booster
-/// features (own metrics 0..10, the other's 10..20).
+/// A test on a path, `value < threshold` goes left, on one metric of one of the pair's
+/// profiles.
 #[derive(Debug, Clone, Copy)]
 struct Test {
-    feature: usize,
+    metric: usize,
     threshold: f64,
     left: bool,
-    /// The threshold's position among the sorted distinct thresholds of its metric.
-    bin: u16,
 }
 
 impl Test {
-    fn metric(&self) -> usize {
-        self.feature % NUM_FEATURES
-    }
-
-    fn holds(&self, value: f64) -> bool {
-        (value < self.threshold) == self.left
-    }
-
-    /// The bins of its metric where the test holds: x < t ⟺ bin(x) <= bin(t).
-    fn bin_range(&self, bins_of_metric: usize) -> (usize, usize) {
-        let split = self.bin as usize;
-        if self.left {
-            (0, split)
-        } else {
-            (split + 1, bins_of_metric - 1)
-        }
+    #[inline]
+    fn holds(&self, metrics: &Features) -> bool {
+        (metrics.0[self.metric] < self.threshold) == self.left
     }
 }
 
@@ -70,32 +55,51 @@ impl Role {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Leaf {
+/// A leaf whose tests are on the candidate only: summed per profile.
+#[derive(Debug, Clone, Copy)]
+struct ProfileLeaf {
     value: f64,
-    varying: Vec<Test>,
-    fixed: Vec<Test>,
+    tests: [Test; 2],
+    count: usize,
+}
+
+/// A leaf with one test on the candidate (a range of its bins, slots `lo..hi` of the flat
+/// step table) and at most one on the target.
+#[derive(Debug, Clone, Copy)]
+struct StepLeaf {
+    value: f64,
+    lo: usize,
+    hi: usize,
+    fixed: Option<Test>,
+}
+
+/// A leaf with tests on the target only: a per-request constant.
+#[derive(Debug, Clone, Copy)]
+struct ConstantLeaf {
+    value: f64,
+    tests: [Test; 2],
+    count: usize,
 }
 
 /// A leaf as one role sees it: how its contribution is computed.
 #[derive(Debug, Clone, Default)]
 struct RoleLeaves {
-    /// Only varying tests: summed per profile.
-    profile: Vec<Leaf>,
-    /// One varying test and fixed ones: a step, per request.
-    step: Vec<Leaf>,
-    /// No varying test: a constant, per request.
-    constant: Vec<Leaf>,
+    profile: Vec<ProfileLeaf>,
+    step: Vec<StepLeaf>,
+    constant: Vec<ConstantLeaf>,
 }
 
 /// The compiled model. Built once per model; `None` from [`PairScorer::compile`] for a tree
-/// deeper than two (a leaf with two varying and a fixed test has no such split).
+/// deeper than two (a leaf with two tests on the candidate and one on the target has no
+/// such split).
 #[derive(Debug, Clone)]
 pub struct PairScorer {
     base_score: f64,
     /// Per metric, the sorted distinct thresholds of both its booster features.
     thresholds: [Vec<f64>; NUM_FEATURES],
-    /// Per metric, where its bins start in a flat step table.
+    /// Per metric, where its bins start in a flat step table. A metric with n thresholds
+    /// has n + 1 bins and one spare slot, so that one running sum over the whole table
+    /// turns the difference array into step values.
     offsets: [usize; NUM_FEATURES + 1],
     roles: [RoleLeaves; 2],
     ridge: RidgeParts,
@@ -116,7 +120,8 @@ pub struct ProfileCode {
 #[derive(Debug, Clone)]
 pub struct TargetTables {
     target: Features,
-    code: ProfileCode,
+    /// The ridge half's terms on the target's own metrics.
+    ridge_own: f64,
     constant: [f64; 2],
     steps: [Vec<f64>; 2],
 }
@@ -153,37 +158,66 @@ impl PairScorer {
         for (j, t) in thresholds.iter_mut().enumerate() {
             t.sort_by(f64::total_cmp);
             t.dedup();
-            // bins(x) ranges over 0..=len: len + 1 bins per metric.
-            offsets[j + 1] = offsets[j] + t.len() + 1;
+            offsets[j + 1] = offsets[j] + t.len() + 2;
         }
         if thresholds.iter().any(|t| t.len() >= u16::MAX as usize) {
             return None;
         }
         let mut roles: [RoleLeaves; 2] = Default::default();
         for (value, path) in paths {
-            let tests: Vec<Test> = path
-                .into_iter()
-                .map(|(feature, threshold, left)| Test {
-                    feature,
-                    threshold,
-                    left,
-                    bin: thresholds[feature % NUM_FEATURES].partition_point(|&t| t < threshold)
-                        as u16,
-                })
-                .collect();
             for role in Role::BOTH {
-                let (varying, fixed): (Vec<Test>, Vec<Test>) =
-                    tests.iter().partition(|t| role.is_varying(t.feature));
-                let leaf = Leaf {
-                    value,
-                    varying,
-                    fixed,
+                let mut varying = Vec::new();
+                let mut fixed = Vec::new();
+                for &(feature, threshold, left) in &path {
+                    let test = Test {
+                        metric: feature % NUM_FEATURES,
+                        threshold,
+                        left,
+                    };
+                    if role.is_varying(feature) {
+                        varying.push(test);
+                    } else {
+                        fixed.push(test);
+                    }
+                }
+                let pad = |tests: &[Test]| {
+                    let mut out = [tests.first().copied().unwrap_or(Test {
+                        metric: 0,
+                        threshold: 0.0,
+                        left: true,
+                    }); 2];
+                    out[..tests.len()].copy_from_slice(tests);
+                    out
                 };
                 let slot = &mut roles[role as usize];
-                match (leaf.varying.len(), leaf.fixed.len()) {
-                    (0, _) => slot.constant.push(leaf),
-                    (_, 0) => slot.profile.push(leaf),
-                    (1, _) => slot.step.push(leaf),
+                match (varying.as_slice(), fixed.as_slice()) {
+                    ([], _) => slot.constant.push(ConstantLeaf {
+                        value,
+                        tests: pad(&fixed),
+                        count: fixed.len(),
+                    }),
+                    (_, []) => slot.profile.push(ProfileLeaf {
+                        value,
+                        tests: pad(&varying),
+                        count: varying.len(),
+                    }),
+                    ([test], [_]) => {
+                        let j = test.metric;
+                        // x < t exactly when bin(x) <= (number of thresholds below t).
+                        let split = thresholds[j].partition_point(|&u| u < test.threshold);
+                        let bins = thresholds[j].len() + 1;
+                        let (lo, hi) = if test.left {
+                            (0, split + 1)
+                        } else {
+                            (split + 1, bins)
+                        };
+                        slot.step.push(StepLeaf {
+                            value,
+                            lo: offsets[j] + lo,
+                            hi: offsets[j] + hi,
+                            fixed: fixed.first().copied(),
+                        });
+                    }
                     _ => return None,
                 }
             }
@@ -209,7 +243,7 @@ impl PairScorer {
             boosted[role as usize] = self.roles[role as usize]
                 .profile
                 .iter()
-                .filter(|leaf| leaf.varying.iter().all(|t| t.holds(profile.0[t.metric()])))
+                .filter(|leaf| leaf.tests[..leaf.count].iter().all(|t| t.holds(profile)))
                 .map(|leaf| leaf.value)
                 .sum();
         }
@@ -222,50 +256,36 @@ impl PairScorer {
 
     /// Folds the target into per-role constants and step tables (once per request).
     pub fn target(&self, target: &Features) -> TargetTables {
-        let code = self.code(target);
-        let fixed_value = |role: Role, t: &Test| match role {
-            // The target's member: its own metrics are fixed.
-            Role::Target => target.0[t.feature],
-            // The candidate's member: the other's (the target's) metrics are fixed.
-            Role::Candidate => target.0[t.feature - NUM_FEATURES],
-        };
         let mut constant = [self.base_score; 2];
         let mut steps: [Vec<f64>; 2] = Default::default();
         for role in Role::BOTH {
             let leaves = &self.roles[role as usize];
-            let applies = |leaf: &&Leaf| leaf.fixed.iter().all(|t| t.holds(fixed_value(role, t)));
             constant[role as usize] += leaves
                 .constant
                 .iter()
-                .filter(applies)
-                .map(|l| l.value)
+                .filter(|leaf| leaf.tests[..leaf.count].iter().all(|t| t.holds(target)))
+                .map(|leaf| leaf.value)
                 .sum::<f64>();
-            // A difference array per metric: a range of bins is +value at its start and
-            // -value past its end, unless it ends at the metric's last bin.
-            let mut diff = vec![0.0; self.offsets[NUM_FEATURES]];
-            for leaf in leaves.step.iter().filter(applies) {
-                let test = &leaf.varying[0];
-                let j = test.metric();
-                let bins = self.thresholds[j].len() + 1;
-                let (lo, hi) = test.bin_range(bins);
-                diff[self.offsets[j] + lo] += leaf.value;
-                if hi + 1 < bins {
-                    diff[self.offsets[j] + hi + 1] -= leaf.value;
+            // A difference array: +value where a leaf's range of bins starts, -value
+            // where it ends (at most the metric's spare slot); one running sum then gives
+            // every bin's value.
+            let mut table = vec![0.0; self.offsets[NUM_FEATURES]];
+            for leaf in &leaves.step {
+                if leaf.fixed.is_none_or(|t| t.holds(target)) {
+                    table[leaf.lo] += leaf.value;
+                    table[leaf.hi] -= leaf.value;
                 }
             }
-            let mut table = vec![0.0; self.offsets[NUM_FEATURES]];
-            for j in 0..NUM_FEATURES {
-                let mut running = 0.0;
-                for k in self.offsets[j]..self.offsets[j + 1] {
-                    running += diff[k];
-                    table[k] = running;
-                }
+            let mut running = 0.0;
+            for slot in &mut table {
+                running += *slot;
+                *slot = running;
             }
             steps[role as usize] = table;
         }
         TargetTables {
             target: *target,
-            code,
+            ridge_own: self.ridge.own_terms(target),
             constant,
             steps,
         }
@@ -291,7 +311,7 @@ impl PairScorer {
             *out = sum;
         }
         let linear = [
-            self.ridge.intercept + tables.code.ridge_own + set,
+            self.ridge.intercept + tables.ridge_own + set,
             self.ridge.intercept + code.ridge_own + set,
         ];
         [

@@ -210,6 +210,27 @@ impl Store {
         finish(tx, outcome).await
     }
 
+    /// Registers many workloads (each with its profile, or queued for profiling) in
+    /// transactions of up to 5 000: bulk loading, e.g. `coloc bench`'s synthetic stores.
+    pub async fn register_workloads(
+        &self,
+        workloads: &[NewWorkload],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        for chunk in workloads.chunks(5_000) {
+            let mut tx = self.begin_write().await?;
+            let outcome = async {
+                for workload in chunk {
+                    register_in(&mut tx, workload, now_ms).await?;
+                }
+                Ok(())
+            }
+            .await;
+            finish(tx, outcome).await?;
+        }
+        Ok(())
+    }
+
     pub async fn get_workload(&self, name: &str) -> Result<Option<WorkloadRecord>, StoreError> {
         let mut tx = self.begin_read().await?;
         let outcome = fetch_workload(&mut tx, name).await;
