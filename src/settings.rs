@@ -31,6 +31,9 @@ pub struct TrainerSettings {
     pub min_new_observations: u64,
     /// Folds of the cross-validation that judges a challenger against the champion.
     pub cv_folds: usize,
+    /// Training uses the newest this many runs of a GPU model (bounds retrain time and
+    /// memory on large stores); 0 = every run.
+    pub max_training_runs: usize,
     /// A challenger is "not worse" when its cross-validated rank score is at least the
     /// champion's minus score_tolerance and its MSE at most the champion's x (1 + mse_tolerance).
     pub score_tolerance: f64,
@@ -180,6 +183,7 @@ ncu_launch_count = 200
 interval_secs = 600
 min_new_observations = 20
 cv_folds = 5
+max_training_runs = 20000
 score_tolerance = 0.005
 mse_tolerance = 0.05
 outlier_threshold = 6.0
@@ -375,6 +379,12 @@ impl Settings {
         };
         if t.cv_folds < 2 {
             return invalid("trainer.cv_folds", "must be at least 2");
+        }
+        if t.max_training_runs != 0 && t.max_training_runs < crate::model::MIN_TRAINING_ROWS {
+            return invalid(
+                "trainer.max_training_runs",
+                "must be 0 (every run) or at least the 12 runs a fit needs",
+            );
         }
         if t.min_new_observations == 0 {
             return invalid("trainer.min_new_observations", "must be greater than 0");

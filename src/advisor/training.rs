@@ -60,8 +60,8 @@ pub(super) struct RollingError {
 }
 
 impl Advisor {
-    /// Fits a challenger of `kind` (default: `model.kind`) on every usable run of the GPU
-    /// model, judges it against the champion and promotes it if it is not worse. A failed
+    /// Fits a challenger of `kind` (default: `model.kind`) on the usable runs of the GPU
+    /// model (the newest `trainer.max_training_runs`), judges it against the champion and promotes it if it is not worse. A failed
     /// fit keeps the champion; it is logged and answered as FAILED_PRECONDITION.
     pub async fn train(
         &self,
@@ -71,7 +71,11 @@ impl Advisor {
     ) -> Result<TrainOutcome> {
         let kind = kind.unwrap_or(self.default_kind);
         let _trainer = self.trainer.lock().await;
-        let observations = self.store.observations(gpu).await?;
+        let observations = self
+            .store
+            .observations(gpu, self.lifecycle.max_training_runs)
+            .await?;
+        let first_id = observations.first().map_or(0, |o| o.id);
         let table = self.read_catalog().gpu(gpu).unwrap_or_default();
         let total = observations.len();
         let mut rows: Vec<LabelledRow> = observations
@@ -103,7 +107,7 @@ impl Advisor {
             .iter()
             .map(|(i, why)| (rows[*i].id, why.clone()))
             .collect();
-        self.store.set_outliers(gpu, &flagged_ids).await?;
+        self.store.set_outliers(gpu, first_id, &flagged_ids).await?;
         let excluded: std::collections::HashSet<usize> = flagged.iter().map(|(i, _)| *i).collect();
         rows = rows
             .into_iter()

@@ -120,18 +120,24 @@ impl Store {
         finish(tx, outcome).await
     }
 
-    /// Marks exactly these runs of `gpu` as outliers (with why) and clears the others.
+    /// Marks exactly these runs of `gpu` as outliers (with why) and clears the others from
+    /// run `from_id` on (the runs a training looked at).
     pub async fn set_outliers(
         &self,
         gpu: &GpuName,
+        from_id: i64,
         flagged: &[(i64, String)],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = async {
-            sqlx::query("UPDATE observations SET outlier_reason = NULL WHERE gpu = ?1 AND outlier_reason IS NOT NULL")
-                .bind(gpu.as_str())
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE observations SET outlier_reason = NULL \
+                 WHERE gpu = ?1 AND id >= ?2 AND outlier_reason IS NOT NULL",
+            )
+            .bind(gpu.as_str())
+            .bind(from_id)
+            .execute(&mut *tx)
+            .await?;
             for (id, reason) in flagged {
                 sqlx::query("UPDATE observations SET outlier_reason = ?2 WHERE id = ?1")
                     .bind(id)
@@ -195,14 +201,21 @@ impl Store {
         .await?)
     }
 
-    /// Every stored run on `gpu`, oldest first.
-    pub async fn observations(&self, gpu: &GpuName) -> Result<Vec<StoredObservation>, StoreError> {
+    /// The newest `limit` stored runs on `gpu` (all for 0), oldest first.
+    pub async fn observations(
+        &self,
+        gpu: &GpuName,
+        limit: usize,
+    ) -> Result<Vec<StoredObservation>, StoreError> {
+        let limit = if limit == 0 { -1 } else { limit as i64 };
         let rows = sqlx::query_as::<_, (i64, String, f64)>(
             "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
-             JOIN observations o ON o.id = m.observation_id WHERE o.gpu = ?1 \
+             WHERE m.observation_id IN \
+               (SELECT id FROM observations WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2) \
              ORDER BY m.observation_id, m.position",
         )
         .bind(gpu.as_str())
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         let mut observations: Vec<StoredObservation> = Vec::new();
