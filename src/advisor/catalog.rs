@@ -106,14 +106,16 @@ impl Catalog {
     }
 
     /// Makes `model` the one the GPU model's entries are coded under: every entry's code is
-    /// computed again (a few microseconds each).
+    /// computed again (a few microseconds each, on all cores).
     pub fn set_scoring_model(&mut self, model: Arc<StoredModel>) {
         let table = Arc::make_mut(self.gpus.entry(model.gpu.clone()).or_default());
         table.scoring = Some(model);
         let scorer = table.scoring.as_ref().and_then(|m| m.params.pair_scorer());
-        for entry in &mut table.entries {
-            entry.code = scorer.map(|s| s.code(&entry.features));
-        }
+        use rayon::prelude::*;
+        table
+            .entries
+            .par_iter_mut()
+            .for_each(|entry| entry.code = scorer.map(|s| s.code(&entry.features)));
     }
 
     pub fn set_gpu_memory(&mut self, gpu: &GpuName, memory_gb: Option<f64>) {
