@@ -55,12 +55,35 @@ impl Role {
     }
 }
 
-/// A leaf whose tests are on the candidate only: summed per profile.
+/// A leaf whose tests all fall on one profile of the pair: the candidate's (summed per
+/// profile) or the target's (a per-request constant).
 #[derive(Debug, Clone, Copy)]
-struct ProfileLeaf {
+struct OneSidedLeaf {
     value: f64,
     tests: [Test; 2],
     count: usize,
+}
+
+impl OneSidedLeaf {
+    fn new(value: f64, tests: &[Test]) -> Self {
+        let mut padded = [tests.first().copied().unwrap_or(Test {
+            metric: 0,
+            threshold: 0.0,
+            left: true,
+        }); 2];
+        padded[..tests.len()].copy_from_slice(tests);
+        Self {
+            value,
+            tests: padded,
+            count: tests.len(),
+        }
+    }
+
+    /// True when every test of the leaf holds on `metrics`.
+    #[inline]
+    fn applies(&self, metrics: &Features) -> bool {
+        self.tests[..self.count].iter().all(|t| t.holds(metrics))
+    }
 }
 
 /// A leaf with one test on the candidate (a range of its bins, slots `lo..hi` of the flat
@@ -73,20 +96,12 @@ struct StepLeaf {
     fixed: Option<Test>,
 }
 
-/// A leaf with tests on the target only: a per-request constant.
-#[derive(Debug, Clone, Copy)]
-struct ConstantLeaf {
-    value: f64,
-    tests: [Test; 2],
-    count: usize,
-}
-
 /// A leaf as one role sees it: how its contribution is computed.
 #[derive(Debug, Clone, Default)]
 struct RoleLeaves {
-    profile: Vec<ProfileLeaf>,
+    profile: Vec<OneSidedLeaf>,
     step: Vec<StepLeaf>,
-    constant: Vec<ConstantLeaf>,
+    constant: Vec<OneSidedLeaf>,
 }
 
 /// The compiled model. Built once per model; `None` from [`PairScorer::compile`] for a tree
@@ -180,27 +195,10 @@ impl PairScorer {
                         fixed.push(test);
                     }
                 }
-                let pad = |tests: &[Test]| {
-                    let mut out = [tests.first().copied().unwrap_or(Test {
-                        metric: 0,
-                        threshold: 0.0,
-                        left: true,
-                    }); 2];
-                    out[..tests.len()].copy_from_slice(tests);
-                    out
-                };
                 let slot = &mut roles[role as usize];
                 match (varying.as_slice(), fixed.as_slice()) {
-                    ([], _) => slot.constant.push(ConstantLeaf {
-                        value,
-                        tests: pad(&fixed),
-                        count: fixed.len(),
-                    }),
-                    (_, []) => slot.profile.push(ProfileLeaf {
-                        value,
-                        tests: pad(&varying),
-                        count: varying.len(),
-                    }),
+                    ([], _) => slot.constant.push(OneSidedLeaf::new(value, &fixed)),
+                    (_, []) => slot.profile.push(OneSidedLeaf::new(value, &varying)),
                     ([test], [_]) => {
                         let j = test.metric;
                         // x < t exactly when bin(x) <= (number of thresholds below t).
@@ -243,7 +241,7 @@ impl PairScorer {
             boosted[role as usize] = self.roles[role as usize]
                 .profile
                 .iter()
-                .filter(|leaf| leaf.tests[..leaf.count].iter().all(|t| t.holds(profile)))
+                .filter(|leaf| leaf.applies(profile))
                 .map(|leaf| leaf.value)
                 .sum();
         }
@@ -263,7 +261,7 @@ impl PairScorer {
             constant[role as usize] += leaves
                 .constant
                 .iter()
-                .filter(|leaf| leaf.tests[..leaf.count].iter().all(|t| t.holds(target)))
+                .filter(|leaf| leaf.applies(target))
                 .map(|leaf| leaf.value)
                 .sum::<f64>();
             // A difference array: +value where a leaf's range of bins starts, -value
