@@ -35,7 +35,9 @@ pub struct StoredObservation {
 /// What the model in use predicted for a reported set: (sum, model version).
 pub type Prediction = (f64, u64);
 
-async fn insert_one(
+/// Inserts one run into `tx`, or finds the stored copy by its fingerprint (a copy inserted
+/// earlier in the same transaction included): (id, created).
+pub(super) async fn insert_one(
     tx: &mut Transaction<'_, Sqlite>,
     observation: &Observation,
     source: ObservationSource,
@@ -83,7 +85,8 @@ async fn insert_one(
 
 impl Store {
     /// Stores a run; returns its id and whether it is new (a repeated run is not stored
-    /// twice). One transaction.
+    /// twice). The run is committed (durably) before this returns, in one transaction with
+    /// the other runs queued at the same time (group commit; see `observation_writer`).
     pub async fn insert_observation(
         &self,
         observation: &Observation,
@@ -91,9 +94,9 @@ impl Store {
         prediction: Option<Prediction>,
         now_ms: i64,
     ) -> Result<(i64, bool), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let outcome = insert_one(&mut tx, observation, source, prediction, now_ms).await;
-        finish(tx, outcome).await
+        self.observation_writer
+            .write(observation.clone(), source, prediction, now_ms)
+            .await
     }
 
     /// Stores many runs in one transaction; returns how many were new.
