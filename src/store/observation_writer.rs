@@ -162,7 +162,7 @@ pub(super) enum BatchOutcome {
 /// [`MAX_BATCH`]) in one transaction, and answers every caller.
 ///
 /// The first pass writes the runs one after another with no savepoints (two extra
-/// statements per run would cost a third of the throughput). If any run fails, that
+/// statements per run cost a third of the throughput or more). If any run fails, that
 /// transaction is rolled back and the batch is written again in a new one with a savepoint
 /// per run, so the failure stays with its own run.
 pub(super) async fn run_once(

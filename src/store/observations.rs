@@ -67,19 +67,22 @@ pub(super) async fn insert_one(
                 .await?;
         return Ok((existing, false));
     };
+    // One statement for all members: each statement is a round trip to the connection's
+    // thread, which is most of what a run costs the observation writer.
+    let rows = vec!["(?, ?, ?, ?, ?)"; observation.members.len()].join(", ");
+    let mut insert_members = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO observation_members (observation_id, position, workload, throughput, job_id) \
+         VALUES {rows}"
+    )));
     for (position, member) in observation.members.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO observation_members (observation_id, position, workload, throughput, job_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .bind(id)
-        .bind(position as i64)
-        .bind(member.workload.as_str())
-        .bind(member.throughput)
-        .bind(&member.job_id)
-        .execute(&mut **tx)
-        .await?;
+        insert_members = insert_members
+            .bind(id)
+            .bind(position as i64)
+            .bind(member.workload.as_str())
+            .bind(member.throughput)
+            .bind(&member.job_id);
     }
+    insert_members.execute(&mut **tx).await?;
     Ok((id, true))
 }
 
