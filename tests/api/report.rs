@@ -1,9 +1,11 @@
 use std::collections::{HashMap, HashSet};
 
-use coloc::{domain::GpuName, proto as pb};
+use coloc::proto as pb;
 use tonic::Code;
 
-use crate::helpers::{profile, register_request, spawn_app, spawn_app_in, TestApp, GPU};
+use crate::helpers::{
+    database_url, profile, register_request, spawn_app, spawn_app_in, TestApp, GPU,
+};
 
 fn member(workload: &str, throughput: f64, job_id: &str) -> pb::ColocatedMember {
     pb::ColocatedMember {
@@ -181,17 +183,25 @@ async fn register_a_and_b(app: &mut TestApp) {
     }
 }
 
-/// The stored runs of the test GPU by id: (workload, throughput) of each member.
+/// The stored runs by id, read straight from the database file: (workload, throughput) of
+/// each member, in report order.
 async fn stored_runs(app: &TestApp) -> HashMap<i64, Vec<(String, f64)>> {
-    let gpu = GpuName::parse("gpu", GPU).unwrap();
-    app.advisor
-        .store()
-        .observations(&gpu)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| (o.id, o.members))
-        .collect()
+    let mut connection =
+        <sqlx::SqliteConnection as sqlx::Connection>::connect(&database_url(&app.dir))
+            .await
+            .unwrap();
+    let rows: Vec<(i64, String, f64)> = sqlx::query_as(
+        "SELECT observation_id, workload, throughput FROM observation_members \
+         ORDER BY observation_id, position",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let mut runs: HashMap<i64, Vec<(String, f64)>> = HashMap::new();
+    for (id, workload, throughput) in rows {
+        runs.entry(id).or_default().push((workload, throughput));
+    }
+    runs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
