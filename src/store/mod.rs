@@ -1,14 +1,16 @@
 //! The SQLite profile datastore (sqlx). Opens the database with the settings durability
 //! needs (WAL, synchronous FULL, foreign keys), runs the embedded migrations, and offers
 //! typed operations; every multi-row write is one transaction, and constraint violations
-//! come back as domain errors rather than SQL text.
+//! come back as domain errors rather than SQL text. Single reported runs go through the
+//! observation writer (group commit).
 
 mod jobs;
 mod models;
+mod observation_writer;
 mod observations;
 mod workloads;
 
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::{
     sqlite::{
@@ -21,6 +23,8 @@ pub use jobs::ClaimedJob;
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, Prediction, StoredObservation};
 pub use workloads::WorkloadRecord;
+
+use observation_writer::ObservationWriter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -36,6 +40,13 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the store is closed")]
+    Closed,
+    #[error("the observation writer stopped before answering")]
+    WriterStopped,
+    /// The transaction a run was batched into failed, so the run was not stored.
+    #[error("the batch this run was written in failed")]
+    Batch(#[source] Arc<StoreError>),
 }
 
 /// True when the error is a UNIQUE constraint violation.
@@ -48,6 +59,7 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    observation_writer: Arc<ObservationWriter>,
 }
 
 impl Store {
@@ -74,10 +86,17 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::migrate!().run(&pool).await?;
-        Ok(Self { pool })
+        let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone()));
+        Ok(Self {
+            pool,
+            observation_writer,
+        })
     }
 
+    /// Stops taking runs, writes the ones already queued, then closes the pool. Runs
+    /// offered after this get [`StoreError::Closed`].
     pub async fn close(&self) {
+        self.observation_writer.stop().await;
         self.pool.close().await;
     }
 

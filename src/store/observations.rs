@@ -35,7 +35,9 @@ pub struct StoredObservation {
 /// What the model in use predicted for a reported set: (sum, model version).
 pub type Prediction = (f64, u64);
 
-async fn insert_one(
+/// Inserts one run into `tx`, or finds the stored copy by its fingerprint (a copy inserted
+/// earlier in the same transaction included): (id, created).
+pub(super) async fn insert_one(
     tx: &mut Transaction<'_, Sqlite>,
     observation: &Observation,
     source: ObservationSource,
@@ -65,25 +67,29 @@ async fn insert_one(
                 .await?;
         return Ok((existing, false));
     };
+    // One statement for all members: each statement is a round trip to the connection's
+    // thread, which is most of what a run costs the observation writer.
+    let rows = vec!["(?, ?, ?, ?, ?)"; observation.members.len()].join(", ");
+    let mut insert_members = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO observation_members (observation_id, position, workload, throughput, job_id) \
+         VALUES {rows}"
+    )));
     for (position, member) in observation.members.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO observation_members (observation_id, position, workload, throughput, job_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .bind(id)
-        .bind(position as i64)
-        .bind(member.workload.as_str())
-        .bind(member.throughput)
-        .bind(&member.job_id)
-        .execute(&mut **tx)
-        .await?;
+        insert_members = insert_members
+            .bind(id)
+            .bind(position as i64)
+            .bind(member.workload.as_str())
+            .bind(member.throughput)
+            .bind(&member.job_id);
     }
+    insert_members.execute(&mut **tx).await?;
     Ok((id, true))
 }
 
 impl Store {
     /// Stores a run; returns its id and whether it is new (a repeated run is not stored
-    /// twice). One transaction.
+    /// twice). The run is committed (durably) before this returns, in one transaction with
+    /// the other runs queued at the same time (group commit; see `observation_writer`).
     pub async fn insert_observation(
         &self,
         observation: &Observation,
@@ -91,9 +97,9 @@ impl Store {
         prediction: Option<Prediction>,
         now_ms: i64,
     ) -> Result<(i64, bool), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let outcome = insert_one(&mut tx, observation, source, prediction, now_ms).await;
-        finish(tx, outcome).await
+        self.observation_writer
+            .write(observation.clone(), source, prediction, now_ms)
+            .await
     }
 
     /// Stores many runs in one transaction; returns how many were new.

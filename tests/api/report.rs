@@ -1,7 +1,11 @@
+use std::collections::{HashMap, HashSet};
+
 use coloc::proto as pb;
 use tonic::Code;
 
-use crate::helpers::{profile, register_request, spawn_app, GPU};
+use crate::helpers::{
+    database_url, profile, register_request, spawn_app, spawn_app_in, TestApp, GPU,
+};
 
 fn member(workload: &str, throughput: f64, job_id: &str) -> pb::ColocatedMember {
     pb::ColocatedMember {
@@ -167,5 +171,115 @@ async fn a_report_without_a_time_is_stamped_now() {
     assert!(
         (now_ms - observed_at).abs() < 60_000,
         "{observed_at} vs {now_ms}"
+    );
+}
+
+async fn register_a_and_b(app: &mut TestApp) {
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+}
+
+/// The stored runs by id, read straight from the database file: (workload, throughput) of
+/// each member, in report order.
+async fn stored_runs(app: &TestApp) -> HashMap<i64, Vec<(String, f64)>> {
+    let mut connection =
+        <sqlx::SqliteConnection as sqlx::Connection>::connect(&database_url(&app.dir))
+            .await
+            .unwrap();
+    let rows: Vec<(i64, String, f64)> = sqlx::query_as(
+        "SELECT observation_id, workload, throughput FROM observation_members \
+         ORDER BY observation_id, position",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let mut runs: HashMap<i64, Vec<(String, f64)>> = HashMap::new();
+    for (id, workload, throughput) in rows {
+        runs.entry(id).or_default().push((workload, throughput));
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_reports_get_distinct_ids_each_naming_its_own_run() {
+    let mut app = spawn_app().await;
+    register_a_and_b(&mut app).await;
+    let mut reporters = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let mut client = app.client.clone();
+        reporters.spawn(async move {
+            let answer = client
+                .report_colocation(report(vec![
+                    member("a", i as f64, ""),
+                    member("b", 1.0, ""),
+                ]))
+                .await
+                .unwrap()
+                .into_inner();
+            (i, answer)
+        });
+    }
+    let mut ids = HashSet::new();
+    let mut answers = Vec::new();
+    while let Some(joined) = reporters.join_next().await {
+        let (i, answer) = joined.unwrap();
+        assert!(answer.created, "report {i}");
+        assert!(ids.insert(answer.observation_id), "id given twice");
+        answers.push((i, answer.observation_id as i64));
+    }
+    assert_eq!(app.count("observations").await, 200);
+    assert_eq!(app.count("observation_members").await, 400);
+    // Each reporter was answered with the id of the run it sent, not a neighbour's.
+    let stored = stored_runs(&app).await;
+    for (i, id) in answers {
+        assert_eq!(
+            stored[&id],
+            vec![("a".to_string(), i as f64), ("b".to_string(), 1.0)],
+            "report {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_acknowledged_report_survives_closing_and_reopening_the_store() {
+    let mut app = spawn_app().await;
+    register_a_and_b(&mut app).await;
+    let answer = app
+        .client
+        .report_colocation(report(vec![
+            member("a", 3.0, "job-1"),
+            member("b", 4.0, "job-2"),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.created);
+    // Committed before it was acknowledged: another connection sees it at once.
+    assert_eq!(app.count("observations").await, 1);
+    let dir = app.stop().await;
+
+    let mut restarted = spawn_app_in(dir).await;
+    let stored = stored_runs(&restarted).await;
+    assert_eq!(
+        stored.get(&(answer.observation_id as i64)),
+        Some(&vec![("a".to_string(), 3.0), ("b".to_string(), 4.0)])
+    );
+    // And it is still recognised as the same run.
+    let again = restarted
+        .client
+        .report_colocation(report(vec![
+            member("a", 3.0, "job-1"),
+            member("b", 4.0, "job-2"),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (again.observation_id, again.created),
+        (answer.observation_id, false)
     );
 }

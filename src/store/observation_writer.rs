@@ -1,0 +1,553 @@
+//! Group commit for reported runs. `Store::insert_observation` hands its run to one writer
+//! task over a bounded queue and waits for the answer. The writer takes the first queued
+//! run, opens one `BEGIN IMMEDIATE` transaction, adds every run queued by then (at most
+//! [`MAX_BATCH`]), writes them and commits once: concurrent reports share one fsync
+//! instead of paying one each. Nothing waits on a timer, so a lone report is written at
+//! once.
+//!
+//! A run that fails (a constraint the database enforces) fails alone: the batch is rolled
+//! back and written again with a savepoint per run, and only the failing run's caller gets
+//! its error. A failure of the transaction itself (begin, a savepoint statement, commit)
+//! fails every run of the batch: none is acknowledged.
+//!
+//! The writer cannot deadlock with the pool or with other writers: it borrows a pool
+//! connection only for the length of a batch, waits on nothing but that connection while it
+//! holds the write lock, and no caller of `insert_observation` holds a connection while it
+//! waits for its answer. Other `BEGIN IMMEDIATE` writers wait for a batch within the busy
+//! timeout, as they would for any transaction; [`MAX_BATCH`] keeps a batch short.
+
+use std::sync::Arc;
+
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    observations::{insert_one, ObservationSource, Prediction},
+    StoreError,
+};
+use crate::domain::Observation;
+
+/// The most runs one transaction writes. It bounds how long the write lock is held (other
+/// writers wait for it within the 5 s busy timeout) and how long the first run of a batch
+/// waits for the last: tens of milliseconds at this size, far inside the timeout.
+pub(super) const MAX_BATCH: usize = 256;
+/// Runs that may wait for the writer before reporters wait to enqueue (backpressure).
+const QUEUE_CAPACITY: usize = 4 * MAX_BATCH;
+
+/// What a run's caller is told: its id and whether it is new.
+type Reply = Result<(i64, bool), StoreError>;
+
+#[derive(Debug)]
+pub(super) struct WriteRequest {
+    observation: Observation,
+    source: ObservationSource,
+    prediction: Option<Prediction>,
+    now_ms: i64,
+    reply_tx: oneshot::Sender<Reply>,
+}
+
+/// The handle the store keeps: the queue's sending half and the writer task.
+#[derive(Debug)]
+pub(super) struct ObservationWriter {
+    request_tx: mpsc::Sender<WriteRequest>,
+    shutdown: CancellationToken,
+    /// Taken by the first `stop`; a concurrent `stop` waits on the lock until the writer
+    /// has finished.
+    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ObservationWriter {
+    /// Starts the writer task on `pool`. It borrows a pool connection per batch and holds
+    /// none between batches, so it shares the pool's connections (and an in-memory
+    /// database's only one) with every other reader and writer.
+    pub(super) fn spawn(pool: SqlitePool) -> Self {
+        let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(pool, request_rx, shutdown.clone()));
+        Self {
+            request_tx,
+            shutdown,
+            task: tokio::sync::Mutex::new(Some(task)),
+        }
+    }
+
+    /// Queues a run and waits until its batch is committed (or failed).
+    pub(super) async fn write(
+        &self,
+        observation: Observation,
+        source: ObservationSource,
+        prediction: Option<Prediction>,
+        now_ms: i64,
+    ) -> Reply {
+        if self.shutdown.is_cancelled() {
+            return Err(StoreError::Closed);
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let request = WriteRequest {
+            observation,
+            source,
+            prediction,
+            now_ms,
+            reply_tx,
+        };
+        if self.request_tx.send(request).await.is_err() {
+            // The queue is closed: by `stop`, or because the writer died.
+            return Err(if self.shutdown.is_cancelled() {
+                StoreError::Closed
+            } else {
+                StoreError::WriterStopped
+            });
+        }
+        // Only a writer that died (a bug) drops a queued run unanswered; its transaction,
+        // if it had begun, was rolled back with it.
+        reply_rx.await.unwrap_or(Err(StoreError::WriterStopped))
+    }
+
+    /// Refuses new runs, lets the writer finish every run already queued, and waits for it.
+    pub(super) async fn stop(&self) {
+        self.shutdown.cancel();
+        let mut task = self.task.lock().await;
+        if let Some(handle) = task.take() {
+            match handle.await {
+                Ok(()) => tracing::debug!("observation writer stopped"),
+                Err(error) => tracing::error!(%error, "observation writer panicked"),
+            }
+        }
+    }
+}
+
+/// The writer task: one batch after another until the store closes (then the queue is
+/// drained) or every sender is gone.
+async fn run(
+    pool: SqlitePool,
+    mut request_rx: mpsc::Receiver<WriteRequest>,
+    shutdown: CancellationToken,
+) {
+    let mut closing = false;
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = shutdown.cancelled(), if !closing => {
+                // Refuse new runs; the ones already queued are still received below.
+                request_rx.close();
+                closing = true;
+                continue;
+            }
+            request = request_rx.recv() => match request {
+                Some(request) => request,
+                None => break,
+            },
+        };
+        run_once(&pool, first, &mut request_rx).await;
+    }
+}
+
+/// What one batch came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum BatchOutcome {
+    /// Committed in one pass: every run written (new or found).
+    Committed { runs: usize },
+    /// A run failed, so the batch was written again with a savepoint per run and
+    /// committed; `failed` runs were refused.
+    CommittedIsolated { runs: usize, failed: usize },
+    /// The transaction failed: every run of the batch was refused.
+    Failed { runs: usize },
+}
+
+/// Writes `first` and whatever else is queued once the write lock is held (up to
+/// [`MAX_BATCH`]) in one transaction, and answers every caller.
+///
+/// The first pass writes the runs one after another with no savepoints (two extra
+/// statements per run cost a third of the throughput or more). If any run fails, that
+/// transaction is rolled back and the batch is written again in a new one with a savepoint
+/// per run, so the failure stays with its own run.
+pub(super) async fn run_once(
+    pool: &SqlitePool,
+    first: WriteRequest,
+    request_rx: &mut mpsc::Receiver<WriteRequest>,
+) -> BatchOutcome {
+    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+        Ok(tx) => tx,
+        Err(error) => return fail_batch(vec![first], Vec::new(), StoreError::Database(error)),
+    };
+    // Runs that arrived while the lock was awaited join this commit too.
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match request_rx.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(_) => break,
+        }
+    }
+    match write_all(&mut tx, &batch).await {
+        Ok(written) => {
+            if let Err(error) = tx.commit().await {
+                return fail_batch(batch, Vec::new(), StoreError::Database(error));
+            }
+            let runs = batch.len();
+            answer(batch, written.into_iter().map(Ok));
+            tracing::debug!(runs, "observation batch committed");
+            BatchOutcome::Committed { runs }
+        }
+        Err(error) => {
+            tracing::debug!(error = %error, "a run failed; writing the batch again run by run");
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback failed");
+            }
+            run_isolated(pool, batch).await
+        }
+    }
+}
+
+/// Writes every run of the batch, stopping at the first failure.
+async fn write_all(
+    tx: &mut Transaction<'static, Sqlite>,
+    batch: &[WriteRequest],
+) -> Result<Vec<(i64, bool)>, StoreError> {
+    let mut written = Vec::with_capacity(batch.len());
+    for request in batch {
+        written.push(
+            insert_one(
+                tx,
+                &request.observation,
+                request.source,
+                request.prediction,
+                request.now_ms,
+            )
+            .await?,
+        );
+    }
+    Ok(written)
+}
+
+/// The second pass: one transaction, a savepoint per run.
+async fn run_isolated(pool: &SqlitePool, batch: Vec<WriteRequest>) -> BatchOutcome {
+    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+        Ok(tx) => tx,
+        Err(error) => return fail_batch(batch, Vec::new(), StoreError::Database(error)),
+    };
+    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+    for request in &batch {
+        match write_isolated(&mut tx, request).await {
+            Ok(reply) => replies.push(reply),
+            Err(broken) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "rollback failed");
+                }
+                return fail_batch(batch, replies, broken);
+            }
+        }
+    }
+    if let Err(error) = tx.commit().await {
+        return fail_batch(batch, replies, StoreError::Database(error));
+    }
+    let runs = batch.len();
+    let failed = replies.iter().filter(|r| r.is_err()).count();
+    answer(batch, replies);
+    tracing::debug!(runs, failed, "observation batch committed run by run");
+    BatchOutcome::CommittedIsolated { runs, failed }
+}
+
+/// Sends every caller its reply.
+fn answer(batch: Vec<WriteRequest>, replies: impl IntoIterator<Item = Reply>) {
+    for (request, reply) in batch.into_iter().zip(replies) {
+        // A caller that went away (its RPC was cancelled) finds its run stored if it asks
+        // again: the fingerprint makes the retry a no-op.
+        let _ = request.reply_tx.send(reply);
+    }
+}
+
+/// Writes one run under its own savepoint. The outer error means the transaction itself
+/// is in doubt (a savepoint statement failed) and the batch must be abandoned; the inner
+/// one is this run's own failure, already rolled back.
+async fn write_isolated(
+    tx: &mut Transaction<'static, Sqlite>,
+    request: &WriteRequest,
+) -> Result<Reply, StoreError> {
+    sqlx::query("SAVEPOINT observation")
+        .execute(&mut **tx)
+        .await?;
+    let outcome = insert_one(
+        tx,
+        &request.observation,
+        request.source,
+        request.prediction,
+        request.now_ms,
+    )
+    .await;
+    match outcome {
+        Ok(written) => {
+            sqlx::query("RELEASE observation")
+                .execute(&mut **tx)
+                .await?;
+            Ok(Ok(written))
+        }
+        Err(error) => {
+            sqlx::query("ROLLBACK TO observation")
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query("RELEASE observation")
+                .execute(&mut **tx)
+                .await?;
+            tracing::debug!(error = %error, "run rolled back to its savepoint");
+            Ok(Err(error))
+        }
+    }
+}
+
+/// Answers every run of a failed batch: a run that had already failed on its own keeps its
+/// own error, every other one gets the batch's.
+fn fail_batch(batch: Vec<WriteRequest>, replies: Vec<Reply>, error: StoreError) -> BatchOutcome {
+    tracing::warn!(error = %error, runs = batch.len(), "observation batch failed; none stored");
+    let error = Arc::new(error);
+    let runs = batch.len();
+    let mut replies = replies.into_iter();
+    for request in batch {
+        let reply = match replies.next() {
+            Some(Err(own)) => Err(own),
+            _ => Err(StoreError::Batch(error.clone())),
+        };
+        let _ = request.reply_tx.send(reply);
+    }
+    BatchOutcome::Failed { runs }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::error::ErrorKind;
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::{
+        domain::{ColocatedMember, GpuName, WorkloadName},
+        store::Store,
+    };
+
+    async fn open_store() -> (TempDir, Store) {
+        let dir = TempDir::new().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
+        let store = Store::open(&url).await.unwrap();
+        (dir, store)
+    }
+
+    fn member(workload: &str, throughput: f64) -> ColocatedMember {
+        ColocatedMember {
+            workload: WorkloadName::parse("workload", workload).unwrap(),
+            throughput,
+            job_id: String::new(),
+        }
+    }
+
+    fn gpu() -> GpuName {
+        GpuName::parse("gpu", "Test GPU 16GB").unwrap()
+    }
+
+    /// A valid run of a and b; `a` is a's throughput, which tells runs apart.
+    fn run_of(a: f64) -> Observation {
+        Observation::new(
+            gpu(),
+            vec![member("a", a), member("b", 1.0)],
+            1_750_000_000_000,
+        )
+        .unwrap()
+    }
+
+    /// A run the domain would refuse, built around its validation: the database's CHECK
+    /// (throughput >= 0) refuses its second member after its observations row went in.
+    fn run_the_database_refuses() -> Observation {
+        Observation {
+            gpu: gpu(),
+            members: vec![member("a", 1.0), member("b", -1.0)],
+            observed_at_ms: 1_750_000_000_000,
+        }
+    }
+
+    /// Puts the runs on a queue, in order, as reporters would.
+    fn queue(
+        runs: Vec<Observation>,
+    ) -> (mpsc::Receiver<WriteRequest>, Vec<oneshot::Receiver<Reply>>) {
+        let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let replies = runs
+            .into_iter()
+            .map(|observation| {
+                let (reply_tx, reply_rx) = oneshot::channel();
+                request_tx
+                    .try_send(WriteRequest {
+                        observation,
+                        source: ObservationSource::Reported,
+                        prediction: None,
+                        now_ms: 1,
+                        reply_tx,
+                    })
+                    .unwrap();
+                reply_rx
+            })
+            .collect();
+        (request_rx, replies)
+    }
+
+    /// One writer pass over what is queued.
+    async fn write_queued(
+        store: &Store,
+        request_rx: &mut mpsc::Receiver<WriteRequest>,
+    ) -> BatchOutcome {
+        let first = request_rx.try_recv().unwrap();
+        run_once(store.pool(), first, request_rx).await
+    }
+
+    async fn replies(replies: Vec<oneshot::Receiver<Reply>>) -> Vec<Reply> {
+        let mut answered = Vec::new();
+        for reply_rx in replies {
+            answered.push(reply_rx.await.expect("every run is answered"));
+        }
+        answered
+    }
+
+    async fn count(store: &Store, table: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_what_is_queued_up_to_the_cap() {
+        let (_dir, store) = open_store().await;
+        let (mut request_rx, reply_rxs) =
+            queue((0..MAX_BATCH + 3).map(|i| run_of(i as f64)).collect());
+        assert_eq!(
+            write_queued(&store, &mut request_rx).await,
+            BatchOutcome::Committed { runs: MAX_BATCH }
+        );
+        assert_eq!(request_rx.len(), 3, "the rest waits for the next batch");
+        assert_eq!(
+            write_queued(&store, &mut request_rx).await,
+            BatchOutcome::Committed { runs: 3 }
+        );
+        let mut ids: Vec<i64> = replies(reply_rxs)
+            .await
+            .into_iter()
+            .map(|reply| {
+                let (id, created) = reply.unwrap();
+                assert!(created);
+                id
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), MAX_BATCH + 3);
+        assert_eq!(count(&store, "observations").await, (MAX_BATCH + 3) as i64);
+    }
+
+    #[tokio::test]
+    async fn duplicates_in_one_batch_get_the_first_copy_s_id_and_are_not_created() {
+        let (_dir, store) = open_store().await;
+        let reordered = Observation {
+            members: run_of(5.0).members.into_iter().rev().collect(),
+            ..run_of(5.0)
+        };
+        let (mut request_rx, reply_rxs) =
+            queue(vec![run_of(5.0), run_of(6.0), run_of(5.0), reordered]);
+        assert_eq!(
+            write_queued(&store, &mut request_rx).await,
+            BatchOutcome::Committed { runs: 4 }
+        );
+        let answered: Vec<(i64, bool)> = replies(reply_rxs)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let (first_id, other_id) = (answered[0].0, answered[1].0);
+        assert_ne!(first_id, other_id);
+        assert_eq!(
+            answered,
+            vec![
+                (first_id, true),
+                (other_id, true),
+                (first_id, false),
+                (first_id, false)
+            ]
+        );
+        assert_eq!(count(&store, "observations").await, 2);
+        assert_eq!(count(&store, "observation_members").await, 4);
+    }
+
+    #[tokio::test]
+    async fn a_run_the_database_refuses_fails_alone_and_leaves_no_row_behind() {
+        let (_dir, store) = open_store().await;
+        let (mut request_rx, reply_rxs) = queue(vec![
+            run_of(1.0),
+            run_the_database_refuses(),
+            run_of(2.0),
+            run_of(1.0),
+        ]);
+        assert_eq!(
+            write_queued(&store, &mut request_rx).await,
+            BatchOutcome::CommittedIsolated { runs: 4, failed: 1 }
+        );
+        let answered = replies(reply_rxs).await;
+        match &answered[1] {
+            Err(StoreError::Database(error)) => assert_eq!(
+                error.as_database_error().map(|e| e.kind()),
+                Some(ErrorKind::CheckViolation),
+                "{error}"
+            ),
+            other => panic!("the refused run was answered {other:?}"),
+        }
+        let (first_id, created) = *answered[0].as_ref().unwrap();
+        assert!(created);
+        assert!(answered[2].as_ref().unwrap().1);
+        assert_eq!(*answered[3].as_ref().unwrap(), (first_id, false));
+        // Its observations row had gone in before the member failed: rolled back too.
+        assert_eq!(count(&store, "observations").await, 2);
+        assert_eq!(count(&store, "observation_members").await, 4);
+    }
+
+    #[tokio::test]
+    async fn closing_writes_the_queued_runs_and_refuses_later_ones() {
+        let (dir, store) = open_store().await;
+        let runs = [run_of(1.0), run_of(2.0), run_of(3.0)];
+        let write = |run| store.insert_observation(run, ObservationSource::Reported, None, 1);
+        // Biased: the three writes are queued before close is first polled.
+        let (first, second, third, ()) = tokio::join!(
+            biased;
+            write(&runs[0]),
+            write(&runs[1]),
+            write(&runs[2]),
+            store.close(),
+        );
+        for reply in [first, second, third] {
+            assert!(reply.unwrap().1);
+        }
+        let late = write(&run_of(4.0)).await;
+        assert!(matches!(late, Err(StoreError::Closed)), "{late:?}");
+
+        let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
+        let reopened = Store::open(&url).await.unwrap();
+        assert_eq!(count(&reopened, "observations").await, 3);
+        reopened.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_writer_shares_an_in_memory_store_s_only_connection() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let runs: Vec<Observation> = (0..20).map(|i| run_of(i as f64)).collect();
+        let mut writes = tokio::task::JoinSet::new();
+        for run in runs {
+            let store = store.clone();
+            writes.spawn(async move {
+                store
+                    .insert_observation(&run, ObservationSource::Reported, None, 1)
+                    .await
+            });
+        }
+        while let Some(written) = writes.join_next().await {
+            assert!(written.unwrap().unwrap().1);
+        }
+        assert_eq!(count(&store, "observations").await, 20);
+        store.close().await;
+    }
+}
