@@ -8,10 +8,9 @@
 //! Each entry also carries its [`ProfileCode`] under the GPU model's serving model, so Rank
 //! scores a candidate from numbers prepared when the profile or the model arrived.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{borrow::Borrow, collections::HashMap, hash::Hash, sync::Arc};
+
+use foldhash::{HashMap as FastMap, HashSet as FastSet};
 
 use crate::{
     domain::{GpuName, Profile, WorkloadName},
@@ -24,7 +23,8 @@ use crate::{
 pub struct ProfileEntry {
     pub name: WorkloadName,
     pub features: Features,
-    pub throughput_unit: String,
+    /// Shared by every answer that names it.
+    pub throughput_unit: Arc<str>,
     /// Its code under the table's scoring model, when that model has a pair scorer.
     pub code: Option<ProfileCode>,
 }
@@ -34,9 +34,11 @@ pub struct ProfileEntry {
 pub struct GpuProfiles {
     pub memory_gb: Option<f64>,
     entries: Vec<ProfileEntry>,
-    index: HashMap<WorkloadName, usize>,
+    /// Rank looks up every named candidate here: foldhash, several times faster than the
+    /// default SipHash on short names (names are set by authenticated operators).
+    index: FastMap<WorkloadName, usize>,
     /// Workloads profiled here without kernel metrics: known, but not rankable.
-    kernel_missing: HashSet<WorkloadName>,
+    kernel_missing: FastSet<WorkloadName>,
     /// The model the entries' codes were computed under.
     scoring: Option<Arc<StoredModel>>,
 }
@@ -46,11 +48,24 @@ impl GpuProfiles {
         self.index.get(name).map(|&i| &self.entries[i])
     }
 
+    /// Where `name`'s entry sits in [`GpuProfiles::entries`].
+    pub fn position<Q>(&self, name: &Q) -> Option<usize>
+    where
+        WorkloadName: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.index.get(name).copied()
+    }
+
     pub fn entries(&self) -> &[ProfileEntry] {
         &self.entries
     }
 
-    pub fn lacks_kernel_metrics(&self, name: &WorkloadName) -> bool {
+    pub fn lacks_kernel_metrics<Q>(&self, name: &Q) -> bool
+    where
+        WorkloadName: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.kernel_missing.contains(name)
     }
 
@@ -88,12 +103,16 @@ impl GpuProfiles {
 
 #[derive(Debug, Default)]
 pub struct Catalog {
-    workloads: HashSet<WorkloadName>,
+    workloads: FastSet<WorkloadName>,
     gpus: HashMap<GpuName, Arc<GpuProfiles>>,
 }
 
 impl Catalog {
-    pub fn contains(&self, name: &WorkloadName) -> bool {
+    pub fn contains<Q>(&self, name: &Q) -> bool
+    where
+        WorkloadName: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.workloads.contains(name)
     }
 
@@ -128,7 +147,7 @@ impl Catalog {
     /// Makes the catalog hold exactly these profiles for the workload.
     pub fn put_workload(&mut self, name: &WorkloadName, profiles: &[Profile]) {
         self.workloads.insert(name.clone());
-        let profiled_on: HashSet<&GpuName> = profiles.iter().map(|p| &p.gpu).collect();
+        let profiled_on: FastSet<&GpuName> = profiles.iter().map(|p| &p.gpu).collect();
         for (gpu, table) in self.gpus.iter_mut() {
             let known = table.get(name).is_some() || table.lacks_kernel_metrics(name);
             if !profiled_on.contains(gpu) && known {
@@ -147,7 +166,7 @@ impl Catalog {
             table.upsert(ProfileEntry {
                 name: name.clone(),
                 features: Features::of(profile),
-                throughput_unit: profile.system.throughput_unit.clone(),
+                throughput_unit: profile.system.throughput_unit.as_str().into(),
                 code: None,
             });
         }

@@ -369,7 +369,7 @@ impl Advisor {
     pub async fn rank(&self, query: RankQuery) -> Result<RankResult> {
         let gpu = self.resolve_gpu(query.gpu.clone())?;
         let model = self.current_model(&gpu)?;
-        let (table, unknown) = {
+        let (table, found) = {
             let catalog = self.read_catalog();
             if !catalog.contains(&query.target) {
                 return Err(Error::NotFound(format!(
@@ -377,19 +377,25 @@ impl Advisor {
                     query.target.as_str()
                 )));
             }
-            let unknown: Vec<bool> = query
+            let table = catalog.gpu(&gpu).unwrap_or_default();
+            // One index lookup per named candidate; the catalog only for the misses.
+            let found: Vec<rank::Found> = query
                 .candidates
                 .iter()
-                .map(|c| !catalog.contains(c))
+                .map(|c| match table.position(c.as_str()) {
+                    Some(i) => rank::Found::Entry(i),
+                    None if catalog.contains(c.as_str()) => rank::Found::NotRankable,
+                    None => rank::Found::Unknown,
+                })
                 .collect();
-            (catalog.gpu(&gpu).unwrap_or_default(), unknown)
+            (table, found)
         };
         let work = rank::RankWork {
             query,
             gpu,
             model,
             table,
-            unknown,
+            found,
         };
         if work.is_large() {
             tokio::task::spawn_blocking(move || work.run())
@@ -406,7 +412,7 @@ impl Advisor {
         let model = self.current_model(&gpu)?;
         let table = {
             let catalog = self.read_catalog();
-            if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(w)) {
+            if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(*w)) {
                 return Err(Error::NotFound(format!(
                     "workload {:?} not found",
                     unknown.as_str()

@@ -1,7 +1,7 @@
 //! Rank and Predict: scoring candidate sets against the current model, with the memory-fit
 //! guard (an OOM costs more than a slow pair).
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
 use super::{Error, GpuProfiles, ProfileEntry, Result};
 use crate::{
@@ -28,7 +28,9 @@ pub enum Objective {
 #[derive(Debug, Clone)]
 pub struct RankQuery {
     pub target: WorkloadName,
-    pub candidates: Vec<WorkloadName>,
+    /// Checked names (`WorkloadName::check`), kept as the request's strings: they are only
+    /// looked up.
+    pub candidates: Vec<String>,
     /// 0 = all.
     pub top_k: usize,
     pub gpu: Option<GpuName>,
@@ -61,7 +63,10 @@ impl RankQuery {
                 )));
             }
         }
-        let mut seen = HashSet::with_capacity(self.candidates.len());
+        let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+            self.candidates.len(),
+            foldhash::fast::RandomState::default(),
+        );
         if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
             return Err(ValidationError::new(format!(
                 "candidate {twice} is listed twice"
@@ -96,7 +101,7 @@ impl PredictQuery {
 pub struct MemberPrediction {
     pub workload: WorkloadName,
     pub exclusive_throughput: f64,
-    pub throughput_unit: String,
+    pub throughput_unit: std::sync::Arc<str>,
     pub predicted_throughput: Option<f64>,
 }
 
@@ -230,7 +235,7 @@ fn score_pairs(
             .map(PairScore::from)
             .collect();
     };
-    let tables = scorer.target(&target.features);
+    let tables = scorer.target_tables(&target.features);
     let codes_current = table.scoring_version() == Some(model.version);
     let score = |entry: &&ProfileEntry| {
         let members = match (&entry.code, codes_current) {
@@ -250,7 +255,7 @@ fn score_pairs(
     }
 }
 
-fn not_profiled(gpu: &GpuName, name: &WorkloadName) -> String {
+fn not_profiled(gpu: &GpuName, name: &str) -> String {
     format!("{name} has no profile on GPU model {:?}", gpu.as_str())
 }
 
@@ -264,14 +269,25 @@ struct Scored {
     score: f64,
 }
 
+/// What the catalog knows of a named candidate, looked up under its lock.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Found {
+    /// Its position in the table's entries.
+    Entry(usize),
+    /// Registered, but with no rankable profile on this GPU model.
+    NotRankable,
+    /// Not a registered workload.
+    Unknown,
+}
+
 /// A Rank request with everything it needs captured, so it can run on a blocking thread.
 pub(super) struct RankWork {
     pub query: RankQuery,
     pub gpu: GpuName,
     pub model: Arc<StoredModel>,
     pub table: Arc<GpuProfiles>,
-    /// Per named candidate: true when no such workload is registered.
-    pub unknown: Vec<bool>,
+    /// Per named candidate, in order.
+    pub found: Vec<Found>,
 }
 
 impl RankWork {
@@ -290,10 +306,13 @@ impl RankWork {
             gpu,
             model,
             table,
-            unknown,
+            found,
         } = self;
         let target = table.get(&query.target).ok_or_else(|| {
-            Error::FailedPrecondition(format!("target {}", not_profiled(&gpu, &query.target)))
+            Error::FailedPrecondition(format!(
+                "target {}",
+                not_profiled(&gpu, query.target.as_str())
+            ))
         })?;
         let limit = memory_limit(&gpu, &table, query.gpu_memory_gb)?;
 
@@ -305,19 +324,22 @@ impl RankWork {
             named = query
                 .candidates
                 .iter()
-                .zip(&unknown)
-                .filter_map(|(name, &is_unknown)| {
-                    let entry = if is_unknown { None } else { table.get(name) };
+                .zip(&found)
+                .filter_map(|(name, &found)| {
+                    let entry = match found {
+                        Found::Entry(i) => Some(&table.entries()[i]),
+                        Found::NotRankable | Found::Unknown => None,
+                    };
                     if entry.is_none() {
-                        skipped.push(if is_unknown {
+                        skipped.push(if matches!(found, Found::Unknown) {
                             Skipped {
-                                workload: name.to_string(),
+                                workload: name.clone(),
                                 code: SkipCode::UnknownWorkload,
                                 reason: format!("{name} is not a registered workload"),
                             }
-                        } else if table.lacks_kernel_metrics(name) {
+                        } else if table.lacks_kernel_metrics(name.as_str()) {
                             Skipped {
-                                workload: name.to_string(),
+                                workload: name.clone(),
                                 code: SkipCode::KernelMetricsMissing,
                                 reason: format!(
                                     "{name} was profiled on GPU model {:?} without kernel metrics \
@@ -327,7 +349,7 @@ impl RankWork {
                             }
                         } else {
                             Skipped {
-                                workload: name.to_string(),
+                                workload: name.clone(),
                                 code: SkipCode::NotProfiledOnGpu,
                                 reason: not_profiled(&gpu, name),
                             }
@@ -458,7 +480,7 @@ pub(super) fn predict(
         .map(|name| {
             table
                 .get(name)
-                .ok_or_else(|| Error::FailedPrecondition(not_profiled(gpu, name)))
+                .ok_or_else(|| Error::FailedPrecondition(not_profiled(gpu, name.as_str())))
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;

@@ -264,13 +264,12 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
             raw.top_k
         )));
     }
+    for candidate in &raw.candidates {
+        WorkloadName::check("candidate", candidate)?;
+    }
     let query = RankQuery {
         target: workload_name("target", &raw.target)?,
-        candidates: raw
-            .candidates
-            .iter()
-            .map(|c| workload_name("candidate", c))
-            .collect::<Result<_, _>>()?,
+        candidates: raw.candidates,
         top_k: raw.top_k as usize,
         gpu: optional_gpu("gpu", &raw.gpu)?,
         gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
@@ -286,16 +285,16 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
 fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
     pb::MemberPrediction {
         predicted_slowdown: member.predicted_slowdown(),
-        workload: member.workload.to_string(),
+        workload: member.workload.as_str().to_owned(),
         exclusive_throughput: member.exclusive_throughput,
-        throughput_unit: member.throughput_unit,
+        throughput_unit: member.throughput_unit.to_string(),
         predicted_throughput: member.predicted_throughput,
     }
 }
 
 fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
     pb::RankedCandidate {
-        workload: candidate.workload.to_string(),
+        workload: candidate.workload.as_str().to_owned(),
         predicted_throughput_sum: candidate.predicted_throughput_sum,
         predicted_normalized_sum: candidate.predicted_normalized_sum,
         fits_memory: candidate.fits_memory,

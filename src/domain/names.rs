@@ -1,6 +1,6 @@
 //! Names that clients use as keys: workload names and GPU model names.
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Borrow, fmt, sync::Arc};
 
 use super::ValidationError;
 
@@ -26,6 +26,13 @@ pub struct WorkloadName(Arc<str>);
 
 impl WorkloadName {
     pub fn parse(field: &str, raw: &str) -> Result<Self, ValidationError> {
+        Self::check(field, raw)?;
+        Ok(Self(raw.into()))
+    }
+
+    /// The checks of [`WorkloadName::parse`] without making a name: for names that are only
+    /// looked up (a map keyed by `WorkloadName` is searched by `&str`).
+    pub fn check(field: &str, raw: &str) -> Result<(), ValidationError> {
         check_length(field, raw)?;
         if let Some(bad) = raw
             .chars()
@@ -35,10 +42,17 @@ impl WorkloadName {
                 "{field} {raw:?} contains {bad:?}; use letters, digits and . _ - / : +"
             )));
         }
-        Ok(Self(raw.into()))
+        Ok(())
     }
 
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Hashes and compares as its text (the derived `Hash` and `Eq` delegate to `str`).
+impl Borrow<str> for WorkloadName {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }

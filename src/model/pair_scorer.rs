@@ -16,10 +16,57 @@
 //! Scores equal the reference predictor's up to floating-point summation order (tested to
 //! 1e-12 relative, with candidates placed exactly on split thresholds).
 
+use std::{fmt, sync::Arc};
+
 use super::{
     member::{member_throughput, RidgeParts},
     Features, SetPrediction, NUM_FEATURES,
 };
+
+/// How many bytes of target tables a scorer keeps (each is two step tables of a few
+/// thousand slots: tens of KB).
+const TABLES_CACHE_BYTES: u64 = 16 << 20;
+
+/// Tables of recently ranked targets, by the exact bits of the target's metrics (a changed
+/// profile is a new key; a new model is a new scorer, with an empty cache). Schedulers ask
+/// for the same pending job again and again, and a target's tables cost more to build than
+/// scoring a hundred candidates.
+struct TablesCache(quick_cache::sync::Cache<[u64; NUM_FEATURES], Arc<TargetTables>, TableBytes>);
+
+#[derive(Clone)]
+struct TableBytes;
+
+impl quick_cache::Weighter<[u64; NUM_FEATURES], Arc<TargetTables>> for TableBytes {
+    fn weight(&self, _key: &[u64; NUM_FEATURES], tables: &Arc<TargetTables>) -> u64 {
+        (std::mem::size_of::<TargetTables>()
+            + tables.steps.iter().map(|s| s.len() * 8).sum::<usize>()) as u64
+    }
+}
+
+impl TablesCache {
+    fn new() -> Self {
+        Self(quick_cache::sync::Cache::with_weighter(
+            256,
+            TABLES_CACHE_BYTES,
+            TableBytes,
+        ))
+    }
+}
+
+impl Clone for TablesCache {
+    /// A copy starts empty: the entries are a cache.
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for TablesCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TablesCache")
+            .field("targets", &self.0.len())
+            .finish()
+    }
+}
 
 /// A test on a path, `value < threshold` goes left, on one metric of one of the pair's
 /// profiles.
@@ -118,6 +165,7 @@ pub struct PairScorer {
     offsets: [usize; NUM_FEATURES + 1],
     roles: [RoleLeaves; 2],
     ridge: RidgeParts,
+    tables: TablesCache,
 }
 
 /// What one profile contributes to any pair it is in, under one model.
@@ -226,6 +274,7 @@ impl PairScorer {
             offsets,
             roles,
             ridge: RidgeParts::new(ridge_intercept, ridge_coefficients),
+            tables: TablesCache::new(),
         })
     }
 
@@ -289,6 +338,16 @@ impl PairScorer {
         }
     }
 
+    /// [`PairScorer::target`], kept for the targets ranked most recently.
+    pub fn target_tables(&self, target: &Features) -> Arc<TargetTables> {
+        let key = target.0.map(f64::to_bits);
+        match self.tables.0.get_or_insert_with(&key, || {
+            Ok::<_, std::convert::Infallible>(Arc::new(self.target(target)))
+        }) {
+            Ok(tables) => tables,
+        }
+    }
+
     /// The pair (target, candidate): each member's predicted colocated throughput.
     #[inline]
     pub fn score(
@@ -320,7 +379,7 @@ impl PairScorer {
 
     /// Scores every candidate against the target, codes computed on the way.
     pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
-        let tables = self.target(target);
+        let tables = self.target_tables(target);
         candidates
             .iter()
             .map(|c| {
