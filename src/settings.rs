@@ -34,6 +34,9 @@ pub struct TrainerSettings {
     /// Training uses the newest this many runs of a GPU model (bounds retrain time and
     /// memory on large stores); 0 = every run.
     pub max_training_runs: usize,
+    /// Threads one training run uses: the final fit and every fold of the cross-validation
+    /// run side by side; 0 = one per core. Fewer leave cores to Rank while a retrain runs.
+    pub training_threads: usize,
     /// A challenger is "not worse" when its cross-validated rank score is at least the
     /// champion's minus score_tolerance and its MSE at most the champion's x (1 + mse_tolerance).
     pub score_tolerance: f64,
@@ -184,6 +187,7 @@ interval_secs = 600
 min_new_observations = 20
 cv_folds = 5
 max_training_runs = 20000
+training_threads = 0
 score_tolerance = 0.005
 mse_tolerance = 0.05
 outlier_threshold = 6.0

@@ -123,13 +123,31 @@ impl Advisor {
             kind: c.params.kind(),
             last_id: c.last_observation_id,
         });
+        let threads = self.lifecycle.training_threads;
         let judged = tokio::task::spawn_blocking(move || {
-            let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
-            let fitted = model::fit(kind, &training)?;
-            let comparison = champion_procedure.map(|champion| {
-                validation::compare(&rows, folds, Procedure { kind, last_id }, champion)
-            });
-            Ok::<_, model::FitError>((fitted, comparison))
+            let job = || {
+                let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
+                let (fitted, comparison) = rayon::join(
+                    || model::fit(kind, &training),
+                    || {
+                        champion_procedure.map(|champion| {
+                            validation::compare(&rows, folds, Procedure { kind, last_id }, champion)
+                        })
+                    },
+                );
+                Ok::<_, model::FitError>((fitted?, comparison))
+            };
+            match rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("coloc-train-{i}"))
+                .build()
+            {
+                Ok(pool) => pool.install(job),
+                Err(error) => {
+                    tracing::warn!(%error, "no threads for training; fitting on one");
+                    job()
+                }
+            }
         })
         .await
         .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;

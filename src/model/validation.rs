@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{fit, FitError, ModelKind, TrainingRow};
+use super::{fit, FitError, ModelKind, ModelParams, TrainingRow};
 
 /// A stored run ready for training: its id, member names and training row.
 #[derive(Debug, Clone)]
@@ -58,6 +58,29 @@ fn rank_scores(test: &[&LabelledRow], predicted: &[f64], scores: &mut Vec<f64>) 
     }
 }
 
+/// One procedure's result on one fold: rank scores, summed squared error, runs.
+type FoldTotal = (Vec<f64>, f64, usize);
+
+/// Scores a fitted model on a fold's test runs.
+fn fold_total(params: &ModelParams, test: &[&LabelledRow]) -> FoldTotal {
+    let predicted: Vec<f64> = test
+        .iter()
+        .map(|r| {
+            params
+                .predict_set(&r.row.members.iter().collect::<Vec<_>>())
+                .sum
+        })
+        .collect();
+    let mut scores = Vec::new();
+    rank_scores(test, &predicted, &mut scores);
+    let squared = test
+        .iter()
+        .zip(&predicted)
+        .map(|(r, p)| (r.row.throughput_sum() - p).powi(2))
+        .sum::<f64>();
+    (scores, squared, test.len())
+}
+
 /// Cross-validates `challenger` and `champion` on `folds` folds (a run's fold is its id
 /// modulo `folds`). The champion's procedure trains only on runs it could have seen.
 /// Folds on which either cannot be fitted are left out; `None` when none is left.
@@ -67,42 +90,39 @@ pub fn compare(
     challenger: Procedure,
     champion: Procedure,
 ) -> Option<(Evaluation, Evaluation)> {
-    let mut totals = [(Vec::new(), 0.0, 0usize), (Vec::new(), 0.0, 0usize)];
-    for fold in 0..folds as i64 {
-        let (test, train): (Vec<&LabelledRow>, Vec<&LabelledRow>) = rows
-            .iter()
-            .partition(|r| r.id.rem_euclid(folds as i64) == fold);
-        if test.is_empty() {
-            continue;
-        }
-        let fitted: Result<Vec<_>, FitError> = [challenger, champion]
-            .iter()
-            .map(|procedure| {
-                let training: Vec<TrainingRow> = train
-                    .iter()
-                    .filter(|r| r.id <= procedure.last_id)
-                    .map(|r| r.row.clone())
-                    .collect();
-                fit(procedure.kind, &training).map(|(params, _)| params)
-            })
-            .collect();
-        let Ok(fitted) = fitted else { continue };
-        for (params, total) in fitted.iter().zip(totals.iter_mut()) {
-            let predicted: Vec<f64> = test
+    use rayon::prelude::*;
+    // Every (fold, procedure) fit runs on the caller's rayon pool; the results are summed
+    // in fold order afterwards, so the outcome does not depend on the number of threads.
+    let per_fold: Vec<Option<Vec<FoldTotal>>> = (0..folds as i64)
+        .into_par_iter()
+        .map(|fold| {
+            let (test, train): (Vec<&LabelledRow>, Vec<&LabelledRow>) = rows
                 .iter()
-                .map(|r| {
-                    params
-                        .predict_set(&r.row.members.iter().collect::<Vec<_>>())
-                        .sum
+                .partition(|r| r.id.rem_euclid(folds as i64) == fold);
+            if test.is_empty() {
+                return None;
+            }
+            [challenger, champion]
+                .par_iter()
+                .map(|procedure| {
+                    let training: Vec<TrainingRow> = train
+                        .iter()
+                        .filter(|r| r.id <= procedure.last_id)
+                        .map(|r| r.row.clone())
+                        .collect();
+                    let (params, _) = fit(procedure.kind, &training)?;
+                    Ok::<_, FitError>(fold_total(&params, &test))
                 })
-                .collect();
-            rank_scores(&test, &predicted, &mut total.0);
-            total.1 += test
-                .iter()
-                .zip(&predicted)
-                .map(|(r, p)| (r.row.throughput_sum() - p).powi(2))
-                .sum::<f64>();
-            total.2 += test.len();
+                .collect::<Result<Vec<_>, _>>()
+                .ok()
+        })
+        .collect();
+    let mut totals = [(Vec::new(), 0.0, 0usize), (Vec::new(), 0.0, 0usize)];
+    for fitted in per_fold.into_iter().flatten() {
+        for (fold, total) in fitted.into_iter().zip(totals.iter_mut()) {
+            total.0.extend(fold.0);
+            total.1 += fold.1;
+            total.2 += fold.2;
         }
     }
     let evaluation = |(scores, squared, n): &(Vec<f64>, f64, usize)| Evaluation {
@@ -210,6 +230,36 @@ mod tests {
             "{}",
             flagged[0].1
         );
+    }
+
+    #[test]
+    fn cross_validation_gives_the_same_figures_on_one_thread_and_on_several() {
+        let names = ["t", "a", "b", "c", "d"];
+        let rows: Vec<LabelledRow> = (0..80)
+            .map(|i| {
+                let pair = [names[i as usize % 2], names[2 + i as usize % 3]];
+                run(i, pair, [0.4 + 0.005 * i as f64, 0.9 - 0.004 * i as f64])
+            })
+            .collect();
+        let challenger = Procedure {
+            kind: ModelKind::MemberRidgeGbt,
+            last_id: 79,
+        };
+        let champion = Procedure {
+            kind: ModelKind::KaceLinear,
+            last_id: 60,
+        };
+        let on = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| compare(&rows, 5, challenger, champion))
+        };
+        let one = on(1).expect("every fold fits");
+        assert!(one.0.mse > 0.0 && one.1.mse > 0.0, "{one:?}");
+        assert_ne!(one.0, one.1, "two procedures, two sets of figures");
+        assert_eq!(on(4), Some(one));
     }
 
     #[test]
