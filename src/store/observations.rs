@@ -194,11 +194,14 @@ impl Store {
         window: usize,
     ) -> Result<Vec<f64>, StoreError> {
         Ok(sqlx::query_scalar::<_, f64>(
-            "SELECT ABS(o.predicted_sum - t.total) / t.total FROM observations o \
-             JOIN (SELECT observation_id, SUM(throughput) AS total FROM observation_members \
-                   GROUP BY observation_id) t ON t.observation_id = o.id \
-             WHERE o.gpu = ?1 AND o.predicted_by_version = ?2 AND t.total > 0 \
-             ORDER BY o.id DESC LIMIT ?3",
+            // Newest first through observations_by_prediction; each run's total from its
+            // own members, so only the runs read are summed.
+            "SELECT ABS(predicted_sum - total) / total FROM \
+               (SELECT o.id, o.predicted_sum, \
+                  (SELECT SUM(m.throughput) FROM observation_members m \
+                   WHERE m.observation_id = o.id) AS total \
+                FROM observations o WHERE o.gpu = ?1 AND o.predicted_by_version = ?2) \
+             WHERE total > 0 ORDER BY id DESC LIMIT ?3",
         )
         .bind(gpu.as_str())
         .bind(version as i64)
