@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
-    model::{Features, ModelKind},
+    model::ModelKind,
     settings::TrainerSettings,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
@@ -299,12 +299,12 @@ impl Advisor {
         };
         let champion = self.models.load().get(&observation.gpu).cloned();
         let prediction = champion.zip(table).and_then(|(champion, table)| {
-            let features: Option<Vec<&Features>> = observation
+            let entries: Option<Vec<&ProfileEntry>> = observation
                 .members
                 .iter()
-                .map(|m| table.get(&m.workload).map(|e| &e.features))
+                .map(|m| table.get(&m.workload))
                 .collect();
-            let sum = champion.params.predict_set(&features?).sum;
+            let sum = rank::predict_entries(&champion, &table, &entries?).sum;
             Some((sum, champion.version))
         });
         let (id, created) = self

@@ -468,6 +468,28 @@ impl RankWork {
     }
 }
 
+/// The model's prediction for a set of profiled workloads. A pair is scored exactly as Rank
+/// scores it (the pair scorer and the entries' codes, when the model has them).
+pub(super) fn predict_entries(
+    model: &StoredModel,
+    table: &GpuProfiles,
+    entries: &[&ProfileEntry],
+) -> SetPrediction {
+    match entries {
+        [first, second] => {
+            let pair = score_pairs(model, table, first, &[second])[0];
+            SetPrediction {
+                sum: pair.sum,
+                members: pair.members.map(|m| m.to_vec()),
+            }
+        }
+        _ => {
+            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
+            model.params.predict_set(&features)
+        }
+    }
+}
+
 pub(super) fn predict(
     query: &PredictQuery,
     gpu: &GpuName,
@@ -484,20 +506,7 @@ pub(super) fn predict(
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
-    // A pair is scored exactly as Rank scores it.
-    let prediction = match entries[..] {
-        [first, second] => {
-            let pair = score_pairs(model, table, first, &[second])[0];
-            SetPrediction {
-                sum: pair.sum,
-                members: pair.members.map(|m| m.to_vec()),
-            }
-        }
-        _ => {
-            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set(&features)
-        }
-    };
+    let prediction = predict_entries(model, table, &entries);
     let members = prediction.members.as_deref();
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
     Ok(PredictResult {
