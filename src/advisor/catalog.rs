@@ -34,8 +34,8 @@ pub struct ProfileEntry {
 pub struct GpuProfiles {
     pub memory_gb: Option<f64>,
     entries: Vec<ProfileEntry>,
-    /// Rank looks up every named candidate here: foldhash, several times faster than the
-    /// default SipHash on short names (names are set by authenticated operators).
+    /// Rank looks up every named candidate here: foldhash (seeded at random per process),
+    /// several times faster than the default SipHash on short names.
     index: FastMap<WorkloadName, usize>,
     /// Workloads profiled here without kernel metrics: known, but not rankable.
     kernel_missing: FastSet<WorkloadName>,
