@@ -235,6 +235,37 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every workload on the server in `state` (0 = any), page after page.
+pub async fn all_workloads<T>(
+    client: &mut ColocationAdvisorClient<T>,
+    state: i32,
+) -> Result<Vec<pb::Workload>, tonic::Status>
+where
+    // The generated client's own bounds.
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_workloads(pb::ListWorkloadsRequest {
+                page_size: 1000,
+                page_token,
+                state,
+            })
+            .await?
+            .into_inner();
+        all.extend(page.workloads);
+        if page.next_page_token.is_empty() {
+            return Ok(all);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
 pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> anyhow::Result<()> {
     let mut client = connection.client().await?;
     match command {
@@ -244,24 +275,9 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                 StateArg::Profiled => pb::WorkloadState::Profiled,
                 StateArg::Failed => pb::WorkloadState::Failed,
             } as i32);
-            let mut all = Vec::new();
-            let mut page_token = String::new();
-            loop {
-                let page = client
-                    .list_workloads(pb::ListWorkloadsRequest {
-                        page_size: 1000,
-                        page_token,
-                        state,
-                    })
-                    .await
-                    .map_err(status_error)?
-                    .into_inner();
-                all.extend(page.workloads);
-                if page.next_page_token.is_empty() {
-                    break;
-                }
-                page_token = page.next_page_token;
-            }
+            let all = all_workloads(&mut client, state)
+                .await
+                .map_err(status_error)?;
             if connection.json {
                 return print_json(&Value::Array(all.iter().map(workload_json).collect()));
             }

@@ -530,23 +530,8 @@ async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Channel>>
 /// Workload names of a running server, for `--addr`.
 async fn server_names(channel: Channel) -> anyhow::Result<Vec<String>> {
     let mut client = ColocationAdvisorClient::new(channel);
-    let mut names = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_workloads(pb::ListWorkloadsRequest {
-                page_size: 1000,
-                page_token,
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        names.extend(page.workloads.into_iter().map(|w| w.name));
-        if page.next_page_token.is_empty() {
-            return Ok(names);
-        }
-        page_token = page.next_page_token;
-    }
+    let workloads = crate::client::all_workloads(&mut client, 0).await?;
+    Ok(workloads.into_iter().map(|w| w.name).collect())
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
