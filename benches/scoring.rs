@@ -16,16 +16,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 fn kace_rows() -> (Vec<TrainingRow>, Vec<Features>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-v100");
     let dataset = KaceDataset::read(&dir).expect("the KACE data beside the repository");
-    let features: std::collections::HashMap<String, Features> = dataset
-        .workloads
-        .iter()
-        .map(|w| {
-            (
-                w.name.to_string(),
-                Features::from_metrics(&w.kernel, &w.system),
-            )
-        })
-        .collect();
+    let features = dataset.features();
     let rows = dataset
         .pairs
         .iter()

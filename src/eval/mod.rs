@@ -89,16 +89,7 @@ impl EvalData {
     /// Reads the dataset and its splits (splits.csv beside the metric files).
     pub fn read(dir: &Path) -> anyhow::Result<Self> {
         let dataset = KaceDataset::read(dir)?;
-        let features: HashMap<String, Features> = dataset
-            .workloads
-            .iter()
-            .map(|w| {
-                (
-                    w.name.to_string(),
-                    Features::from_metrics(&w.kernel, &w.system),
-                )
-            })
-            .collect();
+        let features: HashMap<String, Features> = dataset.features();
         let pairs: Vec<KacePair> = dataset
             .pairs
             .into_iter()

@@ -152,6 +152,19 @@ pub fn parse_workload_name(name: &str) -> (String, u32, WorkloadMode) {
 }
 
 impl KaceDataset {
+    /// Each workload's model features, by name.
+    pub fn features(&self) -> std::collections::HashMap<String, crate::model::Features> {
+        self.workloads
+            .iter()
+            .map(|w| {
+                (
+                    w.name.to_string(),
+                    crate::model::Features::from_metrics(&w.kernel, &w.system),
+                )
+            })
+            .collect()
+    }
+
     pub fn read(dir: &Path) -> anyhow::Result<Self> {
         let layout = find_layout(dir)?;
         let mut kernel = BTreeMap::new();
