@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use coloc::{
-    import::KaceDataset,
+    dataset::KaceDataset,
     model::{fit, Features, ModelKind, ModelParams, TrainingRow},
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

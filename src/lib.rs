@@ -6,6 +6,7 @@ pub mod advisor;
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod dataset;
 pub mod domain;
 pub mod eval;
 pub mod import;

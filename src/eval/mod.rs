@@ -23,7 +23,7 @@ pub use report::{print_table, write_predictions};
 
 use crate::{
     advisor::rank_order,
-    import::{KaceDataset, KacePair},
+    dataset::{KaceDataset, KacePair},
     model::{self, Features, ModelKind, TrainingRow},
 };
 

@@ -1,13 +1,13 @@
 //! `coloc import`: loading datasets measured elsewhere into the store, through the same
 //! advisor operations the RPCs use, then training.
 
-mod kace;
-
 use std::path::Path;
 
 use anyhow::Context;
 
-pub use kace::{parse_workload_name, KaceDataset, KacePair, KaceWorkload};
+pub use crate::dataset::{
+    parse_workload_name, KaceDataset, KacePair, KaceWorkload, KACE_GPU, KACE_GPU_MEMORY_GB,
+};
 
 use crate::{
     advisor::{Advisor, Error as AdvisorError, TrainOutcome, Trigger},
@@ -18,10 +18,6 @@ use crate::{
     model::ModelKind,
     store::ObservationSource,
 };
-
-/// GPU model and memory of the published KACE measurements.
-pub const KACE_GPU: &str = "Tesla V100-SXM2-32GB";
-pub const KACE_GPU_MEMORY_GB: f64 = 32.0;
 
 #[derive(Debug)]
 pub struct ImportSummary {

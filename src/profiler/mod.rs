@@ -21,11 +21,11 @@ pub use gpu::{GpuInfo, GpuSample, GpuSampler, NvmlSampler, RecordedSampler};
 use runner::{RunError, RunSpec};
 
 use crate::{
+    dataset::KaceDataset,
     domain::{
         now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource, SystemMetrics,
         WorkloadName, DEFAULT_NVTX_RANGE,
     },
-    import::KaceDataset,
     settings::ProfilerSettings,
 };
 
