@@ -256,9 +256,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, &settings.log.format);
-            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.0))?;
+            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
-                .map_err(|e| anyhow::anyhow!(e.0))?;
+                .map_err(|e| anyhow::anyhow!(e.message))?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;

@@ -347,7 +347,7 @@ impl Settings {
         GpuName::parse("profiler.replay_gpu", &p.replay_gpu).map_err(|e| {
             SettingsError::Invalid {
                 key: "profiler.replay_gpu",
-                message: e.0,
+                message: e.message,
             }
         })?;
         if !(p.replay_gpu_memory_gb > 0.0 && p.replay_gpu_memory_gb.is_finite()) {
@@ -463,7 +463,7 @@ impl Settings {
             .map(Some)
             .map_err(|e| SettingsError::Invalid {
                 key: "model.default_gpu",
-                message: e.0,
+                message: e.message,
             })
     }
 }

@@ -113,7 +113,8 @@ impl Worker {
                             note: measurement.note,
                         }
                     }
-                    Err(AdvisorError::NotFound(_)) => RunOutcome::Cancelled { workload },
+                    // Deleted while it was being profiled.
+                    Err(AdvisorError::UnknownWorkload(_)) => RunOutcome::Cancelled { workload },
                     Err(error) => {
                         return Err(anyhow::Error::new(error).context("storing the profile"))
                     }

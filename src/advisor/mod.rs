@@ -157,16 +157,10 @@ impl Advisor {
     /// A launch spec may name only a program the operator allowed.
     fn check_program(&self, program: &str) -> Result<()> {
         if self.allowed_programs.is_empty() {
-            return Err(Error::PermissionDenied(
-                "this server runs no workloads: profiler.allowed_programs is empty, so launch \
-                 specs are refused"
-                    .into(),
-            ));
+            return Err(Error::LaunchSpecsDisabled);
         }
         if !self.allowed_programs.iter().any(|p| p.matches(program)) {
-            return Err(Error::PermissionDenied(format!(
-                "program {program:?} is not in profiler.allowed_programs"
-            )));
+            return Err(Error::ProgramNotAllowed(program.to_string()));
         }
         Ok(())
     }
@@ -175,7 +169,7 @@ impl Advisor {
         self.store
             .get_workload(name.as_str())
             .await?
-            .ok_or_else(|| Error::NotFound(format!("workload {:?} not found", name.as_str())))
+            .ok_or_else(|| Error::UnknownWorkload(name.as_str().to_string()))
     }
 
     /// One page of workloads by name; the token is opaque to clients.
@@ -207,10 +201,7 @@ impl Advisor {
     pub async fn delete(&self, name: &WorkloadName) -> Result<()> {
         let _writer = self.catalog_writer.lock().await;
         if !self.store.delete_workload(name.as_str()).await? {
-            return Err(Error::NotFound(format!(
-                "workload {:?} not found",
-                name.as_str()
-            )));
+            return Err(Error::UnknownWorkload(name.as_str().to_string()));
         }
         self.write_catalog().remove_workload(name);
         // Its job row went with it; stop the run if the worker is profiling it now.
@@ -290,10 +281,9 @@ impl Advisor {
                 .iter()
                 .find(|m| !catalog.contains(&m.workload))
             {
-                return Err(Error::NotFound(format!(
-                    "workload {:?} not found; register it before reporting runs with it",
-                    unknown.workload.as_str()
-                )));
+                return Err(Error::UnknownReportedWorkload(
+                    unknown.workload.as_str().to_string(),
+                ));
             }
             catalog.gpu(&observation.gpu)
         };
@@ -342,12 +332,8 @@ impl Advisor {
         let mut known = catalog.gpu_names();
         match (known.next(), known.next()) {
             (Some(only), None) => Ok(only.clone()),
-            (None, _) => Err(Error::FailedPrecondition(
-                "no GPU model is known yet; register a workload with a profile first".into(),
-            )),
-            (Some(_), Some(_)) => Err(Error::InvalidArgument(
-                "several GPU models are known and no default is configured; name one in gpu".into(),
-            )),
+            (None, _) => Err(Error::NoGpuModelKnown),
+            (Some(_), Some(_)) => Err(Error::AmbiguousGpuModel),
         }
     }
 
@@ -357,12 +343,11 @@ impl Advisor {
     }
 
     pub fn current_model(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
-        self.models.load().get(gpu).cloned().ok_or_else(|| {
-            Error::FailedPrecondition(format!(
-                "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
-                gpu.as_str()
-            ))
-        })
+        self.models
+            .load()
+            .get(gpu)
+            .cloned()
+            .ok_or_else(|| Error::NoModelForGpu(gpu.clone()))
     }
 
     /// Rank: candidates for a target, best first.
@@ -372,10 +357,7 @@ impl Advisor {
         let (table, found) = {
             let catalog = self.read_catalog();
             if !catalog.contains(&query.target) {
-                return Err(Error::NotFound(format!(
-                    "target workload {:?} not found",
-                    query.target.as_str()
-                )));
+                return Err(Error::UnknownTarget(query.target.as_str().to_string()));
             }
             let table = catalog.gpu(&gpu).unwrap_or_default();
             // One index lookup per named candidate; the catalog only for the misses.
@@ -413,10 +395,7 @@ impl Advisor {
         let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(*w)) {
-                return Err(Error::NotFound(format!(
-                    "workload {:?} not found",
-                    unknown.as_str()
-                )));
+                return Err(Error::UnknownWorkload(unknown.as_str().to_string()));
             }
             catalog.gpu(&gpu).unwrap_or_default()
         };
@@ -432,7 +411,12 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
     if token.is_empty() {
         return Ok(None);
     }
-    let invalid = || Error::InvalidArgument("page_token is not one this server issued".into());
+    let invalid = || {
+        Error::InvalidRequest(crate::domain::ValidationError::new(
+            "page_token",
+            "page_token is not one this server issued",
+        ))
+    };
     let bytes = hex::decode(token).map_err(|_| invalid())?;
     String::from_utf8(bytes).map(Some).map_err(|_| invalid())
 }

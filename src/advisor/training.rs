@@ -174,7 +174,7 @@ impl Advisor {
                     )
                     .await?;
                 tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
-                return Err(Error::FailedPrecondition(reason));
+                return Err(Error::TrainingFailed(reason));
             }
         };
 
@@ -307,11 +307,9 @@ impl Advisor {
             .model(gpu, version)
             .await?
             .map(Arc::new)
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "GPU model {:?} has no model version {version}",
-                    gpu.as_str()
-                ))
+            .ok_or_else(|| Error::UnknownModelVersion {
+                gpu: gpu.clone(),
+                version,
             })
     }
 
@@ -322,12 +320,14 @@ impl Advisor {
 
     /// Serves a stored version whatever training decides, until unpinned.
     pub async fn pin(&self, gpu: &GpuName, version: u64) -> Result<Arc<StoredModel>> {
-        let model = self.store.model(gpu, version).await?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "GPU model {:?} has no model version {version}",
-                gpu.as_str()
-            ))
-        })?;
+        let model =
+            self.store
+                .model(gpu, version)
+                .await?
+                .ok_or_else(|| Error::UnknownModelVersion {
+                    gpu: gpu.clone(),
+                    version,
+                })?;
         self.store.pin_model(gpu, version).await?;
         let model = Arc::new(model);
         self.publish(gpu, model.clone());
@@ -338,10 +338,7 @@ impl Advisor {
     /// Removes the pin: the newest promoted version serves again.
     pub async fn unpin(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
         if !self.store.unpin_model(gpu).await? {
-            return Err(Error::FailedPrecondition(format!(
-                "GPU model {:?} has no pinned model",
-                gpu.as_str()
-            )));
+            return Err(Error::NothingPinned(gpu.clone()));
         }
         let champion = self.store.champion(gpu).await?.ok_or_else(|| {
             Error::Internal(anyhow::anyhow!("a pinned GPU model lost its models"))

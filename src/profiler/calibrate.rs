@@ -108,7 +108,7 @@ pub async fn calibrate(
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
     let info = sampler.info().map_err(|e| anyhow::anyhow!(e))?;
-    let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| anyhow::anyhow!(e.0))?;
+    let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| anyhow::anyhow!(e.message))?;
     let mut workloads: Vec<(WorkloadName, LaunchSpec)> = Vec::new();
     let mut after: Option<String> = None;
     loop {

@@ -70,7 +70,7 @@ impl Backend {
             "replay" => Self::Replay(ReplayBackend::load(
                 Path::new(&settings.replay_dir),
                 GpuName::parse("profiler.replay_gpu", &settings.replay_gpu)
-                    .map_err(|e| anyhow::anyhow!(e.0))?,
+                    .map_err(|e| anyhow::anyhow!(e.message))?,
                 settings.replay_gpu_memory_gb,
             )?),
             "nvml" => {
@@ -217,8 +217,9 @@ impl NvmlBackend {
         })?;
         let sampler = self.sampler()?;
         let info = sampler.info().map_err(ProfileError::Unavailable)?;
-        let gpu = GpuName::parse("gpu", info.name.trim())
-            .map_err(|e| ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.0)))?;
+        let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| {
+            ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.message))
+        })?;
 
         let started = std::time::Instant::now();
         let (system, samples) = self.system_phase(launch, sampler.as_ref(), cancel).await?;

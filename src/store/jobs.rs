@@ -67,7 +67,7 @@ impl Store {
             Ok(Some(ClaimedJob {
                 id: row.id,
                 workload: WorkloadName::parse("name", &row.name)
-                    .map_err(|e| StoreError::Corrupt(e.0))?,
+                    .map_err(|e| StoreError::Corrupt(e.message))?,
                 attempts: u32::try_from(row.attempts).unwrap_or(u32::MAX),
                 launch: row
                     .launch
