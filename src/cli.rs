@@ -187,10 +187,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => {
             let mut settings = load_settings(&args.common, args.listen.as_ref())?;
             if let Some(format) = args.log_format {
-                settings.log.format = format;
-                settings.validate()?;
+                settings.log.format =
+                    format
+                        .parse()
+                        .map_err(|message| crate::settings::SettingsError::Invalid {
+                            key: "log.format",
+                            message,
+                        })?;
             }
-            telemetry::init(&settings.log.level, &settings.log.format);
+            telemetry::init(&settings.log.level, settings.log.format);
             let app = App::build(&settings).await?;
             let shutdown = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -218,13 +223,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(index) = args.gpu_index {
                 settings.profiler.gpu_index = index;
             }
-            telemetry::init(&settings.log.level, &settings.log.format);
+            telemetry::init(&settings.log.level, settings.log.format);
             let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
                 .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
+            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let summary = crate::profiler::calibrate::calibrate(
@@ -255,14 +260,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => crate::loadgen::run(args).await,
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
-            telemetry::init(&settings.log.level, &settings.log.format);
+            telemetry::init(&settings.log.level, settings.log.format);
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
+            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
             let summary =
                 import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
             advisor.store().close().await;

@@ -10,13 +10,14 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 
 use crate::{
-    advisor::Advisor,
+    advisor::{Advisor, AdvisorOptions, LifecyclePolicy},
     api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
-    domain::now_ms,
+    domain::{now_ms, GpuName},
     metrics::Metrics,
+    model::{ModelKind, MIN_TRAINING_ROWS},
     profiler::Backend,
     proto,
-    settings::Settings,
+    settings::{ModelKindSetting, Settings, SettingsError, TrainerSettings, MIN_TRAINING_RUNS},
     store::Store,
     trainer::Trainer,
     worker::Worker,
@@ -40,12 +41,13 @@ pub struct App {
 
 impl App {
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
-        let listen = settings.listen_address()?;
+        let listen = settings.server.listen;
+        let options = advisor_options(settings)?;
         let store = Store::open(&settings.database.url)
             .await
             .context("cannot open the database")?;
         let advisor = Arc::new(
-            Advisor::load(store, settings.advisor_options()?)
+            Advisor::load(store, options)
                 .await
                 .context("cannot load profiles and models from the database")?,
         );
@@ -72,22 +74,25 @@ impl App {
                 Duration::from_secs(settings.trainer.interval_secs),
             )
         });
-        let tokens = match settings.auth.tokens_file.as_str() {
-            "" => None,
-            path => Some(
-                Tokens::load(std::path::Path::new(path))
+        let tokens = match &settings.auth.tokens_file {
+            None => None,
+            Some(path) => Some(
+                Tokens::load(path)
                     .map_err(|e| anyhow::anyhow!("setting auth.tokens_file is invalid: {e}"))?,
             ),
         };
         let tls = match (
-            settings.server.tls_cert_file.as_str(),
-            settings.server.tls_key_file.as_str(),
+            &settings.server.tls_cert_file,
+            &settings.server.tls_key_file,
         ) {
-            ("", _) | (_, "") => None,
-            (cert, key) => {
-                let read = |key_name: &str, path: &str| {
+            (None, _) | (_, None) => None,
+            (Some(cert), Some(key)) => {
+                let read = |key_name: &str, path: &std::path::Path| {
                     std::fs::read(path).with_context(|| {
-                        format!("setting {key_name} is invalid: cannot read {path}")
+                        format!(
+                            "setting {key_name} is invalid: cannot read {}",
+                            path.display()
+                        )
                     })
                 };
                 let identity = Identity::from_pem(
@@ -97,7 +102,7 @@ impl App {
                 Some(ServerTlsConfig::new().identity(identity))
             }
         };
-        let metrics_listener = match settings.metrics_address()? {
+        let metrics_listener = match settings.metrics.listen {
             None => None,
             Some(address) => Some(
                 TcpListener::bind(address)
@@ -240,6 +245,53 @@ impl App {
         Ok(())
     }
 }
+
+/// What the advisor is told, from the settings: the default GPU model and model kind as
+/// domain values, the compiled program allow-list, the lifecycle policy. Fails naming the
+/// settings key, before any port is bound.
+pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsError> {
+    let default_gpu =
+        match &settings.model.default_gpu {
+            None => None,
+            Some(name) => Some(GpuName::parse("model.default_gpu", name).map_err(|e| {
+                SettingsError::Invalid {
+                    key: "model.default_gpu",
+                    message: e.message,
+                }
+            })?),
+        };
+    Ok(AdvisorOptions {
+        default_gpu,
+        default_kind: model_kind(settings.model.kind),
+        allowed_programs: settings.allowed_programs()?,
+        lifecycle: lifecycle_policy(&settings.trainer),
+    })
+}
+
+/// The model layer's kind for a `model.kind` setting.
+pub fn model_kind(setting: ModelKindSetting) -> ModelKind {
+    match setting {
+        ModelKindSetting::MemberRidgeGbt => ModelKind::MemberRidgeGbt,
+        ModelKindSetting::KaceLinear => ModelKind::KaceLinear,
+    }
+}
+
+fn lifecycle_policy(trainer: &TrainerSettings) -> LifecyclePolicy {
+    LifecyclePolicy {
+        min_new_observations: trainer.min_new_observations,
+        cv_folds: trainer.cv_folds,
+        max_training_runs: trainer.max_training_runs,
+        training_threads: trainer.training_threads,
+        score_tolerance: trainer.score_tolerance,
+        mse_tolerance: trainer.mse_tolerance,
+        outlier_threshold: trainer.outlier_threshold,
+        drift_threshold: trainer.drift_threshold,
+        drift_window: trainer.drift_window,
+    }
+}
+
+// The settings layer knows the smallest training set without importing the model.
+const _: () = assert!(MIN_TRAINING_RUNS == MIN_TRAINING_ROWS);
 
 /// Cancels `token` on SIGINT or SIGTERM.
 pub async fn cancel_on_signal(token: CancellationToken) {

@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
     model::ModelKind,
-    settings::TrainerSettings,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
 
@@ -37,33 +36,44 @@ pub const MAX_PAGE_SIZE: u32 = 1000;
 
 type ModelMap = HashMap<GpuName, Arc<StoredModel>>;
 
-/// What the advisor is told at startup.
+/// What the advisor is told at startup (`startup` builds it from the settings).
 #[derive(Debug, Clone)]
 pub struct AdvisorOptions {
     pub default_gpu: Option<GpuName>,
     pub default_kind: ModelKind,
     /// Programs a launch spec may name; empty = launch specs are refused.
     pub allowed_programs: Vec<glob::Pattern>,
-    pub lifecycle: TrainerSettings,
+    pub lifecycle: LifecyclePolicy,
 }
 
-impl Default for AdvisorOptions {
-    fn default() -> Self {
-        Self {
-            default_gpu: None,
-            default_kind: ModelKind::DEFAULT,
-            allowed_programs: Vec::new(),
-            lifecycle: crate::settings::Settings::load(Default::default())
-                .map(|s| s.trainer)
-                .expect("the built-in settings are valid"),
-        }
-    }
+/// How models are trained, judged and watched (README, "Model lifecycle"): the
+/// `trainer.*` settings, as the advisor uses them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LifecyclePolicy {
+    /// New runs since the last training that make a retrain due.
+    pub min_new_observations: u64,
+    /// Folds of the cross-validation that judges a challenger against the champion.
+    pub cv_folds: usize,
+    /// Training uses the newest this many runs of a GPU model; 0 = every run.
+    pub max_training_runs: usize,
+    /// Threads one training run uses; 0 = one per core.
+    pub training_threads: usize,
+    /// A challenger is "not worse" when its cross-validated rank score is at least the
+    /// champion's minus score_tolerance and its MSE at most the champion's x (1 + mse_tolerance).
+    pub score_tolerance: f64,
+    pub mse_tolerance: f64,
+    /// Runs with a member further than this many robust deviations are not trained on.
+    pub outlier_threshold: f64,
+    /// Mean relative error over the last drift_window reported runs above which a retrain
+    /// is due at once.
+    pub drift_threshold: f64,
+    pub drift_window: usize,
 }
 
 pub struct Advisor {
     store: Store,
     allowed_programs: Vec<glob::Pattern>,
-    lifecycle: TrainerSettings,
+    lifecycle: LifecyclePolicy,
     /// The champion's recent prediction errors per GPU model (drift).
     rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
     /// Woken when a champion's rolling error passes the drift threshold.

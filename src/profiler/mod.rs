@@ -26,7 +26,7 @@ use crate::{
         now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource, SystemMetrics,
         WorkloadName, DEFAULT_NVTX_RANGE,
     },
-    settings::ProfilerSettings,
+    settings::{ProfilerBackend, ProfilerSettings},
 };
 
 /// Why a profile could not be taken.
@@ -66,14 +66,14 @@ impl Backend {
     /// the nvml backend says so once here, and then on each job it cannot run (the job
     /// waits, with the reason visible on the workload).
     pub fn from_settings(settings: &ProfilerSettings) -> anyhow::Result<Self> {
-        Ok(match settings.backend.as_str() {
-            "replay" => Self::Replay(ReplayBackend::load(
-                Path::new(&settings.replay_dir),
+        Ok(match settings.backend {
+            ProfilerBackend::Replay => Self::Replay(ReplayBackend::load(
+                settings.replay_dir.as_deref().unwrap_or(Path::new("")),
                 GpuName::parse("profiler.replay_gpu", &settings.replay_gpu)
                     .map_err(|e| anyhow::anyhow!(e.message))?,
                 settings.replay_gpu_memory_gb,
             )?),
-            "nvml" => {
+            ProfilerBackend::Nvml => {
                 let sampler = match NvmlSampler::init(settings.gpu_index) {
                     Ok(sampler) => Some(Arc::new(sampler) as Arc<dyn GpuSampler>),
                     Err(error) => {
@@ -83,7 +83,7 @@ impl Backend {
                 };
                 Self::Nvml(NvmlBackend::new(settings.clone(), sampler))
             }
-            _ => Self::Off,
+            ProfilerBackend::Off => Self::Off,
         })
     }
 
@@ -227,29 +227,30 @@ impl NvmlBackend {
         tracing::info!(samples, secs = system_secs, "system phase done");
 
         let started = std::time::Instant::now();
-        let (kernel, kernel_missing, note) = match find_ncu(&self.settings.ncu_path) {
-            None => (
-                KernelMetrics {
-                    threads: 0.0,
-                    compute_throughput_pct: 0.0,
-                    dram_throughput_pct: 0.0,
-                    memory_throughput_pct: 0.0,
-                    registers: 0.0,
-                    static_shared_memory_bytes: 0.0,
-                },
-                true,
-                format!(
-                    "kernel metrics missing: Nsight Compute was not found at {:?} \
+        let (kernel, kernel_missing, note) =
+            match find_ncu(&self.settings.ncu_path.to_string_lossy()) {
+                None => (
+                    KernelMetrics {
+                        threads: 0.0,
+                        compute_throughput_pct: 0.0,
+                        dram_throughput_pct: 0.0,
+                        memory_throughput_pct: 0.0,
+                        registers: 0.0,
+                        static_shared_memory_bytes: 0.0,
+                    },
+                    true,
+                    format!(
+                        "kernel metrics missing: Nsight Compute was not found at {:?} \
                      (profiler.ncu_path); not rankable until profiled again",
-                    self.settings.ncu_path
+                        self.settings.ncu_path
+                    ),
                 ),
-            ),
-            Some(ncu) => (
-                self.kernel_phase(&ncu, launch, cancel).await?,
-                false,
-                String::new(),
-            ),
-        };
+                Some(ncu) => (
+                    self.kernel_phase(&ncu, launch, cancel).await?,
+                    false,
+                    String::new(),
+                ),
+            };
         let kernel_secs = started.elapsed().as_secs_f64();
 
         let profile = Profile {

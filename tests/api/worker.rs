@@ -559,8 +559,8 @@ async fn the_replay_backend_profiles_from_the_dataset_and_the_workload_ranks_at_
         .await
         .unwrap();
     let settings = ProfilerSettings {
-        backend: "replay".into(),
-        replay_dir: kace_dir().display().to_string(),
+        backend: coloc::settings::ProfilerBackend::Replay,
+        replay_dir: Some(kace_dir()),
         ..app.settings.profiler.clone()
     };
     let backend = Backend::from_settings(&settings).unwrap();
