@@ -233,7 +233,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let summary = crate::profiler::calibrate::calibrate(
-                &advisor,
+                advisor.store(),
                 &sampler,
                 &settings.profiler,
                 args.pairs,

@@ -14,7 +14,7 @@ use prometheus::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{advisor::Advisor, domain::now_ms};
+use crate::{advisor::Advisor, domain::now_ms, store::Store};
 
 pub struct Metrics {
     registry: Registry,
@@ -118,8 +118,8 @@ impl Metrics {
     }
 
     /// Refreshes the state gauges and renders everything in the Prometheus text format.
-    pub async fn render(&self, advisor: &Advisor) -> anyhow::Result<String> {
-        let (pending, running, done, failed) = advisor.store().job_counts().await?;
+    pub async fn render(&self, advisor: &Advisor, store: &Store) -> anyhow::Result<String> {
+        let (pending, running, done, failed) = store.job_counts().await?;
         for (state, count) in [
             ("pending", pending),
             ("running", running),
@@ -143,7 +143,7 @@ impl Metrics {
                 self.rolling_error.with_label_values(&[gpu]).set(error);
             }
         }
-        self.store_bytes.set(advisor.store().size_bytes().await?);
+        self.store_bytes.set(store.size_bytes().await?);
         let mut text = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut text)?;
         Ok(String::from_utf8(text)?)
@@ -161,6 +161,7 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     advisor: Arc<Advisor>,
+    store: Store,
     shutdown: CancellationToken,
 ) {
     let address: Option<SocketAddr> = listener.local_addr().ok();
@@ -179,17 +180,19 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let advisor = advisor.clone();
+        let store = store.clone();
         connections.spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                 let metrics = metrics.clone();
                 let advisor = advisor.clone();
+                let store = store.clone();
                 async move {
                     let response = if request.uri().path() != "/metrics" {
                         Response::builder()
                             .status(404)
                             .body(Full::new(Bytes::from("not found\n")))
                     } else {
-                        match metrics.render(&advisor).await {
+                        match metrics.render(&advisor, &store).await {
                             Ok(text) => Response::builder()
                                 .header("content-type", "text/plain; version=0.0.4")
                                 .body(Full::new(Bytes::from(text))),

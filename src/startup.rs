@@ -1,6 +1,10 @@
 //! Building and running the service: [`App::build`] opens the store, loads the advisor and
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
-//! until the shutdown token is cancelled, then closes the store.
+//! until the shutdown token is cancelled, then stops in order: the API first (health says
+//! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
+//! profiling worker (its running job goes back to pending), the retraining task, the
+//! metrics endpoint, the observation writer, and the store last. Every background task is
+//! owned here; its exit, error or panic is logged when it happens.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -24,6 +28,8 @@ use crate::{
 };
 
 pub struct App {
+    /// Closed last, after every task that writes to it has stopped.
+    store: Store,
     listener: TcpListener,
     local_addr: SocketAddr,
     /// The metrics endpoint's listener; `None` when metrics.listen is empty.
@@ -47,11 +53,11 @@ impl App {
             .await
             .context("cannot open the database")?;
         let advisor = Arc::new(
-            Advisor::load(store, options)
+            Advisor::load(store.clone(), options)
                 .await
                 .context("cannot load profiles and models from the database")?,
         );
-        let requeued = advisor.store().requeue_running_jobs(now_ms()).await?;
+        let requeued = store.requeue_running_jobs(now_ms()).await?;
         if requeued > 0 {
             tracing::warn!(
                 requeued,
@@ -64,6 +70,7 @@ impl App {
             Backend::Off => None,
             backend => Some(Worker::new(
                 advisor.clone(),
+                store.clone(),
                 Arc::new(backend),
                 settings.profiler.clone(),
             )),
@@ -71,6 +78,7 @@ impl App {
         let trainer = (settings.trainer.interval_secs > 0).then(|| {
             Trainer::new(
                 advisor.clone(),
+                store.clone(),
                 Duration::from_secs(settings.trainer.interval_secs),
             )
         });
@@ -115,6 +123,7 @@ impl App {
             .with_context(|| format!("cannot listen on {listen}"))?;
         let local_addr = listener.local_addr()?;
         Ok(Self {
+            store,
             listener,
             local_addr,
             metrics_listener,
@@ -143,6 +152,13 @@ impl App {
         self.advisor.clone()
     }
 
+    /// Replaces the profiling worker the settings asked for (embedders and tests bring
+    /// their own backend); it is run and stopped like the built one.
+    pub fn with_worker(mut self, worker: Worker) -> Self {
+        self.worker = Some(worker);
+        self
+    }
+
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         health_reporter
@@ -162,15 +178,18 @@ impl App {
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
 
-        let server_shutdown = shutdown.child_token();
-        // Background tasks are owned here and awaited below: on shutdown the worker stops
-        // its job and puts it back to pending before the store closes.
+        // Each stage has its own token, cancelled in order once the API has stopped, so
+        // that nothing writes to the store after it closes and the running profiling job
+        // is re-queued while the API already refuses new calls.
+        let worker_stop = CancellationToken::new();
+        let trainer_stop = CancellationToken::new();
+        let metrics_stop = CancellationToken::new();
         let worker = self
             .worker
-            .map(|worker| tokio::spawn(worker.run(shutdown.child_token())));
+            .map(|worker| spawn_owned("profiling worker", worker.run(worker_stop.clone())));
         let trainer = self
             .trainer
-            .map(|trainer| tokio::spawn(trainer.run(shutdown.child_token())));
+            .map(|trainer| spawn_owned("retraining task", trainer.run(trainer_stop.clone())));
         let metrics = self
             .metrics_listener
             .as_ref()
@@ -179,12 +198,16 @@ impl App {
             self.metrics_listener
                 .zip(metrics.clone())
                 .map(|(listener, metrics)| {
-                    tokio::spawn(crate::metrics::serve(
-                        listener,
-                        metrics,
-                        self.advisor.clone(),
-                        shutdown.child_token(),
-                    ))
+                    spawn_owned(
+                        "metrics endpoint",
+                        crate::metrics::serve(
+                            listener,
+                            metrics,
+                            self.advisor.clone(),
+                            self.store.clone(),
+                            metrics_stop.clone(),
+                        ),
+                    )
                 });
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
@@ -197,6 +220,7 @@ impl App {
         let advisor_service =
             ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
                 .max_decoding_message_size(self.max_request_bytes);
+        let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))
             .layer(AuthLayer::new(self.tokens))
@@ -207,7 +231,7 @@ impl App {
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {
-                    server_shutdown.cancelled().await;
+                    api_shutdown.cancelled().await;
                     stopping_reporter
                         .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
                         .await;
@@ -226,24 +250,51 @@ impl App {
                 Ok(())
             }
         };
-        // A failed server still stops the worker before the store closes.
+        match &served {
+            Ok(()) => tracing::info!(task = "gRPC API", "task exited"),
+            Err(error) => tracing::error!(
+                task = "gRPC API",
+                error = format!("{error:#}"),
+                "task failed"
+            ),
+        }
+        // A failed server still stops everything in order before the store closes.
         shutdown.cancel();
-        for (task, name) in [
-            (worker, "profiling worker"),
-            (trainer, "retraining task"),
-            (metrics_server, "metrics endpoint"),
+        for (stop, task) in [
+            (worker_stop, worker),
+            (trainer_stop, trainer),
+            (metrics_stop, metrics_server),
         ] {
+            stop.cancel();
             if let Some(task) = task {
-                if let Err(error) = task.await {
-                    tracing::error!(%error, task = name, "background task panicked");
-                }
+                // The task logged its own exit; its supervisor never panics.
+                let _ = task.await;
             }
         }
-        self.advisor.store().close().await;
+        self.store.close().await;
+        tracing::info!("store closed");
         served?;
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Spawns a background task owned by the caller (who awaits the handle) and logs its exit
+/// when it happens: a normal exit, or a panic with its message.
+fn spawn_owned<F>(name: &'static str, task: F) -> tokio::task::JoinHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let inner = tokio::spawn(task);
+    tokio::spawn(async move {
+        match inner.await {
+            Ok(()) => tracing::info!(task = name, "task exited"),
+            Err(error) if error.is_panic() => {
+                tracing::error!(task = name, %error, "task panicked")
+            }
+            Err(error) => tracing::warn!(task = name, %error, "task cancelled"),
+        }
+    })
 }
 
 /// What the advisor is told, from the settings: the default GPU model and model kind as

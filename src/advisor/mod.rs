@@ -390,7 +390,9 @@ impl Advisor {
             found,
         };
         if work.is_large() {
-            tokio::task::spawn_blocking(move || work.run())
+            // The RPC's span follows the work onto the blocking thread.
+            let span = tracing::Span::current();
+            tokio::task::spawn_blocking(move || span.in_scope(|| work.run()))
                 .await
                 .map_err(|e| Error::Internal(anyhow::Error::new(e).context("rank panicked")))?
         } else {

@@ -124,7 +124,10 @@ impl Advisor {
             last_id: c.last_observation_id,
         });
         let threads = self.lifecycle.training_threads;
+        // The caller's span (the Train RPC, or the retraining task's) follows the fit.
+        let span = tracing::Span::current();
         let judged = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let job = || {
                 let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
                 let (fitted, comparison) = rayon::join(
