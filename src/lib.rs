@@ -10,7 +10,6 @@ pub mod dataset;
 pub mod domain;
 pub mod eval;
 pub mod import;
-pub mod loadgen;
 pub mod metrics;
 pub mod model;
 pub mod profiler;
