@@ -1,3 +1,7 @@
+//! Rank through the generated client: ordering by predicted sum, top_k, the memory guard,
+//! skipped candidates and why, objectives, target slowdown caps, and bad requests (with the
+//! field named in a BadRequest detail).
+
 use coloc::proto as pb;
 use tonic::Code;
 
