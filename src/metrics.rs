@@ -8,8 +8,8 @@ use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
 use hyper_util::rt::TokioIo;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +25,8 @@ pub struct Metrics {
     model_age: GaugeVec,
     rolling_error: GaugeVec,
     store_bytes: IntGauge,
+    /// Log lines stderr could not take (telemetry drops them rather than fail).
+    log_lines_dropped: IntCounter,
 }
 
 impl Metrics {
@@ -84,6 +86,11 @@ impl Metrics {
         .expect("valid metric");
         let store_bytes =
             IntGauge::new("store_bytes", "Size of the SQLite database").expect("valid metric");
+        let log_lines_dropped = IntCounter::new(
+            "log_lines_dropped_total",
+            "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(rpcs.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
@@ -92,6 +99,7 @@ impl Metrics {
             Box::new(model_age.clone()),
             Box::new(rolling_error.clone()),
             Box::new(store_bytes.clone()),
+            Box::new(log_lines_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -106,6 +114,7 @@ impl Metrics {
             model_age,
             rolling_error,
             store_bytes,
+            log_lines_dropped,
         }
     }
 
@@ -144,6 +153,9 @@ impl Metrics {
             }
         }
         self.store_bytes.set(store.size_bytes().await?);
+        let dropped = crate::telemetry::dropped_log_lines();
+        self.log_lines_dropped
+            .inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut text = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut text)?;
         Ok(String::from_utf8(text)?)
