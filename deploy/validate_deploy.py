@@ -15,7 +15,7 @@ Checks:
     terminationGracePeriodSeconds above server.shutdown_grace_secs;
   * the ConfigMap's coloc.toml parses, uses only known keys, listens on the network only with
     auth on, points auth.tokens_file into the Secret's mount and database.url onto the PVC;
-  * the Service selects the pod and exposes 50051 (grpc) and 9090 (metrics);
+  * the Service selects the pod and exposes 50051 (grpc) and 50052 (metrics);
   * the gpu-profiler overlay: nvidia.com/gpu: 1, a GPU nodeSelector and toleration,
     COLOC__PROFILER__BACKEND=nvml and absolute COLOC__PROFILER__ALLOWED_PROGRAMS; the base
     asks for no GPU.
@@ -120,8 +120,8 @@ def check_render(name, path, defaults):
         if port != 50051:
             fail(where, f"{probe} must be a gRPC probe on port 50051 (found {c.get(probe)})")
     ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}
-    if ports.get(50051) != "grpc" or ports.get(9090) != "metrics":
-        fail(where, f"container ports {ports}, expected 50051 grpc and 9090 metrics")
+    if ports.get(50051) != "grpc" or ports.get(50052) != "metrics":
+        fail(where, f"container ports {ports}, expected 50051 grpc and 50052 metrics")
     psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
     if not (psc.get("runAsNonRoot") or csc.get("runAsNonRoot")):
         fail(where, "runAsNonRoot is not set")
@@ -205,8 +205,8 @@ def check_render(name, path, defaults):
         url = effective.get("database.url", "")
         if not url.startswith("sqlite:///var/lib/coloc/"):
             fail(where, f"database.url {url} is not on the PVC at /var/lib/coloc")
-        if effective.get("metrics.listen", "") != "0.0.0.0:9090":
-            fail(where, "metrics.listen should be 0.0.0.0:9090 (the Service's metrics port)")
+        if effective.get("metrics.listen", "") != "0.0.0.0:50052":
+            fail(where, "metrics.listen should be 0.0.0.0:50052 (the Service's metrics port)")
         grace = int(effective.get("server.shutdown_grace_secs", 20))
         if pod.get("terminationGracePeriodSeconds", 30) <= grace:
             fail(where, f"terminationGracePeriodSeconds must exceed shutdown_grace_secs ({grace})")
@@ -221,8 +221,8 @@ def check_render(name, path, defaults):
         if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
             fail(where, f"Service selector {sel} does not select the pod ({pod_labels})")
         sports = {p["port"]: p.get("name") for p in svc["spec"].get("ports", [])}
-        if sports.get(50051) != "grpc" or sports.get(9090) != "metrics":
-            fail(where, f"Service ports {sports}, expected 50051 grpc and 9090 metrics")
+        if sports.get(50051) != "grpc" or sports.get(50052) != "metrics":
+            fail(where, f"Service ports {sports}, expected 50051 grpc and 50052 metrics")
 
     gpu = str(((res.get("limits") or {}).get("nvidia.com/gpu")) or "")
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
