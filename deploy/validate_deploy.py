@@ -224,6 +224,19 @@ def check_render(name, path, defaults):
         if sports.get(50051) != "grpc" or sports.get(50052) != "metrics":
             fail(where, f"Service ports {sports}, expected 50051 grpc and 50052 metrics")
 
+    policies = by_kind.get("NetworkPolicy", [])
+    if len(policies) != 1:
+        fail(where, f"{len(policies)} NetworkPolicies, expected 1")
+    for policy in policies:
+        sel = (policy["spec"].get("podSelector") or {}).get("matchLabels") or {}
+        if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
+            fail(where, f"NetworkPolicy selector {sel} does not select the pod")
+        if policy["spec"].get("policyTypes") != ["Ingress"]:
+            fail(where, "the NetworkPolicy should restrict Ingress only")
+        allowed = [p.get("port") for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])]
+        if sorted(map(str, allowed)) != ["grpc", "metrics"]:
+            fail(where, f"NetworkPolicy opens ports {allowed}, expected exactly grpc and metrics")
+
     gpu = str(((res.get("limits") or {}).get("nvidia.com/gpu")) or "")
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
     if name == "gpu-profiler":
@@ -243,8 +256,35 @@ def check_render(name, path, defaults):
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
 
 
+def check_service_monitor(root):
+    """The ServiceMonitor (a CRD no bundled schema covers): its shape, and that it selects
+    the advisor's Service and scrapes its metrics port."""
+    path = os.path.join(root, "deploy/kubernetes/monitoring/servicemonitor.yaml")
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    if len(docs) != 1:
+        return fail(path, f"{len(docs)} objects, expected one ServiceMonitor")
+    doc = docs[0]
+    if (doc.get("apiVersion"), doc.get("kind")) != ("monitoring.coreos.com/v1", "ServiceMonitor"):
+        fail(path, f"{doc.get('apiVersion')}/{doc.get('kind')} is not monitoring.coreos.com/v1 ServiceMonitor")
+    spec = doc.get("spec") or {}
+    with open(os.path.join(root, "deploy/kubernetes/base/service.yaml")) as f:
+        service = yaml.safe_load(f)
+    labels = service["metadata"]["labels"]
+    wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+    if not wanted or any(labels.get(k) != v for k, v in wanted.items()):
+        fail(path, f"selector {wanted} does not select the Service ({labels})")
+    if (spec.get("namespaceSelector") or {}).get("matchNames") != ["coloc"]:
+        fail(path, "namespaceSelector should name the coloc namespace")
+    ports = [e.get("port") for e in spec.get("endpoints") or []]
+    if ports != ["metrics"] or spec["endpoints"][0].get("path") != "/metrics":
+        fail(path, f"endpoints {spec.get('endpoints')}, expected the metrics port at /metrics")
+    print("  monitoring/servicemonitor.yaml: selects the Service, scrapes metrics")
+
+
 def main():
     root, rendered = sys.argv[1], sys.argv[2]
+    check_service_monitor(root)
     defaults = check_example_toml(root)
     if defaults:
         print(f"  coloc.example.toml: {len(defaults)} keys, same as src/settings.rs DEFAULTS")

@@ -2,7 +2,7 @@
 //! `GET /metrics` on `metrics.listen`. RPC counts and latencies are recorded as requests
 //! pass; the state of the queue, the models and the store is read when scraped.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
@@ -280,8 +280,10 @@ pub async fn serve(
     store: Store,
     shutdown: CancellationToken,
 ) {
-    let address: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(address = ?address, "serving metrics");
+    match listener.local_addr() {
+        Ok(address) => tracing::info!(%address, "serving metrics"),
+        Err(error) => tracing::info!(%error, "serving metrics on an address it cannot name"),
+    }
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, _) = tokio::select! {
