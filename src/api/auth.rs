@@ -219,9 +219,9 @@ mod tests {
                 .join("deploy/kubernetes/base/tokens.placeholder"),
         )
         .unwrap();
-        let error = Tokens::parse(&shipped)
-            .err()
-            .expect("placeholders accepted");
+        let Err(error) = Tokens::parse(&shipped) else {
+            panic!("the placeholder tokens were accepted");
+        };
         assert!(error.contains("placeholder"), "{error}");
         assert!(Tokens::parse("operator replace-me-0123456789abcdef").is_err());
     }
