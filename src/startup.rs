@@ -21,7 +21,10 @@ use crate::{
     model::{ModelKind, MIN_TRAINING_ROWS},
     profiler::Backend,
     proto,
-    settings::{ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings, MIN_TRAINING_RUNS},
+    settings::{
+        ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings,
+        MIN_TRAINING_RUNS,
+    },
     store::Store,
     trainer::Trainer,
     worker::Worker,

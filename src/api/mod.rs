@@ -138,8 +138,8 @@ impl ColocationAdvisor for AdvisorService {
         };
         // An empty gpu means the default, as everywhere.
         let gpu = self.gpu(&request.gpu).map_err(rejected)?;
-        let observation = convert::observation(request, gpu, now_ms())
-            .map_err(|e| rejected(invalid(e)))?;
+        let observation =
+            convert::observation(request, gpu, now_ms()).map_err(|e| rejected(invalid(e)))?;
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

@@ -4,6 +4,7 @@
 //! come back as domain errors rather than SQL text. Single reported runs go through the
 //! observation writer (group commit).
 
+pub mod backup;
 mod jobs;
 mod models;
 mod observation_writer;

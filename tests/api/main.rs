@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod backup;
 mod cli;
 mod eval;
 mod grpcurl;
