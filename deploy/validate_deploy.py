@@ -259,7 +259,7 @@ def check_render(name, path, defaults):
 def check_service_monitor(root):
     """The ServiceMonitor (a CRD no bundled schema covers): its shape, and that it selects
     the advisor's Service and scrapes its metrics port."""
-    path = os.path.join(root, "deploy/kubernetes/monitoring/servicemonitor.yaml")
+    path = os.path.join(root, "deploy/monitoring/servicemonitor.yaml")
     with open(path) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     if len(docs) != 1:
