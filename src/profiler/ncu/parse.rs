@@ -1,0 +1,498 @@
+//! Reading what `ncu --csv` printed into kernels and their metrics, whichever of its two
+//! layouts it is:
+//!
+//! - the **details page** (`--page details`, ncu's default, and what `--metrics` alone
+//!   prints): one row per kernel and metric, with the columns `ID`, `Process ID`, `Kernel
+//!   Name`, ..., `Section Name`, `Metric Name`, `Metric Unit`, `Metric Value` and, on newer
+//!   versions, the rule columns (`Rule Name`, `Rule Type`, `Rule Description`, `Estimated
+//!   Speedup ...`). Rows whose rule columns are empty end early (ragged rows); rule rows
+//!   have an empty metric name. `--print-details all` adds a `Body Item Label` column
+//!   whose rows are sub-items of a metric. A kernel is one `ID` (of one process).
+//! - the **raw page** (`--page raw`): one row per kernel, one column per metric, and a
+//!   second row holding each column's unit.
+//!
+//! Columns are found by name, never by position. Every field may be quoted; numbers may
+//! carry thousands separators in the locale's style (see [`NumberFormat`]). The table is
+//! looked for after ncu's own `==PROF==` / `==WARNING==` lines (and any program output
+//! before it); lines of those kinds inside the table are skipped. Only the eight metrics
+//! of the method are read; every other row and column is left alone.
+//!
+//! Choices:
+//! - A metric printed as `n/a` (or empty) is not available for that kernel; the report
+//!   ([`super::report`]) decides what that means.
+//! - A raw metric name with a unit that does not measure it is an error
+//!   ([`NcuError::UnknownUnit`]); a section name with such a unit is another quantity of
+//!   the same name and is passed over (`Memory Throughput` in `Gbyte/s`).
+//! - When a kernel reports a metric under more than one name, the raw name wins over the
+//!   section name (they are the same measurement on the pages that print both).
+//! - A percentage up to [`PERCENT_ROUNDING_MARGIN`] above 100 is ncu's rounding and is read
+//!   as 100; above that it is an error. Negative values are errors.
+//! - Errors name the line in the text handed to [`parse`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::{
+    metric::{unit_scale, FormatVotes, Metric, Naming, NumberFormat, Quantity},
+    NcuError,
+};
+
+/// ncu prints percentages of peak rounded to two decimals and can print 100.3 for a unit
+/// that ran at its peak; values up to 100 + this margin are read as 100.
+pub const PERCENT_ROUNDING_MARGIN: f64 = 1.0;
+
+/// Which table ncu printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// `--page details` (ncu's default): one row per kernel and metric.
+    Details,
+    /// `--page raw`: one row per kernel, a column per metric, a units row.
+    RawPage,
+}
+
+impl Layout {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Details => "details page (one row per kernel and metric)",
+            Self::RawPage => "raw page (one row per kernel, one column per metric)",
+        }
+    }
+}
+
+/// What the output said about one metric of one kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reading {
+    /// No row or column of the output names the metric for this kernel.
+    Absent,
+    /// ncu printed `n/a` or nothing.
+    NotAvailable,
+    /// The value in coloc's unit ([`Metric::unit`]).
+    Value(f64),
+}
+
+impl Reading {
+    pub fn value(self) -> Option<f64> {
+        match self {
+            Self::Value(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// ncu's `ID` of the launch.
+    pub id: u64,
+    pub name: String,
+    readings: [Reading; 8],
+}
+
+impl Kernel {
+    pub fn reading(&self, metric: Metric) -> Reading {
+        self.readings[metric.index()]
+    }
+
+    pub fn value(&self, metric: Metric) -> Option<f64> {
+        self.reading(metric).value()
+    }
+}
+
+/// Everything read from one ncu output.
+#[derive(Debug, Clone)]
+pub struct NcuTable {
+    pub layout: Layout,
+    /// The Nsight Compute version, when the output names it (a `Version 2025.1.1.0` or
+    /// `Nsight Compute 2023.2` line outside the table); ncu's CSV itself does not.
+    pub ncu_version: Option<String>,
+    pub columns: usize,
+    pub number_format: NumberFormat,
+    /// In the order ncu listed them.
+    pub kernels: Vec<Kernel>,
+    /// Percentages above 100 (within the rounding margin) read as 100.
+    pub clamped_percentages: usize,
+    /// The names under which each metric was found.
+    found_as: [BTreeSet<&'static str>; 8],
+}
+
+impl NcuTable {
+    /// The names under which `metric` was found (raw name, alternative, section name).
+    pub fn found_as(&self, metric: Metric) -> Vec<&'static str> {
+        self.found_as[metric.index()].iter().copied().collect()
+    }
+}
+
+/// One value as printed, until the number format of the whole output is known.
+struct RawCell {
+    naming: Naming,
+    value: String,
+    scale: f64,
+    line: u64,
+}
+
+struct PendingKernel {
+    id: u64,
+    name: String,
+    cells: [Option<RawCell>; 8],
+}
+
+impl PendingKernel {
+    /// Keeps the better-named cell: raw names over section names, the first of equals.
+    fn offer(&mut self, metric: Metric, cell: RawCell) {
+        let slot = &mut self.cells[metric.index()];
+        if slot.as_ref().is_none_or(|kept| cell.naming < kept.naming) {
+            *slot = Some(cell);
+        }
+    }
+}
+
+/// The kernels seen so far, by (ID, process), in the order first seen.
+#[derive(Default)]
+struct Kernels {
+    by_key: HashMap<(u64, String), usize>,
+    list: Vec<PendingKernel>,
+}
+
+impl Kernels {
+    fn get_or_insert(&mut self, id: u64, process: &str, name: &str) -> &mut PendingKernel {
+        let next = self.list.len();
+        let index = *self
+            .by_key
+            .entry((id, process.to_string()))
+            .or_insert(next);
+        if index == next {
+            self.list.push(PendingKernel {
+                id,
+                name: name.to_string(),
+                cells: Default::default(),
+            });
+        }
+        &mut self.list[index]
+    }
+}
+
+/// The byte offset and 0-based line index of the table's header row, if any.
+fn find_header(text: &str) -> Option<(usize, usize)> {
+    let mut offset = 0;
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_start_matches('\u{feff}').trim_start();
+        if trimmed.starts_with("\"ID\",") || trimmed.starts_with("ID,") {
+            return Some((offset + (line.len() - trimmed.len()), index));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The Nsight Compute version named by a line outside the table.
+fn find_version<'t>(lines: impl Iterator<Item = &'t str>) -> Option<String> {
+    let pattern = regex::Regex::new(
+        r"(?i)(?:^\s*version\s+|nsight compute\D{0,60}?)(20\d\d\.\d+(?:\.\d+){0,2})",
+    )
+    .expect("a valid pattern");
+    lines
+        .filter_map(|line| pattern.captures(line))
+        .find_map(|captures| captures.get(1).map(|m| m.as_str().to_string()))
+}
+
+/// The first `==ERROR==` line, to say why there is no table.
+fn first_error_line(text: &str) -> Option<String> {
+    text.lines()
+        .find(|line| line.starts_with("==ERROR=="))
+        .map(|line| line.chars().take(300).collect())
+}
+
+/// A kernel ID (`"12"`, or `"1,024"` with a thousands separator); `None` for anything else.
+fn parse_id(raw: &str) -> Option<u64> {
+    let raw = raw.trim();
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'.') {
+        return None;
+    }
+    let digits: String = raw.chars().filter(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn column(header: &csv::StringRecord, name: &str) -> Option<usize> {
+    header.iter().position(|field| field.trim() == name)
+}
+
+/// Reads ncu's CSV output (either layout; other lines before the table are allowed).
+pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
+    let Some((header_offset, header_line)) = find_header(text) else {
+        if text.contains("No kernels were profiled") {
+            return Err(NcuError::NoKernels);
+        }
+        return Err(NcuError::NoTable {
+            ncu_said: first_error_line(text),
+        });
+    };
+    let preamble = text[..header_offset].lines();
+    let profiler_lines = text[header_offset..]
+        .lines()
+        .filter(|line| line.starts_with("=="));
+    let ncu_version = find_version(preamble.chain(profiler_lines));
+
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(text[header_offset..].as_bytes());
+    let mut records = reader.records();
+    let header = match records.next() {
+        Some(record) => record?,
+        None => return Err(NcuError::NoTable { ncu_said: None }),
+    };
+    // csv counts lines from 1 at the header.
+    let line_of = |record: &csv::StringRecord| {
+        record
+            .position()
+            .map_or(0, |p| p.line() + header_line as u64)
+    };
+
+    let id_column = column(&header, "ID").ok_or(NcuError::NoTable { ncu_said: None })?;
+    let process_column = column(&header, "Process ID");
+    let name_column = column(&header, "Kernel Name");
+    let details = match (
+        column(&header, "Metric Name"),
+        column(&header, "Metric Value"),
+    ) {
+        (Some(name), Some(value)) => Some(DetailsColumns {
+            name,
+            value,
+            unit: column(&header, "Metric Unit"),
+            body_item: column(&header, "Body Item Label"),
+        }),
+        _ => None,
+    };
+    // A row of the table reaches at least its kernel name.
+    let min_kernel_row = id_column.max(name_column.unwrap_or(0)) + 1;
+    let layout = if details.is_some() {
+        Layout::Details
+    } else {
+        Layout::RawPage
+    };
+
+    let mut kernels = Kernels::default();
+    let mut votes = FormatVotes::default();
+    match &details {
+        Some(details) => {
+            for record in records {
+                let record = record?;
+                if record.get(0).is_some_and(|first| first.starts_with("==")) {
+                    continue;
+                }
+                let Some(id) = record.get(id_column).and_then(parse_id) else {
+                    continue;
+                };
+                if record.len() < min_kernel_row {
+                    // Too short to be a row of this table (program output).
+                    continue;
+                }
+                let field = |column: Option<usize>| {
+                    column.and_then(|c| record.get(c)).unwrap_or("").trim()
+                };
+                let kernel = kernels.get_or_insert(
+                    id,
+                    field(process_column),
+                    record.get(name_column.unwrap_or(usize::MAX)).unwrap_or(""),
+                );
+                // A row cut short before its value (a truncated file) names no metric.
+                let Some(value) = record.get(details.value) else {
+                    continue;
+                };
+                votes.add(value);
+                if !field(details.body_item).is_empty() {
+                    continue;
+                }
+                let unit = field(details.unit);
+                let Some((metric, naming)) =
+                    Metric::from_details_name(field(Some(details.name)), unit)
+                else {
+                    continue;
+                };
+                let line = line_of(&record);
+                let scale = checked_scale(metric, unit, line)?;
+                kernel.offer(
+                    metric,
+                    RawCell {
+                        naming,
+                        value: value.trim().to_string(),
+                        scale,
+                        line,
+                    },
+                );
+            }
+        }
+        None => {
+            // Metric columns by raw name; the better name when a metric has two columns.
+            let mut metric_columns: [Option<(usize, Naming)>; 8] = Default::default();
+            let mut other_metric_columns = Vec::new();
+            for (index, name) in header.iter().enumerate() {
+                match Metric::from_raw_name(name.trim()) {
+                    Some((metric, naming)) => {
+                        let slot = &mut metric_columns[metric.index()];
+                        if slot.is_none_or(|(_, kept)| naming < kept) {
+                            *slot = Some((index, naming));
+                        }
+                    }
+                    None if name.contains("__") => other_metric_columns.push(index),
+                    None => {}
+                }
+            }
+            let mut units: Option<csv::StringRecord> = None;
+            let mut seen_kernel = false;
+            for record in records {
+                let record = record?;
+                if record.get(0).is_some_and(|first| first.starts_with("==")) {
+                    continue;
+                }
+                let id_field = record.get(id_column).unwrap_or("").trim();
+                if id_field.is_empty() {
+                    // The units row: the first such row before any kernel.
+                    if units.is_none() && !seen_kernel && record.len() == header.len() {
+                        units = Some(record);
+                    }
+                    continue;
+                }
+                let Some(id) = parse_id(id_field) else {
+                    continue;
+                };
+                if record.len() < min_kernel_row {
+                    // Too short to be a row of this table (program output).
+                    continue;
+                }
+                seen_kernel = true;
+                for index in metric_columns
+                    .iter()
+                    .flatten()
+                    .map(|(index, _)| *index)
+                    .chain(other_metric_columns.iter().copied())
+                {
+                    votes.add(record.get(index).unwrap_or(""));
+                }
+                let field = |column: Option<usize>| {
+                    column.and_then(|c| record.get(c)).unwrap_or("").trim()
+                };
+                let line = line_of(&record);
+                let kernel = kernels.get_or_insert(
+                    id,
+                    field(process_column),
+                    record.get(name_column.unwrap_or(usize::MAX)).unwrap_or(""),
+                );
+                for metric in Metric::ALL {
+                    let Some((index, naming)) = metric_columns[metric.index()] else {
+                        continue;
+                    };
+                    // A row cut short before this column (a truncated file) lacks it.
+                    let Some(value) = record.get(index) else {
+                        continue;
+                    };
+                    let unit = units
+                        .as_ref()
+                        .and_then(|u| u.get(index))
+                        .unwrap_or("")
+                        .trim();
+                    let scale = checked_scale(metric, unit, line)?;
+                    kernel.offer(
+                        metric,
+                        RawCell {
+                            naming,
+                            value: value.trim().to_string(),
+                            scale,
+                            line,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    let number_format = votes.decide();
+    let mut found_as: [BTreeSet<&'static str>; 8] = Default::default();
+    let mut clamped_percentages = 0;
+    let mut table_kernels = Vec::with_capacity(kernels.list.len());
+    for pending in kernels.list {
+        let mut readings = [Reading::Absent; 8];
+        for metric in Metric::ALL {
+            let Some(cell) = &pending.cells[metric.index()] else {
+                continue;
+            };
+            found_as[metric.index()].insert(metric.name_for(cell.naming));
+            readings[metric.index()] =
+                match read_value(metric, cell, number_format, &mut clamped_percentages)? {
+                    Some(value) => Reading::Value(value),
+                    None => Reading::NotAvailable,
+                };
+        }
+        table_kernels.push(Kernel {
+            id: pending.id,
+            name: pending.name,
+            readings,
+        });
+    }
+    Ok(NcuTable {
+        layout,
+        ncu_version,
+        columns: header.len(),
+        number_format,
+        kernels: table_kernels,
+        clamped_percentages,
+        found_as,
+    })
+}
+
+struct DetailsColumns {
+    name: usize,
+    value: usize,
+    unit: Option<usize>,
+    body_item: Option<usize>,
+}
+
+fn checked_scale(metric: Metric, unit: &str, line: u64) -> Result<f64, NcuError> {
+    unit_scale(metric.quantity(), unit).ok_or_else(|| NcuError::UnknownUnit {
+        line,
+        metric,
+        unit: unit.chars().take(40).collect(),
+    })
+}
+
+/// The value of one cell in coloc's unit; `None` when ncu printed n/a or nothing.
+fn read_value(
+    metric: Metric,
+    cell: &RawCell,
+    format: NumberFormat,
+    clamped: &mut usize,
+) -> Result<Option<f64>, NcuError> {
+    if cell.value.is_empty() || cell.value.eq_ignore_ascii_case("n/a") {
+        return Ok(None);
+    }
+    let bad = || NcuError::BadNumber {
+        line: cell.line,
+        metric,
+        value: cell.value.chars().take(40).collect(),
+    };
+    let value = format.parse(&cell.value).ok_or_else(bad)? * cell.scale;
+    if !value.is_finite() {
+        return Err(bad());
+    }
+    if value < 0.0 {
+        return Err(NcuError::OutOfRange {
+            line: cell.line,
+            metric,
+            value,
+        });
+    }
+    if metric.quantity() == Quantity::Percent && value > 100.0 {
+        if value > 100.0 + PERCENT_ROUNDING_MARGIN {
+            return Err(NcuError::OutOfRange {
+                line: cell.line,
+                metric,
+                value,
+            });
+        }
+        *clamped += 1;
+        return Ok(Some(100.0));
+    }
+    Ok(Some(value))
+}
