@@ -28,6 +28,7 @@
 //!   without the range (`profiler.ncu_launch_skip`, `ncu_launch_count`; the 2025.1
 //!   recording was made with `--launch-skip 1 --launch-count 1`).
 
+pub mod check;
 pub mod metric;
 pub mod parse;
 pub mod report;
@@ -36,7 +37,8 @@ use std::path::Path;
 
 pub use metric::{Metric, NumberFormat};
 pub use parse::{parse, Kernel, Layout, NcuTable, Reading, PERCENT_ROUNDING_MARGIN};
-pub use report::{MissingMetric, NcuCheck, NcuSummary};
+pub use check::{run_check, NcuArgs, NcuCheck};
+pub use report::{MissingMetric, MetricSummary, NcuSummary};
 
 /// The metrics coloc asks ncu for, in `--metrics` order.
 pub const NCU_METRICS: [&str; 8] = [

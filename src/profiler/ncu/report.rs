@@ -1,7 +1,6 @@
 //! From the kernels of one profiled step to the KACE kernel metrics: which of the eight
 //! metrics the output holds, their duration-weighted means, and the six kernel metrics of a
-//! profile — only when every counted kernel has all eight. Also what `coloc ncu FILE`
-//! prints about an output (as text, or as JSON for scripts).
+//! profile — only when every counted kernel has all eight.
 //!
 //! Choices:
 //! - A kernel whose duration ncu printed as `n/a` carries no weight and is left out (and
@@ -13,8 +12,6 @@
 //! - The six kernel metrics: threads, compute, DRAM and memory throughput are the
 //!   duration-weighted means of their metric; registers = mean of threads x registers per
 //!   thread; static shared memory = mean of grid size x static shared memory per block.
-
-use std::io::Write;
 
 use serde::Serialize;
 
@@ -202,164 +199,6 @@ impl NcuTable {
             total_duration_ns: self.total_duration_ns(),
             clamped_percentages: self.clamped_percentages,
             metrics,
-        }
-    }
-}
-
-/// The six kernel metrics, as `coloc ncu --json` prints them.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct KernelMetricsJson {
-    pub threads: f64,
-    pub compute_throughput_pct: f64,
-    pub dram_throughput_pct: f64,
-    pub memory_throughput_pct: f64,
-    pub registers: f64,
-    pub static_shared_memory_bytes: f64,
-}
-
-impl From<KernelMetrics> for KernelMetricsJson {
-    fn from(m: KernelMetrics) -> Self {
-        Self {
-            threads: m.threads,
-            compute_throughput_pct: m.compute_throughput_pct,
-            dram_throughput_pct: m.dram_throughput_pct,
-            memory_throughput_pct: m.memory_throughput_pct,
-            registers: m.registers,
-            static_shared_memory_bytes: m.static_shared_memory_bytes,
-        }
-    }
-}
-
-/// An operator's check of one ncu output: what was read, and whether a complete kernel
-/// profile can be built from it.
-#[derive(Debug, Clone, Serialize)]
-pub struct NcuCheck {
-    pub file: String,
-    /// True only when `kernel_metrics` is there.
-    pub complete: bool,
-    /// Why no complete profile can be built.
-    pub error: Option<String>,
-    /// What was read; absent when the output holds no readable table.
-    pub summary: Option<NcuSummary>,
-    pub kernel_metrics: Option<KernelMetricsJson>,
-}
-
-impl NcuCheck {
-    pub fn of(file: &str, text: &str) -> Self {
-        let table = match super::parse(text) {
-            Ok(table) => table,
-            Err(error) => {
-                return Self {
-                    file: file.to_string(),
-                    complete: false,
-                    error: Some(error.to_string()),
-                    summary: None,
-                    kernel_metrics: None,
-                };
-            }
-        };
-        let built = table.kernel_metrics();
-        Self {
-            file: file.to_string(),
-            complete: built.is_ok(),
-            error: built.as_ref().err().map(ToString::to_string),
-            summary: Some(table.summary()),
-            kernel_metrics: built.ok().map(KernelMetricsJson::from),
-        }
-    }
-
-    /// The check for people.
-    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
-        writeln!(out, "file: {}", self.file)?;
-        if let Some(summary) = &self.summary {
-            writeln!(
-                out,
-                "layout: {}, {} columns, numbers written {}",
-                summary.layout.describe(),
-                summary.columns,
-                match summary.number_format {
-                    NumberFormat::DecimalPoint => "1,234.5",
-                    NumberFormat::DecimalComma => "1.234,5",
-                }
-            )?;
-            writeln!(
-                out,
-                "ncu version: {}",
-                summary
-                    .ncu_version
-                    .as_deref()
-                    .unwrap_or("not named in the output")
-            )?;
-            write!(out, "kernels: {}", summary.kernels)?;
-            if summary.kernels_without_duration > 0 {
-                write!(
-                    out,
-                    " ({} with duration n/a, left out)",
-                    summary.kernels_without_duration
-                )?;
-            }
-            match summary.total_duration_ns {
-                Some(total) => writeln!(out, ", total duration {total} ns")?,
-                None => writeln!(out)?,
-            }
-            if summary.clamped_percentages > 0 {
-                writeln!(
-                    out,
-                    "percentages up to {}% read as 100%: {}",
-                    100.0 + super::PERCENT_ROUNDING_MARGIN,
-                    summary.clamped_percentages
-                )?;
-            }
-            let counted = summary.kernels - summary.kernels_without_duration;
-            writeln!(out, "the eight metrics of the method:")?;
-            for m in &summary.metrics {
-                let found = if m.found_as.is_empty() {
-                    "absent".to_string()
-                } else {
-                    format!(
-                        "in {} of {} kernels as {}{}",
-                        m.kernels_with_value,
-                        counted,
-                        m.found_as.join(", "),
-                        if m.kernels_not_available > 0 {
-                            format!(" (n/a in {})", m.kernels_not_available)
-                        } else {
-                            String::new()
-                        }
-                    )
-                };
-                let mean = match m.weighted_mean {
-                    Some(mean) => format!("; duration-weighted mean {mean} {}", m.unit),
-                    None => String::new(),
-                };
-                writeln!(out, "  {:<32} {found}{mean}", m.section_name)?;
-            }
-        }
-        match (&self.kernel_metrics, &self.error) {
-            (Some(k), _) => {
-                writeln!(out, "kernel metrics of the profile (duration-weighted means):")?;
-                writeln!(out, "  threads                    {}", k.threads)?;
-                writeln!(
-                    out,
-                    "  compute_throughput_pct     {}",
-                    k.compute_throughput_pct
-                )?;
-                writeln!(out, "  dram_throughput_pct        {}", k.dram_throughput_pct)?;
-                writeln!(
-                    out,
-                    "  memory_throughput_pct      {}",
-                    k.memory_throughput_pct
-                )?;
-                writeln!(out, "  registers                  {}", k.registers)?;
-                writeln!(
-                    out,
-                    "  static_shared_memory_bytes {}",
-                    k.static_shared_memory_bytes
-                )?;
-                writeln!(out, "complete: a kernel profile can be built")
-            }
-            (None, Some(error)) => writeln!(out, "incomplete: {error}"),
-            (None, None) => writeln!(out, "incomplete"),
         }
     }
 }
