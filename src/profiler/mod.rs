@@ -23,8 +23,8 @@ use runner::{RunError, RunSpec};
 use crate::{
     dataset::KaceDataset,
     domain::{
-        gb_from_bytes, now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource, SystemMetrics,
-        WorkloadName, DEFAULT_NVTX_RANGE,
+        gb_from_bytes, now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource,
+        SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
     },
     settings::ProfilerSettings,
 };

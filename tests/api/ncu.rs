@@ -56,8 +56,8 @@ const LAUNCH_METRICS: [Metric; 4] = [
 ];
 
 #[test]
-fn the_162_kernel_recording_gives_its_throughput_means_and_names_the_four_launch_metrics_it_lacks(
-) {
+fn the_162_kernel_recording_gives_its_throughput_means_and_names_the_four_launch_metrics_it_lacks()
+{
     let table = table(&real(DROPOUT));
     assert_eq!(table.layout, Layout::Details);
     assert_eq!(table.columns, 12);
@@ -109,8 +109,12 @@ fn the_cuda_11_4_recording_gives_each_kernels_launch_statistics_and_names_durati
     assert_eq!(table.layout, Layout::Details);
     assert_eq!(table.columns, 15);
     assert_eq!(table.kernels.len(), 9);
-    assert!(table.kernels[7].name.starts_with("void fmha_fwd_loop_kernel<"));
-    assert!(table.kernels[8].name.contains("cutlass_80_wmma_tensorop_f16"));
+    assert!(table.kernels[7]
+        .name
+        .starts_with("void fmha_fwd_loop_kernel<"));
+    assert!(table.kernels[8]
+        .name
+        .contains("cutlass_80_wmma_tensorop_f16"));
     // expected.py, "per kernel" (no duration: nothing can be weighted).
     let per_kernel: [(Metric, [f64; 9]); 6] = [
         (
@@ -174,7 +178,11 @@ fn the_ncu_2025_recording_reads_microseconds_the_dram_alternative_and_the_sectio
     let table = table(&real(LLM_PERF));
     assert_eq!(table.layout, Layout::Details);
     assert_eq!(table.columns, 20);
-    assert_eq!(table.kernels.len(), 1, "44 metric rows and 4 rule rows, one kernel");
+    assert_eq!(
+        table.kernels.len(),
+        1,
+        "44 metric rows and 4 rule rows, one kernel"
+    );
     let kernel = &table.kernels[0];
     // expected.py: total 6750.0 ns ("6.75" us); sm 9.15, dram 19.66, memory 19.66.
     assert_close(kernel.value(Metric::Duration).unwrap(), 6750.0);
@@ -187,7 +195,10 @@ fn the_ncu_2025_recording_reads_microseconds_the_dram_alternative_and_the_sectio
         table.found_as(Metric::DramThroughput),
         ["dram__throughput.avg.pct_of_peak_sustained_elapsed"]
     );
-    assert_eq!(table.found_as(Metric::MemoryThroughput), ["Memory Throughput"]);
+    assert_eq!(
+        table.found_as(Metric::MemoryThroughput),
+        ["Memory Throughput"]
+    );
     assert_eq!(table.found_as(Metric::Duration), ["gpu__time_duration.sum"]);
     let summary = table.summary();
     assert_close(
@@ -239,8 +250,14 @@ fn coloc_ncu_reports_what_a_real_recording_holds_and_fails_because_it_is_incompl
         out.contains("layout: details page (one row per kernel and metric), 12 columns"),
         "{out}"
     );
-    assert!(out.contains("ncu version: not named in the output"), "{out}");
-    assert!(out.contains("kernels: 162, total duration 5689984 ns"), "{out}");
+    assert!(
+        out.contains("ncu version: not named in the output"),
+        "{out}"
+    );
+    assert!(
+        out.contains("kernels: 162, total duration 5689984 ns"),
+        "{out}"
+    );
     assert!(
         out.contains("DRAM Throughput                  in 162 of 162 kernels as gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed; duration-weighted mean 56.015996895597596 %"),
         "{out}"
@@ -291,8 +308,14 @@ fn coloc_ncu_exits_0_with_the_profiles_kernel_metrics_for_a_complete_output() {
 
     let (ok, out, _) = coloc_ncu(&[path.to_str().unwrap()]);
     assert!(ok);
-    assert!(out.contains("complete: a kernel profile can be built"), "{out}");
-    assert!(out.contains("threads                    55488.512"), "{out}");
+    assert!(
+        out.contains("complete: a kernel profile can be built"),
+        "{out}"
+    );
+    assert!(
+        out.contains("threads                    55488.512"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -216,8 +216,14 @@ async fn the_nvml_backend_profiles_a_workload_and_makes_it_profiled() {
     let kernel = profile.kernel.as_ref().unwrap();
     let close = |actual: f64, expected: f64| (actual - expected).abs() <= 1e-9 * expected;
     assert!(close(kernel.threads, 55_488.512), "{kernel:?}");
-    assert!(close(kernel.compute_throughput_pct, 65.43577142857143), "{kernel:?}");
-    assert!(close(kernel.dram_throughput_pct, 26.45725714285714), "{kernel:?}");
+    assert!(
+        close(kernel.compute_throughput_pct, 65.43577142857143),
+        "{kernel:?}"
+    );
+    assert!(
+        close(kernel.dram_throughput_pct, 26.45725714285714),
+        "{kernel:?}"
+    );
     assert!(close(kernel.memory_throughput_pct, 48.624), "{kernel:?}");
     assert!(close(kernel.registers, 7_586_826.532571428), "{kernel:?}");
     assert!(
@@ -291,7 +297,10 @@ async fn an_ncu_output_lacking_metrics_keeps_the_system_metrics_and_names_what_i
         w.state_reason
     );
     let profile = &w.profiles[0];
-    assert!(profile.kernel_missing, "a partial profile is never complete");
+    assert!(
+        profile.kernel_missing,
+        "a partial profile is never complete"
+    );
     assert_eq!(profile.kernel.as_ref().unwrap().threads, 0.0);
     assert_eq!(profile.system.as_ref().unwrap().exclusive_throughput, 42.5);
 }

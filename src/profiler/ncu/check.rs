@@ -149,6 +149,13 @@ impl NcuCheck {
                     summary.clamped_percentages
                 )?;
             }
+            if summary.skipped_rows > 0 {
+                writeln!(
+                    out,
+                    "lines inside the table too short to be rows, left out: {}",
+                    summary.skipped_rows
+                )?;
+            }
             let counted = summary.kernels - summary.kernels_without_duration;
             writeln!(out, "the eight metrics of the method:")?;
             for m in &summary.metrics {
@@ -176,14 +183,21 @@ impl NcuCheck {
         }
         match (&self.kernel_metrics, &self.error) {
             (Some(k), _) => {
-                writeln!(out, "kernel metrics of the profile (duration-weighted means):")?;
+                writeln!(
+                    out,
+                    "kernel metrics of the profile (duration-weighted means):"
+                )?;
                 writeln!(out, "  threads                    {}", k.threads)?;
                 writeln!(
                     out,
                     "  compute_throughput_pct     {}",
                     k.compute_throughput_pct
                 )?;
-                writeln!(out, "  dram_throughput_pct        {}", k.dram_throughput_pct)?;
+                writeln!(
+                    out,
+                    "  dram_throughput_pct        {}",
+                    k.dram_throughput_pct
+                )?;
                 writeln!(
                     out,
                     "  memory_throughput_pct      {}",

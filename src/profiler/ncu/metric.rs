@@ -112,9 +112,7 @@ impl Metric {
     pub fn quantity(self) -> Quantity {
         match self {
             Self::Duration => Quantity::Time,
-            Self::SmThroughput | Self::DramThroughput | Self::MemoryThroughput => {
-                Quantity::Percent
-            }
+            Self::SmThroughput | Self::DramThroughput | Self::MemoryThroughput => Quantity::Percent,
             Self::Threads => Quantity::Count(&["thread"]),
             Self::RegistersPerThread => Quantity::Count(&["register/thread", "register"]),
             Self::GridSize => Quantity::Count(&["block"]),
@@ -249,9 +247,9 @@ fn evidence(raw: &str) -> FormatEvidence {
     let dots = raw.matches('.').count();
     let commas = raw.matches(',').count();
     let digits_after = |separator: char| {
-        raw.rsplit(separator)
-            .next()
-            .map_or(0, |tail| tail.chars().take_while(char::is_ascii_digit).count())
+        raw.rsplit(separator).next().map_or(0, |tail| {
+            tail.chars().take_while(char::is_ascii_digit).count()
+        })
     };
     match (dots, commas) {
         (0, 0) => FormatEvidence::Ambiguous,
@@ -354,7 +352,8 @@ impl NumberFormat {
         }
         if let Some(exponent) = exponent {
             let unsigned_exponent = exponent.strip_prefix(['-', '+']).unwrap_or(exponent);
-            if unsigned_exponent.is_empty() || !unsigned_exponent.bytes().all(|b| b.is_ascii_digit())
+            if unsigned_exponent.is_empty()
+                || !unsigned_exponent.bytes().all(|b| b.is_ascii_digit())
             {
                 return None;
             }
@@ -400,7 +399,10 @@ mod tests {
             Metric::from_details_name("Memory Throughput", "%"),
             Some((Metric::MemoryThroughput, Naming::Section))
         );
-        assert_eq!(Metric::from_details_name("Memory Throughput", "Gbyte/s"), None);
+        assert_eq!(
+            Metric::from_details_name("Memory Throughput", "Gbyte/s"),
+            None
+        );
     }
 
     #[test]
@@ -443,7 +445,18 @@ mod tests {
         assert_eq!(comma.parse("27.595.520"), Some(27_595_520.0));
         assert_eq!(comma.parse("6,75"), Some(6.75));
         assert_eq!(comma.parse("1.046.387.753,56"), Some(1_046_387_753.56));
-        for bad in ["n/a", "", "1,2", "12,34,567", "1..2", "NaN", "inf", "1e999", "--1", "0x10"] {
+        for bad in [
+            "n/a",
+            "",
+            "1,2",
+            "12,34,567",
+            "1..2",
+            "NaN",
+            "inf",
+            "1e999",
+            "--1",
+            "0x10",
+        ] {
             assert_eq!(point.parse(bad), None, "{bad:?}");
         }
     }

@@ -35,10 +35,10 @@ pub mod report;
 
 use std::path::Path;
 
+pub use check::{run_check, NcuArgs, NcuCheck};
 pub use metric::{Metric, NumberFormat};
 pub use parse::{parse, Kernel, Layout, NcuTable, Reading, PERCENT_ROUNDING_MARGIN};
-pub use check::{run_check, NcuArgs, NcuCheck};
-pub use report::{MissingMetric, MetricSummary, NcuSummary};
+pub use report::{MetricSummary, MissingMetric, NcuSummary};
 
 /// The metrics coloc asks ncu for, in `--metrics` order.
 pub const NCU_METRICS: [&str; 8] = [
@@ -58,7 +58,7 @@ pub const MAX_OUTPUT_BYTES: u64 = 256 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NcuError {
-    #[error("no ncu CSV table (a header row starting with \"ID\") in the output{}",
+    #[error("no ncu CSV table (a header row with the columns ID and Kernel Name) in the output{}",
         .ncu_said.as_ref().map(|said| format!("; ncu said: {said}")).unwrap_or_default())]
     NoTable { ncu_said: Option<String> },
     #[error("ncu profiled no kernels (check the NVTX range or the launch filter)")]
@@ -89,7 +89,17 @@ pub enum NcuError {
         "line {line}: {metric} = {value} is out of range (nothing may be negative; a \
          percentage may pass 100 by at most {PERCENT_ROUNDING_MARGIN} from rounding)"
     )]
-    OutOfRange { line: u64, metric: Metric, value: f64 },
+    OutOfRange {
+        line: u64,
+        metric: Metric,
+        value: f64,
+    },
+    #[error("line {line}: {fields} fields, but the table has {columns} columns")]
+    RowWidth {
+        line: u64,
+        fields: usize,
+        columns: usize,
+    },
     #[error("the counted kernels have a total duration of zero")]
     ZeroTotalDuration,
     #[error("the duration-weighted means overflow: the values are too large to be real")]
@@ -434,8 +444,35 @@ mod tests {
         );
         let table = parse(&text).unwrap();
         assert_eq!(table.kernels.len(), 1);
+        assert_eq!(table.skipped_rows, 0);
         assert_eq!(table.kernels[0].name, "kernel_0(float *, int)");
         assert_close(table.kernels[0].value(Metric::Duration).unwrap(), 1000.0);
+    }
+
+    #[test]
+    fn a_row_wider_than_the_header_is_an_error_and_a_cut_line_is_counted() {
+        let body = raw_page(
+            &BASE_UNITS,
+            &[&["1000", "256", "50", "10", "20", "32", "4", "0"]],
+        );
+        let wide = body.trim_end().to_string() + ",\"extra\"\n";
+        let error = parse(&wide).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                NcuError::RowWidth {
+                    line: 3,
+                    fields: 20,
+                    columns: 19
+                }
+            ),
+            "{error:?}"
+        );
+        let cut = format!("{body}\"1\",\"100\",\"pyth");
+        let table = parse(&cut).unwrap();
+        assert_eq!(table.kernels.len(), 1);
+        assert_eq!(table.skipped_rows, 1);
+        assert_eq!(table.summary().skipped_rows, 1);
     }
 
     #[test]
@@ -495,7 +532,10 @@ mod tests {
         assert_close(kernel.value(Metric::Duration).unwrap(), 1_500_000.0);
         assert_close(kernel.value(Metric::Threads).unwrap(), 2500.0);
         assert_close(kernel.value(Metric::RegistersPerThread).unwrap(), 32.0);
-        assert_close(kernel.value(Metric::StaticSharedPerBlock).unwrap(), 16_380.0);
+        assert_close(
+            kernel.value(Metric::StaticSharedPerBlock).unwrap(),
+            16_380.0,
+        );
     }
 
     #[test]
@@ -663,7 +703,9 @@ mod tests {
                 if said.contains("ERR_NVGPUCTRPERM")),
             "{error:?}"
         );
-        assert!(error.to_string().contains("ncu said: ==ERROR== ERR_NVGPUCTRPERM"));
+        assert!(error
+            .to_string()
+            .contains("ncu said: ==ERROR== ERR_NVGPUCTRPERM"));
     }
 
     #[test]
@@ -705,16 +747,58 @@ mod tests {
     #[test]
     fn the_details_page_reads_raw_and_section_names_and_skips_rule_and_body_item_rows() {
         let text = details_page(&[
-            (0, "Command line profiler metrics", DURATION, "nsecond", "2,000"),
+            (
+                0,
+                "Command line profiler metrics",
+                DURATION,
+                "nsecond",
+                "2,000",
+            ),
             (0, "GPU Speed Of Light Throughput", "Duration", "us", "9.99"),
-            (0, "GPU Speed Of Light Throughput", "Compute (SM) Throughput", "%", "40"),
-            (0, "GPU Speed Of Light Throughput", "DRAM Throughput", "%", "100.4"),
-            (0, "GPU Speed Of Light Throughput", "Memory Throughput", "%", "30"),
-            (0, "Memory Workload Analysis", "Memory Throughput", "Gbyte/s", "345.14"),
+            (
+                0,
+                "GPU Speed Of Light Throughput",
+                "Compute (SM) Throughput",
+                "%",
+                "40",
+            ),
+            (
+                0,
+                "GPU Speed Of Light Throughput",
+                "DRAM Throughput",
+                "%",
+                "100.4",
+            ),
+            (
+                0,
+                "GPU Speed Of Light Throughput",
+                "Memory Throughput",
+                "%",
+                "30",
+            ),
+            (
+                0,
+                "Memory Workload Analysis",
+                "Memory Throughput",
+                "Gbyte/s",
+                "345.14",
+            ),
             (0, "Launch Statistics", "Threads", "thread", "1,024"),
-            (0, "Launch Statistics", "Registers Per Thread", "register/thread", "32"),
+            (
+                0,
+                "Launch Statistics",
+                "Registers Per Thread",
+                "register/thread",
+                "32",
+            ),
             (0, "Launch Statistics", "Grid Size", "", "8"),
-            (0, "Launch Statistics", "Static Shared Memory Per Block", "Kbyte/block", "1.02"),
+            (
+                0,
+                "Launch Statistics",
+                "Static Shared Memory Per Block",
+                "Kbyte/block",
+                "1.02",
+            ),
             (0, "SpeedOfLight", "", "", ""),
         ]);
         let table = parse(&text).unwrap();
@@ -735,7 +819,11 @@ mod tests {
 
         // With `--print-details all`, rows with a body item label are sub-items.
         let with_body_items = text
-            .replacen("\"Metric Value\"", "\"Metric Value\",\"Body Item Label\"", 1)
+            .replacen(
+                "\"Metric Value\"",
+                "\"Metric Value\",\"Body Item Label\"",
+                1,
+            )
             .replace("\"1,024\",\n", "\"1,024\",\"\",\n");
         let sub_item = with_body_items.replace(
             "\"Launch Statistics\",\"Threads\",\"thread\",\"1,024\",\"\",\n",
@@ -752,7 +840,13 @@ mod tests {
     fn kernels_of_the_details_page_are_told_apart_by_their_id() {
         let mut rows = Vec::new();
         for id in 0..3 {
-            rows.push((id, "Command line profiler metrics", DURATION, "nsecond", "100"));
+            rows.push((
+                id,
+                "Command line profiler metrics",
+                DURATION,
+                "nsecond",
+                "100",
+            ));
             rows.push((id, "Command line profiler metrics", SM, "%", "10"));
         }
         let table = parse(&details_page(&rows)).unwrap();
@@ -762,7 +856,9 @@ mod tests {
             [0, 1, 2]
         );
         let error = table.kernel_metrics().unwrap_err();
-        assert!(error.to_string().starts_with("3 kernel(s) read, but the output lacks 6 of"));
+        assert!(error
+            .to_string()
+            .starts_with("3 kernel(s) read, but the output lacks 6 of"));
     }
 
     #[test]
@@ -773,7 +869,10 @@ mod tests {
              Version 2025.1.1.0 (build 35528883) (public-release)\n{}",
             raw_page(&BASE_UNITS, &[])
         );
-        assert_eq!(parse(&text).unwrap().ncu_version.as_deref(), Some("2025.1.1.0"));
+        assert_eq!(
+            parse(&text).unwrap().ncu_version.as_deref(),
+            Some("2025.1.1.0")
+        );
         assert_eq!(parse(FIXTURE_RAW_PAGE).unwrap().ncu_version, None);
     }
 

@@ -11,7 +11,8 @@
 //! - the **raw page** (`--page raw`): one row per kernel, one column per metric, and a
 //!   second row holding each column's unit.
 //!
-//! Columns are found by name, never by position. Every field may be quoted; numbers may
+//! The header is the first line whose fields include `ID` and `Kernel Name`; columns are
+//! found by name, never by position. Every field may be quoted; numbers may
 //! carry thousands separators in the locale's style (see [`NumberFormat`]). The table is
 //! looked for after ncu's own `==PROF==` / `==WARNING==` lines (and any program output
 //! before it); lines of those kinds inside the table are skipped. Only the eight metrics
@@ -27,6 +28,9 @@
 //!   section name (they are the same measurement on the pages that print both).
 //! - A percentage up to [`PERCENT_ROUNDING_MARGIN`] above 100 is ncu's rounding and is read
 //!   as 100; above that it is an error. Negative values are errors.
+//! - A row with more fields than the header is an error (fields would be misread); a line
+//!   too short to reach the kernel name is not a row (program output, a cut line) and is
+//!   counted in [`NcuTable::skipped_rows`].
 //! - Errors name the line in the text handed to [`parse`].
 
 use std::collections::{BTreeSet, HashMap};
@@ -113,6 +117,9 @@ pub struct NcuTable {
     pub kernels: Vec<Kernel>,
     /// Percentages above 100 (within the rounding margin) read as 100.
     pub clamped_percentages: usize,
+    /// Lines inside the table that start with a kernel ID but are too short to reach the
+    /// kernel name: program output, or a cut line. Left out, and counted.
+    pub skipped_rows: usize,
     /// The names under which each metric was found.
     found_as: [BTreeSet<&'static str>; 8],
 }
@@ -158,10 +165,7 @@ struct Kernels {
 impl Kernels {
     fn get_or_insert(&mut self, id: u64, process: &str, name: &str) -> &mut PendingKernel {
         let next = self.list.len();
-        let index = *self
-            .by_key
-            .entry((id, process.to_string()))
-            .or_insert(next);
+        let index = *self.by_key.entry((id, process.to_string())).or_insert(next);
         if index == next {
             self.list.push(PendingKernel {
                 id,
@@ -173,12 +177,29 @@ impl Kernels {
     }
 }
 
+/// Whether a line is the table's header: CSV fields that include `ID` and `Kernel Name`
+/// (anywhere: columns are found by name). KACE's device table (`"GPU ID","GPU Name"`) and
+/// ncu's messages are not.
+fn is_header(line: &str) -> bool {
+    if !line.contains("ID") || !line.contains("Kernel Name") {
+        return false;
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(line.as_bytes());
+    let mut record = csv::StringRecord::new();
+    matches!(reader.read_record(&mut record), Ok(true))
+        && record.iter().any(|field| field.trim() == "ID")
+        && record.iter().any(|field| field.trim() == "Kernel Name")
+}
+
 /// The byte offset and 0-based line index of the table's header row, if any.
 fn find_header(text: &str) -> Option<(usize, usize)> {
     let mut offset = 0;
     for (index, line) in text.split_inclusive('\n').enumerate() {
         let trimmed = line.trim_start_matches('\u{feff}').trim_start();
-        if trimmed.starts_with("\"ID\",") || trimmed.starts_with("ID,") {
+        if is_header(trimmed) {
             return Some((offset + (line.len() - trimmed.len()), index));
         }
         offset += line.len();
@@ -186,15 +207,36 @@ fn find_header(text: &str) -> Option<(usize, usize)> {
     None
 }
 
-/// The Nsight Compute version named by a line outside the table.
+/// The Nsight Compute version named by a line outside the table: `Version 2025.1.1.0` (as
+/// `ncu --version` prints it) or `... Nsight Compute ... 2023.2.1`.
 fn find_version<'t>(lines: impl Iterator<Item = &'t str>) -> Option<String> {
-    let pattern = regex::Regex::new(
-        r"(?i)(?:^\s*version\s+|nsight compute\D{0,60}?)(20\d\d\.\d+(?:\.\d+){0,2})",
-    )
-    .expect("a valid pattern");
-    lines
-        .filter_map(|line| pattern.captures(line))
-        .find_map(|captures| captures.get(1).map(|m| m.as_str().to_string()))
+    lines.filter_map(version_in_line).next()
+}
+
+fn version_in_line(line: &str) -> Option<String> {
+    let lower = line.to_ascii_lowercase();
+    let after = if lower.trim_start().starts_with("version ") {
+        lower.find("version ")? + "version ".len()
+    } else {
+        lower.find("nsight compute")? + "nsight compute".len()
+    };
+    // The first year.number[.number[.number]] after the name, within a short reach.
+    let reach = &line[after..line.len().min(after + 80)];
+    reach.char_indices().find_map(|(start, _)| {
+        let candidate = &reach[start..];
+        let end = candidate
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(candidate.len());
+        let version = candidate[..end].trim_end_matches('.');
+        let parts: Vec<&str> = version.split('.').collect();
+        let is_version = (2..=4).contains(&parts.len())
+            && parts[0].len() == 4
+            && parts[0].starts_with("20")
+            && parts.iter().all(|p| !p.is_empty());
+        let starts_a_number =
+            start == 0 || !reach[..start].ends_with(|c: char| c.is_ascii_digit() || c == '.');
+        (is_version && starts_a_number).then(|| version.to_string())
+    })
 }
 
 /// The first `==ERROR==` line, to say why there is no table.
@@ -207,7 +249,11 @@ fn first_error_line(text: &str) -> Option<String> {
 /// A kernel ID (`"12"`, or `"1,024"` with a thousands separator); `None` for anything else.
 fn parse_id(raw: &str) -> Option<u64> {
     let raw = raw.trim();
-    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'.') {
+    if raw.is_empty()
+        || !raw
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b',' || b == b'.')
+    {
         return None;
     }
     let digits: String = raw.chars().filter(char::is_ascii_digit).collect();
@@ -275,6 +321,7 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
 
     let mut kernels = Kernels::default();
     let mut votes = FormatVotes::default();
+    let mut skipped_rows = 0;
     match &details {
         Some(details) => {
             for record in records {
@@ -287,11 +334,18 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
                 };
                 if record.len() < min_kernel_row {
                     // Too short to be a row of this table (program output).
+                    skipped_rows += 1;
                     continue;
                 }
-                let field = |column: Option<usize>| {
-                    column.and_then(|c| record.get(c)).unwrap_or("").trim()
-                };
+                if record.len() > header.len() {
+                    return Err(NcuError::RowWidth {
+                        line: line_of(&record),
+                        fields: record.len(),
+                        columns: header.len(),
+                    });
+                }
+                let field =
+                    |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("").trim();
                 let kernel = kernels.get_or_insert(
                     id,
                     field(process_column),
@@ -360,7 +414,15 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
                 };
                 if record.len() < min_kernel_row {
                     // Too short to be a row of this table (program output).
+                    skipped_rows += 1;
                     continue;
+                }
+                if record.len() > header.len() {
+                    return Err(NcuError::RowWidth {
+                        line: line_of(&record),
+                        fields: record.len(),
+                        columns: header.len(),
+                    });
                 }
                 seen_kernel = true;
                 for index in metric_columns
@@ -371,9 +433,8 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
                 {
                     votes.add(record.get(index).unwrap_or(""));
                 }
-                let field = |column: Option<usize>| {
-                    column.and_then(|c| record.get(c)).unwrap_or("").trim()
-                };
+                let field =
+                    |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("").trim();
                 let line = line_of(&record);
                 let kernel = kernels.get_or_insert(
                     id,
@@ -438,6 +499,7 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
         number_format,
         kernels: table_kernels,
         clamped_percentages,
+        skipped_rows,
         found_as,
     })
 }
@@ -495,4 +557,24 @@ fn read_value(
         return Ok(Some(100.0));
     }
     Ok(Some(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_is_read_from_ncus_banner_or_a_line_naming_nsight_compute() {
+        assert_eq!(
+            version_in_line("Version 2025.1.1.0 (build 35528883) (public-release)").as_deref(),
+            Some("2025.1.1.0")
+        );
+        assert_eq!(
+            version_in_line("==PROF== NVIDIA Nsight Compute 2023.2.1 profiling").as_deref(),
+            Some("2023.2.1")
+        );
+        assert_eq!(version_in_line("==PROF== Connected to process 41872"), None);
+        assert_eq!(version_in_line("Nsight Compute, build 12345"), None);
+        assert_eq!(version_in_line("version 12020.1"), None);
+    }
 }

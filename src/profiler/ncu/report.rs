@@ -78,6 +78,8 @@ pub struct NcuSummary {
     pub total_duration_ns: Option<f64>,
     /// Percentages a little above 100 (ncu's rounding) read as 100.
     pub clamped_percentages: usize,
+    /// Lines inside the table too short to be rows (program output, a cut line).
+    pub skipped_rows: usize,
     pub metrics: Vec<MetricSummary>,
 }
 
@@ -95,10 +97,7 @@ impl NcuTable {
         Metric::ALL
             .into_iter()
             .filter_map(|metric| {
-                let found_in = self
-                    .counted()
-                    .filter(|k| k.value(metric).is_some())
-                    .count();
+                let found_in = self.counted().filter(|k| k.value(metric).is_some()).count();
                 (counted == 0 || found_in < counted).then_some(MissingMetric {
                     metric,
                     found_in,
@@ -174,10 +173,7 @@ impl NcuTable {
                 section_name: metric.section_name(),
                 unit: metric.unit(),
                 found_as: self.found_as(metric),
-                kernels_with_value: self
-                    .counted()
-                    .filter(|k| k.value(metric).is_some())
-                    .count(),
+                kernels_with_value: self.counted().filter(|k| k.value(metric).is_some()).count(),
                 kernels_not_available: self
                     .counted()
                     .filter(|k| k.reading(metric) == Reading::NotAvailable)
@@ -198,6 +194,7 @@ impl NcuTable {
             kernels_without_duration: self.kernels.len() - self.counted().count(),
             total_duration_ns: self.total_duration_ns(),
             clamped_percentages: self.clamped_percentages,
+            skipped_rows: self.skipped_rows,
             metrics,
         }
     }
