@@ -283,197 +283,30 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
-        .from_reader(text[header_offset..].as_bytes());
+        .from_reader(&text.as_bytes()[header_offset..]);
     let mut records = reader.records();
     let header = match records.next() {
         Some(record) => record?,
         None => return Err(NcuError::NoTable { ncu_said: None }),
     };
-    // csv counts lines from 1 at the header.
-    let line_of = |record: &csv::StringRecord| {
-        record
-            .position()
-            .map_or(0, |p| p.line() + header_line as u64)
-    };
-
-    let id_column = column(&header, "ID").ok_or(NcuError::NoTable { ncu_said: None })?;
-    let process_column = column(&header, "Process ID");
-    let name_column = column(&header, "Kernel Name");
-    let details = match (
-        column(&header, "Metric Name"),
-        column(&header, "Metric Value"),
-    ) {
-        (Some(name), Some(value)) => Some(DetailsColumns {
-            name,
-            value,
-            unit: column(&header, "Metric Unit"),
-            body_item: column(&header, "Body Item Label"),
-        }),
-        _ => None,
-    };
-    // A row of the table reaches at least its kernel name.
-    let min_kernel_row = id_column.max(name_column.unwrap_or(0)) + 1;
-    let layout = if details.is_some() {
-        Layout::Details
-    } else {
-        Layout::RawPage
-    };
-
-    let mut kernels = Kernels::default();
-    let mut votes = FormatVotes::default();
-    let mut skipped_rows = 0;
-    match &details {
+    let shape = Shape::of(&header, header_line)?;
+    let mut collected = Collected::default();
+    let layout = match DetailsColumns::of(&header) {
         Some(details) => {
-            for record in records {
-                let record = record?;
-                if record.get(0).is_some_and(|first| first.starts_with("==")) {
-                    continue;
-                }
-                let Some(id) = record.get(id_column).and_then(parse_id) else {
-                    continue;
-                };
-                if record.len() < min_kernel_row {
-                    // Too short to be a row of this table (program output).
-                    skipped_rows += 1;
-                    continue;
-                }
-                if record.len() > header.len() {
-                    return Err(NcuError::RowWidth {
-                        line: line_of(&record),
-                        fields: record.len(),
-                        columns: header.len(),
-                    });
-                }
-                let field =
-                    |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("").trim();
-                let kernel = kernels.get_or_insert(
-                    id,
-                    field(process_column),
-                    record.get(name_column.unwrap_or(usize::MAX)).unwrap_or(""),
-                );
-                // A row cut short before its value (a truncated file) names no metric.
-                let Some(value) = record.get(details.value) else {
-                    continue;
-                };
-                votes.add(value);
-                if !field(details.body_item).is_empty() {
-                    continue;
-                }
-                let unit = field(details.unit);
-                let Some((metric, naming)) =
-                    Metric::from_details_name(field(Some(details.name)), unit)
-                else {
-                    continue;
-                };
-                let line = line_of(&record);
-                let scale = checked_scale(metric, unit, line)?;
-                kernel.offer(
-                    metric,
-                    RawCell {
-                        naming,
-                        value: value.trim().to_string(),
-                        scale,
-                        line,
-                    },
-                );
-            }
+            read_details(records, &shape, &details, &mut collected)?;
+            Layout::Details
         }
         None => {
-            // Metric columns by raw name; the better name when a metric has two columns.
-            let mut metric_columns: [Option<(usize, Naming)>; 8] = Default::default();
-            let mut other_metric_columns = Vec::new();
-            for (index, name) in header.iter().enumerate() {
-                match Metric::from_raw_name(name.trim()) {
-                    Some((metric, naming)) => {
-                        let slot = &mut metric_columns[metric.index()];
-                        if slot.is_none_or(|(_, kept)| naming < kept) {
-                            *slot = Some((index, naming));
-                        }
-                    }
-                    None if name.contains("__") => other_metric_columns.push(index),
-                    None => {}
-                }
-            }
-            let mut units: Option<csv::StringRecord> = None;
-            let mut seen_kernel = false;
-            for record in records {
-                let record = record?;
-                if record.get(0).is_some_and(|first| first.starts_with("==")) {
-                    continue;
-                }
-                let id_field = record.get(id_column).unwrap_or("").trim();
-                if id_field.is_empty() {
-                    // The units row: the first such row before any kernel.
-                    if units.is_none() && !seen_kernel && record.len() == header.len() {
-                        units = Some(record);
-                    }
-                    continue;
-                }
-                let Some(id) = parse_id(id_field) else {
-                    continue;
-                };
-                if record.len() < min_kernel_row {
-                    // Too short to be a row of this table (program output).
-                    skipped_rows += 1;
-                    continue;
-                }
-                if record.len() > header.len() {
-                    return Err(NcuError::RowWidth {
-                        line: line_of(&record),
-                        fields: record.len(),
-                        columns: header.len(),
-                    });
-                }
-                seen_kernel = true;
-                for index in metric_columns
-                    .iter()
-                    .flatten()
-                    .map(|(index, _)| *index)
-                    .chain(other_metric_columns.iter().copied())
-                {
-                    votes.add(record.get(index).unwrap_or(""));
-                }
-                let field =
-                    |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("").trim();
-                let line = line_of(&record);
-                let kernel = kernels.get_or_insert(
-                    id,
-                    field(process_column),
-                    record.get(name_column.unwrap_or(usize::MAX)).unwrap_or(""),
-                );
-                for metric in Metric::ALL {
-                    let Some((index, naming)) = metric_columns[metric.index()] else {
-                        continue;
-                    };
-                    // A row cut short before this column (a truncated file) lacks it.
-                    let Some(value) = record.get(index) else {
-                        continue;
-                    };
-                    let unit = units
-                        .as_ref()
-                        .and_then(|u| u.get(index))
-                        .unwrap_or("")
-                        .trim();
-                    let scale = checked_scale(metric, unit, line)?;
-                    kernel.offer(
-                        metric,
-                        RawCell {
-                            naming,
-                            value: value.trim().to_string(),
-                            scale,
-                            line,
-                        },
-                    );
-                }
-            }
+            read_raw_page(records, &shape, &header, &mut collected)?;
+            Layout::RawPage
         }
-    }
+    };
 
-    let number_format = votes.decide();
+    let number_format = collected.votes.decide();
     let mut found_as: [BTreeSet<&'static str>; 8] = Default::default();
     let mut clamped_percentages = 0;
-    let mut table_kernels = Vec::with_capacity(kernels.list.len());
-    for pending in kernels.list {
+    let mut kernels = Vec::with_capacity(collected.kernels.list.len());
+    for pending in collected.kernels.list {
         let mut readings = [Reading::Absent; 8];
         for metric in Metric::ALL {
             let Some(cell) = &pending.cells[metric.index()] else {
@@ -486,7 +319,7 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
                     None => Reading::NotAvailable,
                 };
         }
-        table_kernels.push(Kernel {
+        kernels.push(Kernel {
             id: pending.id,
             name: pending.name,
             readings,
@@ -497,18 +330,228 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
         ncu_version,
         columns: header.len(),
         number_format,
-        kernels: table_kernels,
+        kernels,
         clamped_percentages,
-        skipped_rows,
+        skipped_rows: collected.skipped_rows,
         found_as,
     })
 }
 
+/// The columns both layouts share, and where the table starts.
+struct Shape {
+    columns: usize,
+    id: usize,
+    process: Option<usize>,
+    name: Option<usize>,
+    /// A row of the table reaches at least its kernel name.
+    min_row: usize,
+    /// The 0-based line of the header in the text.
+    header_line: usize,
+}
+
+impl Shape {
+    fn of(header: &csv::StringRecord, header_line: usize) -> Result<Self, NcuError> {
+        let id = column(header, "ID").ok_or(NcuError::NoTable { ncu_said: None })?;
+        let name = column(header, "Kernel Name");
+        Ok(Self {
+            columns: header.len(),
+            id,
+            process: column(header, "Process ID"),
+            name,
+            min_row: id.max(name.unwrap_or(0)) + 1,
+            header_line,
+        })
+    }
+
+    /// The line of a record in the text (csv counts from 1 at the header).
+    fn line_of(&self, record: &csv::StringRecord) -> u64 {
+        record
+            .position()
+            .map_or(0, |p| p.line() + self.header_line as u64)
+    }
+}
+
+/// What the rows of the table give, before the number format is known.
+#[derive(Default)]
+struct Collected {
+    kernels: Kernels,
+    votes: FormatVotes,
+    skipped_rows: usize,
+}
+
+impl Collected {
+    /// The kernel a row belongs to, or `None` for a line that is no row of the table
+    /// (ncu's messages, the units row, program output, a cut line: counted when it starts
+    /// with an ID).
+    fn kernel_of(
+        &mut self,
+        shape: &Shape,
+        record: &csv::StringRecord,
+    ) -> Result<Option<&mut PendingKernel>, NcuError> {
+        if record.get(0).is_some_and(|first| first.starts_with("==")) {
+            return Ok(None);
+        }
+        let Some(id) = record.get(shape.id).and_then(parse_id) else {
+            return Ok(None);
+        };
+        if record.len() < shape.min_row {
+            self.skipped_rows += 1;
+            return Ok(None);
+        }
+        if record.len() > shape.columns {
+            return Err(NcuError::RowWidth {
+                line: shape.line_of(record),
+                fields: record.len(),
+                columns: shape.columns,
+            });
+        }
+        let field = |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("");
+        Ok(Some(self.kernels.get_or_insert(
+            id,
+            field(shape.process).trim(),
+            field(shape.name),
+        )))
+    }
+}
+
+/// The details page: one row per kernel and metric.
+fn read_details(
+    records: csv::StringRecordsIter<'_, &[u8]>,
+    shape: &Shape,
+    details: &DetailsColumns,
+    collected: &mut Collected,
+) -> Result<(), NcuError> {
+    for record in records {
+        let record = record?;
+        // Every value counts towards the number format, read or not.
+        let value = record.get(details.value);
+        if let Some(value) = value {
+            collected.votes.add(value);
+        }
+        let Some(kernel) = collected.kernel_of(shape, &record)? else {
+            continue;
+        };
+        // A row cut short before its value (a truncated file) names no metric.
+        let Some(value) = value else {
+            continue;
+        };
+        let field = |column: Option<usize>| column.and_then(|c| record.get(c)).unwrap_or("").trim();
+        if !field(details.body_item).is_empty() {
+            continue;
+        }
+        let unit = field(details.unit);
+        let Some((metric, naming)) = Metric::from_details_name(field(Some(details.name)), unit)
+        else {
+            continue;
+        };
+        let line = shape.line_of(&record);
+        let scale = checked_scale(metric, unit, line)?;
+        kernel.offer(
+            metric,
+            RawCell {
+                naming,
+                value: value.trim().to_string(),
+                scale,
+                line,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// The raw page: a units row, then one row per kernel with a column per metric.
+fn read_raw_page(
+    records: csv::StringRecordsIter<'_, &[u8]>,
+    shape: &Shape,
+    header: &csv::StringRecord,
+    collected: &mut Collected,
+) -> Result<(), NcuError> {
+    // Metric columns by raw name; the better name when a metric has two columns. Other
+    // metric columns (`a__b`) still tell the number format.
+    let mut metric_columns: [Option<(usize, Naming)>; 8] = Default::default();
+    let mut other_metric_columns = Vec::new();
+    for (index, name) in header.iter().enumerate() {
+        match Metric::from_raw_name(name.trim()) {
+            Some((metric, naming)) => {
+                let slot = &mut metric_columns[metric.index()];
+                if slot.is_none_or(|(_, kept)| naming < kept) {
+                    *slot = Some((index, naming));
+                }
+            }
+            None if name.contains("__") => other_metric_columns.push(index),
+            None => {}
+        }
+    }
+    let mut units: Option<csv::StringRecord> = None;
+    for record in records {
+        let record = record?;
+        let id_field = record.get(shape.id).unwrap_or("").trim();
+        if id_field.is_empty() {
+            // The units row: the first full row without an ID before any kernel.
+            if units.is_none() && collected.kernels.list.is_empty() && record.len() == shape.columns
+            {
+                units = Some(record);
+            }
+            continue;
+        }
+        let Some(kernel) = collected.kernel_of(shape, &record)? else {
+            continue;
+        };
+        let line = shape.line_of(&record);
+        for metric in Metric::ALL {
+            let Some((index, naming)) = metric_columns[metric.index()] else {
+                continue;
+            };
+            // A row cut short before this column (a truncated file) lacks it.
+            let Some(value) = record.get(index) else {
+                continue;
+            };
+            let unit = units
+                .as_ref()
+                .and_then(|u| u.get(index))
+                .unwrap_or("")
+                .trim();
+            let scale = checked_scale(metric, unit, line)?;
+            kernel.offer(
+                metric,
+                RawCell {
+                    naming,
+                    value: value.trim().to_string(),
+                    scale,
+                    line,
+                },
+            );
+        }
+        for index in metric_columns
+            .iter()
+            .flatten()
+            .map(|(index, _)| *index)
+            .chain(other_metric_columns.iter().copied())
+        {
+            collected.votes.add(record.get(index).unwrap_or(""));
+        }
+    }
+    Ok(())
+}
+
+/// The columns of the details page.
 struct DetailsColumns {
     name: usize,
     value: usize,
     unit: Option<usize>,
     body_item: Option<usize>,
+}
+
+impl DetailsColumns {
+    /// `None` for a table without `Metric Name` and `Metric Value`: the raw page.
+    fn of(header: &csv::StringRecord) -> Option<Self> {
+        Some(Self {
+            name: column(header, "Metric Name")?,
+            value: column(header, "Metric Value")?,
+            unit: column(header, "Metric Unit"),
+            body_item: column(header, "Body Item Label"),
+        })
+    }
 }
 
 fn checked_scale(metric: Metric, unit: &str, line: u64) -> Result<f64, NcuError> {
