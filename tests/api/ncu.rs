@@ -48,6 +48,16 @@ fn missing(table: &NcuTable) -> (usize, Vec<(Metric, usize)>) {
     }
 }
 
+/// The names under which the output holds each metric, in the order of `Metric::ALL`.
+fn assert_found_as(table: &NcuTable, expected: [&[&str]; 8]) {
+    for (metric, names) in Metric::ALL.into_iter().zip(expected) {
+        assert_eq!(table.found_as(metric), names, "{metric}");
+    }
+}
+
+const SM: &str = "sm__throughput.avg.pct_of_peak_sustained_elapsed";
+const MEMORY: &str = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed";
+
 const LAUNCH_METRICS: [Metric; 4] = [
     Metric::Threads,
     Metric::RegistersPerThread,
@@ -68,9 +78,18 @@ fn the_162_kernel_recording_gives_its_throughput_means_and_names_the_four_launch
         .starts_with("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<double,"));
     // The first kernel's duration is printed "11,744" nsecond.
     assert_eq!(table.kernels[0].value(Metric::Duration), Some(11_744.0));
-    assert_eq!(
-        table.found_as(Metric::DramThroughput),
-        ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]
+    assert_found_as(
+        &table,
+        [
+            &["gpu__time_duration.sum"],
+            &[],
+            &[SM],
+            &["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
+            &[MEMORY],
+            &[],
+            &[],
+            &[],
+        ],
     );
 
     let summary = table.summary();
@@ -150,14 +169,18 @@ fn the_cuda_11_4_recording_gives_each_kernels_launch_statistics_and_names_durati
         assert_eq!(read, expected, "{metric}");
     }
     // Launch statistics under KACE's section names, throughputs under their raw names.
-    assert_eq!(table.found_as(Metric::Threads), ["Threads"]);
-    assert_eq!(
-        table.found_as(Metric::StaticSharedPerBlock),
-        ["Static Shared Memory Per Block"]
-    );
-    assert_eq!(
-        table.found_as(Metric::MemoryThroughput),
-        ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"]
+    assert_found_as(
+        &table,
+        [
+            &[],
+            &["Threads"],
+            &[SM],
+            &[],
+            &[MEMORY],
+            &["Registers Per Thread"],
+            &["Grid Size"],
+            &["Static Shared Memory Per Block"],
+        ],
     );
     let summary = table.summary();
     assert_eq!(summary.total_duration_ns, None);
@@ -191,15 +214,23 @@ fn the_ncu_2025_recording_reads_microseconds_the_dram_alternative_and_the_sectio
     // Memory Throughput: the speed-of-light percentage, not the 345.14 Gbyte/s of the
     // memory workload analysis.
     assert_close(kernel.value(Metric::MemoryThroughput).unwrap(), 19.66);
-    assert_eq!(
-        table.found_as(Metric::DramThroughput),
-        ["dram__throughput.avg.pct_of_peak_sustained_elapsed"]
+    // Each value comes from the first name: the raw one where the page has both.
+    assert_found_as(
+        &table,
+        [
+            &["gpu__time_duration.sum", "Duration"],
+            &[],
+            &[SM, "Compute (SM) Throughput"],
+            &[
+                "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                "DRAM Throughput",
+            ],
+            &["Memory Throughput"],
+            &[],
+            &[],
+            &[],
+        ],
     );
-    assert_eq!(
-        table.found_as(Metric::MemoryThroughput),
-        ["Memory Throughput"]
-    );
-    assert_eq!(table.found_as(Metric::Duration), ["gpu__time_duration.sum"]);
     let summary = table.summary();
     assert_close(
         summary.metrics[Metric::MemoryThroughput.index()]

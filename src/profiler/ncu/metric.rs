@@ -53,6 +53,11 @@ pub enum Naming {
     Section,
 }
 
+impl Naming {
+    /// Best first.
+    pub const ALL: [Naming; 3] = [Naming::Raw, Naming::RawAlternative, Naming::Section];
+}
+
 impl Metric {
     pub const ALL: [Metric; 8] = [
         Metric::Duration,

@@ -811,7 +811,11 @@ mod tests {
         assert_eq!(kernel.value(Metric::DramThroughput), Some(100.0));
         assert_eq!(kernel.value(Metric::MemoryThroughput), Some(30.0));
         assert_eq!(kernel.value(Metric::StaticSharedPerBlock), Some(1020.0));
-        assert_eq!(table.found_as(Metric::Duration), ["gpu__time_duration.sum"]);
+        // Both names are reported; the value is the raw one's.
+        assert_eq!(
+            table.found_as(Metric::Duration),
+            ["gpu__time_duration.sum", "Duration"]
+        );
         assert_eq!(table.found_as(Metric::Threads), ["Threads"]);
         let metrics = table.kernel_metrics().unwrap();
         assert_eq!(metrics.registers, 32_768.0);

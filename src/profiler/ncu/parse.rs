@@ -33,7 +33,7 @@
 //!   counted in [`NcuTable::skipped_rows`].
 //! - Errors name the line in the text handed to [`parse`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -120,14 +120,20 @@ pub struct NcuTable {
     /// Lines inside the table that start with a kernel ID but are too short to reach the
     /// kernel name: program output, or a cut line. Left out, and counted.
     pub skipped_rows: usize,
-    /// The names under which each metric was found.
-    found_as: [BTreeSet<&'static str>; 8],
+    /// For each metric, whether the output names it in each way of [`Naming::ALL`].
+    named: [[bool; 3]; 8],
 }
 
 impl NcuTable {
     /// The names under which `metric` was found (raw name, alternative, section name).
+    /// Every name the output uses, best first: a kernel's value comes from the first.
     pub fn found_as(&self, metric: Metric) -> Vec<&'static str> {
-        self.found_as[metric.index()].iter().copied().collect()
+        Naming::ALL
+            .into_iter()
+            .zip(self.named[metric.index()])
+            .filter(|(_, named)| *named)
+            .map(|(naming, _)| metric.name_for(naming))
+            .collect()
     }
 }
 
@@ -143,11 +149,14 @@ struct PendingKernel {
     id: u64,
     name: String,
     cells: [Option<RawCell>; 8],
+    /// The names each metric came under, in the order of [`Naming::ALL`].
+    named: [[bool; 3]; 8],
 }
 
 impl PendingKernel {
     /// Keeps the better-named cell: raw names over section names, the first of equals.
     fn offer(&mut self, metric: Metric, cell: RawCell) {
+        self.named[metric.index()][cell.naming as usize] = true;
         let slot = &mut self.cells[metric.index()];
         if slot.as_ref().is_none_or(|kept| cell.naming < kept.naming) {
             *slot = Some(cell);
@@ -171,6 +180,7 @@ impl Kernels {
                 id,
                 name: name.to_string(),
                 cells: Default::default(),
+                named: [[false; 3]; 8],
             });
         }
         &mut self.list[index]
@@ -303,16 +313,20 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
     };
 
     let number_format = collected.votes.decide();
-    let mut found_as: [BTreeSet<&'static str>; 8] = Default::default();
+    let mut named = [[false; 3]; 8];
     let mut clamped_percentages = 0;
     let mut kernels = Vec::with_capacity(collected.kernels.list.len());
     for pending in collected.kernels.list {
+        for (all, kernel) in named.iter_mut().zip(pending.named) {
+            for (seen, kernel_seen) in all.iter_mut().zip(kernel) {
+                *seen |= kernel_seen;
+            }
+        }
         let mut readings = [Reading::Absent; 8];
         for metric in Metric::ALL {
             let Some(cell) = &pending.cells[metric.index()] else {
                 continue;
             };
-            found_as[metric.index()].insert(metric.name_for(cell.naming));
             readings[metric.index()] =
                 match read_value(metric, cell, number_format, &mut clamped_percentages)? {
                     Some(value) => Reading::Value(value),
@@ -333,7 +347,7 @@ pub fn parse(text: &str) -> Result<NcuTable, NcuError> {
         kernels,
         clamped_percentages,
         skipped_rows: collected.skipped_rows,
-        found_as,
+        named,
     })
 }
 
