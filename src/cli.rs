@@ -45,7 +45,7 @@ pub enum Command {
     Config(ConfigArgs),
     /// Load generator: drive a server (in-process with a synthetic store, or --addr) with
     /// concurrent clients and report RPC/s and latency per scenario.
-    Bench(crate::loadgen::BenchArgs),
+    Bench(BenchArgs),
     /// Workloads on a running server.
     Workloads {
         #[command(flatten)]
@@ -82,7 +82,17 @@ pub enum Command {
     /// Check an Nsight Compute CSV (`ncu --csv` output) before registering workloads: what
     /// it holds of the eight kernel metrics, and the profile's kernel metrics. Exits 0 only
     /// when a complete kernel profile can be built from it.
-    Ncu(crate::profiler::ncu::NcuArgs),
+    Ncu(NcuArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NcuArgs {
+    /// The ncu output: `ncu --csv` (details page, ncu's default) or `--page raw`, as a file
+    /// (other lines before the table are allowed).
+    pub file: PathBuf,
+    /// Print the check as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -186,15 +196,75 @@ fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result
     })?)
 }
 
+/// `coloc bench`: what the load generator (a module of the binary, `src/loadgen/`) is
+/// told.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Drive this running server instead of an in-process one (its profiled workloads are
+    /// listed and used; no peer, no scale figures).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Synthetic store: workloads (all profiled on one GPU model).
+    #[arg(long, default_value_t = 1_000)]
+    pub workloads: usize,
+    /// Synthetic store: colocated runs of random pairs (the training data).
+    #[arg(long, default_value_t = 2_000)]
+    pub observations: usize,
+    /// Keep the synthetic store in this SQLite file; an existing file is used as it is.
+    #[arg(long)]
+    pub database: Option<PathBuf>,
+    /// Concurrent clients.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    pub concurrency: usize,
+    /// HTTP/2 connections the clients share.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Seconds measured per scenario.
+    #[arg(long, short = 't', default_value_t = 5.0)]
+    pub duration: f64,
+    /// Seconds of load before measuring, per scenario.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Scenarios, in order: health, rank_N (N named candidates), rank_all (every
+    /// workload, top 10), report, peer_rank_N (needs --peer-python).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "health,rank_100,rank_1000,report"
+    )]
+    pub scenarios: Vec<String>,
+    /// top_k of the rank_N scenarios (0 = every candidate in the answer).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: i32,
+    /// Python with benches/peer/requirements.txt installed: also run the peer's Rank.
+    #[arg(long)]
+    pub peer_python: Option<PathBuf>,
+    /// The peer's server script and the proto directory it compiles.
+    #[arg(long, default_value = "benches/peer/server.py")]
+    pub peer_script: PathBuf,
+    #[arg(long, default_value = "proto")]
+    pub proto_dir: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let mut settings = load_settings(&args.common, args.listen.as_ref())?;
             if let Some(format) = args.log_format {
-                settings.log.format = format;
-                settings.validate()?;
+                settings.log.format =
+                    format
+                        .parse()
+                        .map_err(|message| crate::settings::SettingsError::Invalid {
+                            key: "log.format",
+                            message,
+                        })?;
             }
-            telemetry::init(&settings.log.level, &settings.log.format);
+            telemetry::init(&settings.log.level, settings.log.format);
             let app = App::build(&settings).await?;
             let shutdown = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -217,23 +287,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report { connection, args } => client::report(&connection, args).await,
         Command::Model { connection, args } => client::model(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
-        Command::Ncu(args) => crate::profiler::ncu::run_check(&args),
+        Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
             let mut settings = load_settings(&args.common, None)?;
             if let Some(index) = args.gpu_index {
                 settings.profiler.gpu_index = index;
             }
-            telemetry::init(&settings.log.level, &settings.log.format);
+            telemetry::init(&settings.log.level, settings.log.format);
             let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
                 .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
+            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let summary = crate::profiler::calibrate::calibrate(
-                &advisor,
+                advisor.store(),
                 &sampler,
                 &settings.profiler,
                 args.pairs,
@@ -257,17 +327,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Bench(args) => crate::loadgen::run(args).await,
+        // The load generator is a tool of the binary, not of the service's library.
+        Command::Bench(_) => anyhow::bail!("coloc bench is run by the coloc binary"),
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
-            telemetry::init(&settings.log.level, &settings.log.format);
-            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.0))?;
+            telemetry::init(&settings.log.level, settings.log.format);
+            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
-                .map_err(|e| anyhow::anyhow!(e.0))?;
+                .map_err(|e| anyhow::anyhow!(e.message))?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
-            let advisor = Advisor::load(store, settings.advisor_options()?).await?;
+            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
             let summary =
                 import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
             advisor.store().close().await;

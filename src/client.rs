@@ -17,7 +17,8 @@ use crate::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClien
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
-    /// The server, e.g. http://127.0.0.1:50051 (https:// with TLS).
+    /// The server, e.g. http://127.0.0.1:50051 (https:// with TLS); an address without a
+    /// scheme, like 127.0.0.1:50051, means http:// (https:// with --ca-cert).
     #[arg(
         long,
         env = "COLOC_ADDR",
@@ -132,8 +133,19 @@ type Authorize =
 type Client = ColocationAdvisorClient<InterceptedService<Channel, Authorize>>;
 
 impl Connection {
+    /// The server's URL: `addr` as given, or with the scheme its TLS setting implies.
+    pub fn url(&self) -> String {
+        if self.addr.contains("://") {
+            self.addr.clone()
+        } else if self.ca_cert.is_some() {
+            format!("https://{}", self.addr)
+        } else {
+            format!("http://{}", self.addr)
+        }
+    }
+
     pub async fn channel(&self) -> anyhow::Result<Channel> {
-        let mut endpoint = Endpoint::from_shared(self.addr.clone()).with_context(|| {
+        let mut endpoint = Endpoint::from_shared(self.url()).with_context(|| {
             format!(
                 "--addr {:?} is not a URL like http://127.0.0.1:50051",
                 self.addr

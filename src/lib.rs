@@ -1,6 +1,28 @@
 //! coloc: a GPU colocation advisor. It keeps per-workload profiles (KACE's kernel and
 //! system metrics) in SQLite, fits a model of colocated throughput from reported runs, and
 //! answers schedulers' Rank requests over gRPC from memory.
+//!
+//! A map of the house. Data flows down this list; a module imports only modules below it
+//! (no cycles):
+//!
+//! - The binary's front: `cli` (commands, flags) and `client` (the operator CLI's gRPC
+//!   calls). The load generator (`coloc bench`) is a module of the binary, `src/loadgen`,
+//!   never compiled into this library.
+//! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
+//!   `import` (loading KACE-format datasets into a store).
+//! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
+//!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
+//!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus), and the
+//!   background tasks `worker` (profiling jobs) and `trainer` (retraining).
+//! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
+//!   from; ranking; the model lifecycle.
+//! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute
+//!   parser, backends, calibration).
+//! - `store`: SQLite access (migrations, workloads, profiles, runs, models, jobs).
+//! - `dataset`: KACE-format files read into domain values (import, eval, replay, benches).
+//! - `model`: features and model kinds, fitting and scoring.
+//! - Leaves: `domain` (validated values), `settings` (typed, layered settings), `proto`
+//!   (generated types), `telemetry` (logging).
 
 pub mod advisor;
 pub mod api;
@@ -10,7 +32,6 @@ pub mod dataset;
 pub mod domain;
 pub mod eval;
 pub mod import;
-pub mod loadgen;
 pub mod metrics;
 pub mod model;
 pub mod profiler;

@@ -2,6 +2,8 @@
 
 use clap::Parser;
 
+mod loadgen;
+
 /// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
 /// (many small strings and vectors per request, freed on other threads); mimalloc's
 /// per-thread heaps cost far less there.
@@ -23,7 +25,11 @@ async fn main() -> std::process::ExitCode {
             );
         }
     }
-    match coloc::cli::run(cli).await {
+    let result = match cli.command {
+        coloc::cli::Command::Bench(args) => loadgen::run(args).await,
+        _ => coloc::cli::run(cli).await,
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("coloc: {error:#}");

@@ -8,13 +8,13 @@ use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
 use hyper_util::rt::TokioIo;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{advisor::Advisor, domain::now_ms};
+use crate::{advisor::Advisor, domain::now_ms, store::Store};
 
 pub struct Metrics {
     registry: Registry,
@@ -25,6 +25,8 @@ pub struct Metrics {
     model_age: GaugeVec,
     rolling_error: GaugeVec,
     store_bytes: IntGauge,
+    /// Log lines stderr could not take (telemetry drops them rather than fail).
+    log_lines_dropped: IntCounter,
 }
 
 impl Metrics {
@@ -84,6 +86,11 @@ impl Metrics {
         .expect("valid metric");
         let store_bytes =
             IntGauge::new("store_bytes", "Size of the SQLite database").expect("valid metric");
+        let log_lines_dropped = IntCounter::new(
+            "log_lines_dropped_total",
+            "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(rpcs.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
@@ -92,6 +99,7 @@ impl Metrics {
             Box::new(model_age.clone()),
             Box::new(rolling_error.clone()),
             Box::new(store_bytes.clone()),
+            Box::new(log_lines_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -106,6 +114,7 @@ impl Metrics {
             model_age,
             rolling_error,
             store_bytes,
+            log_lines_dropped,
         }
     }
 
@@ -118,8 +127,8 @@ impl Metrics {
     }
 
     /// Refreshes the state gauges and renders everything in the Prometheus text format.
-    pub async fn render(&self, advisor: &Advisor) -> anyhow::Result<String> {
-        let (pending, running, done, failed) = advisor.store().job_counts().await?;
+    pub async fn render(&self, advisor: &Advisor, store: &Store) -> anyhow::Result<String> {
+        let (pending, running, done, failed) = store.job_counts().await?;
         for (state, count) in [
             ("pending", pending),
             ("running", running),
@@ -143,7 +152,10 @@ impl Metrics {
                 self.rolling_error.with_label_values(&[gpu]).set(error);
             }
         }
-        self.store_bytes.set(advisor.store().size_bytes().await?);
+        self.store_bytes.set(store.size_bytes().await?);
+        let dropped = crate::telemetry::dropped_log_lines();
+        self.log_lines_dropped
+            .inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut text = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut text)?;
         Ok(String::from_utf8(text)?)
@@ -161,6 +173,7 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     advisor: Arc<Advisor>,
+    store: Store,
     shutdown: CancellationToken,
 ) {
     let address: Option<SocketAddr> = listener.local_addr().ok();
@@ -179,17 +192,19 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let advisor = advisor.clone();
+        let store = store.clone();
         connections.spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                 let metrics = metrics.clone();
                 let advisor = advisor.clone();
+                let store = store.clone();
                 async move {
                     let response = if request.uri().path() != "/metrics" {
                         Response::builder()
                             .status(404)
                             .body(Full::new(Bytes::from("not found\n")))
                     } else {
-                        match metrics.render(&advisor).await {
+                        match metrics.render(&advisor, &store).await {
                             Ok(text) => Response::builder()
                                 .header("content-type", "text/plain; version=0.0.4")
                                 .body(Full::new(Bytes::from(text))),

@@ -1,13 +1,26 @@
 //! Typed settings, layered: built-in defaults, then an optional TOML file, then the
 //! environment (`COLOC__SECTION__KEY`, e.g. `COLOC__SERVER__LISTEN`), then command-line
 //! flags. Everything is validated before any port is bound; an error names the bad key.
+//!
+//! A leaf of the house: it depends on nothing else of coloc. Values arrive typed (enums for
+//! choices, `SocketAddr` for addresses, `Option<PathBuf>` for optional files, where the
+//! empty string still means "off"); `startup` turns them into what each part needs (the
+//! advisor's policy, the profiler's backend, domain names).
 
-use std::{net::SocketAddr, path::Path};
+use std::{
+    fmt::Display,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    str::FromStr,
+};
 
 use config::{Config, Environment, File, FileFormat, Map};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{domain::GpuName, model::ModelKind};
+/// Fewer runs than this cannot fit a model (ten coefficients, an intercept and one degree
+/// of freedom): `trainer.max_training_runs` may not cap training below it. The model layer
+/// has the same number (`model::MIN_TRAINING_ROWS`; a test keeps the two equal).
+pub const MIN_TRAINING_RUNS: usize = 12;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -55,16 +68,17 @@ pub struct TrainerSettings {
 pub struct ProfilerSettings {
     /// "nvml" (measure on this machine's GPU), "replay" (serve profiles from a KACE-format
     /// dataset) or "off" (jobs wait).
-    pub backend: String,
-    /// The dataset of the replay backend.
-    pub replay_dir: String,
+    pub backend: ProfilerBackend,
+    /// The dataset of the replay backend; "" = none.
+    #[serde(with = "empty_path_is_none")]
+    pub replay_dir: Option<PathBuf>,
     /// GPU model and memory the replay backend records its profiles under.
     pub replay_gpu: String,
     pub replay_gpu_memory_gb: f64,
     /// NVML index of the dedicated profiling GPU (also its CUDA_VISIBLE_DEVICES).
     pub gpu_index: u32,
     /// Nsight Compute: a path, or a name looked up in PATH.
-    pub ncu_path: String,
+    pub ncu_path: PathBuf,
     /// Glob patterns of programs a launch spec may name; empty = launch specs are refused.
     pub allowed_programs: Vec<String>,
     /// Variables of the worker's own environment that the workload inherits.
@@ -90,12 +104,15 @@ pub struct ProfilerSettings {
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     /// Address the gRPC server binds, e.g. 127.0.0.1:50051.
-    pub listen: String,
+    #[serde(with = "address")]
+    pub listen: SocketAddr,
     /// Without auth the server binds only loopback addresses, unless this is true.
     pub allow_unauthenticated_non_loopback: bool,
-    /// PEM certificate chain and private key: both set = TLS on the gRPC port.
-    pub tls_cert_file: String,
-    pub tls_key_file: String,
+    /// PEM certificate chain and private key: both set = TLS on the gRPC port; "" = none.
+    #[serde(with = "empty_path_is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(with = "empty_path_is_none")]
+    pub tls_key_file: Option<PathBuf>,
     /// Larger request messages are refused (RESOURCE_EXHAUSTED).
     pub max_request_bytes: usize,
     /// On SIGTERM/SIGINT, in-flight RPCs get this long to finish.
@@ -106,14 +123,16 @@ pub struct ServerSettings {
 #[serde(deny_unknown_fields)]
 pub struct MetricsSettings {
     /// Address of the Prometheus endpoint (`/metrics`); empty = off.
-    pub listen: String,
+    #[serde(with = "optional_address")]
+    pub listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSettings {
     /// A file of `ROLE TOKEN` lines (roles: reader, operator); empty = auth off.
-    pub tokens_file: String,
+    #[serde(with = "empty_path_is_none")]
+    pub tokens_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -126,10 +145,12 @@ pub struct DatabaseSettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSettings {
-    /// GPU model used when a request names none; empty = the only one known.
-    pub default_gpu: String,
+    /// GPU model used when a request names none; empty = the only one known. Always a
+    /// string, even when it looks like a number ("1080").
+    #[serde(with = "empty_string_is_none")]
+    pub default_gpu: Option<String>,
     /// Model kind Train fits when the request names none.
-    pub kind: String,
+    pub kind: ModelKindSetting,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -138,7 +159,185 @@ pub struct LogSettings {
     /// A tracing filter, e.g. "info" or "coloc=debug,info". RUST_LOG overrides it.
     pub level: String,
     /// "text" or "json".
-    pub format: String,
+    pub format: LogFormat,
+}
+
+/// `profiler.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ProfilerBackend {
+    /// Jobs wait.
+    Off,
+    /// Measure on this machine's GPU (NVML and Nsight Compute).
+    Nvml,
+    /// Serve profiles recorded in a KACE-format dataset.
+    Replay,
+}
+
+/// `model.kind`: the model kinds by their settings names (the model layer maps them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ModelKindSetting {
+    MemberRidgeGbt,
+    KaceLinear,
+}
+
+impl ModelKindSetting {
+    pub const ALL: [Self; 2] = [Self::MemberRidgeGbt, Self::KaceLinear];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MemberRidgeGbt => "member-ridge-gbt",
+            Self::KaceLinear => "kace-linear",
+        }
+    }
+}
+
+impl TryFrom<String> for ModelKindSetting {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == raw)
+            .ok_or_else(|| format!("{raw:?} is not one of {:?}", Self::ALL.map(Self::as_str)))
+    }
+}
+
+impl TryFrom<String> for ProfilerBackend {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        match raw.as_str() {
+            "off" => Ok(Self::Off),
+            "nvml" => Ok(Self::Nvml),
+            "replay" => Ok(Self::Replay),
+            other => Err(format!(
+                "{other:?} is not one of \"nvml\", \"replay\", \"off\""
+            )),
+        }
+    }
+}
+
+impl TryFrom<String> for LogFormat {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        raw.parse()
+    }
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object a line, for collectors.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        match raw {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => Err(format!("{other:?} is neither \"text\" nor \"json\"")),
+        }
+    }
+}
+
+/// A socket address, with an error that shows the expected shape.
+mod address {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(value: &SocketAddr, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        parse_address(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_address(raw: &str) -> Result<SocketAddr, String> {
+    raw.parse()
+        .map_err(|e| format!("{raw:?} is not an address like 127.0.0.1:50051 ({e})"))
+}
+
+/// An optional socket address: "" = off.
+mod optional_address {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<SocketAddr>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        empty_string_is_none::serialize(value, serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SocketAddr>, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        parse_address(&raw)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional value written as a string: "" = not set.
+mod empty_string_is_none {
+    use super::*;
+
+    pub fn serialize<S: Serializer, T: Display>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.collect_str(value),
+            None => serializer.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: FromStr,
+        T::Err: Display,
+    {
+        let raw = String::deserialize(deserializer)?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse().map(Some).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional path: "" = not set.
+mod empty_path_is_none {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<PathBuf>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let shown = value.as_deref().map(Path::display);
+        empty_string_is_none::serialize(&shown, serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<PathBuf>, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok((!raw.is_empty()).then(|| PathBuf::from(raw)))
+    }
 }
 
 const DEFAULTS: &str = r#"
@@ -201,10 +400,17 @@ format = "text"
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
+    /// The config crate's message already names the key.
     #[error("cannot read settings: {0}")]
-    Load(#[from] config::ConfigError),
+    Load(config::ConfigError),
     #[error("setting {key} is invalid: {message}")]
     Invalid { key: &'static str, message: String },
+}
+
+impl From<config::ConfigError> for SettingsError {
+    fn from(error: config::ConfigError) -> Self {
+        Self::Load(error)
+    }
 }
 
 /// Where settings come from, besides the defaults.
@@ -217,22 +423,50 @@ pub struct SettingsSources<'a> {
     pub overrides: Vec<(&'static str, String)>,
 }
 
+/// Settings that hold lists, given in the environment as comma-separated values.
+const LIST_KEYS: [&str; 2] = ["profiler.allowed_programs", "profiler.env_allowlist"];
+
 impl Settings {
     pub fn load(sources: SettingsSources<'_>) -> Result<Self, SettingsError> {
         let mut builder = Config::builder().add_source(File::from_str(DEFAULTS, FileFormat::Toml));
         if let Some(path) = sources.file {
             builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
         }
+        // Values from the environment stay strings until the typed field reads them, so a
+        // GPU model named "1080" or "0800" is never turned into a number on the way (the
+        // config crate's `try_parsing` would). Lists are split here, on commas.
+        let environment: Map<String, String> = sources
+            .environment
+            .unwrap_or_else(|| std::env::vars().collect());
+        let mut lists = Vec::new();
+        let mut scalars = Map::new();
+        for (name, value) in environment {
+            let key = name
+                .strip_prefix("COLOC__")
+                .map(|k| k.replace("__", ".").to_lowercase());
+            match key {
+                Some(key) if LIST_KEYS.contains(&key.as_str()) => {
+                    let items: Vec<String> = value
+                        .split(',')
+                        .filter(|item| !item.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    lists.push((key, items));
+                }
+                _ => {
+                    scalars.insert(name, value);
+                }
+            }
+        }
         builder = builder.add_source(
             Environment::with_prefix("COLOC")
                 .prefix_separator("__")
                 .separator("__")
-                .list_separator(",")
-                .with_list_parse_key("profiler.allowed_programs")
-                .with_list_parse_key("profiler.env_allowlist")
-                .try_parsing(true)
-                .source(sources.environment),
+                .source(Some(scalars)),
         );
+        for (key, items) in lists {
+            builder = builder.set_override(key, items)?;
+        }
         for (key, value) in sources.overrides {
             builder = builder.set_override(key, value)?;
         }
@@ -242,9 +476,9 @@ impl Settings {
     }
 
     pub fn validate(&self) -> Result<(), SettingsError> {
-        let listen = self.listen_address()?;
+        let listen = self.server.listen;
         if !listen.ip().is_loopback()
-            && self.auth.tokens_file.is_empty()
+            && self.auth.tokens_file.is_none()
             && !self.server.allow_unauthenticated_non_loopback
         {
             return Err(SettingsError::Invalid {
@@ -255,7 +489,7 @@ impl Settings {
                 ),
             });
         }
-        if self.server.tls_cert_file.is_empty() != self.server.tls_key_file.is_empty() {
+        if self.server.tls_cert_file.is_none() != self.server.tls_key_file.is_none() {
             return Err(SettingsError::Invalid {
                 key: "server.tls_cert_file",
                 message: "TLS needs both server.tls_cert_file and server.tls_key_file".into(),
@@ -267,23 +501,14 @@ impl Settings {
                 message: "must be at least 1024".into(),
             });
         }
-        self.metrics_address()?;
         if !self.database.url.starts_with("sqlite:") {
             return Err(SettingsError::Invalid {
                 key: "database.url",
                 message: format!("{:?} is not a sqlite: URL", self.database.url),
             });
         }
-        self.default_gpu()?;
-        self.model_kind()?;
         self.validate_profiler()?;
         self.validate_trainer()?;
-        if !matches!(self.log.format.as_str(), "text" | "json") {
-            return Err(SettingsError::Invalid {
-                key: "log.format",
-                message: format!("{:?} is neither \"text\" nor \"json\"", self.log.format),
-            });
-        }
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|e| {
             SettingsError::Invalid {
                 key: "log.level",
@@ -293,63 +518,16 @@ impl Settings {
         Ok(())
     }
 
-    /// The metrics endpoint's address; `None` when metrics are off.
-    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, SettingsError> {
-        if self.metrics.listen.is_empty() {
-            return Ok(None);
-        }
-        self.metrics
-            .listen
-            .parse()
-            .map(Some)
-            .map_err(|e| SettingsError::Invalid {
-                key: "metrics.listen",
-                message: format!(
-                    "{:?} is not an address like 127.0.0.1:9090 ({e})",
-                    self.metrics.listen
-                ),
-            })
-    }
-
-    pub fn listen_address(&self) -> Result<SocketAddr, SettingsError> {
-        self.server
-            .listen
-            .parse()
-            .map_err(|e| SettingsError::Invalid {
-                key: "server.listen",
-                message: format!(
-                    "{:?} is not an address like 127.0.0.1:50051 ({e})",
-                    self.server.listen
-                ),
-            })
-    }
-
     fn validate_profiler(&self) -> Result<(), SettingsError> {
         let p = &self.profiler;
         let invalid =
             |key: &'static str, message: String| Err(SettingsError::Invalid { key, message });
-        match p.backend.as_str() {
-            "off" | "nvml" => {}
-            "replay" if p.replay_dir.is_empty() => {
-                return invalid(
-                    "profiler.replay_dir",
-                    "the replay backend needs a dataset folder".into(),
-                )
-            }
-            "replay" => {}
-            other => {
-                return invalid(
-                    "profiler.backend",
-                    format!("{other:?} is not one of \"nvml\", \"replay\", \"off\""),
-                )
-            }
+        if p.backend == ProfilerBackend::Replay && p.replay_dir.is_none() {
+            return invalid(
+                "profiler.replay_dir",
+                "the replay backend needs a dataset folder".into(),
+            );
         }
-        GpuName::parse("profiler.replay_gpu", &p.replay_gpu).map_err(|e| {
-            SettingsError::Invalid {
-                key: "profiler.replay_gpu",
-                message: e.0,
-            }
-        })?;
         if !(p.replay_gpu_memory_gb > 0.0 && p.replay_gpu_memory_gb.is_finite()) {
             return invalid(
                 "profiler.replay_gpu_memory_gb",
@@ -384,7 +562,7 @@ impl Settings {
         if t.cv_folds < 2 {
             return invalid("trainer.cv_folds", "must be at least 2");
         }
-        if t.max_training_runs != 0 && t.max_training_runs < crate::model::MIN_TRAINING_ROWS {
+        if t.max_training_runs != 0 && t.max_training_runs < MIN_TRAINING_RUNS {
             return invalid(
                 "trainer.max_training_runs",
                 "must be 0 (every run) or at least the 12 runs a fit needs",
@@ -434,38 +612,6 @@ impl Settings {
             })
             .collect()
     }
-
-    pub fn advisor_options(&self) -> Result<crate::advisor::AdvisorOptions, SettingsError> {
-        Ok(crate::advisor::AdvisorOptions {
-            default_gpu: self.default_gpu()?,
-            default_kind: self.model_kind()?,
-            allowed_programs: self.allowed_programs()?,
-            lifecycle: self.trainer.clone(),
-        })
-    }
-
-    pub fn model_kind(&self) -> Result<ModelKind, SettingsError> {
-        ModelKind::parse(&self.model.kind).ok_or_else(|| SettingsError::Invalid {
-            key: "model.kind",
-            message: format!(
-                "{:?} is not one of {:?}",
-                self.model.kind,
-                ModelKind::ALL.map(ModelKind::as_str)
-            ),
-        })
-    }
-
-    pub fn default_gpu(&self) -> Result<Option<GpuName>, SettingsError> {
-        if self.model.default_gpu.is_empty() {
-            return Ok(None);
-        }
-        GpuName::parse("model.default_gpu", &self.model.default_gpu)
-            .map(Some)
-            .map_err(|e| SettingsError::Invalid {
-                key: "model.default_gpu",
-                message: e.0,
-            })
-    }
 }
 
 #[cfg(test)]
@@ -490,9 +636,14 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(settings.server.listen, "127.0.0.1:50051");
+        assert_eq!(settings.server.listen.to_string(), "127.0.0.1:50051");
         assert_eq!(settings.database.url, "sqlite://./coloc.db");
-        assert_eq!(settings.default_gpu().unwrap(), None);
+        assert_eq!(settings.model.default_gpu, None);
+        assert_eq!(settings.profiler.backend, ProfilerBackend::Off);
+        assert_eq!(
+            settings.metrics.listen.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:9090")
+        );
     }
 
     #[test]
@@ -508,9 +659,9 @@ mod tests {
             overrides: vec![("server.listen", "127.0.0.1:3".into())],
         })
         .unwrap();
-        assert_eq!(settings.model.default_gpu, "from file");
+        assert_eq!(settings.model.default_gpu.as_deref(), Some("from file"));
         assert_eq!(settings.database.url, "sqlite://env.db");
-        assert_eq!(settings.server.listen, "127.0.0.1:3");
+        assert_eq!(settings.server.listen.to_string(), "127.0.0.1:3");
     }
 
     #[test]
@@ -532,11 +683,8 @@ mod tests {
             ["/usr/bin/python3", "/opt/jobs/*"]
         );
         assert_eq!(
-            (
-                settings.profiler.backend.as_str(),
-                settings.profiler.gpu_index
-            ),
-            ("nvml", 2)
+            (settings.profiler.backend, settings.profiler.gpu_index),
+            (ProfilerBackend::Nvml, 2)
         );
         let patterns = settings.allowed_programs().unwrap();
         assert!(patterns[1].matches("/opt/jobs/train.sh"));
@@ -640,5 +788,85 @@ mod tests {
         })
         .unwrap_err();
         assert!(error.to_string().contains("lisen"), "{error}");
+    }
+
+    #[test]
+    fn a_gpu_model_that_looks_like_a_number_stays_the_string_it_was_given() {
+        for name in ["1080", "0800", "1e3", "true"] {
+            let settings = Settings::load(SettingsSources {
+                environment: env(&[
+                    ("COLOC__MODEL__DEFAULT_GPU", name),
+                    ("COLOC__PROFILER__REPLAY_GPU", name),
+                ]),
+                ..Default::default()
+            })
+            .unwrap();
+            assert_eq!(settings.model.default_gpu.as_deref(), Some(name));
+            assert_eq!(settings.profiler.replay_gpu, name);
+        }
+        // Numbers and switches still read as numbers and switches.
+        let settings = Settings::load(SettingsSources {
+            environment: env(&[
+                ("COLOC__TRAINER__CV_FOLDS", "7"),
+                ("COLOC__TRAINER__SCORE_TOLERANCE", "0.01"),
+                ("COLOC__SERVER__ALLOW_UNAUTHENTICATED_NON_LOOPBACK", "true"),
+            ]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(settings.trainer.cv_folds, 7);
+        assert_eq!(settings.trainer.score_tolerance, 0.01);
+        assert!(settings.server.allow_unauthenticated_non_loopback);
+    }
+
+    #[test]
+    fn empty_strings_still_mean_off_and_typed_values_print_back_as_they_were_given() {
+        let settings = Settings::load(SettingsSources {
+            environment: env(&[
+                ("COLOC__METRICS__LISTEN", ""),
+                ("COLOC__LOG__FORMAT", "json"),
+                ("COLOC__MODEL__KIND", "kace-linear"),
+                ("COLOC__PROFILER__BACKEND", "replay"),
+                ("COLOC__PROFILER__REPLAY_DIR", "/data/kace"),
+            ]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(settings.metrics.listen, None);
+        assert_eq!(settings.auth.tokens_file, None);
+        assert_eq!(settings.log.format, LogFormat::Json);
+        assert_eq!(settings.model.kind, ModelKindSetting::KaceLinear);
+        assert_eq!(
+            settings.profiler.replay_dir.as_deref(),
+            Some(Path::new("/data/kace"))
+        );
+        let printed = toml::to_string(&settings).unwrap();
+        for line in [
+            "listen = \"\"",
+            "format = \"json\"",
+            "kind = \"kace-linear\"",
+            "backend = \"replay\"",
+            "replay_dir = \"/data/kace\"",
+            "tokens_file = \"\"",
+        ] {
+            assert!(printed.contains(line), "{line} not in\n{printed}");
+        }
+    }
+
+    #[test]
+    fn a_bad_choice_is_reported_with_its_key() {
+        for (variable, key) in [
+            ("COLOC__LOG__FORMAT", "log.format"),
+            ("COLOC__MODEL__KIND", "model.kind"),
+            ("COLOC__PROFILER__BACKEND", "profiler.backend"),
+            ("COLOC__METRICS__LISTEN", "metrics.listen"),
+        ] {
+            let error = Settings::load(SettingsSources {
+                environment: env(&[(variable, "xml")]),
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert!(error.to_string().contains(key), "{variable}: {error}");
+        }
     }
 }

@@ -1,6 +1,10 @@
 //! Building and running the service: [`App::build`] opens the store, loads the advisor and
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
-//! until the shutdown token is cancelled, then closes the store.
+//! until the shutdown token is cancelled, then stops in order: the API first (health says
+//! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
+//! profiling worker (its running job goes back to pending), the retraining task, the
+//! metrics endpoint, the observation writer, and the store last. Every background task is
+//! owned here; its exit, error or panic is logged when it happens.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -10,19 +14,22 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 
 use crate::{
-    advisor::Advisor,
+    advisor::{Advisor, AdvisorOptions, LifecyclePolicy},
     api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
-    domain::now_ms,
+    domain::{now_ms, GpuName},
     metrics::Metrics,
+    model::{ModelKind, MIN_TRAINING_ROWS},
     profiler::Backend,
     proto,
-    settings::Settings,
+    settings::{ModelKindSetting, Settings, SettingsError, TrainerSettings, MIN_TRAINING_RUNS},
     store::Store,
     trainer::Trainer,
     worker::Worker,
 };
 
 pub struct App {
+    /// Closed last, after every task that writes to it has stopped.
+    store: Store,
     listener: TcpListener,
     local_addr: SocketAddr,
     /// The metrics endpoint's listener; `None` when metrics.listen is empty.
@@ -40,16 +47,17 @@ pub struct App {
 
 impl App {
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
-        let listen = settings.listen_address()?;
+        let listen = settings.server.listen;
+        let options = advisor_options(settings)?;
         let store = Store::open(&settings.database.url)
             .await
             .context("cannot open the database")?;
         let advisor = Arc::new(
-            Advisor::load(store, settings.advisor_options()?)
+            Advisor::load(store.clone(), options)
                 .await
                 .context("cannot load profiles and models from the database")?,
         );
-        let requeued = advisor.store().requeue_running_jobs(now_ms()).await?;
+        let requeued = store.requeue_running_jobs(now_ms()).await?;
         if requeued > 0 {
             tracing::warn!(
                 requeued,
@@ -62,6 +70,7 @@ impl App {
             Backend::Off => None,
             backend => Some(Worker::new(
                 advisor.clone(),
+                store.clone(),
                 Arc::new(backend),
                 settings.profiler.clone(),
             )),
@@ -69,25 +78,29 @@ impl App {
         let trainer = (settings.trainer.interval_secs > 0).then(|| {
             Trainer::new(
                 advisor.clone(),
+                store.clone(),
                 Duration::from_secs(settings.trainer.interval_secs),
             )
         });
-        let tokens = match settings.auth.tokens_file.as_str() {
-            "" => None,
-            path => Some(
-                Tokens::load(std::path::Path::new(path))
+        let tokens = match &settings.auth.tokens_file {
+            None => None,
+            Some(path) => Some(
+                Tokens::load(path)
                     .map_err(|e| anyhow::anyhow!("setting auth.tokens_file is invalid: {e}"))?,
             ),
         };
         let tls = match (
-            settings.server.tls_cert_file.as_str(),
-            settings.server.tls_key_file.as_str(),
+            &settings.server.tls_cert_file,
+            &settings.server.tls_key_file,
         ) {
-            ("", _) | (_, "") => None,
-            (cert, key) => {
-                let read = |key_name: &str, path: &str| {
+            (None, _) | (_, None) => None,
+            (Some(cert), Some(key)) => {
+                let read = |key_name: &str, path: &std::path::Path| {
                     std::fs::read(path).with_context(|| {
-                        format!("setting {key_name} is invalid: cannot read {path}")
+                        format!(
+                            "setting {key_name} is invalid: cannot read {}",
+                            path.display()
+                        )
                     })
                 };
                 let identity = Identity::from_pem(
@@ -97,7 +110,7 @@ impl App {
                 Some(ServerTlsConfig::new().identity(identity))
             }
         };
-        let metrics_listener = match settings.metrics_address()? {
+        let metrics_listener = match settings.metrics.listen {
             None => None,
             Some(address) => Some(
                 TcpListener::bind(address)
@@ -110,6 +123,7 @@ impl App {
             .with_context(|| format!("cannot listen on {listen}"))?;
         let local_addr = listener.local_addr()?;
         Ok(Self {
+            store,
             listener,
             local_addr,
             metrics_listener,
@@ -138,6 +152,13 @@ impl App {
         self.advisor.clone()
     }
 
+    /// Replaces the profiling worker the settings asked for (embedders and tests bring
+    /// their own backend); it is run and stopped like the built one.
+    pub fn with_worker(mut self, worker: Worker) -> Self {
+        self.worker = Some(worker);
+        self
+    }
+
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         health_reporter
@@ -157,15 +178,18 @@ impl App {
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
 
-        let server_shutdown = shutdown.child_token();
-        // Background tasks are owned here and awaited below: on shutdown the worker stops
-        // its job and puts it back to pending before the store closes.
+        // Each stage has its own token, cancelled in order once the API has stopped, so
+        // that nothing writes to the store after it closes and the running profiling job
+        // is re-queued while the API already refuses new calls.
+        let worker_stop = CancellationToken::new();
+        let trainer_stop = CancellationToken::new();
+        let metrics_stop = CancellationToken::new();
         let worker = self
             .worker
-            .map(|worker| tokio::spawn(worker.run(shutdown.child_token())));
+            .map(|worker| spawn_owned("profiling worker", worker.run(worker_stop.clone())));
         let trainer = self
             .trainer
-            .map(|trainer| tokio::spawn(trainer.run(shutdown.child_token())));
+            .map(|trainer| spawn_owned("retraining task", trainer.run(trainer_stop.clone())));
         let metrics = self
             .metrics_listener
             .as_ref()
@@ -174,12 +198,16 @@ impl App {
             self.metrics_listener
                 .zip(metrics.clone())
                 .map(|(listener, metrics)| {
-                    tokio::spawn(crate::metrics::serve(
-                        listener,
-                        metrics,
-                        self.advisor.clone(),
-                        shutdown.child_token(),
-                    ))
+                    spawn_owned(
+                        "metrics endpoint",
+                        crate::metrics::serve(
+                            listener,
+                            metrics,
+                            self.advisor.clone(),
+                            self.store.clone(),
+                            metrics_stop.clone(),
+                        ),
+                    )
                 });
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
@@ -192,6 +220,7 @@ impl App {
         let advisor_service =
             ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
                 .max_decoding_message_size(self.max_request_bytes);
+        let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))
             .layer(AuthLayer::new(self.tokens))
@@ -202,7 +231,7 @@ impl App {
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {
-                    server_shutdown.cancelled().await;
+                    api_shutdown.cancelled().await;
                     stopping_reporter
                         .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
                         .await;
@@ -221,25 +250,99 @@ impl App {
                 Ok(())
             }
         };
-        // A failed server still stops the worker before the store closes.
+        match &served {
+            Ok(()) => tracing::info!(task = "gRPC API", "task exited"),
+            Err(error) => tracing::error!(
+                task = "gRPC API",
+                error = format!("{error:#}"),
+                "task failed"
+            ),
+        }
+        // A failed server still stops everything in order before the store closes.
         shutdown.cancel();
-        for (task, name) in [
-            (worker, "profiling worker"),
-            (trainer, "retraining task"),
-            (metrics_server, "metrics endpoint"),
+        for (stop, task) in [
+            (worker_stop, worker),
+            (trainer_stop, trainer),
+            (metrics_stop, metrics_server),
         ] {
+            stop.cancel();
             if let Some(task) = task {
-                if let Err(error) = task.await {
-                    tracing::error!(%error, task = name, "background task panicked");
-                }
+                // The task logged its own exit; its supervisor never panics.
+                let _ = task.await;
             }
         }
-        self.advisor.store().close().await;
+        self.store.close().await;
+        tracing::info!("store closed");
         served?;
         tracing::info!("stopped");
         Ok(())
     }
 }
+
+/// Spawns a background task owned by the caller (who awaits the handle) and logs its exit
+/// when it happens: a normal exit, or a panic with its message.
+fn spawn_owned<F>(name: &'static str, task: F) -> tokio::task::JoinHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let inner = tokio::spawn(task);
+    tokio::spawn(async move {
+        match inner.await {
+            Ok(()) => tracing::info!(task = name, "task exited"),
+            Err(error) if error.is_panic() => {
+                tracing::error!(task = name, %error, "task panicked")
+            }
+            Err(error) => tracing::warn!(task = name, %error, "task cancelled"),
+        }
+    })
+}
+
+/// What the advisor is told, from the settings: the default GPU model and model kind as
+/// domain values, the compiled program allow-list, the lifecycle policy. Fails naming the
+/// settings key, before any port is bound.
+pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsError> {
+    let default_gpu =
+        match &settings.model.default_gpu {
+            None => None,
+            Some(name) => Some(GpuName::parse("model.default_gpu", name).map_err(|e| {
+                SettingsError::Invalid {
+                    key: "model.default_gpu",
+                    message: e.message,
+                }
+            })?),
+        };
+    Ok(AdvisorOptions {
+        default_gpu,
+        default_kind: model_kind(settings.model.kind),
+        allowed_programs: settings.allowed_programs()?,
+        lifecycle: lifecycle_policy(&settings.trainer),
+    })
+}
+
+/// The model layer's kind for a `model.kind` setting.
+pub fn model_kind(setting: ModelKindSetting) -> ModelKind {
+    match setting {
+        ModelKindSetting::MemberRidgeGbt => ModelKind::MemberRidgeGbt,
+        ModelKindSetting::KaceLinear => ModelKind::KaceLinear,
+    }
+}
+
+fn lifecycle_policy(trainer: &TrainerSettings) -> LifecyclePolicy {
+    LifecyclePolicy {
+        min_new_observations: trainer.min_new_observations,
+        cv_folds: trainer.cv_folds,
+        max_training_runs: trainer.max_training_runs,
+        training_threads: trainer.training_threads,
+        score_tolerance: trainer.score_tolerance,
+        mse_tolerance: trainer.mse_tolerance,
+        outlier_threshold: trainer.outlier_threshold,
+        drift_threshold: trainer.drift_threshold,
+        drift_window: trainer.drift_window,
+    }
+}
+
+// The settings layer knows the smallest training set without importing the model.
+const _: () = assert!(MIN_TRAINING_RUNS == MIN_TRAINING_ROWS);
 
 /// Cancels `token` on SIGINT or SIGTERM.
 pub async fn cancel_on_signal(token: CancellationToken) {

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     advisor::{Advisor, TrainOutcome, Trigger},
     domain::GpuName,
+    store::Store,
 };
 
 /// What one turn did for one GPU model.
@@ -29,19 +30,25 @@ pub enum TrainerOutcome {
 
 pub struct Trainer {
     advisor: Arc<Advisor>,
+    /// Which GPU models have runs.
+    store: Store,
     interval: Duration,
 }
 
 impl Trainer {
-    pub fn new(advisor: Arc<Advisor>, interval: Duration) -> Self {
-        Self { advisor, interval }
+    pub fn new(advisor: Arc<Advisor>, store: Store, interval: Duration) -> Self {
+        Self {
+            advisor,
+            store,
+            interval,
+        }
     }
 
     /// Retrains every GPU model whose retraining is due; GPU models with nothing due are
     /// left out of the answer.
     pub async fn run_once(&self) -> anyhow::Result<Vec<TrainerOutcome>> {
         let mut outcomes = Vec::new();
-        for gpu in self.advisor.store().observation_gpus().await? {
+        for gpu in self.store.observation_gpus().await? {
             let Some(trigger) = self.advisor.training_due(&gpu).await? else {
                 continue;
             };

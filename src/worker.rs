@@ -11,7 +11,7 @@ use crate::{
     domain::{now_ms, WorkloadName},
     profiler::{Backend, ProfileError},
     settings::ProfilerSettings,
-    store::ClaimedJob,
+    store::{ClaimedJob, Store},
 };
 
 /// What one turn of the worker did.
@@ -46,15 +46,24 @@ pub enum RunOutcome {
 }
 
 pub struct Worker {
+    /// Stores profiles and keeps the catalog in step (and stops a deleted workload's run).
     advisor: Arc<Advisor>,
+    /// The job queue.
+    store: Store,
     backend: Arc<Backend>,
     settings: ProfilerSettings,
 }
 
 impl Worker {
-    pub fn new(advisor: Arc<Advisor>, backend: Arc<Backend>, settings: ProfilerSettings) -> Self {
+    pub fn new(
+        advisor: Arc<Advisor>,
+        store: Store,
+        backend: Arc<Backend>,
+        settings: ProfilerSettings,
+    ) -> Self {
         Self {
             advisor,
+            store,
             backend,
             settings,
         }
@@ -67,7 +76,7 @@ impl Worker {
 
     /// Claims the next ready job, profiles its workload, and records the outcome.
     pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<RunOutcome> {
-        match self.advisor.store().claim_next_job(now_ms()).await? {
+        match self.store.claim_next_job(now_ms()).await? {
             None => Ok(RunOutcome::Idle),
             Some(job) => self.handle(job, shutdown).await,
         }
@@ -83,7 +92,7 @@ impl Worker {
         job: ClaimedJob,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<RunOutcome> {
-        let store = self.advisor.store();
+        let store = &self.store;
         let workload = job.workload.clone();
         tracing::info!("profiling");
         let cancel = self.advisor.start_job(&workload, shutdown);
@@ -113,7 +122,8 @@ impl Worker {
                             note: measurement.note,
                         }
                     }
-                    Err(AdvisorError::NotFound(_)) => RunOutcome::Cancelled { workload },
+                    // Deleted while it was being profiled.
+                    Err(AdvisorError::UnknownWorkload(_)) => RunOutcome::Cancelled { workload },
                     Err(error) => {
                         return Err(anyhow::Error::new(error).context("storing the profile"))
                     }

@@ -1,39 +1,84 @@
-//! The advisor's one error type. Each variant says which gRPC status it becomes; only
-//! `Internal` carries a cause, which is logged and never sent to clients.
+//! The advisor's one error type, with a variant per cause: what went wrong, in domain
+//! terms. Which gRPC status each cause becomes is decided in one place only,
+//! `api/status.rs`; callers inside the house match on causes (the worker, for instance,
+//! tells "the workload was deleted" from any other failure). Only `Internal` carries an
+//! opaque cause, which is logged and never sent to clients.
 
-use crate::{domain::ValidationError, store::StoreError};
+use crate::{
+    domain::{GpuName, ValidationError},
+    store::StoreError,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A request value failed validation; the error names the field.
+    #[error(transparent)]
+    InvalidRequest(#[from] ValidationError),
+    /// A workload named by a request (as the one to read, delete or give a profile) is not
+    /// registered.
+    #[error("workload {0:?} not found")]
+    UnknownWorkload(String),
+    /// Rank's target is not registered.
+    #[error("target workload {0:?} not found")]
+    UnknownTarget(String),
+    /// A reported run names a workload that is not registered.
+    #[error("workload {0:?} not found; register it before reporting runs with it")]
+    UnknownReportedWorkload(String),
+    #[error("workload {0:?} already exists")]
+    WorkloadExists(String),
+    /// A request names no GPU model and none can be inferred: nothing is profiled yet.
+    #[error("no GPU model is known yet; register a workload with a profile first")]
+    NoGpuModelKnown,
+    /// A request names no GPU model and several are known without a configured default.
+    #[error("several GPU models are known and no default is configured; name one in gpu")]
+    AmbiguousGpuModel,
+    #[error(
+        "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
+        .0.as_str()
+    )]
+    NoModelForGpu(GpuName),
+    /// The target of Rank has no (complete) profile on the GPU model asked about.
+    #[error("target {workload} has no profile on GPU model {:?}", .gpu.as_str())]
+    TargetNotProfiled { workload: String, gpu: GpuName },
+    /// A member of an explicit set (Predict) has no profile on the GPU model asked about.
+    #[error("{workload} has no profile on GPU model {:?}", .gpu.as_str())]
+    MemberNotProfiled { workload: String, gpu: GpuName },
+    #[error(
+        "the memory of GPU model {:?} is unknown; pass gpu_memory_gb or store a profile that carries it",
+        .0.as_str()
+    )]
+    GpuMemoryUnknown(GpuName),
+    /// The serving model predicts only a set's sum, and the request needs each member.
+    #[error(
+        "the model of GPU model {:?} ({kind}) predicts only the set's sum; NORMALIZED_SUM and \
+         max_target_slowdown need a model kind that predicts each member",
+        .gpu.as_str()
+    )]
+    ModelPredictsOnlySums { gpu: GpuName, kind: &'static str },
+    /// A fit could not be made (too few usable runs, degenerate data); the champion stays.
     #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    AlreadyExists(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("{0}")]
-    PermissionDenied(String),
+    TrainingFailed(String),
+    #[error("GPU model {:?} has no model version {version}", .gpu.as_str())]
+    UnknownModelVersion { gpu: GpuName, version: u64 },
+    #[error("GPU model {:?} has no pinned model", .0.as_str())]
+    NothingPinned(GpuName),
+    /// Launch specs are refused: the operator allowed no program.
+    #[error(
+        "this server runs no workloads: profiler.allowed_programs is empty, so launch specs \
+         are refused"
+    )]
+    LaunchSpecsDisabled,
+    #[error("program {0:?} is not in profiler.allowed_programs")]
+    ProgramNotAllowed(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
-}
-
-impl From<ValidationError> for Error {
-    fn from(error: ValidationError) -> Self {
-        Self::InvalidArgument(error.0)
-    }
 }
 
 impl From<StoreError> for Error {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::WorkloadNotFound(name) => {
-                Self::NotFound(format!("workload {name:?} not found"))
-            }
-            StoreError::WorkloadExists(name) => {
-                Self::AlreadyExists(format!("workload {name:?} already exists"))
-            }
+            StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
+            StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }

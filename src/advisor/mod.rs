@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
     model::ModelKind,
-    settings::TrainerSettings,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
 
@@ -37,33 +36,44 @@ pub const MAX_PAGE_SIZE: u32 = 1000;
 
 type ModelMap = HashMap<GpuName, Arc<StoredModel>>;
 
-/// What the advisor is told at startup.
+/// What the advisor is told at startup (`startup` builds it from the settings).
 #[derive(Debug, Clone)]
 pub struct AdvisorOptions {
     pub default_gpu: Option<GpuName>,
     pub default_kind: ModelKind,
     /// Programs a launch spec may name; empty = launch specs are refused.
     pub allowed_programs: Vec<glob::Pattern>,
-    pub lifecycle: TrainerSettings,
+    pub lifecycle: LifecyclePolicy,
 }
 
-impl Default for AdvisorOptions {
-    fn default() -> Self {
-        Self {
-            default_gpu: None,
-            default_kind: ModelKind::DEFAULT,
-            allowed_programs: Vec::new(),
-            lifecycle: crate::settings::Settings::load(Default::default())
-                .map(|s| s.trainer)
-                .expect("the built-in settings are valid"),
-        }
-    }
+/// How models are trained, judged and watched (README, "Model lifecycle"): the
+/// `trainer.*` settings, as the advisor uses them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LifecyclePolicy {
+    /// New runs since the last training that make a retrain due.
+    pub min_new_observations: u64,
+    /// Folds of the cross-validation that judges a challenger against the champion.
+    pub cv_folds: usize,
+    /// Training uses the newest this many runs of a GPU model; 0 = every run.
+    pub max_training_runs: usize,
+    /// Threads one training run uses; 0 = one per core.
+    pub training_threads: usize,
+    /// A challenger is "not worse" when its cross-validated rank score is at least the
+    /// champion's minus score_tolerance and its MSE at most the champion's x (1 + mse_tolerance).
+    pub score_tolerance: f64,
+    pub mse_tolerance: f64,
+    /// Runs with a member further than this many robust deviations are not trained on.
+    pub outlier_threshold: f64,
+    /// Mean relative error over the last drift_window reported runs above which a retrain
+    /// is due at once.
+    pub drift_threshold: f64,
+    pub drift_window: usize,
 }
 
 pub struct Advisor {
     store: Store,
     allowed_programs: Vec<glob::Pattern>,
-    lifecycle: TrainerSettings,
+    lifecycle: LifecyclePolicy,
     /// The champion's recent prediction errors per GPU model (drift).
     rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
     /// Woken when a champion's rolling error passes the drift threshold.
@@ -157,16 +167,10 @@ impl Advisor {
     /// A launch spec may name only a program the operator allowed.
     fn check_program(&self, program: &str) -> Result<()> {
         if self.allowed_programs.is_empty() {
-            return Err(Error::PermissionDenied(
-                "this server runs no workloads: profiler.allowed_programs is empty, so launch \
-                 specs are refused"
-                    .into(),
-            ));
+            return Err(Error::LaunchSpecsDisabled);
         }
         if !self.allowed_programs.iter().any(|p| p.matches(program)) {
-            return Err(Error::PermissionDenied(format!(
-                "program {program:?} is not in profiler.allowed_programs"
-            )));
+            return Err(Error::ProgramNotAllowed(program.to_string()));
         }
         Ok(())
     }
@@ -175,7 +179,7 @@ impl Advisor {
         self.store
             .get_workload(name.as_str())
             .await?
-            .ok_or_else(|| Error::NotFound(format!("workload {:?} not found", name.as_str())))
+            .ok_or_else(|| Error::UnknownWorkload(name.as_str().to_string()))
     }
 
     /// One page of workloads by name; the token is opaque to clients.
@@ -207,10 +211,7 @@ impl Advisor {
     pub async fn delete(&self, name: &WorkloadName) -> Result<()> {
         let _writer = self.catalog_writer.lock().await;
         if !self.store.delete_workload(name.as_str()).await? {
-            return Err(Error::NotFound(format!(
-                "workload {:?} not found",
-                name.as_str()
-            )));
+            return Err(Error::UnknownWorkload(name.as_str().to_string()));
         }
         self.write_catalog().remove_workload(name);
         // Its job row went with it; stop the run if the worker is profiling it now.
@@ -290,10 +291,9 @@ impl Advisor {
                 .iter()
                 .find(|m| !catalog.contains(&m.workload))
             {
-                return Err(Error::NotFound(format!(
-                    "workload {:?} not found; register it before reporting runs with it",
-                    unknown.workload.as_str()
-                )));
+                return Err(Error::UnknownReportedWorkload(
+                    unknown.workload.as_str().to_string(),
+                ));
             }
             catalog.gpu(&observation.gpu)
         };
@@ -342,12 +342,8 @@ impl Advisor {
         let mut known = catalog.gpu_names();
         match (known.next(), known.next()) {
             (Some(only), None) => Ok(only.clone()),
-            (None, _) => Err(Error::FailedPrecondition(
-                "no GPU model is known yet; register a workload with a profile first".into(),
-            )),
-            (Some(_), Some(_)) => Err(Error::InvalidArgument(
-                "several GPU models are known and no default is configured; name one in gpu".into(),
-            )),
+            (None, _) => Err(Error::NoGpuModelKnown),
+            (Some(_), Some(_)) => Err(Error::AmbiguousGpuModel),
         }
     }
 
@@ -357,12 +353,11 @@ impl Advisor {
     }
 
     pub fn current_model(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
-        self.models.load().get(gpu).cloned().ok_or_else(|| {
-            Error::FailedPrecondition(format!(
-                "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
-                gpu.as_str()
-            ))
-        })
+        self.models
+            .load()
+            .get(gpu)
+            .cloned()
+            .ok_or_else(|| Error::NoModelForGpu(gpu.clone()))
     }
 
     /// Rank: candidates for a target, best first.
@@ -372,10 +367,7 @@ impl Advisor {
         let (table, found) = {
             let catalog = self.read_catalog();
             if !catalog.contains(&query.target) {
-                return Err(Error::NotFound(format!(
-                    "target workload {:?} not found",
-                    query.target.as_str()
-                )));
+                return Err(Error::UnknownTarget(query.target.as_str().to_string()));
             }
             let table = catalog.gpu(&gpu).unwrap_or_default();
             // One index lookup per named candidate; the catalog only for the misses.
@@ -398,7 +390,9 @@ impl Advisor {
             found,
         };
         if work.is_large() {
-            tokio::task::spawn_blocking(move || work.run())
+            // The RPC's span follows the work onto the blocking thread.
+            let span = tracing::Span::current();
+            tokio::task::spawn_blocking(move || span.in_scope(|| work.run()))
                 .await
                 .map_err(|e| Error::Internal(anyhow::Error::new(e).context("rank panicked")))?
         } else {
@@ -413,10 +407,7 @@ impl Advisor {
         let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = query.workloads.iter().find(|w| !catalog.contains(*w)) {
-                return Err(Error::NotFound(format!(
-                    "workload {:?} not found",
-                    unknown.as_str()
-                )));
+                return Err(Error::UnknownWorkload(unknown.as_str().to_string()));
             }
             catalog.gpu(&gpu).unwrap_or_default()
         };
@@ -432,7 +423,12 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
     if token.is_empty() {
         return Ok(None);
     }
-    let invalid = || Error::InvalidArgument("page_token is not one this server issued".into());
+    let invalid = || {
+        Error::InvalidRequest(crate::domain::ValidationError::new(
+            "page_token",
+            "page_token is not one this server issued",
+        ))
+    };
     let bytes = hex::decode(token).map_err(|_| invalid())?;
     String::from_utf8(bytes).map(Some).map_err(|_| invalid())
 }

@@ -44,23 +44,29 @@ pub struct RankQuery {
 impl RankQuery {
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.candidates.len() > MAX_CANDIDATES {
-            return Err(ValidationError::new(format!(
+            return Err(ValidationError::new("candidates", format!(
                 "at most {MAX_CANDIDATES} candidates may be named, got {}; send none to rank every profiled workload",
                 self.candidates.len()
             )));
         }
         if self.top_k > MAX_CANDIDATES {
-            return Err(ValidationError::new(format!(
-                "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
-                self.top_k
-            )));
+            return Err(ValidationError::new(
+                "top_k",
+                format!(
+                    "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
+                    self.top_k
+                ),
+            ));
         }
         if let Some(fraction) = self.min_target_fraction {
             if !(fraction > 0.0 && fraction <= 1.0) {
-                return Err(ValidationError::new(format!(
+                return Err(ValidationError::new(
+                    "max_target_slowdown",
+                    format!(
                     "max_target_slowdown is the fraction of its exclusive throughput the target \
                      keeps: between 0 (no limit) and 1, got {fraction}"
-                )));
+                ),
+                ));
             }
         }
         let mut seen = foldhash::HashSet::with_capacity_and_hasher(
@@ -68,9 +74,10 @@ impl RankQuery {
             foldhash::fast::RandomState::default(),
         );
         if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
-            return Err(ValidationError::new(format!(
-                "candidate {twice} is listed twice"
-            )));
+            return Err(ValidationError::new(
+                "candidates",
+                format!("candidate {twice} is listed twice"),
+            ));
         }
         Ok(())
     }
@@ -87,10 +94,13 @@ pub struct PredictQuery {
 impl PredictQuery {
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.workloads.len() < 2 || self.workloads.len() > MAX_MEMBERS {
-            return Err(ValidationError::new(format!(
-                "a colocated set has 2 to {MAX_MEMBERS} workloads, got {}",
-                self.workloads.len()
-            )));
+            return Err(ValidationError::new(
+                "workloads",
+                format!(
+                    "a colocated set has 2 to {MAX_MEMBERS} workloads, got {}",
+                    self.workloads.len()
+                ),
+            ));
         }
         Ok(())
     }
@@ -166,12 +176,9 @@ pub fn rank_order(a: (f64, &str), b: (f64, &str)) -> std::cmp::Ordering {
 
 /// The memory a set may use: the request's limit, else the GPU model's memory.
 fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> Result<f64> {
-    requested.or(table.memory_gb).ok_or_else(|| {
-        Error::FailedPrecondition(format!(
-            "the memory of GPU model {:?} is unknown; pass gpu_memory_gb or store a profile that carries it",
-            gpu.as_str()
-        ))
-    })
+    requested
+        .or(table.memory_gb)
+        .ok_or_else(|| Error::GpuMemoryUnknown(gpu.clone()))
 }
 
 fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec<MemberPrediction> {
@@ -308,12 +315,12 @@ impl RankWork {
             table,
             found,
         } = self;
-        let target = table.get(&query.target).ok_or_else(|| {
-            Error::FailedPrecondition(format!(
-                "target {}",
-                not_profiled(&gpu, query.target.as_str())
-            ))
-        })?;
+        let target = table
+            .get(&query.target)
+            .ok_or_else(|| Error::TargetNotProfiled {
+                workload: query.target.as_str().to_string(),
+                gpu: gpu.clone(),
+            })?;
         let limit = memory_limit(&gpu, &table, query.gpu_memory_gb)?;
 
         let mut skipped = Vec::new();
@@ -382,12 +389,10 @@ impl RankWork {
         let needs_members =
             query.objective == Objective::NormalizedSum || query.min_target_fraction.is_some();
         if needs_members && !kind.predicts_members() {
-            return Err(Error::FailedPrecondition(format!(
-                "the model of GPU model {:?} ({}) predicts only the set's sum; NORMALIZED_SUM and \
-                 max_target_slowdown need a model kind that predicts each member",
-                gpu.as_str(),
-                kind.as_str()
-            )));
+            return Err(Error::ModelPredictsOnlySums {
+                gpu: gpu.clone(),
+                kind: kind.as_str(),
+            });
         }
 
         let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
@@ -500,9 +505,10 @@ pub(super) fn predict(
         .workloads
         .iter()
         .map(|name| {
-            table
-                .get(name)
-                .ok_or_else(|| Error::FailedPrecondition(not_profiled(gpu, name.as_str())))
+            table.get(name).ok_or_else(|| Error::MemberNotProfiled {
+                workload: name.as_str().to_string(),
+                gpu: gpu.clone(),
+            })
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;

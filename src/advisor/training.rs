@@ -124,7 +124,10 @@ impl Advisor {
             last_id: c.last_observation_id,
         });
         let threads = self.lifecycle.training_threads;
+        // The caller's span (the Train RPC, or the retraining task's) follows the fit.
+        let span = tracing::Span::current();
         let judged = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let job = || {
                 let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
                 let (fitted, comparison) = rayon::join(
@@ -174,7 +177,7 @@ impl Advisor {
                     )
                     .await?;
                 tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
-                return Err(Error::FailedPrecondition(reason));
+                return Err(Error::TrainingFailed(reason));
             }
         };
 
@@ -307,11 +310,9 @@ impl Advisor {
             .model(gpu, version)
             .await?
             .map(Arc::new)
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "GPU model {:?} has no model version {version}",
-                    gpu.as_str()
-                ))
+            .ok_or_else(|| Error::UnknownModelVersion {
+                gpu: gpu.clone(),
+                version,
             })
     }
 
@@ -322,12 +323,14 @@ impl Advisor {
 
     /// Serves a stored version whatever training decides, until unpinned.
     pub async fn pin(&self, gpu: &GpuName, version: u64) -> Result<Arc<StoredModel>> {
-        let model = self.store.model(gpu, version).await?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "GPU model {:?} has no model version {version}",
-                gpu.as_str()
-            ))
-        })?;
+        let model =
+            self.store
+                .model(gpu, version)
+                .await?
+                .ok_or_else(|| Error::UnknownModelVersion {
+                    gpu: gpu.clone(),
+                    version,
+                })?;
         self.store.pin_model(gpu, version).await?;
         let model = Arc::new(model);
         self.publish(gpu, model.clone());
@@ -338,10 +341,7 @@ impl Advisor {
     /// Removes the pin: the newest promoted version serves again.
     pub async fn unpin(&self, gpu: &GpuName) -> Result<Arc<StoredModel>> {
         if !self.store.unpin_model(gpu).await? {
-            return Err(Error::FailedPrecondition(format!(
-                "GPU model {:?} has no pinned model",
-                gpu.as_str()
-            )));
+            return Err(Error::NothingPinned(gpu.clone()));
         }
         let champion = self.store.champion(gpu).await?.ok_or_else(|| {
             Error::Internal(anyhow::anyhow!("a pinned GPU model lost its models"))

@@ -25,11 +25,17 @@ pub fn timestamp(ms: i64) -> prost_types::Timestamp {
 
 fn timestamp_ms(field: &str, ts: &prost_types::Timestamp) -> Result<i64, ValidationError> {
     if !(0..1_000_000_000).contains(&ts.nanos) {
-        return Err(ValidationError::new(format!("{field} has invalid nanos")));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} has invalid nanos"),
+        ));
     }
     // Year 1970 to 9999: the range RFC 3339 (and grpcurl's JSON) can express.
     if !(0..=253_402_300_799).contains(&ts.seconds) {
-        return Err(ValidationError::new(format!("{field} is out of range")));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} is out of range"),
+        ));
     }
     Ok(ts.seconds * 1000 + i64::from(ts.nanos / 1_000_000))
 }
@@ -57,12 +63,14 @@ fn mode(raw: i32) -> Result<WorkloadMode, ValidationError> {
     match pb::WorkloadMode::try_from(raw) {
         Ok(pb::WorkloadMode::Training) => Ok(WorkloadMode::Training),
         Ok(pb::WorkloadMode::Inference) => Ok(WorkloadMode::Inference),
-        Ok(pb::WorkloadMode::Unspecified) => {
-            Err(ValidationError::new("mode must be TRAINING or INFERENCE"))
-        }
-        Err(_) => Err(ValidationError::new(format!(
-            "mode {raw} is not a known value"
-        ))),
+        Ok(pb::WorkloadMode::Unspecified) => Err(ValidationError::new(
+            "mode",
+            "mode must be TRAINING or INFERENCE",
+        )),
+        Err(_) => Err(ValidationError::new(
+            "mode",
+            format!("mode {raw} is not a known value"),
+        )),
     }
 }
 
@@ -79,9 +87,10 @@ pub fn state_filter(raw: i32) -> Result<Option<WorkloadState>, ValidationError> 
         Ok(pb::WorkloadState::PendingProfile) => Ok(Some(WorkloadState::PendingProfile)),
         Ok(pb::WorkloadState::Profiled) => Ok(Some(WorkloadState::Profiled)),
         Ok(pb::WorkloadState::Failed) => Ok(Some(WorkloadState::Failed)),
-        Err(_) => Err(ValidationError::new(format!(
-            "state {raw} is not a known value"
-        ))),
+        Err(_) => Err(ValidationError::new(
+            "state",
+            format!("state {raw} is not a known value"),
+        )),
     }
 }
 
@@ -101,9 +110,10 @@ fn source(raw: i32) -> Result<ProfileSource, ValidationError> {
         Ok(pb::ProfileSource::Imported) => Ok(ProfileSource::Imported),
         Ok(pb::ProfileSource::Measured) => Ok(ProfileSource::Measured),
         Ok(pb::ProfileSource::Replay) => Ok(ProfileSource::Replay),
-        Err(_) => Err(ValidationError::new(format!(
-            "profile.source {raw} is not a known value"
-        ))),
+        Err(_) => Err(ValidationError::new(
+            "profile.source",
+            format!("profile.source {raw} is not a known value"),
+        )),
     }
 }
 
@@ -117,20 +127,21 @@ fn source_to_pb(source: ProfileSource) -> pb::ProfileSource {
 }
 
 pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, ValidationError> {
-    let raw = raw.ok_or_else(|| ValidationError::new("profile is required"))?;
+    let raw = raw.ok_or_else(|| ValidationError::new("profile", "profile is required"))?;
     // A profile may come without kernel metrics only when it says so.
     let kernel = match (raw.kernel, raw.kernel_missing) {
         (_, true) => pb::KernelMetrics::default(),
         (Some(kernel), false) => kernel,
         (None, false) => {
             return Err(ValidationError::new(
+                "profile.kernel",
                 "profile.kernel is required (or set profile.kernel_missing)",
             ))
         }
     };
     let system = raw
         .system
-        .ok_or_else(|| ValidationError::new("profile.system is required"))?;
+        .ok_or_else(|| ValidationError::new("profile.system", "profile.system is required"))?;
     let profile = Profile {
         gpu: GpuName::parse("profile.gpu", &raw.gpu)?,
         kernel: KernelMetrics {
@@ -252,17 +263,17 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         Ok(pb::Objective::ThroughputSum) => Objective::ThroughputSum,
         Ok(pb::Objective::NormalizedSum) => Objective::NormalizedSum,
         Err(_) => {
-            return Err(ValidationError::new(format!(
-                "objective {} is not a known value",
-                raw.objective
-            )))
+            return Err(ValidationError::new(
+                "objective",
+                format!("objective {} is not a known value", raw.objective),
+            ))
         }
     };
     if raw.top_k < 0 {
-        return Err(ValidationError::new(format!(
-            "top_k must not be negative, got {}",
-            raw.top_k
-        )));
+        return Err(ValidationError::new(
+            "top_k",
+            format!("top_k must not be negative, got {}", raw.top_k),
+        ));
     }
     for candidate in &raw.candidates {
         WorkloadName::check("candidate", candidate)?;
@@ -383,10 +394,13 @@ pub fn model_kind(raw: &str) -> Result<Option<ModelKind>, ValidationError> {
         return Ok(None);
     }
     ModelKind::parse(raw).map(Some).ok_or_else(|| {
-        ValidationError::new(format!(
-            "kind {raw:?} is not one of {:?}",
-            ModelKind::ALL.map(ModelKind::as_str)
-        ))
+        ValidationError::new(
+            "kind",
+            format!(
+                "kind {raw:?} is not one of {:?}",
+                ModelKind::ALL.map(ModelKind::as_str)
+            ),
+        )
     })
 }
 

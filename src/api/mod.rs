@@ -50,7 +50,7 @@ impl AdvisorService {
 }
 
 fn invalid(error: crate::domain::ValidationError) -> Status {
-    crate::advisor::Error::from(error).into()
+    crate::advisor::Error::InvalidRequest(error).into()
 }
 
 #[tonic::async_trait]
@@ -203,9 +203,13 @@ impl ColocationAdvisor for AdvisorService {
         let request = request.into_inner();
         let gpu = self.gpu(&request.gpu)?;
         if request.version == 0 {
-            return Err(Status::invalid_argument(
-                "version must name a stored model version",
-            ));
+            return Err(
+                crate::advisor::Error::from(crate::domain::ValidationError::new(
+                    "version",
+                    "version must name a stored model version",
+                ))
+                .into(),
+            );
         }
         let model = self.advisor.pin(&gpu, request.version).await?;
         let context = self.context(&gpu).await?;

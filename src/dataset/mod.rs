@@ -1,6 +1,6 @@
 //! Datasets measured elsewhere, as files: the KACE format (profiles of workloads running
-//! alone and their measured colocated runs). A leaf of the house: it reads files into
-//! domain values and knows nothing of the store or the service, so that `import`, `eval`,
+//! alone and their measured colocated runs). It reads files into domain values (and the
+//! model's features) and knows nothing of the store or the service, so that `import`, `eval`,
 //! the profiler's replay backend and the benchmarks all read the same files the same way.
 
 mod kace;

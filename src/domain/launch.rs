@@ -44,7 +44,11 @@ fn is_env_name(name: &str) -> bool {
 
 impl LaunchSpec {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        let invalid = |m: String| Err(ValidationError::new(m));
+        let invalid = |m: String| {
+            // Every message starts with the field it is about.
+            let field = m.split_whitespace().next().unwrap_or("launch").to_string();
+            Err(ValidationError::new(field, m))
+        };
         if !self.program.starts_with('/') || self.program.contains('\0') {
             return invalid(format!(
                 "launch.program must be an absolute path, got {:?}",
@@ -92,7 +96,10 @@ impl LaunchSpec {
         }
         if let Some(pattern) = &self.throughput_regex {
             let regex = regex::Regex::new(pattern).map_err(|e| {
-                ValidationError::new(format!("launch.throughput_regex does not compile: {e}"))
+                ValidationError::new(
+                    "launch.throughput_regex",
+                    format!("launch.throughput_regex does not compile: {e}"),
+                )
             })?;
             if regex.captures_len() < 2 {
                 return invalid(

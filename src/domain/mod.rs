@@ -19,14 +19,34 @@ pub use profile::{
 };
 pub use workload::{Labels, NewWorkload, WorkloadMode, WorkloadState};
 
-/// A value that failed validation; the message is written for the person who sent it.
+/// A value that failed validation: which field (a path into the request, as the API spells
+/// it, e.g. `profile.system.sm_busy_pct` or `members[1].throughput`) and a message written
+/// for the person who sent it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct ValidationError(pub String);
+#[error("{message}")]
+pub struct ValidationError {
+    pub field: String,
+    pub message: String,
+}
 
 impl ValidationError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error with its field seen from an enclosing message (`prefix.field`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        if !self.field.starts_with(prefix) {
+            self.field = if self.field.is_empty() {
+                prefix.to_string()
+            } else {
+                format!("{prefix}.{}", self.field)
+            };
+        }
+        self
     }
 }
 

@@ -9,12 +9,16 @@ const MAX_NAME_CHARS: usize = 128;
 /// Every name: present, and at most [`MAX_NAME_CHARS`] characters.
 fn check_length(field: &str, raw: &str) -> Result<(), ValidationError> {
     if raw.is_empty() {
-        return Err(ValidationError::new(format!("{field} must not be empty")));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must not be empty"),
+        ));
     }
     if raw.chars().count() > MAX_NAME_CHARS {
-        return Err(ValidationError::new(format!(
-            "{field} is longer than {MAX_NAME_CHARS} characters"
-        )));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} is longer than {MAX_NAME_CHARS} characters"),
+        ));
     }
     Ok(())
 }
@@ -38,9 +42,10 @@ impl WorkloadName {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || "._-/:+".contains(*c)))
         {
-            return Err(ValidationError::new(format!(
-                "{field} {raw:?} contains {bad:?}; use letters, digits and . _ - / : +"
-            )));
+            return Err(ValidationError::new(
+                field,
+                format!("{field} {raw:?} contains {bad:?}; use letters, digits and . _ - / : +"),
+            ));
         }
         Ok(())
     }
@@ -72,9 +77,10 @@ impl GpuName {
     pub fn parse(field: &str, raw: &str) -> Result<Self, ValidationError> {
         check_length(field, raw)?;
         if raw.trim() != raw || raw.chars().any(char::is_control) {
-            return Err(ValidationError::new(format!(
-                "{field} {raw:?} has control characters or leading/trailing spaces"
-            )));
+            return Err(ValidationError::new(
+                field,
+                format!("{field} {raw:?} has control characters or leading/trailing spaces"),
+            ));
         }
         Ok(Self(raw.into()))
     }

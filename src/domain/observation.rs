@@ -30,40 +30,58 @@ impl Observation {
         observed_at_ms: i64,
     ) -> Result<Self, ValidationError> {
         if members.len() < 2 {
-            return Err(ValidationError::new(format!(
-                "a colocated run needs at least 2 members, got {}",
-                members.len()
-            )));
+            return Err(ValidationError::new(
+                "members",
+                format!(
+                    "a colocated run needs at least 2 members, got {}",
+                    members.len()
+                ),
+            ));
         }
         if members.len() > MAX_MEMBERS {
-            return Err(ValidationError::new(format!(
-                "a colocated run has at most {MAX_MEMBERS} members, got {}",
-                members.len()
-            )));
+            return Err(ValidationError::new(
+                "members",
+                format!(
+                    "a colocated run has at most {MAX_MEMBERS} members, got {}",
+                    members.len()
+                ),
+            ));
         }
         let mut job_ids = HashSet::new();
-        for member in &members {
+        for (i, member) in members.iter().enumerate() {
             if !member.throughput.is_finite() || member.throughput < 0.0 {
-                return Err(ValidationError::new(format!(
-                    "throughput of {} must be a finite number >= 0, got {}",
-                    member.workload, member.throughput
-                )));
+                return Err(ValidationError::new(
+                    format!("members[{i}].throughput"),
+                    format!(
+                        "throughput of {} must be a finite number >= 0, got {}",
+                        member.workload, member.throughput
+                    ),
+                ));
             }
             if member.job_id.chars().count() > MAX_JOB_ID_CHARS {
-                return Err(ValidationError::new(format!(
-                    "job_id of {} is longer than {MAX_JOB_ID_CHARS} characters",
-                    member.workload
-                )));
+                return Err(ValidationError::new(
+                    format!("members[{i}].job_id"),
+                    format!(
+                        "job_id of {} is longer than {MAX_JOB_ID_CHARS} characters",
+                        member.workload
+                    ),
+                ));
             }
             if !member.job_id.is_empty() && !job_ids.insert(member.job_id.as_str()) {
-                return Err(ValidationError::new(format!(
-                    "job {:?} is listed twice; each member is one job",
-                    member.job_id
-                )));
+                return Err(ValidationError::new(
+                    format!("members[{i}].job_id"),
+                    format!(
+                        "job {:?} is listed twice; each member is one job",
+                        member.job_id
+                    ),
+                ));
             }
         }
         if observed_at_ms < 0 {
-            return Err(ValidationError::new("observed_at must not be before 1970"));
+            return Err(ValidationError::new(
+                "observed_at",
+                "observed_at must not be before 1970",
+            ));
         }
         Ok(Self {
             gpu,

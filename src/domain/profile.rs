@@ -78,18 +78,20 @@ const MAX_UNIT_CHARS: usize = 32;
 
 fn check_non_negative(field: &str, value: f64) -> Result<(), ValidationError> {
     if !value.is_finite() || value < 0.0 {
-        return Err(ValidationError::new(format!(
-            "{field} must be a finite number >= 0, got {value}"
-        )));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must be a finite number >= 0, got {value}"),
+        ));
     }
     Ok(())
 }
 
 fn check_percentage(field: &str, value: f64) -> Result<(), ValidationError> {
     if !value.is_finite() || !(0.0..=100.0).contains(&value) {
-        return Err(ValidationError::new(format!(
-            "{field} must be a percentage between 0 and 100, got {value}"
-        )));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must be a percentage between 0 and 100, got {value}"),
+        ));
     }
     Ok(())
 }
@@ -111,17 +113,23 @@ impl KernelMetrics {
 impl SystemMetrics {
     pub fn validate(&self) -> Result<(), ValidationError> {
         if !self.exclusive_throughput.is_finite() || self.exclusive_throughput <= 0.0 {
-            return Err(ValidationError::new(format!(
-                "system.exclusive_throughput must be a finite number > 0, got {}",
-                self.exclusive_throughput
-            )));
+            return Err(ValidationError::new(
+                "system.exclusive_throughput",
+                format!(
+                    "system.exclusive_throughput must be a finite number > 0, got {}",
+                    self.exclusive_throughput
+                ),
+            ));
         }
         if self.throughput_unit.chars().count() > MAX_UNIT_CHARS
             || self.throughput_unit.chars().any(char::is_control)
         {
-            return Err(ValidationError::new(format!(
-                "system.throughput_unit must be at most {MAX_UNIT_CHARS} printable characters"
-            )));
+            return Err(ValidationError::new(
+                "system.throughput_unit",
+                format!(
+                    "system.throughput_unit must be at most {MAX_UNIT_CHARS} printable characters"
+                ),
+            ));
         }
         check_percentage("system.sm_busy_pct", self.sm_busy_pct)?;
         check_percentage("system.mem_busy_pct", self.mem_busy_pct)?;
@@ -141,9 +149,10 @@ pub fn gb_from_bytes(bytes: u64) -> f64 {
 pub fn check_memory_gb(field: &str, value: f64) -> Result<(), ValidationError> {
     check_non_negative(field, value)?;
     if value > MAX_MEMORY_GB {
-        return Err(ValidationError::new(format!(
-            "{field} = {value} GB is more than any GPU has; is the unit GB?"
-        )));
+        return Err(ValidationError::new(
+            field,
+            format!("{field} = {value} GB is more than any GPU has; is the unit GB?"),
+        ));
     }
     Ok(())
 }
@@ -155,7 +164,10 @@ impl Profile {
         if let Some(memory) = self.gpu_memory_gb {
             check_memory_gb("profile.gpu_memory_gb", memory)?;
             if memory == 0.0 {
-                return Err(ValidationError::new("profile.gpu_memory_gb must be > 0"));
+                return Err(ValidationError::new(
+                    "profile.gpu_memory_gb",
+                    "profile.gpu_memory_gb must be > 0",
+                ));
             }
         }
         Ok(())

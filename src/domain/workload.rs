@@ -83,31 +83,38 @@ impl NewWorkload {
         labels: &Labels,
     ) -> Result<(), ValidationError> {
         if model.chars().count() > MAX_MODEL_CHARS || model.chars().any(char::is_control) {
-            return Err(ValidationError::new(format!(
-                "model must be at most {MAX_MODEL_CHARS} printable characters"
-            )));
+            return Err(ValidationError::new(
+                "model",
+                format!("model must be at most {MAX_MODEL_CHARS} printable characters"),
+            ));
         }
         if batch_size > MAX_BATCH_SIZE {
-            return Err(ValidationError::new(format!(
-                "batch_size {batch_size} is larger than {MAX_BATCH_SIZE}"
-            )));
+            return Err(ValidationError::new(
+                "batch_size",
+                format!("batch_size {batch_size} is larger than {MAX_BATCH_SIZE}"),
+            ));
         }
         if labels.len() > MAX_LABELS {
-            return Err(ValidationError::new(format!(
-                "at most {MAX_LABELS} labels are allowed, got {}",
-                labels.len()
-            )));
+            return Err(ValidationError::new(
+                "labels",
+                format!(
+                    "at most {MAX_LABELS} labels are allowed, got {}",
+                    labels.len()
+                ),
+            ));
         }
         for (key, value) in labels {
             if key.is_empty() || key.chars().count() > MAX_LABEL_CHARS {
-                return Err(ValidationError::new(format!(
-                    "label keys must be 1 to {MAX_LABEL_CHARS} characters"
-                )));
+                return Err(ValidationError::new(
+                    "labels",
+                    format!("label keys must be 1 to {MAX_LABEL_CHARS} characters"),
+                ));
             }
             if value.chars().count() > MAX_LABEL_CHARS {
-                return Err(ValidationError::new(format!(
-                    "label {key:?} is longer than {MAX_LABEL_CHARS} characters"
-                )));
+                return Err(ValidationError::new(
+                    "labels",
+                    format!("label {key:?} is longer than {MAX_LABEL_CHARS} characters"),
+                ));
             }
         }
         Ok(())

@@ -107,7 +107,7 @@ pub async fn import_kace(
             .expect("imported workloads carry a profile");
         match advisor.register(workload).await {
             Ok(_) => registered += 1,
-            Err(AdvisorError::AlreadyExists(_)) => {
+            Err(AdvisorError::WorkloadExists(_)) => {
                 let stored = advisor.get(&name).await?;
                 let same = stored.profiles.iter().any(|p| {
                     p.gpu == profile.gpu && p.kernel == profile.kernel && p.system == profile.system

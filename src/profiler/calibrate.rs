@@ -12,10 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{launch_run_spec, runner, GpuSampler};
 use crate::{
-    advisor::Advisor,
     domain::{now_ms, ColocatedMember, GpuName, LaunchSpec, Observation, WorkloadName},
     settings::ProfilerSettings,
-    store::ObservationSource,
+    store::{ObservationSource, Store},
 };
 
 const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
@@ -101,21 +100,18 @@ impl Mps {
 /// Runs up to `max_pairs` pairs (in name order, a workload with itself included) of the
 /// workloads that have a launch spec and a profile on the profiling GPU's model.
 pub async fn calibrate(
-    advisor: &Advisor,
+    store: &Store,
     sampler: &dyn GpuSampler,
     settings: &ProfilerSettings,
     max_pairs: usize,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
     let info = sampler.info().map_err(|e| anyhow::anyhow!(e))?;
-    let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| anyhow::anyhow!(e.0))?;
+    let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| anyhow::anyhow!(e.message))?;
     let mut workloads: Vec<(WorkloadName, LaunchSpec)> = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = advisor
-            .store()
-            .list_workloads(after.as_deref(), 1000, None)
-            .await?;
+        let page = store.list_workloads(after.as_deref(), 1000, None).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.name.to_string());
         workloads.extend(page.into_iter().filter_map(|w| {
@@ -185,8 +181,7 @@ pub async fn calibrate(
                     vec![member(a, ta, 0), member(b, tb, 1)],
                     now_ms(),
                 )?;
-                advisor
-                    .store()
+                store
                     .insert_observation(&observation, ObservationSource::Calibrated, None, now_ms())
                     .await?;
                 summary

@@ -26,7 +26,7 @@ use crate::{
         gb_from_bytes, now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource,
         SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
     },
-    settings::ProfilerSettings,
+    settings::{ProfilerBackend, ProfilerSettings},
 };
 
 /// Why a profile could not be taken.
@@ -66,14 +66,14 @@ impl Backend {
     /// the nvml backend says so once here, and then on each job it cannot run (the job
     /// waits, with the reason visible on the workload).
     pub fn from_settings(settings: &ProfilerSettings) -> anyhow::Result<Self> {
-        Ok(match settings.backend.as_str() {
-            "replay" => Self::Replay(ReplayBackend::load(
-                Path::new(&settings.replay_dir),
+        Ok(match settings.backend {
+            ProfilerBackend::Replay => Self::Replay(ReplayBackend::load(
+                settings.replay_dir.as_deref().unwrap_or(Path::new("")),
                 GpuName::parse("profiler.replay_gpu", &settings.replay_gpu)
-                    .map_err(|e| anyhow::anyhow!(e.0))?,
+                    .map_err(|e| anyhow::anyhow!(e.message))?,
                 settings.replay_gpu_memory_gb,
             )?),
-            "nvml" => {
+            ProfilerBackend::Nvml => {
                 let sampler = match NvmlSampler::init(settings.gpu_index) {
                     Ok(sampler) => Some(Arc::new(sampler) as Arc<dyn GpuSampler>),
                     Err(error) => {
@@ -83,7 +83,7 @@ impl Backend {
                 };
                 Self::Nvml(NvmlBackend::new(settings.clone(), sampler))
             }
-            _ => Self::Off,
+            ProfilerBackend::Off => Self::Off,
         })
     }
 
@@ -217,8 +217,9 @@ impl NvmlBackend {
         })?;
         let sampler = self.sampler()?;
         let info = sampler.info().map_err(ProfileError::Unavailable)?;
-        let gpu = GpuName::parse("gpu", info.name.trim())
-            .map_err(|e| ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.0)))?;
+        let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| {
+            ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.message))
+        })?;
 
         let started = std::time::Instant::now();
         let (system, samples) = self.system_phase(launch, sampler.as_ref(), cancel).await?;
@@ -226,30 +227,31 @@ impl NvmlBackend {
         tracing::info!(samples, secs = system_secs, "system phase done");
 
         let started = std::time::Instant::now();
-        let (kernel, kernel_missing, note) = match find_ncu(&self.settings.ncu_path) {
-            None => (
-                NO_KERNEL_METRICS,
-                true,
-                format!(
-                    "kernel metrics missing: Nsight Compute was not found at {:?} \
-                     (profiler.ncu_path); not rankable until profiled again",
-                    self.settings.ncu_path
-                ),
-            ),
-            Some(ncu) => match self.kernel_phase(&ncu, launch, cancel).await? {
-                Ok(kernel) => (kernel, false, String::new()),
-                // Another attempt would print the same: keep the system metrics and say
-                // which kernel metrics are missing.
-                Err(missing) => (
+        let (kernel, kernel_missing, note) =
+            match find_ncu(&self.settings.ncu_path.to_string_lossy()) {
+                None => (
                     NO_KERNEL_METRICS,
                     true,
                     format!(
-                        "kernel metrics missing: Nsight Compute ran, but {missing}; not \
-                         rankable until profiled again"
+                        "kernel metrics missing: Nsight Compute was not found at {:?} \
+                     (profiler.ncu_path); not rankable until profiled again",
+                        self.settings.ncu_path
                     ),
                 ),
-            },
-        };
+                Some(ncu) => match self.kernel_phase(&ncu, launch, cancel).await? {
+                    Ok(kernel) => (kernel, false, String::new()),
+                    // Another attempt would print the same: keep the system metrics and say
+                    // which kernel metrics are missing.
+                    Err(missing) => (
+                        NO_KERNEL_METRICS,
+                        true,
+                        format!(
+                            "kernel metrics missing: Nsight Compute ran, but {missing}; not \
+                             rankable until profiled again"
+                        ),
+                    ),
+                },
+            };
         let kernel_secs = started.elapsed().as_secs_f64();
 
         let profile = Profile {

@@ -67,7 +67,7 @@ impl Store {
             Ok(Some(ClaimedJob {
                 id: row.id,
                 workload: WorkloadName::parse("name", &row.name)
-                    .map_err(|e| StoreError::Corrupt(e.0))?,
+                    .map_err(|e| StoreError::Corrupt(e.message))?,
                 attempts: u32::try_from(row.attempts).unwrap_or(u32::MAX),
                 launch: row
                     .launch
@@ -104,21 +104,19 @@ impl Store {
         not_before_ms: i64,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let outcome = async {
-            sqlx::query(
-                "UPDATE profiling_jobs SET state = 'pending', attempts = MAX(attempts - 1, 0), \
-                 not_before_ms = ?2, updated_at_ms = ?3 WHERE id = ?1",
-            )
-            .bind(job_id)
-            .bind(not_before_ms)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
-            set_reason(&mut tx, job_id, Some("pending_profile"), reason, now_ms).await
-        }
-        .await;
-        finish(tx, outcome).await
+        self.update_job(
+            job_id,
+            JobUpdate {
+                state: "pending",
+                uncount_attempt: true,
+                last_error: None,
+                not_before_ms: Some(not_before_ms),
+                workload_state: "pending_profile",
+                reason,
+            },
+            now_ms,
+        )
+        .await
     }
 
     /// Records a failed attempt that will be retried after `not_before_ms`.
@@ -130,38 +128,69 @@ impl Store {
         not_before_ms: i64,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let outcome = async {
-            sqlx::query(
-                "UPDATE profiling_jobs SET state = 'pending', last_error = ?2, not_before_ms = ?3, \
-                 updated_at_ms = ?4 WHERE id = ?1",
-            )
-            .bind(job_id)
-            .bind(error)
-            .bind(not_before_ms)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
-            set_reason(&mut tx, job_id, Some("pending_profile"), reason, now_ms).await
-        }
-        .await;
-        finish(tx, outcome).await
+        self.update_job(
+            job_id,
+            JobUpdate {
+                state: "pending",
+                uncount_attempt: false,
+                last_error: Some(error),
+                not_before_ms: Some(not_before_ms),
+                workload_state: "pending_profile",
+                reason,
+            },
+            now_ms,
+        )
+        .await
     }
 
     /// Gives up on a job: the job and its workload are FAILED, with the error as reason.
     pub async fn fail_job(&self, job_id: i64, error: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.update_job(
+            job_id,
+            JobUpdate {
+                state: "failed",
+                uncount_attempt: false,
+                last_error: Some(error),
+                not_before_ms: None,
+                workload_state: "failed",
+                reason: error,
+            },
+            now_ms,
+        )
+        .await
+    }
+
+    /// One state change of a claimed job and of its workload, in one transaction.
+    async fn update_job(
+        &self,
+        job_id: i64,
+        update: JobUpdate<'_>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = async {
             sqlx::query(
-                "UPDATE profiling_jobs SET state = 'failed', last_error = ?2, updated_at_ms = ?3 \
-                 WHERE id = ?1",
+                "UPDATE profiling_jobs SET state = ?2, \
+                 attempts = CASE WHEN ?3 THEN MAX(attempts - 1, 0) ELSE attempts END, \
+                 last_error = COALESCE(?4, last_error), \
+                 not_before_ms = COALESCE(?5, not_before_ms), updated_at_ms = ?6 WHERE id = ?1",
             )
             .bind(job_id)
-            .bind(error)
+            .bind(update.state)
+            .bind(update.uncount_attempt)
+            .bind(update.last_error)
+            .bind(update.not_before_ms)
             .bind(now_ms)
             .execute(&mut *tx)
             .await?;
-            set_reason(&mut tx, job_id, Some("failed"), error, now_ms).await
+            set_reason(
+                &mut tx,
+                job_id,
+                Some(update.workload_state),
+                update.reason,
+                now_ms,
+            )
+            .await
         }
         .await;
         finish(tx, outcome).await
@@ -207,4 +236,19 @@ impl Store {
         .fetch_one(&self.pool)
         .await?)
     }
+}
+
+/// What [`Store::update_job`] changes.
+struct JobUpdate<'a> {
+    /// The job's new state.
+    state: &'static str,
+    /// A release: the claim's attempt does not count.
+    uncount_attempt: bool,
+    /// Kept as it was when `None`.
+    last_error: Option<&'a str>,
+    /// Kept as it was when `None`.
+    not_before_ms: Option<i64>,
+    /// The workload's new state and its reason.
+    workload_state: &'static str,
+    reason: &'a str,
 }

@@ -96,7 +96,9 @@ impl Store {
     /// Stops taking runs, writes the ones already queued, then closes the pool. Runs
     /// offered after this get [`StoreError::Closed`].
     pub async fn close(&self) {
+        // Acknowledged reports still queued are written before the pool closes.
         self.observation_writer.stop().await;
+        tracing::info!(task = "observation writer", "task exited");
         self.pool.close().await;
     }
 

@@ -151,7 +151,7 @@ impl ModelRow {
             _ => None,
         };
         Ok(StoredModel {
-            gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.0))?,
+            gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.message))?,
             version: self.version as u64,
             params,
             metrics: FitMetrics {

@@ -165,7 +165,7 @@ impl Store {
                 .await?;
         names
             .iter()
-            .map(|n| GpuName::parse("gpu", n).map_err(|e| StoreError::Corrupt(e.0)))
+            .map(|n| GpuName::parse("gpu", n).map_err(|e| StoreError::Corrupt(e.message)))
             .collect()
     }
 

@@ -83,7 +83,7 @@ fn corrupt(what: impl Into<String>) -> StoreError {
 impl ProfileRow {
     fn into_profile(self) -> Result<Profile, StoreError> {
         Ok(Profile {
-            gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.0))?,
+            gpu: GpuName::parse("gpu", &self.gpu).map_err(|e| corrupt(e.message))?,
             kernel: KernelMetrics {
                 threads: self.threads,
                 compute_throughput_pct: self.compute_throughput_pct,
@@ -111,7 +111,7 @@ impl ProfileRow {
 impl WorkloadRow {
     fn into_record(self, profiles: Vec<Profile>) -> Result<WorkloadRecord, StoreError> {
         Ok(WorkloadRecord {
-            name: WorkloadName::parse("name", &self.name).map_err(|e| corrupt(e.0))?,
+            name: WorkloadName::parse("name", &self.name).map_err(|e| corrupt(e.message))?,
             mode: WorkloadMode::from_db(&self.mode)
                 .ok_or_else(|| corrupt(format!("workload mode {:?}", self.mode)))?,
             model: self.model,
@@ -307,7 +307,7 @@ impl Store {
         let mut profiles = group_profiles(profile_rows)?;
         rows.into_iter()
             .map(|(id, name)| {
-                let name = WorkloadName::parse("name", &name).map_err(|e| corrupt(e.0))?;
+                let name = WorkloadName::parse("name", &name).map_err(|e| corrupt(e.message))?;
                 Ok((name, profiles.remove(&id).unwrap_or_default()))
             })
             .collect()
@@ -321,7 +321,7 @@ impl Store {
         rows.into_iter()
             .map(|(name, memory)| {
                 Ok((
-                    GpuName::parse("gpu", &name).map_err(|e| corrupt(e.0))?,
+                    GpuName::parse("gpu", &name).map_err(|e| corrupt(e.message))?,
                     memory,
                 ))
             })

@@ -1,3 +1,6 @@
+//! Health and reflection as probes and grpcurl see them: SERVING once ready, both
+//! reflection versions listing the services, and a stop that releases the database.
+
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
 };

@@ -29,7 +29,11 @@ async fn app() -> TestApp {
 }
 
 fn trainer(app: &TestApp) -> Trainer {
-    Trainer::new(app.advisor.clone(), Duration::from_secs(3600))
+    Trainer::new(
+        app.advisor.clone(),
+        app.advisor.store().clone(),
+        Duration::from_secs(3600),
+    )
 }
 
 async fn kace_app() -> TestApp {

@@ -9,6 +9,7 @@ mod grpcurl;
 mod health;
 mod kace;
 mod lifecycle;
+mod logging;
 mod ncu;
 mod operations;
 mod predict;

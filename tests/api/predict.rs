@@ -1,3 +1,6 @@
+//! Predict on explicit sets: the same sum as Rank for a pair, copies and larger sets, the
+//! memory check, and bad sets refused with INVALID_ARGUMENT.
+
 use coloc::proto as pb;
 use tonic::Code;
 

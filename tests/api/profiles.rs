@@ -1,3 +1,6 @@
+//! PutProfile: a pending workload becomes rankable at once, a profile per GPU model is
+//! replaced or kept, unknown names and bad metrics are refused.
+
 use coloc::proto as pb;
 use tonic::Code;
 

@@ -1,3 +1,7 @@
+//! Rank through the generated client: ordering by predicted sum, top_k, the memory guard,
+//! skipped candidates and why, objectives, target slowdown caps, and bad requests (with the
+//! field named in a BadRequest detail).
+
 use coloc::proto as pb;
 use tonic::Code;
 
@@ -427,4 +431,65 @@ async fn max_target_slowdown_outside_zero_to_one_is_invalid() {
             "{limit}: {result:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
+    use tonic_types::StatusExt;
+    let mut app = spawn_app().await;
+    let cases = [
+        (
+            pb::RankRequest {
+                target: "w00".into(),
+                top_k: -1,
+                ..Default::default()
+            },
+            "top_k",
+        ),
+        (rank("bad name with spaces"), "target"),
+        (
+            pb::RankRequest {
+                target: "w00".into(),
+                max_target_slowdown: 1.5,
+                ..Default::default()
+            },
+            "max_target_slowdown",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = app.client.rank(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        let violations = status
+            .get_details_bad_request()
+            .unwrap_or_else(|| panic!("no BadRequest detail in {status:?}"))
+            .field_violations;
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].field, field, "{status:?}");
+        // The human message is still the status message.
+        assert_eq!(violations[0].description, status.message());
+    }
+    // A report with a bad member names the member's field.
+    let status = app
+        .client
+        .report_colocation(pb::ReportColocationRequest {
+            gpu: GPU.into(),
+            members: vec![
+                pb::ColocatedMember {
+                    workload: "w00".into(),
+                    throughput: 1.0,
+                    ..Default::default()
+                },
+                pb::ColocatedMember {
+                    workload: "w01".into(),
+                    throughput: -1.0,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let violations = status.get_details_bad_request().unwrap().field_violations;
+    assert_eq!(violations[0].field, "members[1].throughput");
 }

@@ -1,3 +1,6 @@
+//! ReportColocation: runs stored once however often reported, bad reports refused without
+//! a trace, timestamps, concurrent reports, and durability across a reopen.
+
 use std::collections::{HashMap, HashSet};
 
 use coloc::proto as pb;

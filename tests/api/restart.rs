@@ -1,3 +1,6 @@
+//! A restart on the same SQLite file: workloads, profiles, runs and the served model are
+//! all still there.
+
 use coloc::proto as pb;
 
 use crate::helpers::{

@@ -1,3 +1,6 @@
+//! Train and GetModel: too few runs, coefficients recovered from a known linear truth,
+//! default kinds, stored versions, runs without profiles left out, bad requests.
+
 use coloc::proto as pb;
 use tonic::Code;
 

@@ -74,6 +74,7 @@ fn nvml_worker(app: &TestApp, ncu_path: &str, max_attempts: u32) -> Worker {
     let backend = NvmlBackend::new(settings.clone(), Some(Arc::new(sampler)));
     Worker::new(
         app.advisor.clone(),
+        app.advisor.store().clone(),
         Arc::new(Backend::Nvml(backend)),
         settings,
     )
@@ -555,7 +556,12 @@ async fn the_nvml_backend_waits_with_a_visible_reason_when_nvml_cannot_start() {
         .unwrap();
     let settings = app.settings.profiler.clone();
     let backend = Backend::Nvml(NvmlBackend::new(settings.clone(), None));
-    let worker = Worker::new(app.advisor.clone(), Arc::new(backend), settings);
+    let worker = Worker::new(
+        app.advisor.clone(),
+        app.advisor.store().clone(),
+        Arc::new(backend),
+        settings,
+    );
     let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
     assert!(
         matches!(&outcome, RunOutcome::Waiting { reason, .. } if reason.contains("NVML")),
@@ -611,12 +617,17 @@ async fn the_replay_backend_profiles_from_the_dataset_and_the_workload_ranks_at_
         .await
         .unwrap();
     let settings = ProfilerSettings {
-        backend: "replay".into(),
-        replay_dir: kace_dir().display().to_string(),
+        backend: coloc::settings::ProfilerBackend::Replay,
+        replay_dir: Some(kace_dir()),
         ..app.settings.profiler.clone()
     };
     let backend = Backend::from_settings(&settings).unwrap();
-    let worker = Worker::new(app.advisor.clone(), Arc::new(backend), settings);
+    let worker = Worker::new(
+        app.advisor.clone(),
+        app.advisor.store().clone(),
+        Arc::new(backend),
+        settings,
+    );
 
     let first = worker.run_once(&CancellationToken::new()).await.unwrap();
     assert!(
@@ -662,7 +673,7 @@ async fn calibrate_runs_pairs_of_profiled_workloads_together_and_stores_them() {
     let sampler =
         RecordedSampler::from_file(&fixtures().join("nvml/synthetic_samples.jsonl")).unwrap();
     let summary = coloc::profiler::calibrate::calibrate(
-        &app.advisor,
+        app.advisor.store(),
         &sampler,
         &app.settings.profiler,
         10,

@@ -1,3 +1,6 @@
+//! The workload registry: register with and without a profile (a job is queued), get,
+//! paged list with state filter, forged page tokens, delete, and invalid registrations.
+
 use coloc::proto as pb;
 use tonic::Code;
 

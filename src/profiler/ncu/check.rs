@@ -4,33 +4,23 @@
 //! kernel metrics a profile would get, or the error that says what is missing. As text for
 //! people, `--json` for scripts; the exit status is 0 only for a complete kernel profile.
 
-use std::{io::Write, path::PathBuf};
+use std::{io::Write, path::Path};
 
 use serde::Serialize;
 
 use super::{metric::NumberFormat, report::NcuSummary};
 use crate::domain::KernelMetrics;
 
-#[derive(Debug, clap::Args)]
-pub struct NcuArgs {
-    /// The ncu output: `ncu --csv` (details page, ncu's default) or `--page raw`, as a file
-    /// (other lines before the table are allowed).
-    pub file: PathBuf,
-    /// Print the check as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Prints the check of `args.file`; an error (exit status 1) unless a complete kernel
-/// profile can be built from it.
-pub fn run_check(args: &NcuArgs) -> anyhow::Result<()> {
-    let label = args.file.display().to_string();
-    let check = match super::read_output_file(&args.file) {
+/// Prints the check of `file` (as JSON with `json`); an error (exit status 1) unless a
+/// complete kernel profile can be built from it.
+pub fn run_check(file: &Path, json: bool) -> anyhow::Result<()> {
+    let label = file.display().to_string();
+    let check = match super::read_output_file(file) {
         Ok(text) => NcuCheck::of(&label, &text),
         Err(error) => NcuCheck::unreadable(&label, &error),
     };
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if json {
         serde_json::to_writer_pretty(&mut out, &check)?;
         writeln!(out)?;
     } else {

@@ -35,7 +35,7 @@ pub mod report;
 
 use std::path::Path;
 
-pub use check::{run_check, NcuArgs, NcuCheck};
+pub use check::{run_check, NcuCheck};
 pub use metric::{Metric, NumberFormat};
 pub use parse::{parse, Kernel, Layout, NcuTable, Reading, PERCENT_ROUNDING_MARGIN};
 pub use report::{MetricSummary, MissingMetric, NcuSummary};

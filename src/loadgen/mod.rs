@@ -1,0 +1,174 @@
+//! `coloc bench`: the load generator. It starts the server in-process on a loopback port
+//! with a synthetic store (W workloads with profiles drawn from the KACE V100 metric
+//! ranges, runs of random pairs, a model trained through the Train RPC), or drives a
+//! running server (`--addr`), and measures each scenario with C concurrent clients for T
+//! seconds: Health/Check (the floor any RPC pays on this machine, in the same run), Rank
+//! over N named candidates, Rank over every workload, ReportColocation, and Rank on the
+//! Python comparison peer (benches/peer/) trained on the same data. It reports RPC/s,
+//! latency percentiles (hdrhistogram), CPU used and the ratios to Health/Check.
+//!
+//! A tool beside the service, not part of it: a module of the `coloc` binary that the
+//! service's library never compiles. Its parts: `synthetic` (the store), `scenario` (the
+//! clients and their calls), `peer` (the Python comparison), `process` (CPU and memory of
+//! a process), `report` (tables, JSON, ratios).
+
+mod peer;
+mod process;
+mod report;
+mod scenario;
+mod synthetic;
+
+use std::{
+    sync::{atomic::AtomicI64, Arc},
+    time::Instant,
+};
+
+use anyhow::{bail, Context};
+
+use coloc::{
+    cli::BenchArgs,
+    proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient},
+    settings::{Settings, SettingsSources},
+    startup::App,
+    store::Store,
+};
+
+use peer::start_peer;
+use process::rss_mb;
+use report::{print_report, Report};
+use scenario::{connect, connect_when_ready, rank_pool, run_scenario, server_names, Call};
+use synthetic::{seed_store, synthetic};
+
+const GPU: &str = "bench-gpu-80GB";
+const GPU_MEMORY_GB: f64 = 80.0;
+/// Pre-built requests per Rank scenario, cycled through by the clients.
+const REQUEST_POOL: usize = 64;
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let mut report = Report::default();
+    let setup = &mut report.setup;
+    let mut setup = |key: &str, value: serde_json::Value| {
+        setup.insert(key.into(), value);
+    };
+    setup("cpus", std::thread::available_parallelism()?.get().into());
+    setup("concurrency", args.concurrency.into());
+    setup("seconds_per_scenario", args.duration.into());
+    setup("rank_top_k", args.top_k.into());
+
+    let scratch = tempfile::tempdir()?;
+    let mut server = None;
+    let mut data = None;
+    let (addr, names) = match &args.addr {
+        Some(addr) => {
+            let channel = connect(addr, 1).await?.remove(0);
+            (addr.clone(), server_names(channel).await?)
+        }
+        None => {
+            let path = match &args.database {
+                Some(path) => path.clone(),
+                None => scratch.path().join("bench.db"),
+            };
+            let synthetic = synthetic(args.workloads, args.observations, args.seed)?;
+            let url = format!("sqlite://{}", path.display());
+            if !path.exists() {
+                let started = Instant::now();
+                let store = Store::open(&url).await?;
+                seed_store(&store, &synthetic).await?;
+                store.close().await;
+                setup("seed_s", started.elapsed().as_secs_f64().into());
+            }
+            setup("workloads", args.workloads.into());
+            setup("observations", args.observations.into());
+            let settings = Settings::load(SettingsSources {
+                file: None,
+                environment: Some(Default::default()),
+                overrides: vec![
+                    ("server.listen", "127.0.0.1:0".into()),
+                    ("metrics.listen", String::new()),
+                    ("database.url", url),
+                    ("profiler.backend", "off".into()),
+                    ("trainer.interval_secs", "0".into()),
+                    ("server.max_request_bytes", (64u64 << 20).to_string()),
+                ],
+            })?;
+            let started = Instant::now();
+            let app = App::build(&settings).await?;
+            setup("startup_s", started.elapsed().as_secs_f64().into());
+            setup("rss_after_startup_mb", rss_mb().into());
+            let addr = format!("http://{}", app.local_addr());
+            let stop = tokio_util::sync::CancellationToken::new();
+            server = Some((tokio::spawn(app.run_until_stopped(stop.clone())), stop));
+            let names = synthetic.names.iter().map(|n| n.to_string()).collect();
+            data = Some(synthetic);
+            (addr, names)
+        }
+    };
+    if names.is_empty() {
+        bail!("the server has no workloads to rank");
+    }
+    let channels = connect(&addr, args.connections).await?;
+    let mut client = ColocationAdvisorClient::new(channels[0].clone());
+    if server.is_some() {
+        let started = Instant::now();
+        let trained = client
+            .train(pb::TrainRequest {
+                gpu: GPU.into(),
+                kind: String::new(),
+            })
+            .await
+            .context("training the synthetic store's model")?
+            .into_inner();
+        setup("train_s", started.elapsed().as_secs_f64().into());
+        setup("model_version", trained.champion_version.into());
+        setup("rss_after_training_mb", rss_mb().into());
+    }
+
+    let names = Arc::new(names);
+    let peer = match (&args.peer_python, &data) {
+        (Some(python), Some(data)) => Some(start_peer(&args, python, data)?),
+        (Some(_), None) => bail!("the peer runs only with the in-process server (no --addr)"),
+        _ => None,
+    };
+    let peer_channels = match &peer {
+        Some(peer) => Some(connect_when_ready(&peer.addr, args.connections).await?),
+        None => None,
+    };
+    let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
+    for scenario in &args.scenarios {
+        let (on_peer, name) = match scenario.strip_prefix("peer_") {
+            Some(rest) => (true, rest),
+            None => (false, scenario.as_str()),
+        };
+        let call = match name {
+            "health" => Call::Health,
+            "report" => Call::Report {
+                names: names.clone(),
+                clock: clock.clone(),
+            },
+            "rank_all" => Call::Rank(Arc::new(rank_pool(&names, None, 10, args.seed))),
+            _ => match name.strip_prefix("rank_").and_then(|n| n.parse().ok()) {
+                Some(n) => Call::Rank(Arc::new(rank_pool(&names, Some(n), args.top_k, args.seed))),
+                None => bail!("unknown scenario {scenario:?}"),
+            },
+        };
+        let (target, pid) = match (on_peer, &peer_channels, &peer) {
+            (false, _, _) => (&channels, None),
+            (true, Some(channels), Some(peer)) => (channels, Some(peer.child.id())),
+            _ => bail!("scenario {scenario:?} needs --peer-python"),
+        };
+        if !args.json {
+            eprintln!(
+                "running {scenario} for {:.0} s ...",
+                args.warmup + args.duration
+            );
+        }
+        let result = run_scenario(target, call, &args, pid).await?;
+        report.scenarios.insert(scenario.clone(), result);
+    }
+    drop(peer);
+    if let Some((task, stop)) = server {
+        stop.cancel();
+        task.await??;
+    }
+    print_report(&report, &args)
+}
