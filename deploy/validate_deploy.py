@@ -15,7 +15,7 @@ Checks:
     terminationGracePeriodSeconds above server.shutdown_grace_secs;
   * the ConfigMap's coloc.toml parses, uses only known keys, listens on the network only with
     auth on, points auth.tokens_file into the Secret's mount and database.url onto the PVC;
-  * the Service selects the pod and exposes 50051 (grpc) and 9090 (metrics);
+  * the Service selects the pod and exposes 50051 (grpc) and 50052 (metrics);
   * the gpu-profiler overlay: nvidia.com/gpu: 1, a GPU nodeSelector and toleration,
     COLOC__PROFILER__BACKEND=nvml and absolute COLOC__PROFILER__ALLOWED_PROGRAMS; the base
     asks for no GPU.
@@ -120,8 +120,8 @@ def check_render(name, path, defaults):
         if port != 50051:
             fail(where, f"{probe} must be a gRPC probe on port 50051 (found {c.get(probe)})")
     ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}
-    if ports.get(50051) != "grpc" or ports.get(9090) != "metrics":
-        fail(where, f"container ports {ports}, expected 50051 grpc and 9090 metrics")
+    if ports.get(50051) != "grpc" or ports.get(50052) != "metrics":
+        fail(where, f"container ports {ports}, expected 50051 grpc and 50052 metrics")
     psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
     if not (psc.get("runAsNonRoot") or csc.get("runAsNonRoot")):
         fail(where, "runAsNonRoot is not set")
@@ -205,8 +205,8 @@ def check_render(name, path, defaults):
         url = effective.get("database.url", "")
         if not url.startswith("sqlite:///var/lib/coloc/"):
             fail(where, f"database.url {url} is not on the PVC at /var/lib/coloc")
-        if effective.get("metrics.listen", "") != "0.0.0.0:9090":
-            fail(where, "metrics.listen should be 0.0.0.0:9090 (the Service's metrics port)")
+        if effective.get("metrics.listen", "") != "0.0.0.0:50052":
+            fail(where, "metrics.listen should be 0.0.0.0:50052 (the Service's metrics port)")
         grace = int(effective.get("server.shutdown_grace_secs", 20))
         if pod.get("terminationGracePeriodSeconds", 30) <= grace:
             fail(where, f"terminationGracePeriodSeconds must exceed shutdown_grace_secs ({grace})")
@@ -221,8 +221,21 @@ def check_render(name, path, defaults):
         if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
             fail(where, f"Service selector {sel} does not select the pod ({pod_labels})")
         sports = {p["port"]: p.get("name") for p in svc["spec"].get("ports", [])}
-        if sports.get(50051) != "grpc" or sports.get(9090) != "metrics":
-            fail(where, f"Service ports {sports}, expected 50051 grpc and 9090 metrics")
+        if sports.get(50051) != "grpc" or sports.get(50052) != "metrics":
+            fail(where, f"Service ports {sports}, expected 50051 grpc and 50052 metrics")
+
+    policies = by_kind.get("NetworkPolicy", [])
+    if len(policies) != 1:
+        fail(where, f"{len(policies)} NetworkPolicies, expected 1")
+    for policy in policies:
+        sel = (policy["spec"].get("podSelector") or {}).get("matchLabels") or {}
+        if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
+            fail(where, f"NetworkPolicy selector {sel} does not select the pod")
+        if policy["spec"].get("policyTypes") != ["Ingress"]:
+            fail(where, "the NetworkPolicy should restrict Ingress only")
+        allowed = [p.get("port") for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])]
+        if sorted(map(str, allowed)) != ["grpc", "metrics"]:
+            fail(where, f"NetworkPolicy opens ports {allowed}, expected exactly grpc and metrics")
 
     gpu = str(((res.get("limits") or {}).get("nvidia.com/gpu")) or "")
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
@@ -243,8 +256,35 @@ def check_render(name, path, defaults):
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
 
 
+def check_service_monitor(root):
+    """The ServiceMonitor (a CRD no bundled schema covers): its shape, and that it selects
+    the advisor's Service and scrapes its metrics port."""
+    path = os.path.join(root, "deploy/kubernetes/monitoring/servicemonitor.yaml")
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    if len(docs) != 1:
+        return fail(path, f"{len(docs)} objects, expected one ServiceMonitor")
+    doc = docs[0]
+    if (doc.get("apiVersion"), doc.get("kind")) != ("monitoring.coreos.com/v1", "ServiceMonitor"):
+        fail(path, f"{doc.get('apiVersion')}/{doc.get('kind')} is not monitoring.coreos.com/v1 ServiceMonitor")
+    spec = doc.get("spec") or {}
+    with open(os.path.join(root, "deploy/kubernetes/base/service.yaml")) as f:
+        service = yaml.safe_load(f)
+    labels = service["metadata"]["labels"]
+    wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+    if not wanted or any(labels.get(k) != v for k, v in wanted.items()):
+        fail(path, f"selector {wanted} does not select the Service ({labels})")
+    if (spec.get("namespaceSelector") or {}).get("matchNames") != ["coloc"]:
+        fail(path, "namespaceSelector should name the coloc namespace")
+    ports = [e.get("port") for e in spec.get("endpoints") or []]
+    if ports != ["metrics"] or spec["endpoints"][0].get("path") != "/metrics":
+        fail(path, f"endpoints {spec.get('endpoints')}, expected the metrics port at /metrics")
+    print("  monitoring/servicemonitor.yaml: selects the Service, scrapes metrics")
+
+
 def main():
     root, rendered = sys.argv[1], sys.argv[2]
+    check_service_monitor(root)
     defaults = check_example_toml(root)
     if defaults:
         print(f"  coloc.example.toml: {len(defaults)} keys, same as src/settings.rs DEFAULTS")

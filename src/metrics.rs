@@ -2,7 +2,7 @@
 //! `GET /metrics` on `metrics.listen`. RPC counts and latencies are recorded as requests
 //! pass; the state of the queue, the models and the store is read when scraped.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
@@ -14,92 +14,161 @@ use prometheus::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{advisor::Advisor, domain::now_ms, store::Store};
+use crate::{
+    advisor::{Advisor, JobOutcome, ReportOutcome, TrainingOutcome},
+    domain::now_ms,
+    store::Store,
+};
 
 pub struct Metrics {
     registry: Registry,
-    rpcs: IntCounterVec,
-    latency: HistogramVec,
+    /// grpc-ecosystem names (go-grpc-prometheus), so that stock gRPC dashboards work.
+    handled: IntCounterVec,
+    handling_seconds: HistogramVec,
     jobs: IntGaugeVec,
     model_version: GaugeVec,
     model_age: GaugeVec,
+    model_trained: GaugeVec,
     rolling_error: GaugeVec,
     store_bytes: IntGauge,
+    reports: IntCounterVec,
+    trainings: IntCounterVec,
+    job_outcomes: IntCounterVec,
     /// Log lines stderr could not take (telemetry drops them rather than fail).
     log_lines_dropped: IntCounter,
 }
 
+/// The gRPC code's name as grpc-go spells it (`grpc_code` label values).
+pub fn grpc_code_name(code: i32) -> &'static str {
+    match tonic::Code::from_i32(code) {
+        tonic::Code::Ok => "OK",
+        tonic::Code::Cancelled => "Canceled",
+        tonic::Code::Unknown => "Unknown",
+        tonic::Code::InvalidArgument => "InvalidArgument",
+        tonic::Code::DeadlineExceeded => "DeadlineExceeded",
+        tonic::Code::NotFound => "NotFound",
+        tonic::Code::AlreadyExists => "AlreadyExists",
+        tonic::Code::PermissionDenied => "PermissionDenied",
+        tonic::Code::ResourceExhausted => "ResourceExhausted",
+        tonic::Code::FailedPrecondition => "FailedPrecondition",
+        tonic::Code::Aborted => "Aborted",
+        tonic::Code::OutOfRange => "OutOfRange",
+        tonic::Code::Unimplemented => "Unimplemented",
+        tonic::Code::Internal => "Internal",
+        tonic::Code::Unavailable => "Unavailable",
+        tonic::Code::DataLoss => "DataLoss",
+        tonic::Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// `/coloc.v1.ColocationAdvisor/Rank` -> (`coloc.v1.ColocationAdvisor`, `Rank`).
+pub fn split_method(path: &str) -> (&str, &str) {
+    path.trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or(("unknown", path))
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn gauge(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    GaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
 impl Metrics {
     pub fn new() -> Self {
-        let registry = Registry::new_custom(Some("coloc".into()), None).expect("a valid prefix");
-        let rpcs = IntCounterVec::new(
-            Opts::new(
-                "rpc_requests_total",
-                "RPCs answered, by method and gRPC status code",
-            ),
-            &["method", "code"],
-        )
-        .expect("valid metric");
-        let latency = HistogramVec::new(
+        let registry = Registry::new();
+        let handled = counter(
+            "grpc_server_handled_total",
+            "RPCs completed on the server, regardless of success or failure",
+            &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+        );
+        let handling_seconds = HistogramVec::new(
             HistogramOpts::new(
-                "rpc_duration_seconds",
-                "RPC latency, by method and gRPC status code",
+                "grpc_server_handling_seconds",
+                "Time the server took to answer an RPC",
             )
             .buckets(vec![
                 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
                 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
             ]),
-            &["method", "code"],
+            &["grpc_type", "grpc_service", "grpc_method"],
         )
         .expect("valid metric");
         let jobs = IntGaugeVec::new(
             Opts::new(
-                "profiling_jobs",
+                "coloc_profiling_jobs",
                 "Profiling jobs by state (pending = the queue)",
             ),
             &["state"],
         )
         .expect("valid metric");
-        let model_version = GaugeVec::new(
-            Opts::new(
-                "model_version",
-                "Version of the model serving each GPU model",
-            ),
+        let model_version = gauge(
+            "coloc_model_version",
+            "Version of the model serving each GPU model",
             &["gpu"],
-        )
-        .expect("valid metric");
-        let model_age = GaugeVec::new(
-            Opts::new(
-                "model_age_seconds",
-                "Age of the model serving each GPU model",
-            ),
+        );
+        let model_age = gauge(
+            "coloc_model_age_seconds",
+            "Age of the model serving each GPU model",
             &["gpu"],
-        )
-        .expect("valid metric");
-        let rolling_error = GaugeVec::new(
-            Opts::new(
-                "model_rolling_error",
-                "Mean relative error of the serving model on recently reported runs",
-            ),
+        );
+        let model_trained = gauge(
+            "coloc_model_trained_timestamp_seconds",
+            "When the model serving each GPU model was trained (Unix time)",
             &["gpu"],
-        )
-        .expect("valid metric");
-        let store_bytes =
-            IntGauge::new("store_bytes", "Size of the SQLite database").expect("valid metric");
+        );
+        let rolling_error = gauge(
+            "coloc_model_rolling_error",
+            "Mean relative error of the serving model on recently reported runs",
+            &["gpu"],
+        );
+        let store_bytes = IntGauge::new("coloc_store_bytes", "Size of the SQLite database")
+            .expect("valid metric");
+        let reports = counter(
+            "coloc_reports_total",
+            "ReportColocation calls by outcome (stored, duplicate, rejected)",
+            &["outcome"],
+        );
+        let trainings = counter(
+            "coloc_trainings_total",
+            "Training attempts by outcome (promoted, rejected, failed)",
+            &["outcome"],
+        );
+        let job_outcomes = counter(
+            "coloc_profiling_attempts_total",
+            "Profiling attempts by outcome",
+            &["outcome"],
+        );
         let log_lines_dropped = IntCounter::new(
-            "log_lines_dropped_total",
+            "coloc_log_lines_dropped_total",
             "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
         )
         .expect("valid metric");
+        let build_info = gauge(
+            "coloc_build_info",
+            "Always 1; the labels say which build serves",
+            &["version"],
+        );
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1.0);
         for collector in [
-            Box::new(rpcs.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(latency.clone()),
+            Box::new(handled.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(handling_seconds.clone()),
             Box::new(jobs.clone()),
             Box::new(model_version.clone()),
             Box::new(model_age.clone()),
+            Box::new(model_trained.clone()),
             Box::new(rolling_error.clone()),
             Box::new(store_bytes.clone()),
+            Box::new(reports.clone()),
+            Box::new(trainings.clone()),
+            Box::new(job_outcomes.clone()),
             Box::new(log_lines_dropped.clone()),
+            Box::new(build_info),
+            Box::new(prometheus::process_collector::ProcessCollector::for_self()),
         ] {
             registry
                 .register(collector)
@@ -107,22 +176,29 @@ impl Metrics {
         }
         Self {
             registry,
-            rpcs,
-            latency,
+            handled,
+            handling_seconds,
             jobs,
             model_version,
             model_age,
+            model_trained,
             rolling_error,
             store_bytes,
+            reports,
+            trainings,
+            job_outcomes,
             log_lines_dropped,
         }
     }
 
-    pub fn observe_rpc(&self, method: &str, code: i32, seconds: f64) {
-        let code = code.to_string();
-        self.rpcs.with_label_values(&[method, &code]).inc();
-        self.latency
-            .with_label_values(&[method, &code])
+    /// One answered unary RPC: `path` is the HTTP/2 path, `code` the gRPC status code.
+    pub fn observe_rpc(&self, path: &str, code: i32, seconds: f64) {
+        let (service, method) = split_method(path);
+        self.handled
+            .with_label_values(&["unary", service, method, grpc_code_name(code)])
+            .inc();
+        self.handling_seconds
+            .with_label_values(&["unary", service, method])
             .observe(seconds);
     }
 
@@ -139,6 +215,7 @@ impl Metrics {
         }
         self.model_version.reset();
         self.model_age.reset();
+        self.model_trained.reset();
         self.rolling_error.reset();
         for model in advisor.champions() {
             let gpu = model.gpu.as_str();
@@ -148,14 +225,41 @@ impl Metrics {
             self.model_age
                 .with_label_values(&[gpu])
                 .set((now_ms() - model.created_at_ms) as f64 / 1000.0);
+            self.model_trained
+                .with_label_values(&[gpu])
+                .set(model.created_at_ms as f64 / 1000.0);
             if let Some((error, _)) = advisor.rolling_error(&model.gpu) {
                 self.rolling_error.with_label_values(&[gpu]).set(error);
             }
         }
         self.store_bytes.set(store.size_bytes().await?);
-        let dropped = crate::telemetry::dropped_log_lines();
-        self.log_lines_dropped
-            .inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
+        // Counters catch up with the counts kept where the events happen.
+        let catch_up = |counter: IntCounter, total: u64| {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        let stats = advisor.stats();
+        for outcome in ReportOutcome::ALL {
+            catch_up(
+                self.reports.with_label_values(&[outcome.as_str()]),
+                stats.reports(outcome),
+            );
+        }
+        for outcome in TrainingOutcome::ALL {
+            catch_up(
+                self.trainings.with_label_values(&[outcome.as_str()]),
+                stats.trainings(outcome),
+            );
+        }
+        for outcome in JobOutcome::ALL {
+            catch_up(
+                self.job_outcomes.with_label_values(&[outcome.as_str()]),
+                stats.jobs(outcome),
+            );
+        }
+        catch_up(
+            self.log_lines_dropped.clone(),
+            crate::telemetry::dropped_log_lines(),
+        );
         let mut text = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut text)?;
         Ok(String::from_utf8(text)?)
@@ -176,8 +280,10 @@ pub async fn serve(
     store: Store,
     shutdown: CancellationToken,
 ) {
-    let address: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(address = ?address, "serving metrics");
+    match listener.local_addr() {
+        Ok(address) => tracing::info!(%address, "serving metrics"),
+        Err(error) => tracing::info!(%error, "serving metrics on an address it cannot name"),
+    }
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, _) = tokio::select! {

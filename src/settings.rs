@@ -350,7 +350,7 @@ max_request_bytes = 4194304
 shutdown_grace_secs = 20
 
 [metrics]
-listen = "127.0.0.1:9090"
+listen = "127.0.0.1:50052"
 
 [auth]
 tokens_file = ""
@@ -642,7 +642,7 @@ mod tests {
         assert_eq!(settings.profiler.backend, ProfilerBackend::Off);
         assert_eq!(
             settings.metrics.listen.map(|a| a.to_string()).as_deref(),
-            Some("127.0.0.1:9090")
+            Some("127.0.0.1:50052")
         );
     }
 

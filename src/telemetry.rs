@@ -52,7 +52,13 @@ pub fn init(level: &str, format: LogFormat) {
         .log_internal_errors(false);
     // try_init: a second call (tests) keeps the first subscriber instead of panicking.
     let _ = if format == LogFormat::Json {
-        builder.json().flatten_event(true).try_init()
+        // The span the event happened in, once; not the whole list of its parents too.
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
     } else {
         builder.try_init()
     };

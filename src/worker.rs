@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    advisor::{Advisor, Error as AdvisorError},
+    advisor::{Advisor, Error as AdvisorError, JobOutcome},
     domain::{now_ms, WorkloadName},
     profiler::{Backend, ProfileError},
     settings::ProfilerSettings,
@@ -76,10 +76,21 @@ impl Worker {
 
     /// Claims the next ready job, profiles its workload, and records the outcome.
     pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<RunOutcome> {
-        match self.store.claim_next_job(now_ms()).await? {
-            None => Ok(RunOutcome::Idle),
-            Some(job) => self.handle(job, shutdown).await,
-        }
+        let job = match self.store.claim_next_job(now_ms()).await? {
+            None => return Ok(RunOutcome::Idle),
+            Some(job) => job,
+        };
+        let outcome = self.handle(job, shutdown).await?;
+        self.advisor.stats().job(match &outcome {
+            RunOutcome::Idle => return Ok(outcome),
+            RunOutcome::Profiled { .. } => JobOutcome::Profiled,
+            RunOutcome::WillRetry { .. } => JobOutcome::WillRetry,
+            RunOutcome::Failed { .. } => JobOutcome::Failed,
+            RunOutcome::Waiting { .. } => JobOutcome::Waiting,
+            RunOutcome::Cancelled { .. } => JobOutcome::Cancelled,
+            RunOutcome::Interrupted { .. } => JobOutcome::Interrupted,
+        });
+        Ok(outcome)
     }
 
     #[tracing::instrument(

@@ -5,6 +5,7 @@
 mod catalog;
 mod error;
 mod rank;
+mod stats;
 mod training;
 
 use std::{
@@ -28,6 +29,7 @@ pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
 };
+pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{TrainOutcome, Trigger};
 
 /// Page size when the client asks for none, and the largest page served.
@@ -86,6 +88,8 @@ pub struct Advisor {
     catalog_writer: Mutex<()>,
     /// Serialises training so that versions are published in order.
     trainer: Mutex<()>,
+    /// What the advisor did since start-up, for the metrics endpoint.
+    stats: Stats,
     /// The profiling job running now, by workload: DeleteWorkload cancels it.
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
 }
@@ -129,6 +133,7 @@ impl Advisor {
             default_kind,
             catalog_writer: Mutex::new(()),
             trainer: Mutex::new(()),
+            stats: Stats::default(),
             running_jobs: std::sync::Mutex::new(HashMap::new()),
         };
         advisor.load_rolling_errors().await?;
@@ -141,6 +146,10 @@ impl Advisor {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     fn read_catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
@@ -291,6 +300,7 @@ impl Advisor {
                 .iter()
                 .find(|m| !catalog.contains(&m.workload))
             {
+                self.stats.report(ReportOutcome::Rejected);
                 return Err(Error::UnknownReportedWorkload(
                     unknown.workload.as_str().to_string(),
                 ));
@@ -316,6 +326,11 @@ impl Advisor {
                 now_ms(),
             )
             .await?;
+        self.stats.report(if created {
+            ReportOutcome::Stored
+        } else {
+            ReportOutcome::Duplicate
+        });
         let actual = observation.throughput_sum();
         if let (true, Some((predicted, version))) = (created, prediction) {
             if actual > 0.0 {

@@ -176,6 +176,7 @@ impl Advisor {
                         now_ms(),
                     )
                     .await?;
+                self.stats.training(super::TrainingOutcome::Failed);
                 tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
                 return Err(Error::TrainingFailed(reason));
             }
@@ -211,6 +212,11 @@ impl Advisor {
             )
             .await?;
         let promoted = status == ModelStatus::Promoted;
+        self.stats.training(if promoted {
+            super::TrainingOutcome::Promoted
+        } else {
+            super::TrainingOutcome::Rejected
+        });
         if promoted && self.store.pinned_version(gpu).await?.is_none() {
             self.publish(gpu, stored.clone());
         }

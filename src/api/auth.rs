@@ -61,6 +61,9 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
+/// Tokens containing this (any case) are refused: the placeholders shipped in deploy/.
+const PLACEHOLDER_MARK: &str = "REPLACE-ME";
+
 impl Tokens {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut roles = HashMap::new();
@@ -86,6 +89,14 @@ impl Tokens {
             if token.len() < 16 {
                 return Err(format!(
                     "line {}: tokens must be at least 16 characters",
+                    number + 1
+                ));
+            }
+            // deploy/'s placeholder file deploys as it is; its tokens are public.
+            if token.to_ascii_uppercase().contains(PLACEHOLDER_MARK) {
+                return Err(format!(
+                    "line {}: a placeholder token (it contains {PLACEHOLDER_MARK}); anyone who \
+                     has read coloc's repository knows it: generate real tokens",
                     number + 1
                 ));
             }
@@ -199,6 +210,20 @@ mod tests {
             "# tokens\nreader {READER}\n\noperator {OPERATOR}\n"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn the_placeholder_tokens_shipped_in_deploy_are_refused() {
+        let shipped = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("deploy/kubernetes/base/tokens.placeholder"),
+        )
+        .unwrap();
+        let Err(error) = Tokens::parse(&shipped) else {
+            panic!("the placeholder tokens were accepted");
+        };
+        assert!(error.contains("placeholder"), "{error}");
+        assert!(Tokens::parse("operator replace-me-0123456789abcdef").is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 const HISTORY_LENGTH: u32 = 10;
 
 use crate::{
-    advisor::{Advisor, Trigger},
+    advisor::{Advisor, ReportOutcome, Trigger},
     domain::{now_ms, GpuName},
     proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
 };
@@ -131,7 +131,10 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::ReportColocationRequest>,
     ) -> Result<Response<pb::ReportColocationResponse>, Status> {
-        let observation = convert::observation(request.into_inner(), now_ms()).map_err(invalid)?;
+        let observation = convert::observation(request.into_inner(), now_ms()).map_err(|e| {
+            self.advisor.stats().report(ReportOutcome::Rejected);
+            invalid(e)
+        })?;
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

@@ -257,14 +257,35 @@ async fn the_metrics_endpoint_reports_rpcs_jobs_models_and_the_store() {
     );
 
     let samples = scrape(&app).await;
-    let list_ok =
-        r#"coloc_rpc_requests_total{code="0",method="/coloc.v1.ColocationAdvisor/ListWorkloads"}"#;
+    // grpc-ecosystem names and labels (go-grpc-prometheus), codes spelled as grpc-go does.
+    let list_ok = r#"grpc_server_handled_total{grpc_code="OK",grpc_method="ListWorkloads",grpc_service="coloc.v1.ColocationAdvisor",grpc_type="unary"}"#;
     assert_eq!(value(&samples, list_ok), 3.0);
-    let not_found =
-        r#"coloc_rpc_requests_total{code="5",method="/coloc.v1.ColocationAdvisor/GetWorkload"}"#;
+    let not_found = r#"grpc_server_handled_total{grpc_code="NotFound",grpc_method="GetWorkload",grpc_service="coloc.v1.ColocationAdvisor",grpc_type="unary"}"#;
     assert_eq!(value(&samples, not_found), 1.0);
-    let latency_count = r#"coloc_rpc_duration_seconds_count{code="0",method="/coloc.v1.ColocationAdvisor/ListWorkloads"}"#;
+    let latency_count = r#"grpc_server_handling_seconds_count{grpc_method="ListWorkloads",grpc_service="coloc.v1.ColocationAdvisor",grpc_type="unary"}"#;
     assert_eq!(value(&samples, latency_count), 3.0);
+    assert_eq!(
+        value(
+            &samples,
+            &format!(
+                r#"coloc_build_info{{version="{}"}}"#,
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        1.0
+    );
+    assert!(value(&samples, "process_resident_memory_bytes") > 0.0);
+    assert_eq!(
+        value(&samples, r#"coloc_trainings_total{outcome="promoted"}"#),
+        1.0
+    );
+    assert!(value(&samples, r#"coloc_reports_total{outcome="stored"}"#) > 0.0);
+    assert!(
+        value(
+            &samples,
+            r#"coloc_model_trained_timestamp_seconds{gpu="Test GPU 16GB"}"#
+        ) > 1.7e9
+    );
     assert_eq!(
         value(&samples, r#"coloc_profiling_jobs{state="pending"}"#),
         1.0
