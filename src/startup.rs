@@ -21,7 +21,10 @@ use crate::{
     model::{ModelKind, MIN_TRAINING_ROWS},
     profiler::Backend,
     proto,
-    settings::{ModelKindSetting, Settings, SettingsError, TrainerSettings, MIN_TRAINING_RUNS},
+    settings::{
+        ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings,
+        MIN_TRAINING_RUNS,
+    },
     store::Store,
     trainer::Trainer,
     worker::Worker,
@@ -316,6 +319,11 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         default_kind: model_kind(settings.model.kind),
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
+        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
+            "waiting: this server runs no profiler (profiler.backend = \"off\"); send the \
+             profile with PutProfile, or run a server with profiler.backend = \"nvml\""
+                .to_string()
+        }),
     })
 }
 

@@ -46,6 +46,9 @@ pub struct AdvisorOptions {
     /// Programs a launch spec may name; empty = launch specs are refused.
     pub allowed_programs: Vec<glob::Pattern>,
     pub lifecycle: LifecyclePolicy,
+    /// Why a workload waiting for a profile waits, when no profiling worker runs on this
+    /// server (`profiler.backend = "off"`); `None` when one does.
+    pub no_profiler_reason: Option<String>,
 }
 
 /// How models are trained, judged and watched (README, "Model lifecycle"): the
@@ -90,6 +93,8 @@ pub struct Advisor {
     trainer: Mutex<()>,
     /// What the advisor did since start-up, for the metrics endpoint.
     stats: Stats,
+    /// Shown on workloads waiting for a profile when no worker runs here.
+    no_profiler_reason: Option<String>,
     /// The profiling job running now, by workload: DeleteWorkload cancels it.
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
 }
@@ -103,7 +108,11 @@ impl Advisor {
             default_kind,
             allowed_programs,
             lifecycle,
+            no_profiler_reason,
         } = options;
+        if let Some(reason) = &no_profiler_reason {
+            store.explain_waiting_jobs(None, reason, now_ms()).await?;
+        }
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
             catalog.set_gpu_memory(&gpu, memory);
@@ -134,6 +143,7 @@ impl Advisor {
             catalog_writer: Mutex::new(()),
             trainer: Mutex::new(()),
             stats: Stats::default(),
+            no_profiler_reason,
             running_jobs: std::sync::Mutex::new(HashMap::new()),
         };
         advisor.load_rolling_errors().await?;
@@ -167,7 +177,15 @@ impl Advisor {
             self.check_program(&launch.program)?;
         }
         let _writer = self.catalog_writer.lock().await;
-        let record = self.store.register_workload(&workload, now_ms()).await?;
+        let mut record = self.store.register_workload(&workload, now_ms()).await?;
+        if let (WorkloadState::PendingProfile, Some(reason)) =
+            (record.state, &self.no_profiler_reason)
+        {
+            self.store
+                .explain_waiting_jobs(Some(record.name.as_str()), reason, now_ms())
+                .await?;
+            record.state_reason = reason.clone();
+        }
         self.write_catalog()
             .put_workload(&record.name, &record.profiles);
         Ok(record)

@@ -365,17 +365,19 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
     }
 }
 
+/// A reported run on `gpu` (the request's, or the server's default when it named none).
 pub fn observation(
     raw: pb::ReportColocationRequest,
+    gpu: GpuName,
     now_ms: i64,
 ) -> Result<Observation, ValidationError> {
-    let gpu = GpuName::parse("gpu", &raw.gpu)?;
     let members = raw
         .members
         .into_iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             Ok(ColocatedMember {
-                workload: workload_name("members.workload", &m.workload)?,
+                workload: workload_name(&format!("members[{i}].workload"), &m.workload)?,
                 throughput: m.throughput,
                 job_id: m.job_id,
             })

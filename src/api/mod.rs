@@ -131,10 +131,15 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::ReportColocationRequest>,
     ) -> Result<Response<pb::ReportColocationResponse>, Status> {
-        let observation = convert::observation(request.into_inner(), now_ms()).map_err(|e| {
+        let request = request.into_inner();
+        let rejected = |status: Status| {
             self.advisor.stats().report(ReportOutcome::Rejected);
-            invalid(e)
-        })?;
+            status
+        };
+        // An empty gpu means the default, as everywhere.
+        let gpu = self.gpu(&request.gpu).map_err(rejected)?;
+        let observation =
+            convert::observation(request, gpu, now_ms()).map_err(|e| rejected(invalid(e)))?;
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

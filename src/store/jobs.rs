@@ -46,6 +46,27 @@ async fn set_reason(
 }
 
 impl Store {
+    /// Says why pending jobs wait when nothing will run them (`profiler.backend = "off"`):
+    /// every workload waiting for a profile, or only `workload`, gets `reason`.
+    pub async fn explain_waiting_jobs(
+        &self,
+        workload: Option<&str>,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "UPDATE workloads SET state_reason = ?1, updated_at_ms = ?2 \
+             WHERE state = 'pending_profile' AND (?3 IS NULL OR name = ?3) \
+             AND id IN (SELECT workload_id FROM profiling_jobs WHERE state = 'pending')",
+        )
+        .bind(reason)
+        .bind(now_ms)
+        .bind(workload)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected())
+    }
+
     /// Claims the oldest pending job that may run now, marking it RUNNING.
     pub async fn claim_next_job(&self, now_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
         let mut tx = self.begin_write().await?;

@@ -90,8 +90,8 @@ async fn bad_reports_are_rejected_and_change_nothing() {
             .unwrap();
     }
     let before = app.dump_store().await;
-    let mut no_gpu = report(vec![member("a", 1.0, ""), member("b", 1.0, "")]);
-    no_gpu.gpu = String::new();
+    let mut bad_gpu = report(vec![member("a", 1.0, ""), member("b", 1.0, "")]);
+    bad_gpu.gpu = "tab\tin name".into();
     let mut bad_time = report(vec![member("a", 1.0, ""), member("b", 1.0, "")]);
     bad_time.observed_at = Some(prost_types::Timestamp {
         seconds: -5,
@@ -139,7 +139,7 @@ async fn bad_reports_are_rejected_and_change_nothing() {
             report((0..17).map(|_| member("a", 1.0, "")).collect()),
             Code::InvalidArgument,
         ),
-        ("no gpu", no_gpu, Code::InvalidArgument),
+        ("invalid gpu name", bad_gpu, Code::InvalidArgument),
         ("time before 1970", bad_time, Code::InvalidArgument),
     ];
     for (what, request, code) in cases {
@@ -285,4 +285,26 @@ async fn an_acknowledged_report_survives_closing_and_reopening_the_store() {
         (again.observation_id, again.created),
         (answer.observation_id, false)
     );
+}
+
+#[tokio::test]
+async fn a_report_without_a_gpu_is_stored_on_the_default_gpu_model_as_readme_says() {
+    let mut app = spawn_app().await;
+    register_a_and_b(&mut app).await;
+    let mut request = report(vec![member("a", 1.0, ""), member("b", 2.0, "")]);
+    request.gpu = String::new();
+    let answer = app
+        .client
+        .report_colocation(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.created);
+    // The only GPU model known is the default.
+    let on_default = app
+        .query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE gpu = '{GPU}'"
+        ))
+        .await;
+    assert_eq!(on_default, 1);
 }

@@ -41,6 +41,22 @@ async fn register_without_a_profile_queues_a_profiling_job() {
     assert_eq!(workload.state(), pb::WorkloadState::PendingProfile);
     assert!(workload.profiles.is_empty());
     assert_eq!(app.count("profiling_jobs").await, 1);
+    // This server runs no profiler (the default backend is off): the workload says why it
+    // waits, at once and when read again.
+    assert!(
+        workload.state_reason.contains("profiler.backend"),
+        "{:?}",
+        workload.state_reason
+    );
+    let read = app
+        .client
+        .get_workload(pb::GetWorkloadRequest {
+            name: "pending".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.state_reason, workload.state_reason);
 }
 
 #[tokio::test]
