@@ -83,6 +83,20 @@ pub enum Command {
         #[command(flatten)]
         connection: client::Connection,
     },
+    /// Check an Nsight Compute CSV (`ncu --csv` output) before registering workloads: what
+    /// it holds of the eight kernel metrics, and the profile's kernel metrics. Exits 0 only
+    /// when a complete kernel profile can be built from it.
+    Ncu(NcuArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NcuArgs {
+    /// The ncu output: `ncu --csv` (details page, ncu's default) or `--page raw`, as a file
+    /// (other lines before the table are allowed).
+    pub file: PathBuf,
+    /// Print the check as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -321,6 +335,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report { connection, args } => client::report(&connection, args).await,
         Command::Model { connection, args } => client::model(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
+        Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
             let mut settings = load_settings(&args.common, None)?;
             if let Some(index) = args.gpu_index {

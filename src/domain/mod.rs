@@ -13,7 +13,10 @@ pub use names::{GpuName, WorkloadName};
 pub use observation::{ColocatedMember, Observation, MAX_MEMBERS};
 #[cfg(test)]
 pub(crate) use profile::tests as profile_tests;
-pub use profile::{check_memory_gb, KernelMetrics, Profile, ProfileSource, SystemMetrics};
+pub use profile::{
+    check_memory_gb, gb_from_bytes, KernelMetrics, Profile, ProfileSource, SystemMetrics,
+    BYTES_PER_GB,
+};
 pub use workload::{Labels, NewWorkload, WorkloadMode, WorkloadState};
 
 /// A value that failed validation: which field (a path into the request, as the API spells

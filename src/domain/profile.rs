@@ -1,5 +1,11 @@
 //! A workload's profile on one GPU model: the KACE method's six kernel metrics (Nsight
 //! Compute, one step) and four system metrics (NVML, running alone).
+//!
+//! Memory is in **GB meaning GiB** (2^30 bytes) everywhere in coloc (`memory_gb`,
+//! `gpu_memory_gb`), as in the KACE data: its `memcap` is nvidia-smi's `memory.used` (MiB)
+//! divided by 1024 (KACE-artifact `utils/parse_util.py`, `convert_mib_to_gb`), and GPU
+//! names count the same way (a "V100-SXM2-32GB" has 32 GiB). NVML reports bytes; they
+//! become GB in one place, [`gb_from_bytes`].
 
 use super::{GpuName, ValidationError};
 
@@ -19,6 +25,7 @@ pub struct SystemMetrics {
     pub throughput_unit: String,
     pub sm_busy_pct: f64,
     pub mem_busy_pct: f64,
+    /// Peak GPU memory used, GiB (see the module header).
     pub memory_gb: f64,
 }
 
@@ -57,7 +64,7 @@ pub struct Profile {
     pub kernel: KernelMetrics,
     pub system: SystemMetrics,
     pub source: ProfileSource,
-    /// Total memory of the GPU model, when the profile says it.
+    /// Total memory of the GPU model, GiB, when the profile says it.
     pub gpu_memory_gb: Option<f64>,
     pub measured_at_ms: i64,
     /// True when Nsight Compute could not run: `kernel` is all zeros and the profile is
@@ -130,7 +137,15 @@ impl SystemMetrics {
     }
 }
 
-/// A memory size in GB: finite, >= 0 and plausible for one GPU.
+/// Bytes in one of coloc's GB (a GiB; see the module header).
+pub const BYTES_PER_GB: u64 = 1 << 30;
+
+/// A memory size NVML reports in bytes, in coloc's GB (GiB).
+pub fn gb_from_bytes(bytes: u64) -> f64 {
+    bytes as f64 / BYTES_PER_GB as f64
+}
+
+/// A memory size in GB (GiB): finite, >= 0 and plausible for one GPU.
 pub fn check_memory_gb(field: &str, value: f64) -> Result<(), ValidationError> {
     check_non_negative(field, value)?;
     if value > MAX_MEMORY_GB {

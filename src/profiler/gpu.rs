@@ -7,6 +7,8 @@ use std::{collections::VecDeque, path::Path, sync::Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::gb_from_bytes;
+
 /// The GPU model and its memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuInfo {
@@ -159,7 +161,8 @@ impl GpuSampler for RecordedSampler {
 
 /// KACE's system metrics from the samples of one run: mean GPU and memory utilization over
 /// the samples from the first one with GPU activity on (start-up, before the first kernel,
-/// is not the workload's steady state), and the peak memory of its processes in GB (GiB).
+/// is not the workload's steady state), and the peak memory of its processes in GB (GiB,
+/// converted by [`gb_from_bytes`]).
 pub fn summarize(samples: &[GpuSample]) -> Result<(f64, f64, f64), String> {
     let active: Vec<&GpuSample> = samples
         .iter()
@@ -180,7 +183,7 @@ pub fn summarize(samples: &[GpuSample]) -> Result<(f64, f64, f64), String> {
         .map(|s| s.process_memory_bytes)
         .max()
         .unwrap_or(0);
-    Ok((sm_busy, mem_busy, peak as f64 / (1u64 << 30) as f64))
+    Ok((sm_busy, mem_busy, gb_from_bytes(peak)))
 }
 
 #[cfg(test)]

@@ -23,8 +23,8 @@ use runner::{RunError, RunSpec};
 use crate::{
     dataset::KaceDataset,
     domain::{
-        now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource, SystemMetrics,
-        WorkloadName, DEFAULT_NVTX_RANGE,
+        gb_from_bytes, now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource,
+        SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
     },
     settings::{ProfilerBackend, ProfilerSettings},
 };
@@ -230,14 +230,7 @@ impl NvmlBackend {
         let (kernel, kernel_missing, note) =
             match find_ncu(&self.settings.ncu_path.to_string_lossy()) {
                 None => (
-                    KernelMetrics {
-                        threads: 0.0,
-                        compute_throughput_pct: 0.0,
-                        dram_throughput_pct: 0.0,
-                        memory_throughput_pct: 0.0,
-                        registers: 0.0,
-                        static_shared_memory_bytes: 0.0,
-                    },
+                    NO_KERNEL_METRICS,
                     true,
                     format!(
                         "kernel metrics missing: Nsight Compute was not found at {:?} \
@@ -245,11 +238,19 @@ impl NvmlBackend {
                         self.settings.ncu_path
                     ),
                 ),
-                Some(ncu) => (
-                    self.kernel_phase(&ncu, launch, cancel).await?,
-                    false,
-                    String::new(),
-                ),
+                Some(ncu) => match self.kernel_phase(&ncu, launch, cancel).await? {
+                    Ok(kernel) => (kernel, false, String::new()),
+                    // Another attempt would print the same: keep the system metrics and say
+                    // which kernel metrics are missing.
+                    Err(missing) => (
+                        NO_KERNEL_METRICS,
+                        true,
+                        format!(
+                            "kernel metrics missing: Nsight Compute ran, but {missing}; not \
+                             rankable until profiled again"
+                        ),
+                    ),
+                },
             };
         let kernel_secs = started.elapsed().as_secs_f64();
 
@@ -258,7 +259,7 @@ impl NvmlBackend {
             kernel,
             system,
             source: ProfileSource::Measured,
-            gpu_memory_gb: Some(info.total_memory_bytes as f64 / (1u64 << 30) as f64),
+            gpu_memory_gb: Some(gb_from_bytes(info.total_memory_bytes)),
             measured_at_ms: now_ms(),
             kernel_missing,
         };
@@ -347,12 +348,14 @@ impl NvmlBackend {
     }
 
     /// Runs the workload under Nsight Compute for one step and aggregates its kernels.
+    /// `Ok(Err(..))`: ncu ran and its output was read, but it lacks metrics of the method
+    /// (a partial profile, never stored as complete).
     async fn kernel_phase(
         &self,
         ncu: &Path,
         launch: &LaunchSpec,
         cancel: &CancellationToken,
-    ) -> Result<KernelMetrics, ProfileError> {
+    ) -> Result<Result<KernelMetrics, ncu::NcuError>, ProfileError> {
         let selector = match launch.nvtx_range.as_deref() {
             None => ncu::StepSelector::Nvtx {
                 range: DEFAULT_NVTX_RANGE.into(),
@@ -365,26 +368,68 @@ impl NvmlBackend {
                 range: range.into(),
             },
         };
+        // ncu writes its table into a file of its own (see `ncu`'s module header).
+        let output_dir = tempfile::Builder::new()
+            .prefix("coloc-ncu-")
+            .tempdir()
+            .map_err(|e| {
+                ProfileError::Failed(format!(
+                    "kernel phase: cannot make a folder for ncu's output: {e}"
+                ))
+            })?;
+        let output_file = output_dir.path().join("ncu.csv");
         let mut spec = self.run_spec(launch, self.settings.kernel_timeout_secs);
         spec.program = ncu.to_string_lossy().into_owned();
-        spec.args = ncu::ncu_args(&selector);
+        spec.args = ncu::ncu_args(&selector, &output_file);
         spec.args.push(launch.program.clone());
         spec.args.extend(launch.args.iter().cloned());
         let output = runner::run(&spec, cancel, |_| {})
             .await
             .map_err(|e| run_error("kernel phase", e))?;
+        // Reading and parsing a large step's output is CPU work: off the async threads.
+        let parsed = tokio::task::spawn_blocking(move || {
+            let parsed = ncu::read_output_file(&output_file)
+                .map(|text| (ncu::parse(&text).map(|table| table.kernel_metrics()), text));
+            drop(output_dir);
+            parsed
+        })
+        .await
+        .map_err(|e| ProfileError::Failed(format!("kernel phase: reading ncu's output: {e}")))?;
         if !output.status.success() {
+            // ncu's own messages (==ERROR==) are in its output file; the workload's in stderr.
+            let said = parsed
+                .as_ref()
+                .ok()
+                .and_then(|(_, text)| {
+                    text.lines()
+                        .find(|line| line.starts_with("==ERROR=="))
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| tail(&output.stderr, 5));
             return Err(ProfileError::Failed(format!(
-                "kernel phase: ncu exited with {}: {}",
-                output.status,
-                tail(&output.stderr, 5)
+                "kernel phase: ncu exited with {}: {said}",
+                output.status
             )));
         }
-        let kernels = ncu::parse_raw_csv(&output.stdout)
-            .map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))?;
-        ncu::aggregate(&kernels).map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))
+        let (built, _) = parsed.map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))?;
+        match built.map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))? {
+            Ok(kernel) => Ok(Ok(kernel)),
+            Err(missing @ ncu::NcuError::MissingMetrics { .. }) => Ok(Err(missing)),
+            Err(other) => Err(ProfileError::Failed(format!("kernel phase: {other}"))),
+        }
     }
 }
+
+/// The kernel metrics of a profile whose kernel phase could not measure them
+/// (`kernel_missing`): zeros, never ranked.
+const NO_KERNEL_METRICS: KernelMetrics = KernelMetrics {
+    threads: 0.0,
+    compute_throughput_pct: 0.0,
+    dram_throughput_pct: 0.0,
+    memory_throughput_pct: 0.0,
+    registers: 0.0,
+    static_shared_memory_bytes: 0.0,
+};
 
 /// How a launch spec runs on the profiling GPU under these settings.
 pub fn launch_run_spec(

@@ -11,6 +11,7 @@ mod health;
 mod kace;
 mod lifecycle;
 mod logging;
+mod ncu;
 mod operations;
 mod predict;
 mod profiles;
