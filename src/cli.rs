@@ -194,6 +194,13 @@ pub struct ImportKaceArgs {
     /// Total memory of that GPU model, GB.
     #[arg(long, default_value_t = import::KACE_GPU_MEMORY_GB)]
     pub gpu_memory_gb: f64,
+    /// Import through this running server's API (e.g. http://127.0.0.1:50051; token from
+    /// COLOC_TOKEN, an operator's) instead of writing a database file that no server holds.
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// CA certificate (PEM) of the server's TLS certificate, with --addr.
+    #[arg(long, requires = "addr")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result<Settings> {
@@ -344,6 +351,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(&settings.log.level, settings.log.format);
             let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
                 .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
+            // Writes the file directly: never behind a running server's back.
+            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
@@ -383,6 +392,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
+            if let Some(addr) = &args.addr {
+                let connection = client::Connection {
+                    addr: addr.clone(),
+                    token: std::env::var("COLOC_TOKEN").ok(),
+                    ca_cert: args.ca_cert.clone(),
+                    json: false,
+                };
+                let summary =
+                    client::import_kace(&connection, &args.dir, &gpu, args.gpu_memory_gb).await?;
+                print_import_summary(&gpu, &summary);
+                return Ok(());
+            }
+            // Writes the file directly: never behind a running server's back.
+            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
@@ -460,15 +483,15 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
     );
     for model in &summary.models {
         match model {
-            Ok(outcome) => println!(
+            Ok(model) => println!(
                 "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}: {} ({})",
-                outcome.model.version,
-                outcome.model.params.kind().as_str(),
-                outcome.model.metrics.observations,
-                outcome.model.metrics.r2,
-                outcome.model.metrics.mse,
-                outcome.model.status.as_str(),
-                outcome.model.reason
+                model.version,
+                model.kind,
+                model.observations,
+                model.r2,
+                model.mse,
+                model.status,
+                model.reason
             ),
             Err(reason) => println!("model: not trained: {reason}"),
         }

@@ -6,6 +6,7 @@
 
 pub mod backup;
 mod jobs;
+mod lock;
 mod models;
 mod observation_writer;
 mod observations;
@@ -21,6 +22,7 @@ use sqlx::{
 };
 
 pub use jobs::ClaimedJob;
+pub use lock::{DatabaseLock, LockError};
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, Prediction, StoredObservation};
 pub use workloads::WorkloadRecord;
