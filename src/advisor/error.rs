@@ -21,6 +21,9 @@ pub enum Error {
     /// Rank's target is not registered.
     #[error("target workload {0:?} not found")]
     UnknownTarget(String),
+    /// The job Place is asked to place is not registered.
+    #[error("workload {0:?} to place not found; register it first")]
+    UnknownPlaceWorkload(String),
     /// A reported run names a workload that is not registered.
     #[error("workload {0:?} not found; register it before reporting runs with it")]
     UnknownReportedWorkload(String),

@@ -127,6 +127,15 @@ impl ColocationAdvisor for AdvisorService {
         Ok(Response::new(convert::predict_to_pb(result)))
     }
 
+    async fn place(
+        &self,
+        request: Request<pb::PlaceRequest>,
+    ) -> Result<Response<pb::PlaceResponse>, Status> {
+        let query = convert::place_query(request.into_inner()).map_err(invalid)?;
+        let answer = self.advisor.place(query).await?;
+        Ok(Response::new(convert::place_to_pb(answer)))
+    }
+
     async fn report_colocation(
         &self,
         request: Request<pb::ReportColocationRequest>,

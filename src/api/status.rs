@@ -14,6 +14,7 @@ pub fn code(error: &Error) -> Code {
         Error::InvalidRequest(_) | Error::AmbiguousGpuModel => Code::InvalidArgument,
         Error::UnknownWorkload(_)
         | Error::UnknownTarget(_)
+        | Error::UnknownPlaceWorkload(_)
         | Error::UnknownReportedWorkload(_)
         | Error::UnknownModelVersion { .. } => Code::NotFound,
         Error::WorkloadExists(_) => Code::AlreadyExists,

@@ -13,6 +13,7 @@ mod lifecycle;
 mod logging;
 mod ncu;
 mod operations;
+mod place;
 mod predict;
 mod profiles;
 mod rank;
