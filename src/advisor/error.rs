@@ -73,6 +73,10 @@ pub enum Error {
     LaunchSpecsDisabled,
     #[error("program {0:?} is not in profiler.allowed_programs")]
     ProgramNotAllowed(String),
+    /// An assignment the occupancy's rules refuse: the job runs elsewhere, the GPU is known
+    /// as another model or node, or it is full.
+    #[error(transparent)]
+    Occupancy(crate::store::OccupancyConflict),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -82,6 +86,7 @@ impl From<StoreError> for Error {
         match error {
             StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
             StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
+            StoreError::Occupancy(conflict) => Self::Occupancy(conflict),
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }

@@ -4,6 +4,7 @@
 
 mod catalog;
 mod error;
+mod occupancy;
 mod place;
 mod rank;
 mod stats;
@@ -26,6 +27,7 @@ use crate::{
 
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
+pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
 pub use place::{
     GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
     DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
@@ -441,12 +443,13 @@ impl Advisor {
     /// Place: the GPUs a new job may go to, best first (see `place.rs`). In-process callers
     /// (the simulator, the Kubernetes extender) call this directly with a [`PlaceQuery`].
     pub async fn place(&self, query: PlaceQuery) -> Result<PlaceAnswer> {
+        let mut query = query;
         query.validate()?;
         if query.gpus.is_empty() {
-            return Err(Error::InvalidRequest(crate::domain::ValidationError::new(
-                "gpus",
-                "name at least one GPU",
-            )));
+            query.gpus = self.stored_gpus(&GpuFilter {
+                nodes: std::mem::take(&mut query.nodes),
+                gpu: query.gpu_filter.take(),
+            });
         }
         let work = self.place_work(query)?;
         if work.is_large() {

@@ -3,8 +3,9 @@
 
 use crate::{
     advisor::{
-        GpuState, MemberPrediction, Objective, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement,
-        PredictQuery, PredictResult, RankQuery, RankResult, RankedCandidate, SkipCode, Skipped,
+        GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
+        PlaceSkipCode, Placement, PredictQuery, PredictResult, RankQuery, RankResult,
+        RankedCandidate, SkipCode, Skipped,
     },
     domain::{
         check_memory_gb, ColocatedMember, GpuName, KernelMetrics, LaunchSpec, NewWorkload,
@@ -13,7 +14,7 @@ use crate::{
     },
     model::ModelKind,
     proto as pb,
-    store::{ModelStatus, StoredModel, WorkloadRecord},
+    store::{Assigned, ClusterGpu, ModelStatus, StoredModel, WorkloadRecord},
 };
 
 pub fn timestamp(ms: i64) -> prost_types::Timestamp {
@@ -465,15 +466,76 @@ fn label(field: &str, raw: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
-fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
-    let field = |name: &str| format!("gpus[{i}].{name}");
-    if raw.id.is_empty() {
+/// An id of the scheduler's (a job, a GPU): present, and a label.
+fn id(field: &str, raw: &str) -> Result<(), ValidationError> {
+    if raw.is_empty() {
         return Err(ValidationError::new(
-            field("id"),
-            format!("{} must not be empty", field("id")),
+            field,
+            format!("{field} must not be empty"),
         ));
     }
-    label(&field("id"), &raw.id)?;
+    label(field, raw)
+}
+
+pub fn job_id(raw: String) -> Result<String, ValidationError> {
+    id("job_id", &raw)?;
+    Ok(raw)
+}
+
+pub fn gpu_filter(nodes: Vec<String>, gpu: &str) -> Result<GpuFilter, ValidationError> {
+    for (i, node) in nodes.iter().enumerate() {
+        label(&format!("nodes[{i}]"), node)?;
+    }
+    Ok(GpuFilter {
+        nodes,
+        gpu: optional_gpu("gpu", gpu)?,
+    })
+}
+
+pub fn job_assignment(raw: pb::AssignJobRequest) -> Result<JobAssignment, ValidationError> {
+    id("gpu_id", &raw.gpu_id)?;
+    label("node", &raw.node)?;
+    let assignment = JobAssignment {
+        job_id: job_id(raw.job_id)?,
+        gpu_id: raw.gpu_id,
+        node: raw.node,
+        gpu: optional_gpu("gpu", &raw.gpu)?,
+        workload: workload_name("workload", &raw.workload)?,
+        lease_secs: u64::from(raw.lease_secs),
+    };
+    assignment.validate()?;
+    Ok(assignment)
+}
+
+pub fn assigned_to_pb(assigned: Assigned) -> pb::AssignJobResponse {
+    pb::AssignJobResponse {
+        created: assigned.outcome == crate::store::AssignOutcome::Assigned,
+        expires_at: assigned.expires_at_ms.map(timestamp),
+        gpu: assigned.gpu.to_string(),
+    }
+}
+
+pub fn cluster_gpu_to_pb(gpu: ClusterGpu) -> pb::ClusterGpu {
+    pb::ClusterGpu {
+        id: gpu.id.to_string(),
+        node: gpu.node.to_string(),
+        gpu: gpu.gpu.to_string(),
+        jobs: gpu
+            .jobs
+            .into_iter()
+            .map(|j| pb::ClusterJob {
+                job_id: j.job_id.to_string(),
+                workload: j.workload.as_str().to_owned(),
+                assigned_at: Some(timestamp(j.assigned_at_ms)),
+                expires_at: j.expires_at_ms.map(timestamp),
+            })
+            .collect(),
+    }
+}
+
+fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
+    let field = |name: &str| format!("gpus[{i}].{name}");
+    id(&field("id"), &raw.id)?;
     label(&field("node"), &raw.node)?;
     for (j, resident) in raw.residents.iter().enumerate() {
         WorkloadName::check(&format!("gpus[{i}].residents[{j}]"), resident)?;
@@ -499,9 +561,7 @@ pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError>
             format!("top_k must not be negative, got {}", raw.top_k),
         ));
     }
-    for (i, node) in raw.nodes.iter().enumerate() {
-        label(&format!("nodes[{i}]"), node)?;
-    }
+    let filter = gpu_filter(raw.nodes, &raw.gpu)?;
     let query = PlaceQuery {
         workload: workload_name("workload", &raw.workload)?,
         gpus: raw
@@ -510,8 +570,8 @@ pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError>
             .enumerate()
             .map(|(i, g)| gpu_state(i, g))
             .collect::<Result<_, _>>()?,
-        nodes: raw.nodes,
-        gpu_filter: optional_gpu("gpu", &raw.gpu)?,
+        nodes: filter.nodes,
+        gpu_filter: filter.gpu,
         objective: objective(raw.objective)?,
         min_job_fraction: optional_fraction(raw.min_job_fraction),
         min_resident_fraction: optional_fraction(raw.min_resident_fraction),

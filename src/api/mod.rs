@@ -136,6 +136,39 @@ impl ColocationAdvisor for AdvisorService {
         Ok(Response::new(convert::place_to_pb(answer)))
     }
 
+    async fn assign_job(
+        &self,
+        request: Request<pb::AssignJobRequest>,
+    ) -> Result<Response<pb::AssignJobResponse>, Status> {
+        let assignment = convert::job_assignment(request.into_inner()).map_err(invalid)?;
+        let assigned = self.advisor.assign_job(assignment).await?;
+        Ok(Response::new(convert::assigned_to_pb(assigned)))
+    }
+
+    async fn release_job(
+        &self,
+        request: Request<pb::ReleaseJobRequest>,
+    ) -> Result<Response<pb::ReleaseJobResponse>, Status> {
+        let job_id = convert::job_id(request.into_inner().job_id).map_err(invalid)?;
+        let released = self.advisor.release_job(job_id).await?;
+        Ok(Response::new(pb::ReleaseJobResponse { released }))
+    }
+
+    async fn list_gpus(
+        &self,
+        request: Request<pb::ListGpusRequest>,
+    ) -> Result<Response<pb::ListGpusResponse>, Status> {
+        let request = request.into_inner();
+        let filter = convert::gpu_filter(request.nodes, &request.gpu).map_err(invalid)?;
+        let (page, next_page_token) =
+            self.advisor
+                .list_gpus(request.page_size, &request.page_token, &filter)?;
+        Ok(Response::new(pb::ListGpusResponse {
+            gpus: page.into_iter().map(convert::cluster_gpu_to_pb).collect(),
+            next_page_token,
+        }))
+    }
+
     async fn report_colocation(
         &self,
         request: Request<pb::ReportColocationRequest>,

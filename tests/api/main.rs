@@ -12,6 +12,7 @@ mod kace;
 mod lifecycle;
 mod logging;
 mod ncu;
+mod occupancy;
 mod operations;
 mod place;
 mod predict;
