@@ -489,6 +489,7 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: args.gpu,
             members,
             observed_at: None,

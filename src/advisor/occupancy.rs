@@ -89,6 +89,30 @@ impl Advisor {
         Ok(self.store.release_cluster_job(job_id, now_ms()).await?)
     }
 
+    /// The GPU model of a reported run: a GPU of the occupancy fixes it (naming another is
+    /// refused); otherwise the one named, else the default.
+    pub fn gpu_of_run(&self, requested: Option<GpuName>, gpu_id: Option<&str>) -> Result<GpuName> {
+        let known = gpu_id.and_then(|id| {
+            self.store
+                .occupancy()
+                .gpu(id)
+                .map(|g| (g.gpu.clone(), g.node.to_string()))
+        });
+        match (requested, known) {
+            (Some(requested), Some((known, node))) if requested != known => Err(Error::Occupancy(
+                crate::store::OccupancyConflict::GpuMismatch {
+                    gpu_id: gpu_id.unwrap_or_default().to_string(),
+                    known_gpu: known.to_string(),
+                    known_node: node.clone(),
+                    gpu: requested.to_string(),
+                    node,
+                },
+            )),
+            (_, Some((known, _))) => Ok(known),
+            (requested, None) => self.resolve_gpu(requested),
+        }
+    }
+
     /// One page of the stored GPUs by id, each with its live jobs.
     pub fn list_gpus(
         &self,

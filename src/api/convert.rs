@@ -477,6 +477,15 @@ fn id(field: &str, raw: &str) -> Result<(), ValidationError> {
     label(field, raw)
 }
 
+/// An optional id: empty means "not given".
+pub fn optional_id<'a>(field: &str, raw: &'a str) -> Result<Option<&'a str>, ValidationError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    label(field, raw)?;
+    Ok(Some(raw))
+}
+
 pub fn job_id(raw: String) -> Result<String, ValidationError> {
     id("job_id", &raw)?;
     Ok(raw)

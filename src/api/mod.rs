@@ -178,10 +178,20 @@ impl ColocationAdvisor for AdvisorService {
             self.advisor.stats().report(ReportOutcome::Rejected);
             status
         };
-        // An empty gpu means the default, as everywhere.
-        let gpu = self.gpu(&request.gpu).map_err(rejected)?;
-        let observation =
+        // An empty gpu means the GPU's model when gpu_id names a GPU of the occupancy,
+        // else the default, as everywhere.
+        let requested =
+            convert::optional_gpu("gpu", &request.gpu).map_err(|e| rejected(invalid(e)))?;
+        let gpu_id = convert::optional_id("gpu_id", &request.gpu_id)
+            .map_err(|e| rejected(invalid(e)))?
+            .map(str::to_owned);
+        let gpu = self
+            .advisor
+            .gpu_of_run(requested, gpu_id.as_deref())
+            .map_err(|e| rejected(e.into()))?;
+        let mut observation =
             convert::observation(request, gpu, now_ms()).map_err(|e| rejected(invalid(e)))?;
+        observation.gpu_id = gpu_id.unwrap_or_default();
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

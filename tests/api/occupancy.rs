@@ -268,3 +268,49 @@ async fn a_gpu_whose_model_has_no_model_is_accepted_and_skipped_by_place() {
     assert_eq!(answer.skipped[0].gpu_id, "h1");
     assert_eq!(answer.skipped[0].code(), pb::PlaceSkipReason::PlaceNoModel);
 }
+
+#[tokio::test]
+async fn a_reported_run_may_name_its_gpu_which_fixes_its_gpu_model() {
+    let (mut app, _) = slowdown_app(5).await;
+    small_cluster(&mut app).await;
+    let run = |gpu: &str, gpu_id: &str| pb::ReportColocationRequest {
+        gpu: gpu.into(),
+        gpu_id: gpu_id.into(),
+        members: ["w01", "w02"]
+            .iter()
+            .map(|w| pb::ColocatedMember {
+                workload: w.to_string(),
+                throughput: 3.0,
+                ..Default::default()
+            })
+            .collect(),
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_800_000_000,
+            nanos: 0,
+        }),
+    };
+    let stored = app
+        .client
+        .report_colocation(run("", "g1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.created);
+    let id = stored.observation_id;
+    assert_eq!(
+        app.query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE id = {id} AND gpu_id = 'g1' AND gpu = '{GPU}'"
+        ))
+        .await,
+        1
+    );
+    let before = app.dump_store().await;
+    let message = expect_code(
+        app.client
+            .report_colocation(run("Other GPU 80GB", "g1"))
+            .await,
+        Code::FailedPrecondition,
+    );
+    assert!(message.contains(GPU), "{message}");
+    assert_eq!(app.dump_store().await, before);
+}
