@@ -29,7 +29,7 @@ pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
 pub use place::{
-    GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
+    place_in, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
     DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
 };
 pub use rank::{
@@ -471,80 +471,7 @@ impl Advisor {
             None
         };
         let models = self.models.load();
-        let catalog = self.read_catalog();
-        if !catalog.contains(&query.workload) {
-            return Err(place::unknown_job(&query.workload));
-        }
-        let mut contexts: Vec<place::GpuModelContext> = Vec::new();
-        let mut tables: Vec<Option<Arc<GpuProfiles>>> = Vec::new();
-        let mut gpu_context = Vec::with_capacity(query.gpus.len());
-        let mut residents = Vec::with_capacity(query.gpus.len() * 2);
-        for state in &query.gpus {
-            let gpu = state
-                .gpu
-                .as_ref()
-                .or(default_gpu.as_ref())
-                .expect("resolved above");
-            let index = match contexts.iter().position(|c| &c.gpu == gpu) {
-                Some(index) => index,
-                None => {
-                    let table = catalog.gpu(gpu);
-                    let ready = match (models.get(gpu), &table) {
-                        (None, _) => Err((
-                            PlaceSkipCode::NoModel,
-                            format!(
-                                "no model has been trained for GPU model {:?} yet",
-                                gpu.as_str()
-                            ),
-                        )),
-                        (Some(_), None) => Err((
-                            PlaceSkipCode::JobNotProfiled,
-                            format!(
-                                "the job {} has no profile on GPU model {:?}",
-                                query.workload.as_str(),
-                                gpu.as_str()
-                            ),
-                        )),
-                        (Some(model), Some(table)) => {
-                            match place::job_not_placeable(gpu, table, &query.workload) {
-                                Some(why) => Err(why),
-                                None => Ok(place::Ready {
-                                    model: model.clone(),
-                                    table: table.clone(),
-                                    job: table.position(query.workload.as_str()).expect("checked")
-                                        as u32,
-                                }),
-                            }
-                        }
-                    };
-                    contexts.push(place::GpuModelContext {
-                        gpu: gpu.clone(),
-                        ready,
-                    });
-                    tables.push(table);
-                    contexts.len() - 1
-                }
-            };
-            gpu_context.push(index);
-            let table = tables[index].as_deref();
-            for name in &state.residents {
-                let name = name.as_str();
-                residents.push(match table.and_then(|t| t.position(name)) {
-                    Some(i) => place::Resident::Entry(i as u32),
-                    None if table.is_some_and(|t| t.lacks_kernel_metrics(name)) => {
-                        place::Resident::KernelMissing
-                    }
-                    None if catalog.contains(name) => place::Resident::NotProfiled,
-                    None => place::Resident::Unknown,
-                });
-            }
-        }
-        Ok(place::PlaceWork {
-            query,
-            contexts,
-            gpu_context,
-            residents,
-        })
+        place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)
     }
 
     /// Predict: one explicit set.

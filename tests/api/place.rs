@@ -419,3 +419,96 @@ async fn a_gpu_may_bring_its_own_memory_limit_and_gpu_model() {
         pb::PlaceSkipReason::PlaceExceedsGpuMemory
     );
 }
+
+/// For every measured KACE pair (a, b), in both orders: placing a onto GPUs that each run
+/// one of a's measured partners ranks them exactly as Predict scores the pairs: gain = the
+/// pair's predicted sum minus the resident alone. Under the default model, a member
+/// predicted above its exclusive throughput counts at its exclusive throughput (a co-runner
+/// never speeds a job up); the KACE baseline predicts only sums, which are used as they are.
+#[tokio::test]
+async fn on_the_kace_pairs_place_ranks_one_resident_gpus_as_predict_scores_the_pairs() {
+    use std::collections::BTreeMap;
+
+    let dir = std::sync::Arc::new(tempfile::TempDir::new().unwrap());
+    crate::kace::import(&dir);
+    let mut app = crate::helpers::spawn_app_in(dir).await;
+    let dataset = coloc::dataset::KaceDataset::read(&crate::helpers::kace_dir()).unwrap();
+    let mut partners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pair in &dataset.pairs {
+        partners
+            .entry(pair.workload1.clone())
+            .or_default()
+            .push(pair.workload2.clone());
+        if pair.workload1 != pair.workload2 {
+            partners
+                .entry(pair.workload2.clone())
+                .or_default()
+                .push(pair.workload1.clone());
+        }
+    }
+    // Version 1 is the KACE baseline (sums only), version 2 the default model.
+    for version in [1, 2] {
+        app.client
+            .pin_model(pb::PinModelRequest {
+                gpu: String::new(),
+                version,
+            })
+            .await
+            .unwrap();
+        let (mut pairs, mut clamped) = (0, 0);
+        for (job, residents) in &partners {
+            let mut request = place(
+                job,
+                residents.iter().map(|r| gpu(r, &[r.as_str()])).collect(),
+            );
+            request.include_oversubscribed = true;
+            let answer = app.client.place(request).await.unwrap().into_inner();
+            assert!(answer.skipped.is_empty(), "{:?}", answer.skipped);
+            assert_eq!(answer.models[0].version, version);
+            let mut expected: Vec<(f64, String)> = Vec::new();
+            for resident in residents {
+                let predicted = pair_sum(&mut app, job, resident).await;
+                let alone = predicted.members[1].exclusive_throughput;
+                let sum = if predicted.members[0].predicted_throughput.is_some() {
+                    predicted
+                        .members
+                        .iter()
+                        .map(|m| {
+                            let t = m.predicted_throughput.unwrap();
+                            clamped += usize::from(t > m.exclusive_throughput);
+                            t.min(m.exclusive_throughput)
+                        })
+                        .sum()
+                } else {
+                    predicted.predicted_throughput_sum
+                };
+                expected.push((sum - alone, resident.clone()));
+                pairs += 1;
+            }
+            expected.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let got: Vec<(f64, &str)> = answer
+                .placements
+                .iter()
+                .map(|p| (p.gain, p.gpu_id.as_str()))
+                .collect();
+            assert_eq!(got.len(), expected.len());
+            for ((gain, id), (expected_gain, expected_id)) in got.iter().zip(&expected) {
+                assert_eq!(id, expected_id, "{job} (model version {version}): {got:?}");
+                assert!(
+                    (gain - expected_gain).abs() <= 1e-9 * expected_gain.abs().max(1.0),
+                    "{job} on {id}: {gain} vs {expected_gain}"
+                );
+            }
+        }
+        let orders: usize = dataset
+            .pairs
+            .iter()
+            .map(|p| if p.workload1 == p.workload2 { 1 } else { 2 })
+            .sum();
+        assert_eq!(pairs, orders);
+        eprintln!(
+            "model version {version}: {pairs} placements checked, {clamped} member predictions \
+             above exclusive"
+        );
+    }
+}
