@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     advisor::Advisor,
-    client,
+    client, cluster_client,
     domain::GpuName,
     import,
     settings::{Settings, SettingsSources},
@@ -63,6 +63,28 @@ pub enum Command {
         connection: client::Connection,
         #[command(flatten)]
         args: client::RankArgs,
+    },
+    /// Which GPU should a new job go to? GPUs from --gpu-state FILE.json, or the occupancy
+    /// the server keeps; best first, with why each GPU ranked where it did.
+    Place {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: cluster_client::PlaceArgs,
+    },
+    /// The GPUs of the occupancy the server keeps.
+    Gpus {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: cluster_client::GpusCommand,
+    },
+    /// Jobs in the occupancy the server keeps: assign one to a GPU, release it.
+    Jobs {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: cluster_client::JobsCommand,
     },
     /// Report a colocated run to a running server.
     Report {
@@ -340,6 +362,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => client::workloads(&connection, command).await,
         Command::Rank { connection, args } => client::rank(&connection, args).await,
         Command::Report { connection, args } => client::report(&connection, args).await,
+        Command::Place { connection, args } => cluster_client::place(&connection, args).await,
+        Command::Gpus {
+            connection,
+            command,
+        } => cluster_client::gpus(&connection, command).await,
+        Command::Jobs {
+            connection,
+            command,
+        } => cluster_client::jobs(&connection, command).await,
         Command::Model { connection, args } => client::model(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),

@@ -130,7 +130,7 @@ pub struct ModelArgs {
 
 type Authorize =
     Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
-type Client = ColocationAdvisorClient<InterceptedService<Channel, Authorize>>;
+pub(crate) type Client = ColocationAdvisorClient<InterceptedService<Channel, Authorize>>;
 
 impl Connection {
     /// The server's URL: `addr` as given, or with the scheme its TLS setting implies.
@@ -162,7 +162,7 @@ impl Connection {
             .with_context(|| format!("cannot reach coloc at {}", self.addr))
     }
 
-    async fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) async fn client(&self) -> anyhow::Result<Client> {
         let token: Option<MetadataValue<_>> = match &self.token {
             Some(token) => Some(
                 format!("Bearer {token}")
@@ -186,7 +186,7 @@ impl Connection {
     }
 }
 
-fn status_error(status: tonic::Status) -> anyhow::Error {
+pub(crate) fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", status.code(), status.message())
 }
 
@@ -221,7 +221,7 @@ fn workload_json(w: &pb::Workload) -> Value {
 }
 
 /// Prints rows as an aligned table under `headers`.
-fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -242,7 +242,7 @@ fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -489,6 +489,7 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: args.gpu,
             members,
             observed_at: None,

@@ -9,7 +9,7 @@ use crate::helpers::{database_url, kace_dir, spawn_app_in};
 
 const V100: &str = "Tesla V100-SXM2-32GB";
 
-fn import(dir: &TempDir) -> String {
+pub fn import(dir: &TempDir) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["import", "kace"])
         .arg(kace_dir())
