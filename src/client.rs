@@ -706,6 +706,7 @@ pub async fn import_kace(
                     seconds: run.observed_at_ms / 1000,
                     nanos: 0,
                 }),
+                ..Default::default()
             })
             .await
             .map_err(status_error)?
