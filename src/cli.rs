@@ -451,6 +451,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
+    if args.json {
+        crate::progress::hide();
+    }
     use crate::{eval, model::ModelKind};
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,

@@ -619,7 +619,12 @@ pub async fn import_kace(
     let prepared = prepare(dir, gpu, gpu_memory_gb)?;
     let mut client = connection.client().await?;
     let (mut registered, mut updated, mut unchanged) = (0, 0, 0);
+    let progress = crate::progress::bar(
+        (prepared.workloads.len() + prepared.observations.len()) as u64,
+        "import",
+    );
     for workload in &prepared.workloads {
+        progress.inc(1);
         let profile = workload
             .profile
             .as_ref()
@@ -690,6 +695,7 @@ pub async fn import_kace(
     }
     let mut observations_new = 0;
     for run in &prepared.observations {
+        progress.inc(1);
         let answer = client
             .report_colocation(pb::ReportColocationRequest {
                 gpu: gpu.to_string(),
@@ -727,6 +733,7 @@ pub async fn import_kace(
         .to_string(),
         reason: m.reason.clone(),
     };
+    progress.finish_and_clear();
     let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
     let current = client
         .get_model(pb::GetModelRequest {
@@ -737,6 +744,7 @@ pub async fn import_kace(
     let models = match current {
         Ok(current) if nothing_changed => vec![Ok(line(current.get_ref()))],
         _ => {
+            let training = crate::progress::spinner("training models");
             let mut models = Vec::new();
             for kind in ["kace-linear", ""] {
                 let trained = client
@@ -756,6 +764,7 @@ pub async fn import_kace(
                     Err(status) => Err(status.message().to_string()),
                 });
             }
+            training.finish_and_clear();
             models
         }
     };

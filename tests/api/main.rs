@@ -17,6 +17,7 @@ mod operations;
 mod place;
 mod predict;
 mod profiles;
+mod progress;
 mod rank;
 mod report;
 mod restart;
