@@ -212,6 +212,17 @@ impl App {
                         ),
                     )
                 });
+        // While the store's writes fail, the advisor service says NOT_SERVING (readiness
+        // probes that name it take the replica out); the server itself ("") stays SERVING,
+        // so liveness does not restart a process that recovers by itself.
+        let write_health = spawn_owned(
+            "write health",
+            follow_write_health(
+                self.store.write_health().subscribe(),
+                health_reporter.clone(),
+                shutdown.clone(),
+            ),
+        );
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
         let mut builder = Server::builder();
@@ -263,6 +274,7 @@ impl App {
         }
         // A failed server still stops everything in order before the store closes.
         shutdown.cancel();
+        let _ = write_health.await;
         for (stop, task) in [
             (worker_stop, worker),
             (trainer_stop, trainer),
@@ -279,6 +291,34 @@ impl App {
         served?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Mirrors the store's write health in the advisor service's health status until
+/// `shutdown` (which sets NOT_SERVING for good).
+async fn follow_write_health(
+    mut failing: tokio::sync::watch::Receiver<bool>,
+    reporter: tonic_health::server::HealthReporter,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = failing.changed() => if changed.is_err() { return },
+        }
+        let failing = *failing.borrow_and_update();
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if failing {
+            reporter
+                .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
+                .await;
+        } else {
+            reporter
+                .set_serving::<ColocationAdvisorServer<AdvisorService>>()
+                .await;
+        }
     }
 }
 

@@ -70,6 +70,10 @@ pub enum Error {
     LaunchSpecsDisabled,
     #[error("program {0:?} is not in profiler.allowed_programs")]
     ProgramNotAllowed(String),
+    /// The store cannot write now (disk full, read-only or failing volume): the same call
+    /// may succeed once the fault is gone. Health says NOT_SERVING meanwhile.
+    #[error("the database cannot be written right now; retry later")]
+    StorageUnavailable(#[source] StoreError),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -79,6 +83,7 @@ impl From<StoreError> for Error {
         match error {
             StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
             StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
+            fault if fault.is_storage_fault() => Self::StorageUnavailable(fault),
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }

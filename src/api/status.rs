@@ -26,6 +26,7 @@ pub fn code(error: &Error) -> Code {
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
         Error::LaunchSpecsDisabled | Error::ProgramNotAllowed(_) => Code::PermissionDenied,
+        Error::StorageUnavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -38,6 +39,11 @@ impl From<Error> for Status {
                 invalid.message.clone(),
                 ErrorDetails::with_bad_request_violation(invalid.field, invalid.message),
             ),
+            Error::StorageUnavailable(cause) => {
+                // The cause (a path, SQLite's text) stays in the log.
+                tracing::warn!(error = cause.chain(), "a write failed on a storage fault");
+                Status::unavailable(Error::StorageUnavailable(cause).to_string())
+            }
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
                 Status::internal("internal error")

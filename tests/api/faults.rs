@@ -1,0 +1,204 @@
+//! Storage faults: commits that fail (the store's fault switch, a SQLite commit hook that
+//! turns each COMMIT into a ROLLBACK as a failed write to disk does) and a real full disk
+//! (a small tmpfs, where the machine lets a test mount one). Writes answer UNAVAILABLE
+//! while the fault lasts, health and metrics say so, and the service recovers by itself
+//! once it is gone: no acknowledged write lost or stored twice, none half written.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use coloc::proto as pb;
+use tonic::Code;
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
+
+use crate::{
+    helpers::{profile, register_request, spawn_app, TestApp, GPU},
+    operations::{scrape, value},
+};
+
+fn report(n: u64) -> pb::ReportColocationRequest {
+    pb::ReportColocationRequest {
+        gpu: GPU.into(),
+        members: vec![
+            pb::ColocatedMember {
+                workload: "a".into(),
+                throughput: 1.0 + n as f64,
+                job_id: format!("job-{n}"),
+            },
+            pb::ColocatedMember {
+                workload: "b".into(),
+                throughput: 2.0,
+                job_id: String::new(),
+            },
+        ],
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_750_000_000,
+            nanos: 0,
+        }),
+    }
+}
+
+async fn advisor_health(app: &TestApp, service: &str) -> ServingStatus {
+    HealthClient::new(app.channel().await)
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status()
+}
+
+async fn register_two(app: &mut TestApp) {
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn writes_recover_by_themselves_after_commits_fail() {
+    let mut app = spawn_app().await;
+    register_two(&mut app).await;
+    let before = app.dump_store().await;
+    let store = app.advisor.store().clone();
+
+    store.faults().fail_commits(true);
+    let refused = app.client.report_colocation(report(1)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(!refused.message().contains("SQLite"), "{refused:?}");
+    let refused = app
+        .client
+        .register_workload(register_request("c", Some(profile(2, 1.0))))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        app.dump_store().await,
+        before,
+        "a failed write left rows behind"
+    );
+    assert_eq!(
+        advisor_health(&app, "coloc.v1.ColocationAdvisor").await,
+        ServingStatus::NotServing
+    );
+    // The process itself is alive: liveness must not restart it.
+    assert_eq!(advisor_health(&app, "").await, ServingStatus::Serving);
+    let samples = scrape(&app).await;
+    assert_eq!(value(&samples, "coloc_store_writes_failing"), 1.0);
+    assert!(value(&samples, "coloc_store_write_failures_total") >= 2.0);
+
+    store.faults().fail_commits(false);
+    // No client write is needed: the store's probe notices the recovery by itself.
+    let lifted = Instant::now();
+    while advisor_health(&app, "coloc.v1.ColocationAdvisor").await != ServingStatus::Serving {
+        assert!(
+            lifted.elapsed() < Duration::from_secs(5),
+            "health still NOT_SERVING 5 s after the fault was lifted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        value(&scrape(&app).await, "coloc_store_writes_failing"),
+        0.0
+    );
+    // Every connection of the pool writes again (each was used while commits failed).
+    for n in 10..30 {
+        app.client.report_colocation(report(n)).await.unwrap();
+    }
+    app.client
+        .register_workload(register_request("c", Some(profile(2, 1.0))))
+        .await
+        .unwrap();
+    assert_eq!(app.count("observations").await, 20);
+}
+
+/// The chaos test: reports at full speed from several clients while commits fail for a
+/// while. Every acknowledged report is stored exactly once, writes succeed again within a
+/// few seconds of the fault's end, and the server never restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_reports_at_full_speed_through_a_storage_fault() {
+    let mut app = spawn_app().await;
+    register_two(&mut app).await;
+    let store = app.advisor.store().clone();
+    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reporters = Vec::new();
+    for reporter in 0..4u64 {
+        let mut client = app.client.clone();
+        let (acknowledged, refused, stop) = (acknowledged.clone(), refused.clone(), stop.clone());
+        reporters.push(tokio::spawn(async move {
+            let mut n = reporter;
+            while !stop.load(Ordering::Relaxed) {
+                match client.report_colocation(report(n)).await {
+                    Ok(answer) => {
+                        let answer = answer.into_inner();
+                        assert!(answer.created, "run {n} was stored before");
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .insert((n, answer.observation_id));
+                    }
+                    Err(status) => refused.lock().unwrap().push((n, status.code())),
+                }
+                n += 4;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store.faults().fail_commits(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    store.faults().fail_commits(false);
+    let lifted = Instant::now();
+    let refused_during_fault = refused.lock().unwrap().len();
+    // Writes succeed again within a few seconds.
+    let acknowledged_at_lift = acknowledged.lock().unwrap().len();
+    while acknowledged.lock().unwrap().len() < acknowledged_at_lift + 50 {
+        assert!(
+            lifted.elapsed() < Duration::from_secs(3),
+            "writes did not recover within 3 s of the fault's end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for reporter in reporters {
+        reporter.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let refused = refused.lock().unwrap().clone();
+    assert!(refused_during_fault > 0, "the fault refused no report");
+    assert!(
+        refused.iter().all(|(_, code)| *code == Code::Unavailable),
+        "refusals other than UNAVAILABLE: {:?}",
+        refused
+            .iter()
+            .filter(|(_, c)| *c != Code::Unavailable)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    // Stored exactly once: one row per acknowledged report, none for a refused one.
+    assert_eq!(app.count("observations").await, acknowledged.len() as i64);
+    assert_eq!(
+        app.count("observation_members").await,
+        2 * acknowledged.len() as i64,
+        "a run was half written"
+    );
+    let ids: HashSet<u64> = acknowledged.iter().map(|(_, id)| *id).collect();
+    assert_eq!(ids.len(), acknowledged.len(), "two runs got one id");
+    assert_eq!(
+        advisor_health(&app, "coloc.v1.ColocationAdvisor").await,
+        ServingStatus::Serving
+    );
+}
