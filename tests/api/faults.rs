@@ -202,3 +202,104 @@ async fn chaos_reports_at_full_speed_through_a_storage_fault() {
         ServingStatus::Serving
     );
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped (also when the test fails).
+struct Tmpfs {
+    dir: Arc<tempfile::TempDir>,
+}
+
+impl Tmpfs {
+    /// `None` when this machine does not let the test mount one (not root, no tmpfs).
+    fn mount(size: &str) -> Option<Self> {
+        let dir = Arc::new(tempfile::TempDir::new().unwrap());
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        if !mounted.status.success() {
+            eprintln!(
+                "skipped: cannot mount a tmpfs here ({})",
+                String::from_utf8_lossy(&mounted.stderr).trim()
+            );
+            return None;
+        }
+        Some(Self { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Fills the file system holding `path` until it is full.
+fn fill(path: &std::path::Path) {
+    use std::io::Write;
+    let mut filler = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    while filler.write_all(&block).is_ok() {}
+    while filler.write_all(&block[..512]).is_ok() {}
+    let _ = filler.sync_all();
+}
+
+/// A real full disk: the database on a small tmpfs, filled up while reports arrive, then
+/// given space again. Skipped (with a message) where a test cannot mount a tmpfs.
+#[tokio::test]
+async fn a_real_full_disk_refuses_writes_until_space_returns() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let mut app = crate::helpers::spawn_app_in(tmpfs.dir.clone()).await;
+    register_two(&mut app).await;
+    app.client.report_colocation(report(0)).await.unwrap();
+    let filler = tmpfs.dir.path().join("filler");
+    fill(&filler);
+    let mut refused = None;
+    for n in 1..200 {
+        if let Err(status) = app.client.report_colocation(report(n)).await {
+            refused = Some(status);
+            break;
+        }
+    }
+    let refused = refused.expect("a full disk refused no report");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        advisor_health(&app, "coloc.v1.ColocationAdvisor").await,
+        ServingStatus::NotServing
+    );
+    let stored_while_full = app.count("observations").await;
+
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    loop {
+        match app.client.report_colocation(report(1000)).await {
+            Ok(_) => break,
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                assert!(
+                    freed.elapsed() < Duration::from_secs(5),
+                    "writes did not recover within 5 s of freeing the disk"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    app.client
+        .register_workload(register_request("c", Some(profile(2, 1.0))))
+        .await
+        .unwrap();
+    assert_eq!(app.count("observations").await, stored_while_full + 1);
+    while advisor_health(&app, "coloc.v1.ColocationAdvisor").await != ServingStatus::Serving {
+        assert!(
+            freed.elapsed() < Duration::from_secs(5),
+            "health stayed NOT_SERVING"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(app.stop().await);
+}
