@@ -727,3 +727,50 @@ async fn the_server_runs_its_worker_and_stops_it_cleanly() {
     assert_eq!(state, pb::WorkloadState::Profiled);
     app.stop().await;
 }
+
+/// The store refuses writes right after the worker claimed a job (the write lock held by
+/// another process, a full disk): the worker keeps retrying the job's outcome until the
+/// store takes it, so the job never stays RUNNING with no worker running it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_state_write_after_a_claim_is_retried_until_it_lands() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    let store = app.advisor.store().clone();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let running = tokio::spawn(async move { worker.run_once(&CancellationToken::new()).await });
+    // Claimed: the workload's child processes take tens of milliseconds from here.
+    let claimed = std::time::Instant::now();
+    while store.job_counts().await.unwrap().1 == 0 {
+        assert!(claimed.elapsed() < Duration::from_secs(10), "never claimed");
+        tokio::task::yield_now().await;
+    }
+    store.faults().fail_commits(true);
+    let failing = std::time::Instant::now();
+    while store.write_health().failures() == 0 {
+        assert!(
+            failing.elapsed() < Duration::from_secs(10),
+            "the worker never tried to write"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Still claimed while the store refuses the outcome.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !running.is_finished(),
+        "the worker gave up on the job's outcome"
+    );
+    store.faults().fail_commits(false);
+    let outcome = running.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(store.job_counts().await.unwrap(), (0, 0, 1, 0));
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Profiled
+    );
+}
