@@ -68,8 +68,8 @@ pub enum Error {
          are refused"
     )]
     LaunchSpecsDisabled,
-    #[error("program {0:?} is not in profiler.allowed_programs")]
-    ProgramNotAllowed(String),
+    #[error("program {program:?} is not allowed by profiler.allowed_programs: {reason}")]
+    ProgramNotAllowed { program: String, reason: String },
     /// The store cannot write now (disk full, read-only or failing volume): the same call
     /// may succeed once the fault is gone. Health says NOT_SERVING meanwhile.
     #[error("the database cannot be written right now; retry later")]

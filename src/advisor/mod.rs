@@ -18,7 +18,10 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
+    domain::{
+        now_ms, AllowedPrograms, GpuName, NewWorkload, Observation, Profile, WorkloadName,
+        WorkloadState,
+    },
     model::ModelKind,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
@@ -44,7 +47,7 @@ pub struct AdvisorOptions {
     pub default_gpu: Option<GpuName>,
     pub default_kind: ModelKind,
     /// Programs a launch spec may name; empty = launch specs are refused.
-    pub allowed_programs: Vec<glob::Pattern>,
+    pub allowed_programs: AllowedPrograms,
     pub lifecycle: LifecyclePolicy,
     /// Why a workload waiting for a profile waits, when no profiling worker runs on this
     /// server (`profiler.backend = "off"`); `None` when one does.
@@ -77,7 +80,7 @@ pub struct LifecyclePolicy {
 
 pub struct Advisor {
     store: Store,
-    allowed_programs: Vec<glob::Pattern>,
+    allowed_programs: AllowedPrograms,
     lifecycle: LifecyclePolicy,
     /// The champion's recent prediction errors per GPU model (drift).
     rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
@@ -196,9 +199,12 @@ impl Advisor {
         if self.allowed_programs.is_empty() {
             return Err(Error::LaunchSpecsDisabled);
         }
-        if !self.allowed_programs.iter().any(|p| p.matches(program)) {
-            return Err(Error::ProgramNotAllowed(program.to_string()));
-        }
+        self.allowed_programs
+            .resolve(program)
+            .map_err(|reason| Error::ProgramNotAllowed {
+                program: program.to_string(),
+                reason,
+            })?;
         Ok(())
     }
 

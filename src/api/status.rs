@@ -25,7 +25,7 @@ pub fn code(error: &Error) -> Code {
         | Error::ModelPredictsOnlySums { .. }
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
-        Error::LaunchSpecsDisabled | Error::ProgramNotAllowed(_) => Code::PermissionDenied,
+        Error::LaunchSpecsDisabled | Error::ProgramNotAllowed { .. } => Code::PermissionDenied,
         Error::StorageUnavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     }

@@ -8,7 +8,7 @@ mod observation;
 mod profile;
 mod workload;
 
-pub use launch::{LaunchSpec, DEFAULT_NVTX_RANGE};
+pub use launch::{AllowedPrograms, LaunchSpec, DEFAULT_NVTX_RANGE};
 pub use names::{GpuName, WorkloadName};
 pub use observation::{ColocatedMember, Observation, MAX_MEMBERS};
 #[cfg(test)]

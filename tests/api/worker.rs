@@ -774,3 +774,59 @@ async fn a_failed_state_write_after_a_claim_is_retried_until_it_lands() {
         pb::WorkloadState::Profiled
     );
 }
+
+/// The allow-list `<dir>/*` admits only files that really are in `<dir>`: no `..` climbing
+/// out, no symlink to a program elsewhere, no deeper folder; and a file swapped for a
+/// symlink after registration is refused right before the launch.
+#[tokio::test]
+async fn the_allow_list_cannot_be_escaped_by_dots_symlinks_or_subfolders() {
+    let jobs = TempDir::new().unwrap();
+    let jobs_dir = std::fs::canonicalize(jobs.path()).unwrap();
+    std::fs::create_dir_all(jobs_dir.join("a/b")).unwrap();
+    let workload_copy = jobs_dir.join("workload.py");
+    std::fs::copy(fake_workload(), &workload_copy).unwrap();
+    std::fs::copy(fake_workload(), jobs_dir.join("a/b/c")).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", jobs_dir.join("sh")).unwrap();
+    let config = format!(
+        "[profiler]\nallowed_programs = [\"{}/*\"]\nretry_backoff_secs = 0\nsample_interval_ms = 1\n",
+        jobs_dir.display()
+    );
+    let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+    let before = app.dump_store().await;
+    for program in [
+        format!("{}/../../../../bin/sh", jobs_dir.display()),
+        format!("{}/sh", jobs_dir.display()),
+        format!("{}/a/b/c", jobs_dir.display()),
+    ] {
+        let mut spec = launch(&["ok"]);
+        spec.program = program.clone();
+        let message = expect_code(
+            app.client
+                .register_workload(register("w", Some(spec)))
+                .await,
+            Code::PermissionDenied,
+        );
+        assert!(message.contains("allowed_programs"), "{program}: {message}");
+    }
+    assert_eq!(app.dump_store().await, before);
+
+    // Allowed at registration, swapped for a symlink to /bin/sh before the worker runs it.
+    let mut spec = launch(&["ok"]);
+    spec.program = workload_copy.display().to_string();
+    app.client
+        .register_workload(register("w", Some(spec)))
+        .await
+        .unwrap();
+    std::fs::remove_file(&workload_copy).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", &workload_copy).unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    let RunOutcome::Failed { error, .. } = &outcome else {
+        panic!("the swapped program was not refused: {outcome:?}");
+    };
+    assert!(error.contains("resolves to /"), "{error}");
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Failed
+    );
+}
