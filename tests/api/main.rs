@@ -4,6 +4,7 @@
 mod helpers;
 
 mod backup;
+mod bounds;
 mod cli;
 mod eval;
 mod faults;
