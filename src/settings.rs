@@ -117,6 +117,9 @@ pub struct ServerSettings {
     pub tls_key_file: Option<PathBuf>,
     /// Larger request messages are refused (RESOURCE_EXHAUSTED).
     pub max_request_bytes: usize,
+    /// Rank and Predict calls computed at once; more wait their turn, so memory stays
+    /// bounded under a flood. 0 = twice the CPU cores (at least 4).
+    pub max_concurrent_heavy_rpcs: usize,
     /// On SIGTERM/SIGINT, in-flight RPCs get this long to finish.
     pub shutdown_grace_secs: u64,
 }
@@ -349,6 +352,7 @@ allow_unauthenticated_non_loopback = false
 tls_cert_file = ""
 tls_key_file = ""
 max_request_bytes = 4194304
+max_concurrent_heavy_rpcs = 0
 shutdown_grace_secs = 20
 
 [metrics]

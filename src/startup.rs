@@ -40,6 +40,7 @@ pub struct App {
     tls: Option<ServerTlsConfig>,
     tokens: Option<Tokens>,
     max_request_bytes: usize,
+    max_concurrent_heavy_rpcs: usize,
     shutdown_grace: Duration,
     advisor: Arc<Advisor>,
     /// The profiling worker; `None` when profiler.backend is "off".
@@ -133,6 +134,7 @@ impl App {
             tls,
             tokens,
             max_request_bytes: settings.server.max_request_bytes,
+            max_concurrent_heavy_rpcs: settings.server.max_concurrent_heavy_rpcs,
             shutdown_grace: Duration::from_secs(settings.server.shutdown_grace_secs),
             advisor,
             worker,
@@ -231,9 +233,11 @@ impl App {
                 .tls_config(tls)
                 .context("invalid TLS certificate or key")?;
         }
-        let advisor_service =
-            ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
-                .max_decoding_message_size(self.max_request_bytes);
+        let advisor_service = ColocationAdvisorServer::new(AdvisorService::new(
+            self.advisor.clone(),
+            self.max_concurrent_heavy_rpcs,
+        ))
+        .max_decoding_message_size(self.max_request_bytes);
         let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))

@@ -12,6 +12,7 @@ mod grpcurl;
 mod health;
 mod kace;
 mod lifecycle;
+mod limits;
 mod logging;
 mod ncu;
 mod operations;
