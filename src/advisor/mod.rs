@@ -454,8 +454,13 @@ impl Advisor {
     }
 }
 
+/// Page tokens: a version tag and the hex of the last name of the page, which must be a
+/// valid workload name (so at most 2 + 2 x 128 characters). Anything else, including hex of
+/// an arbitrary string or an oversized token, is refused before the store is asked.
+const PAGE_TOKEN_TAG: &str = "p1";
+
 fn encode_page_token(last_name: &str) -> String {
-    hex::encode(last_name)
+    format!("{PAGE_TOKEN_TAG}{}", hex::encode(last_name))
 }
 
 fn decode_page_token(token: &str) -> Result<Option<String>> {
@@ -468,8 +473,14 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
             "page_token is not one this server issued",
         ))
     };
-    let bytes = hex::decode(token).map_err(|_| invalid())?;
-    String::from_utf8(bytes).map(Some).map_err(|_| invalid())
+    if token.len() > PAGE_TOKEN_TAG.len() + 2 * 4 * 128 {
+        return Err(invalid());
+    }
+    let hex_part = token.strip_prefix(PAGE_TOKEN_TAG).ok_or_else(invalid)?;
+    let bytes = hex::decode(hex_part).map_err(|_| invalid())?;
+    let name = String::from_utf8(bytes).map_err(|_| invalid())?;
+    WorkloadName::parse("page_token", &name).map_err(|_| invalid())?;
+    Ok(Some(name))
 }
 
 #[cfg(test)]
@@ -484,8 +495,20 @@ mod tests {
             Some("bert-base-cased_batch8-inf")
         );
         assert_eq!(decode_page_token("").unwrap(), None);
-        for bad in ["xyz", "0", "zz", "ff"] {
-            assert!(decode_page_token(bad).is_err(), "{bad} accepted");
+        let forged = [
+            "xyz".to_string(),
+            "0".into(),
+            "p1zz".into(),
+            "p1ff".into(),
+            // Hex of a string that is no workload name, with and without the tag.
+            hex::encode("not a name/../x"),
+            format!("p1{}", hex::encode("not a name/../x")),
+            hex::encode("bert-base-cased_batch8-inf"),
+            // 1 MB.
+            format!("p1{}", "61".repeat(500_000)),
+        ];
+        for bad in forged {
+            assert!(decode_page_token(&bad).is_err(), "{bad:.40} accepted");
         }
     }
 }

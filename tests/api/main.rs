@@ -10,6 +10,7 @@ mod eval;
 mod faults;
 mod grpcurl;
 mod health;
+mod hostile;
 mod kace;
 mod lifecycle;
 mod limits;
