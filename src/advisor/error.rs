@@ -30,7 +30,10 @@ pub enum Error {
     #[error("no GPU model is known yet; register a workload with a profile first")]
     NoGpuModelKnown,
     /// A request names no GPU model and several are known without a configured default.
-    #[error("several GPU models are known and no default is configured; name one in gpu")]
+    #[error(
+        "several GPU models are known, no default is configured and not exactly one has a \
+         trained model; name one in gpu"
+    )]
     AmbiguousGpuModel,
     #[error(
         "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",

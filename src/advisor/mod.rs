@@ -180,6 +180,9 @@ impl Advisor {
             self.check_program(&launch.program)?;
         }
         let _writer = self.catalog_writer.lock().await;
+        if let Some(profile) = &workload.profile {
+            self.check_gpu_memory_known(profile)?;
+        }
         let mut record = self.store.register_workload(&workload, now_ms()).await?;
         if let (WorkloadState::PendingProfile, Some(reason)) =
             (record.state, &self.no_profiler_reason)
@@ -192,6 +195,29 @@ impl Advisor {
         self.write_catalog()
             .put_workload(&record.name, &record.profiles);
         Ok(record)
+    }
+
+    /// The first profile of a GPU model must say the model's memory: without it, Rank
+    /// could not tell which pairs fit. Later profiles may leave it out.
+    fn check_gpu_memory_known(&self, profile: &Profile) -> Result<()> {
+        if profile.gpu_memory_gb.is_some() {
+            return Ok(());
+        }
+        let known = self
+            .read_catalog()
+            .gpu(&profile.gpu)
+            .is_some_and(|table| table.memory_gb.is_some());
+        if known {
+            return Ok(());
+        }
+        Err(Error::InvalidRequest(crate::domain::ValidationError::new(
+            "profile.gpu_memory_gb",
+            format!(
+                "profile.gpu_memory_gb is required for the first profile of GPU model {:?}: no \
+                 stored profile says its memory",
+                profile.gpu.as_str()
+            ),
+        )))
     }
 
     /// A launch spec may name only a program the operator allowed.
@@ -265,6 +291,7 @@ impl Advisor {
         profile: Profile,
     ) -> Result<WorkloadRecord> {
         let _writer = self.catalog_writer.lock().await;
+        self.check_gpu_memory_known(&profile)?;
         let record = self
             .store
             .put_profile(name.as_str(), &profile, now_ms())
@@ -382,7 +409,16 @@ impl Advisor {
         match (known.next(), known.next()) {
             (Some(only), None) => Ok(only.clone()),
             (None, _) => Err(Error::NoGpuModelKnown),
-            (Some(_), Some(_)) => Err(Error::AmbiguousGpuModel),
+            (Some(_), Some(_)) => {
+                // A profile of a new GPU model must not break clients that name none: the
+                // one GPU model with a trained model keeps serving them.
+                let models = self.models.load();
+                let mut trained = models.keys();
+                match (trained.next(), trained.next()) {
+                    (Some(only), None) => Ok(only.clone()),
+                    _ => Err(Error::AmbiguousGpuModel),
+                }
+            }
         }
     }
 
