@@ -383,17 +383,51 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
-            let store = Store::open(&settings.database.url)
-                .await
-                .context("cannot open the database")?;
-            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
-            let summary =
-                import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
-            advisor.store().close().await;
+            // A failed import leaves no new database file behind.
+            let created = new_database_file(&settings.database.url);
+            let imported = async {
+                let store = Store::open(&settings.database.url)
+                    .await
+                    .context("cannot open the database")?;
+                let advisor =
+                    Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
+                let summary =
+                    import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await;
+                advisor.store().close().await;
+                summary
+            }
+            .await;
+            let summary = match imported {
+                Ok(summary) => summary,
+                Err(error) => {
+                    if let Some(path) = created {
+                        for suffix in ["", "-wal", "-shm", "-journal"] {
+                            let mut file = path.clone().into_os_string();
+                            file.push(suffix);
+                            let _ = std::fs::remove_file(file);
+                        }
+                    }
+                    return Err(error);
+                }
+            };
             print_import_summary(&gpu, &summary);
             Ok(())
         }
     }
+}
+
+/// The database file `url` names, when it does not exist yet (a command that fails may
+/// remove what it created).
+fn new_database_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    let path = PathBuf::from(path);
+    (!path.exists()).then_some(path)
 }
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {

@@ -11,6 +11,7 @@ mod faults;
 mod grpcurl;
 mod health;
 mod hostile;
+mod import;
 mod kace;
 mod lifecycle;
 mod limits;
