@@ -55,10 +55,13 @@ impl App {
         let options = advisor_options(settings)?;
         let store = Store::open(&settings.database.url)
             .await
+            .map_err(anyhow::Error::new)
+            .map_err(|e| explain_damage(e, &settings.database.url))
             .context("cannot open the database")?;
         let advisor = Arc::new(
             Advisor::load(store.clone(), options)
                 .await
+                .map_err(|e| explain_damage(e, &settings.database.url))
                 .context("cannot load profiles and models from the database")?,
         );
         let requeued = store.requeue_running_jobs(now_ms()).await?;
@@ -296,6 +299,19 @@ impl App {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Says what to do when the database file is damaged, instead of only a decoder's text
+/// (e.g. "invalid utf-8 ... column parameters").
+fn explain_damage(error: anyhow::Error, url: &str) -> anyhow::Error {
+    if !crate::store::is_corruption(&error) {
+        return error;
+    }
+    error.context(format!(
+        "the database file ({url}) is damaged: check it with `sqlite3 FILE 'PRAGMA \
+         integrity_check'` and restore the last backup (`coloc backup`; deploy/README.md, \"Backups\") if \
+         it reports errors"
+    ))
 }
 
 /// Mirrors the store's write health in the advisor service's health status until

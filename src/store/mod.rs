@@ -40,6 +40,15 @@ pub enum StoreError {
     WorkloadExists(String),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// The database file exists but holds nothing, and no write-ahead log either: not a
+    /// store, most likely a failed copy or restore. Opening it would start an empty store
+    /// over it.
+    #[error(
+        "the database file {0} is empty (0 bytes) and has no write-ahead log: it is no coloc \
+         store (a failed copy or restore?). Restore a backup over it, or delete it to start \
+         an empty store"
+    )]
+    EmptyFile(std::path::PathBuf),
     #[error("invalid database url: {0}")]
     InvalidUrl(#[source] sqlx::Error),
     #[error("database error")]
@@ -124,6 +133,9 @@ impl Store {
         } else {
             options.journal_mode(SqliteJournalMode::Wal)
         };
+        if !in_memory {
+            refuse_empty_file(options.get_filename())?;
+        }
         // An in-memory database lives in one connection; more would each see an empty one.
         let max_connections = if in_memory { 1 } else { 4 };
         let faults = FaultSwitch::default();
@@ -219,6 +231,43 @@ impl Store {
     async fn begin_read(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.pool.begin().await?)
     }
+}
+
+/// A zero-length database file with no (non-empty) write-ahead log beside it holds no
+/// data: refused rather than silently opened as an empty store. A new file (absent) is
+/// fine, and so is a 0-byte file whose data still sits in its `-wal`.
+fn refuse_empty_file(path: &std::path::Path) -> Result<(), StoreError> {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if !metadata.is_file() || metadata.len() > 0 {
+        return Ok(());
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    Err(StoreError::EmptyFile(path.to_path_buf()))
+}
+
+/// True when `error` (or a cause of it) says the database file is damaged: SQLite's
+/// "malformed" or "not a database", or a stored value that no longer decodes.
+pub fn is_corruption(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        if let Some(StoreError::Corrupt(_)) = cause.downcast_ref::<StoreError>() {
+            return true;
+        }
+        match cause.downcast_ref::<sqlx::Error>() {
+            Some(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
+            Some(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("11" | "26"))
+                    || db.message().contains("malformed")
+                    || db.message().contains("not a database")
+            }
+            _ => false,
+        }
+    })
 }
 
 /// Run when a connection goes back to the pool. A transaction whose COMMIT or ROLLBACK

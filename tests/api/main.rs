@@ -6,6 +6,7 @@ mod helpers;
 mod backup;
 mod bounds;
 mod cli;
+mod damaged;
 mod eval;
 mod faults;
 mod grpcurl;
