@@ -301,6 +301,35 @@ impl App {
     }
 }
 
+/// SQLite maps the database's `-shm` file (the WAL index) into memory. When a write to
+/// that mapping cannot be backed (the file was made immutable: ext4 refuses the page
+/// write; or its tmpfs is full), the kernel stops the process with SIGBUS, which by
+/// default leaves no trace. This handler writes one line to stderr first, then the
+/// default action (the process ends) follows: nothing can be stored safely anymore, and a
+/// supervisor restarts the service once the file is writable again.
+pub fn note_fatal_storage_signals() {
+    extern "C" fn on_sigbus(_: nix::libc::c_int) {
+        const NOTE: &[u8] = b"coloc: fatal: SIGBUS: a memory-mapped database file (the -shm \
+WAL index) could not be written (made immutable, or its file system is full); stopping\n";
+        // SAFETY: write(2) is async-signal-safe; the buffer is static.
+        unsafe {
+            nix::libc::write(2, NOTE.as_ptr().cast(), NOTE.len());
+        }
+    }
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    // SA_RESETHAND: the handler runs once; the faulting write runs again and the default
+    // action ends the process.
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigbus),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only calls write(2).
+    if let Err(error) = unsafe { sigaction(Signal::SIGBUS, &action) } {
+        tracing::warn!(%error, "cannot install the SIGBUS note");
+    }
+}
+
 /// Says what to do when the database file is damaged, instead of only a decoder's text
 /// (e.g. "invalid utf-8 ... column parameters").
 fn explain_damage(error: anyhow::Error, url: &str) -> anyhow::Error {

@@ -303,3 +303,96 @@ async fn a_real_full_disk_refuses_writes_until_space_returns() {
     }
     drop(app.stop().await);
 }
+
+/// The `-shm` file made immutable while the server writes: ext4 refuses the write to the
+/// memory-mapped WAL index and the kernel stops the process with SIGBUS. It used to die
+/// without a word; it now says why on stderr first. Skipped (with a message) where the
+/// test cannot set the immutable attribute (not root, no chattr, a file system without it).
+#[tokio::test]
+async fn an_immutable_shm_file_stops_the_server_with_a_note_not_silently() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let probe = dir.path().join("probe");
+    std::fs::write(&probe, "").unwrap();
+    let settable = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&probe)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !settable {
+        eprintln!("skipped: cannot set the immutable attribute here");
+        return;
+    }
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(&probe)
+        .status();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let db = dir.path().join("coloc.db");
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--database")
+        .arg(format!("sqlite://{}", db.display()))
+        .env("COLOC__METRICS__LISTEN", "")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}")).unwrap();
+    let started = Instant::now();
+    let channel = loop {
+        if let Ok(channel) = endpoint.connect().await {
+            break channel;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut client = pb::colocation_advisor_client::ColocationAdvisorClient::new(channel);
+    for name in ["a", "b"] {
+        client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+    client.report_colocation(report(0)).await.unwrap();
+    let shm = dir.path().join("coloc.db-shm");
+    let unlock = |path: &std::path::Path| {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(path)
+            .status();
+    };
+    assert!(std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&shm)
+        .status()
+        .unwrap()
+        .success());
+    // Written back, the mapped pages are clean: the next write to them faults.
+    let _ = std::process::Command::new("sync").status();
+    for n in 1..50 {
+        if client.report_colocation(report(n)).await.is_err() {
+            break;
+        }
+    }
+    let status = tokio::time::timeout(Duration::from_secs(20), server.wait())
+        .await
+        .map_err(|_| unlock(&shm))
+        .expect("the server kept running")
+        .unwrap();
+    unlock(&shm);
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.signal(), Some(7), "{status:?}: {stderr}");
+    assert!(stderr.contains("SIGBUS"), "{stderr}");
+}
