@@ -435,19 +435,53 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 print_import_summary(&gpu, &summary);
                 return Ok(());
             }
+            // A failed import leaves no new database file behind.
+            let created = new_database_file(&settings.database.url);
             // Writes the file directly: never behind a running server's back.
             let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
-            let store = Store::open(&settings.database.url)
-                .await
-                .context("cannot open the database")?;
-            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
-            let summary =
-                import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await?;
-            advisor.store().close().await;
+            let imported = async {
+                let store = Store::open(&settings.database.url)
+                    .await
+                    .context("cannot open the database")?;
+                let advisor =
+                    Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
+                let summary =
+                    import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await;
+                advisor.store().close().await;
+                summary
+            }
+            .await;
+            let summary = match imported {
+                Ok(summary) => summary,
+                Err(error) => {
+                    if let Some(path) = created {
+                        for suffix in ["", "-wal", "-shm", "-journal"] {
+                            let mut file = path.clone().into_os_string();
+                            file.push(suffix);
+                            let _ = std::fs::remove_file(file);
+                        }
+                    }
+                    return Err(error);
+                }
+            };
             print_import_summary(&gpu, &summary);
             Ok(())
         }
     }
+}
+
+/// The database file `url` names, when it does not exist yet (a command that fails may
+/// remove what it created).
+fn new_database_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    let path = PathBuf::from(path);
+    (!path.exists()).then_some(path)
 }
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {

@@ -25,6 +25,7 @@ async fn main() -> std::process::ExitCode {
             );
         }
     }
+    coloc::startup::note_fatal_storage_signals();
     let result = match cli.command {
         coloc::cli::Command::Bench(args) => loadgen::run(args).await,
         _ => coloc::cli::run(cli).await,

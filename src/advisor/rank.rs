@@ -11,7 +11,9 @@ use crate::{
 };
 
 /// The most candidates one Rank request may name (an empty list means all profiled ones).
-pub const MAX_CANDIDATES: usize = 100_000;
+pub const MAX_CANDIDATES: usize = 10_000;
+/// The largest top_k (0 = all).
+pub const MAX_TOP_K: usize = 100_000;
 /// Scoring that would take longer than this moves off the async threads.
 const ASYNC_BUDGET_NS: u64 = 500_000;
 
@@ -49,11 +51,11 @@ impl RankQuery {
                 self.candidates.len()
             )));
         }
-        if self.top_k > MAX_CANDIDATES {
+        if self.top_k > MAX_TOP_K {
             return Err(ValidationError::new(
                 "top_k",
                 format!(
-                    "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
+                    "top_k must be between 0 (all) and {MAX_TOP_K}, got {}",
                     self.top_k
                 ),
             ));

@@ -317,28 +317,69 @@ fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
     }
 }
 
-fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
-    let code = match skipped.code {
+fn skip_code_to_pb(code: SkipCode) -> pb::SkipReason {
+    match code {
         SkipCode::UnknownWorkload => pb::SkipReason::UnknownWorkload,
         SkipCode::NotProfiledOnGpu => pb::SkipReason::NotProfiledOnGpu,
         SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
         SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
         SkipCode::KernelMetricsMissing => pb::SkipReason::KernelMetricsMissing,
-    };
-    pb::SkippedCandidate {
-        workload: skipped.workload,
-        reason: skipped.reason,
-        code: code as i32,
     }
 }
 
+fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
+    pb::SkippedCandidate {
+        workload: skipped.workload,
+        reason: skipped.reason,
+        code: skip_code_to_pb(skipped.code) as i32,
+    }
+}
+
+/// Skipped candidates listed by name in a Rank answer; the rest are only counted.
+pub const MAX_SKIPPED_LISTED: usize = 100;
+/// A Rank answer stays under this many bytes: gRPC clients refuse answers over 4 MiB by
+/// default, and the rest of the answer (skipped, framing) needs a little room.
+pub const MAX_RANK_ANSWER_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+
 pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
+    use prost::Message;
+    let mut counts: Vec<pb::SkippedCount> = Vec::new();
+    for skipped in &result.skipped {
+        let code = skip_code_to_pb(skipped.code) as i32;
+        match counts.iter_mut().find(|c| c.code == code) {
+            Some(count) => count.count += 1,
+            None => counts.push(pb::SkippedCount { code, count: 1 }),
+        }
+    }
+    counts.sort_by_key(|c| c.code);
+    let skipped: Vec<pb::SkippedCandidate> = result
+        .skipped
+        .into_iter()
+        .take(MAX_SKIPPED_LISTED)
+        .map(skipped_to_pb)
+        .collect();
+    let mut budget = MAX_RANK_ANSWER_BYTES
+        .saturating_sub(skipped.iter().map(|s| s.encoded_len() + 8).sum::<usize>());
+    let total = result.ranked.len();
+    let mut ranked = Vec::with_capacity(total.min(4096));
+    for candidate in result.ranked {
+        let candidate = ranked_to_pb(candidate);
+        // The entry, its tag and its length prefix.
+        let size = candidate.encoded_len() + 8;
+        if size > budget {
+            break;
+        }
+        budget -= size;
+        ranked.push(candidate);
+    }
     pb::RankResponse {
-        ranked: result.ranked.into_iter().map(ranked_to_pb).collect(),
-        skipped: result.skipped.into_iter().map(skipped_to_pb).collect(),
+        ranked_not_listed: (total - ranked.len()) as u64,
+        ranked,
+        skipped,
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
         gpu_memory_gb: result.gpu_memory_gb,
+        skipped_counts: counts,
     }
 }
 
@@ -652,5 +693,82 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 kind: m.kind.as_str().to_string(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    fn name(prefix: &str, i: usize) -> WorkloadName {
+        WorkloadName::parse("name", &format!("{prefix}-{i:0>120}")).unwrap()
+    }
+
+    /// 20 000 ranked entries with the longest names and 20 000 skipped ones: the answer a
+    /// client with gRPC's default 4 MiB limit could not read.
+    #[test]
+    fn a_rank_answer_stays_under_4_mib_and_counts_what_it_leaves_out() {
+        let unit: std::sync::Arc<str> = "samples/s".into();
+        let member = |w: WorkloadName| MemberPrediction {
+            workload: w,
+            exclusive_throughput: 10.0,
+            throughput_unit: unit.clone(),
+            predicted_throughput: Some(5.0),
+        };
+        let result = RankResult {
+            gpu: GpuName::parse("gpu", "GPU").unwrap(),
+            gpu_memory_gb: 16.0,
+            model_version: 1,
+            ranked: (0..20_000)
+                .map(|i| RankedCandidate {
+                    workload: name("c", i),
+                    predicted_throughput_sum: 20_000.0 - i as f64,
+                    predicted_normalized_sum: Some(1.0),
+                    fits_memory: true,
+                    memory_gb: 2.0,
+                    members: vec![member(name("t", 0)), member(name("c", i))],
+                })
+                .collect(),
+            skipped: (0..20_000)
+                .map(|i| Skipped {
+                    workload: format!("u-{i:0>120}"),
+                    code: if i % 4 == 0 {
+                        SkipCode::NotProfiledOnGpu
+                    } else {
+                        SkipCode::UnknownWorkload
+                    },
+                    reason: "workload is not registered".into(),
+                })
+                .collect(),
+        };
+        let answer = rank_to_pb(result);
+        assert!(
+            answer.encoded_len() < 4 * 1024 * 1024,
+            "{}",
+            answer.encoded_len()
+        );
+        assert_eq!(answer.skipped.len(), MAX_SKIPPED_LISTED);
+        assert_eq!(
+            answer.skipped_counts,
+            [
+                pb::SkippedCount {
+                    code: pb::SkipReason::UnknownWorkload as i32,
+                    count: 15_000
+                },
+                pb::SkippedCount {
+                    code: pb::SkipReason::NotProfiledOnGpu as i32,
+                    count: 5_000
+                },
+            ]
+        );
+        assert!(answer.ranked_not_listed > 0);
+        assert_eq!(
+            answer.ranked.len() as u64 + answer.ranked_not_listed,
+            20_000
+        );
+        // The best are kept.
+        assert_eq!(answer.ranked[0].predicted_throughput_sum, 20_000.0);
     }
 }

@@ -4,12 +4,18 @@
 mod helpers;
 
 mod backup;
+mod bounds;
 mod cli;
+mod damaged;
 mod eval;
+mod faults;
 mod grpcurl;
 mod health;
+mod hostile;
+mod import;
 mod kace;
 mod lifecycle;
+mod limits;
 mod logging;
 mod ncu;
 mod occupancy;

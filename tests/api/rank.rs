@@ -269,6 +269,21 @@ async fn rank_rejects_bad_requests_with_the_right_code() {
 
 #[tokio::test]
 async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
+    // Two GPU models, neither with a trained model: which one is meant is ambiguous.
+    let mut fresh = spawn_app().await;
+    for (name, gpu) in [("a", GPU), ("b", "Other GPU")] {
+        let mut p = profile(1, 1.0);
+        p.gpu = gpu.into();
+        fresh
+            .client
+            .register_workload(register_request(name, Some(p)))
+            .await
+            .unwrap();
+    }
+    let message = expect_code(fresh.client.rank(rank("a")).await, Code::InvalidArgument);
+    assert!(message.contains("gpu"), "{message}");
+
+    // A profile of a new GPU model leaves the one GPU model with a trained model serving.
     let (mut app, _) = trained_app(6).await;
     let mut other = profile(1, 1.0);
     other.gpu = "Other GPU".into();
@@ -276,8 +291,8 @@ async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
         .register_workload(register_request("elsewhere", Some(other)))
         .await
         .unwrap();
-    let message = expect_code(app.client.rank(rank("w00")).await, Code::InvalidArgument);
-    assert!(message.contains("gpu"), "{message}");
+    let unnamed = app.client.rank(rank("w00")).await.unwrap().into_inner();
+    assert_eq!(unnamed.gpu, GPU);
     let named = app
         .client
         .rank(pb::RankRequest {
@@ -288,6 +303,7 @@ async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
         .unwrap()
         .into_inner();
     assert_eq!(named.ranked.len(), 6);
+    assert_eq!(unnamed.ranked.len(), 6);
 }
 
 #[tokio::test]
