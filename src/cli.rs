@@ -122,6 +122,22 @@ pub enum EvalCommand {
     /// The KACE paper's protocol on a KACE-format dataset with splits.csv: every split
     /// (train on its pairs, rank the rest) and every held-out workload.
     Kace(EvalKaceArgs),
+    /// Which Rank objective picks partners that pay off: each KACE workload held out of
+    /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
+    /// break-even rule, judged on the measured pairs (README, "Trustworthy defaults").
+    Objectives(EvalObjectivesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalObjectivesArgs {
+    /// The dataset folder (kernel_metrics.csv, system_metrics.csv, pairs.csv, splits.csv).
+    pub dir: PathBuf,
+    /// The model kind to fit; default the server's default kind.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -288,6 +304,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
+        Command::Eval(EvalCommand::Objectives(args)) => run_eval_objectives(args).await,
         Command::Backup(args) => {
             let settings = load_settings(&args.common, None)?;
             let started = std::time::Instant::now();
@@ -439,6 +456,29 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eval::print_table(&summary, &mut std::io::stdout().lock())?;
+    }
+    Ok(())
+}
+
+async fn run_eval_objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
+    use crate::{eval, model::ModelKind};
+    let kind = match &args.kind {
+        None => ModelKind::DEFAULT,
+        Some(raw) => ModelKind::parse(raw).with_context(|| {
+            let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("--kind {raw:?} is not one of {known:?}")
+        })?,
+    };
+    let dir = args.dir.clone();
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let data = eval::EvalData::read(&dir)?;
+        eval::evaluate_objectives(&data, kind)
+    })
+    .await??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        eval::print_objectives(&report, &mut std::io::stdout().lock())?;
     }
     Ok(())
 }
