@@ -103,11 +103,19 @@ pub struct RankArgs {
     /// Only these candidates (comma-separated); default every profiled workload.
     #[arg(long, value_delimiter = ',')]
     pub candidates: Vec<String>,
-    #[arg(long, value_enum, default_value = "throughput")]
-    pub objective: ObjectiveArg,
-    /// The lowest fraction of its exclusive throughput the target may keep (0-1).
+    /// What to order by; default the server's (normalized).
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
+    /// The lowest fraction of its exclusive throughput the target may keep (0-1; 0 = no
+    /// limit). `--max-target-slowdown` is its deprecated name.
+    #[arg(long, alias = "max-target-slowdown", default_value_t = 0.0)]
+    pub min_target_speed_fraction: f64,
+    /// The least predicted gain over running the pair apart (normalized sum - 1), e.g. 0.2.
     #[arg(long, default_value_t = 0.0)]
-    pub max_target_slowdown: f64,
+    pub min_benefit: f64,
+    /// Also rank candidates predicted to do less work together than apart.
+    #[arg(long)]
+    pub include_below_break_even: bool,
 }
 
 #[derive(Debug, Args)]
@@ -399,11 +407,13 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             candidates: args.candidates,
             top_k: args.top,
             gpu: args.gpu,
-            objective: match args.objective {
-                ObjectiveArg::Throughput => pb::Objective::ThroughputSum,
-                ObjectiveArg::Normalized => pb::Objective::NormalizedSum,
-            } as i32,
-            max_target_slowdown: args.max_target_slowdown,
+            objective: args.objective.map(|o| match o {
+                ObjectiveArg::Throughput => pb::Objective::ThroughputSum as i32,
+                ObjectiveArg::Normalized => pb::Objective::NormalizedSum as i32,
+            }),
+            min_target_speed_fraction: args.min_target_speed_fraction,
+            min_benefit: args.min_benefit,
+            include_below_break_even: args.include_below_break_even,
             ..Default::default()
         })
         .await
@@ -419,7 +429,7 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
                 "predicted_normalized_sum": c.predicted_normalized_sum,
                 "fits_memory": c.fits_memory,
                 "memory_gb": c.memory_gb,
-                "target_kept": c.members.first().and_then(|m| m.predicted_slowdown),
+                "target_speed_fraction": c.members.first().and_then(|m| m.predicted_speed_fraction),
             })).collect::<Vec<_>>(),
             "skipped": response.skipped.iter().map(|s| json!({"workload": s.workload, "reason": s.reason})).collect::<Vec<_>>(),
         }));
@@ -437,7 +447,7 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
                     .map_or("-".into(), |n| format!("{n:.3}")),
                 c.members
                     .first()
-                    .and_then(|m| m.predicted_slowdown)
+                    .and_then(|m| m.predicted_speed_fraction)
                     .map_or("-".into(), |s| format!("{:.0} %", s * 100.0)),
                 format!("{:.1}", c.memory_gb),
             ]
@@ -453,7 +463,7 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             "CANDIDATE",
             "PREDICTED SUM",
             "NORMALIZED",
-            "TARGET KEEPS",
+            "TARGET SPEED FRACTION",
             "MEMORY GB",
         ],
         &rows,

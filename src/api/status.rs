@@ -22,7 +22,6 @@ pub fn code(error: &Error) -> Code {
         | Error::TargetNotProfiled { .. }
         | Error::MemberNotProfiled { .. }
         | Error::GpuMemoryUnknown(_)
-        | Error::ModelPredictsOnlySums { .. }
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
         Error::LaunchSpecsDisabled | Error::ProgramNotAllowed(_) => Code::PermissionDenied,
