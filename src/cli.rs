@@ -71,12 +71,36 @@ pub enum Command {
         #[command(flatten)]
         args: client::ReportArgs,
     },
-    /// The serving model of a GPU model and its history.
+    /// The serving model of a GPU model (or a stored --version) and its history; `pin` and
+    /// `unpin` choose the serving version by hand.
     Model {
         #[command(flatten)]
         connection: client::Connection,
         #[command(flatten)]
         args: client::ModelArgs,
+        #[command(subcommand)]
+        command: Option<client::ModelCommand>,
+    },
+    /// Stored model versions on a running server.
+    Models {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: client::ModelsCommand,
+    },
+    /// Predict an explicit set of 2 or more workloads on a running server.
+    Predict {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::PredictArgs,
+    },
+    /// Fit, judge and maybe promote a model from the stored runs now, on a running server.
+    Train {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::TrainArgs,
     },
     /// Exit 0 when the server's health service says SERVING (for container health checks).
     Health {
@@ -350,7 +374,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => client::workloads(&connection, command).await,
         Command::Rank { connection, args } => client::rank(&connection, args).await,
         Command::Report { connection, args } => client::report(&connection, args).await,
-        Command::Model { connection, args } => client::model(&connection, args).await,
+        Command::Model {
+            connection,
+            args,
+            command,
+        } => match command {
+            None => client::model(&connection, args).await,
+            Some(command) => client::model_command(&connection, command).await,
+        },
+        Command::Models {
+            connection,
+            command,
+        } => client::models(&connection, command).await,
+        Command::Predict { connection, args } => client::predict(&connection, args).await,
+        Command::Train { connection, args } => client::train(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {

@@ -47,7 +47,11 @@ async fn grpcurl_lists_services_checks_health_and_ranks() {
 
     let rank = grpcurl(
         &app,
-        &["-d", r#"{"target": "w01", "top_k": 3}"#],
+        &[
+            "-d",
+            r#"{"target": "w01", "top_k": 3, "objective": "THROUGHPUT_SUM",
+                "include_below_break_even": true}"#,
+        ],
         &["coloc.v1.ColocationAdvisor/Rank"],
     )
     .await;
