@@ -227,3 +227,30 @@ pub fn print_objectives(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(partner: &str, sum: f64, normalized: f64) -> Candidate {
+        (partner.to_string(), sum, normalized, 0.0, 0.0, 0.0)
+    }
+
+    #[test]
+    fn each_policy_picks_by_its_own_score_and_break_even_can_leave_no_pick() {
+        // B has the biggest predicted sum but is predicted to lose; C the best normalized.
+        let candidates = [
+            candidate("A", 10.0, 1.2),
+            candidate("B", 50.0, 0.8),
+            candidate("C", 5.0, 1.9),
+        ];
+        let [sum, sum_even, normalized, normalized_even] = ObjectivePolicy::ALL;
+        assert_eq!(pick(&candidates, sum).unwrap().0, "B");
+        assert_eq!(pick(&candidates, sum_even).unwrap().0, "A");
+        assert_eq!(pick(&candidates, normalized).unwrap().0, "C");
+        assert_eq!(pick(&candidates, normalized_even).unwrap().0, "C");
+        let losers = [candidate("A", 10.0, 0.9), candidate("B", 50.0, 0.8)];
+        assert!(pick(&losers, normalized_even).is_none());
+        assert_eq!(pick(&losers, normalized).unwrap().0, "A");
+    }
+}
