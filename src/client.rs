@@ -557,12 +557,23 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
         &rows,
     );
     if !response.skipped.is_empty() {
-        println!(
-            "{} skipped, e.g. {}: {}",
-            response.skipped.len(),
-            response.skipped[0].workload,
-            response.skipped[0].reason
-        );
+        // How many per reason, then one example of each.
+        let mut by_code: std::collections::BTreeMap<&str, (usize, &pb::SkippedCandidate)> =
+            std::collections::BTreeMap::new();
+        for skipped in &response.skipped {
+            by_code
+                .entry(skipped.code().as_str_name())
+                .or_insert((0, skipped))
+                .0 += 1;
+        }
+        let counts: Vec<String> = by_code
+            .iter()
+            .map(|(code, (n, _))| format!("{n} {code}"))
+            .collect();
+        println!("{} skipped ({})", response.skipped.len(), counts.join(", "));
+        for (code, (_, example)) in &by_code {
+            println!("  {code}, e.g. {}: {}", example.workload, example.reason);
+        }
     }
     Ok(())
 }
