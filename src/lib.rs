@@ -5,8 +5,8 @@
 //! A map of the house. Data flows down this list; a module imports only modules below it
 //! (no cycles):
 //!
-//! - The binary's front: `cli` (commands, flags) and `client` (the operator CLI's gRPC
-//!   calls). The load generator (`coloc bench`) is a module of the binary, `src/loadgen`,
+//! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
+//!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load generator (`coloc bench`) is a module of the binary, `src/loadgen`,
 //!   never compiled into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
@@ -28,6 +28,7 @@ pub mod advisor;
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
 pub mod eval;
