@@ -93,12 +93,36 @@ pub enum Command {
         #[command(flatten)]
         args: client::ReportArgs,
     },
-    /// The serving model of a GPU model and its history.
+    /// The serving model of a GPU model (or a stored --version) and its history; `pin` and
+    /// `unpin` choose the serving version by hand.
     Model {
         #[command(flatten)]
         connection: client::Connection,
         #[command(flatten)]
         args: client::ModelArgs,
+        #[command(subcommand)]
+        command: Option<client::ModelCommand>,
+    },
+    /// Stored model versions on a running server.
+    Models {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: client::ModelsCommand,
+    },
+    /// Predict an explicit set of 2 or more workloads on a running server.
+    Predict {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::PredictArgs,
+    },
+    /// Fit, judge and maybe promote a model from the stored runs now, on a running server.
+    Train {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: client::TrainArgs,
     },
     /// Exit 0 when the server's health service says SERVING (for container health checks).
     Health {
@@ -144,6 +168,22 @@ pub enum EvalCommand {
     /// The KACE paper's protocol on a KACE-format dataset with splits.csv: every split
     /// (train on its pairs, rank the rest) and every held-out workload.
     Kace(EvalKaceArgs),
+    /// Which Rank objective picks partners that pay off: each KACE workload held out of
+    /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
+    /// break-even rule, judged on the measured pairs (README, "Trustworthy defaults").
+    Objectives(EvalObjectivesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalObjectivesArgs {
+    /// The dataset folder (kernel_metrics.csv, system_metrics.csv, pairs.csv, splits.csv).
+    pub dir: PathBuf,
+    /// The model kind to fit; default the server's default kind.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -317,6 +357,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
+        Command::Eval(EvalCommand::Objectives(args)) => run_eval_objectives(args).await,
         Command::Backup(args) => {
             let settings = load_settings(&args.common, None)?;
             let started = std::time::Instant::now();
@@ -371,7 +412,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             connection,
             command,
         } => cluster_client::jobs(&connection, command).await,
-        Command::Model { connection, args } => client::model(&connection, args).await,
+        Command::Model {
+            connection,
+            args,
+            command,
+        } => match command {
+            None => client::model(&connection, args).await,
+            Some(command) => client::model_command(&connection, command).await,
+        },
+        Command::Models {
+            connection,
+            command,
+        } => client::models(&connection, command).await,
+        Command::Predict { connection, args } => client::predict(&connection, args).await,
+        Command::Train { connection, args } => client::train(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
@@ -530,6 +584,29 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eval::print_table(&summary, &mut std::io::stdout().lock())?;
+    }
+    Ok(())
+}
+
+async fn run_eval_objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
+    use crate::{eval, model::ModelKind};
+    let kind = match &args.kind {
+        None => ModelKind::DEFAULT,
+        Some(raw) => ModelKind::parse(raw).with_context(|| {
+            let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("--kind {raw:?} is not one of {known:?}")
+        })?,
+    };
+    let dir = args.dir.clone();
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let data = eval::EvalData::read(&dir)?;
+        eval::evaluate_objectives(&data, kind)
+    })
+    .await??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        eval::print_objectives(&report, &mut std::io::stdout().lock())?;
     }
     Ok(())
 }

@@ -34,7 +34,8 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("coloc: {error:#}");
-            std::process::ExitCode::FAILURE
+            // 64 + the gRPC code of a failed RPC (as grpcurl), else 1.
+            std::process::ExitCode::from(coloc::client::exit_code(&error))
         }
     }
 }

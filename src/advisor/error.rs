@@ -54,13 +54,6 @@ pub enum Error {
         .0.as_str()
     )]
     GpuMemoryUnknown(GpuName),
-    /// The serving model predicts only a set's sum, and the request needs each member.
-    #[error(
-        "the model of GPU model {:?} ({kind}) predicts only the set's sum; NORMALIZED_SUM and \
-         max_target_slowdown need a model kind that predicts each member",
-        .gpu.as_str()
-    )]
-    ModelPredictsOnlySums { gpu: GpuName, kind: &'static str },
     /// A fit could not be made (too few usable runs, degenerate data); the champion stays.
     #[error("{0}")]
     TrainingFailed(String),

@@ -37,7 +37,7 @@ pub use place::{
 };
 pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
-    RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
+    RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{TrainOutcome, Trigger};

@@ -996,11 +996,11 @@ mod tests {
                 prop_assert!(placement.members.len() <= max_jobs);
                 let job = &placement.members[0];
                 if let Some(cap) = job_cap {
-                    prop_assert!(job.predicted_slowdown().unwrap() >= cap);
+                    prop_assert!(job.predicted_speed_fraction().unwrap() >= cap);
                 }
                 if let Some(cap) = resident_cap {
                     for resident in &placement.members[1..] {
-                        prop_assert!(resident.predicted_slowdown().unwrap() >= cap);
+                        prop_assert!(resident.predicted_speed_fraction().unwrap() >= cap);
                     }
                 }
             }
@@ -1011,14 +1011,14 @@ mod tests {
                 match skipped.code {
                     PlaceSkipCode::TooManyJobs => prop_assert!(uncapped.members.len() > max_jobs),
                     PlaceSkipCode::JobSlowdown => {
-                        let kept = uncapped.members[0].predicted_slowdown().unwrap();
+                        let kept = uncapped.members[0].predicted_speed_fraction().unwrap();
                         prop_assert!(kept < job_cap.unwrap());
                         prop_assert_eq!(skipped.predicted_fraction, Some(kept));
                     }
                     PlaceSkipCode::ResidentSlowdown => {
                         let name = skipped.workload.as_ref().unwrap();
                         let member = uncapped.members[1..].iter().find(|m| &m.workload == name).unwrap();
-                        let kept = member.predicted_slowdown().unwrap();
+                        let kept = member.predicted_speed_fraction().unwrap();
                         prop_assert!(kept < resident_cap.unwrap());
                         prop_assert_eq!(skipped.predicted_fraction, Some(kept));
                     }

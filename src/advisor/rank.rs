@@ -17,13 +17,18 @@ pub const MAX_TOP_K: usize = 100_000;
 /// Scoring that would take longer than this moves off the async threads.
 const ASYNC_BUDGET_NS: u64 = 500_000;
 
+/// A pair is predicted to pay off when its normalized sum (Σ colocated / exclusive
+/// throughput) reaches this: 1 is as much work as running the two one after the other.
+pub const BREAK_EVEN_NORMALIZED_SUM: f64 = 1.0;
+
 /// What Rank orders candidates by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Objective {
     /// The predicted throughput sum in the members' own units (KACE).
-    #[default]
     ThroughputSum,
-    /// The sum of each member's predicted colocated / exclusive throughput.
+    /// The sum of each member's predicted colocated / exclusive throughput: the default,
+    /// chosen with `coloc eval objectives` (README, "Trustworthy defaults").
+    #[default]
     NormalizedSum,
 }
 
@@ -41,6 +46,10 @@ pub struct RankQuery {
     pub objective: Objective,
     /// The lowest fraction of its exclusive throughput the target may keep.
     pub min_target_fraction: Option<f64>,
+    /// The least predicted normalized sum above break-even a candidate needs.
+    pub min_benefit: f64,
+    /// Rank candidates predicted below break-even too.
+    pub include_below_break_even: bool,
 }
 
 impl RankQuery {
@@ -63,25 +72,37 @@ impl RankQuery {
         if let Some(fraction) = self.min_target_fraction {
             if !(fraction > 0.0 && fraction <= 1.0) {
                 return Err(ValidationError::new(
-                    "max_target_slowdown",
+                    "min_target_speed_fraction",
                     format!(
-                    "max_target_slowdown is the fraction of its exclusive throughput the target \
+                    "min_target_speed_fraction is the fraction of its exclusive throughput the target \
                      keeps: between 0 (no limit) and 1, got {fraction}"
                 ),
                 ));
             }
         }
-        let mut seen = foldhash::HashSet::with_capacity_and_hasher(
-            self.candidates.len(),
-            foldhash::fast::RandomState::default(),
-        );
-        if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
+        if !(self.min_benefit.is_finite() && self.min_benefit >= 0.0) {
             return Err(ValidationError::new(
-                "candidates",
-                format!("candidate {twice} is listed twice"),
+                "min_benefit",
+                format!(
+                    "min_benefit is the least predicted gain over running apart (normalized \
+                     sum - 1): 0 (break-even) or more, got {}",
+                    self.min_benefit
+                ),
+            ));
+        }
+        if self.include_below_break_even && self.min_benefit > 0.0 {
+            return Err(ValidationError::new(
+                "include_below_break_even",
+                "include_below_break_even ranks candidates predicted to lose, min_benefit > 0 \
+                 skips them: send one or the other",
             ));
         }
         Ok(())
+    }
+
+    /// The predicted normalized sum a candidate needs; `None` when losers are ranked too.
+    pub fn normalized_floor(&self) -> Option<f64> {
+        (!self.include_below_break_even).then_some(BREAK_EVEN_NORMALIZED_SUM + self.min_benefit)
     }
 }
 
@@ -118,7 +139,8 @@ pub struct MemberPrediction {
 }
 
 impl MemberPrediction {
-    pub fn predicted_slowdown(&self) -> Option<f64> {
+    /// The fraction of its exclusive throughput the member is predicted to keep.
+    pub fn predicted_speed_fraction(&self) -> Option<f64> {
         self.predicted_throughput
             .map(|t| t / self.exclusive_throughput)
     }
@@ -141,6 +163,7 @@ pub enum SkipCode {
     ExceedsGpuMemory,
     TargetSlowdown,
     KernelMetricsMissing,
+    BelowBreakEven,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +178,9 @@ pub struct RankResult {
     pub gpu: GpuName,
     pub gpu_memory_gb: f64,
     pub model_version: u64,
+    pub objective: Objective,
+    /// The model predicts only sums: member throughputs are split by exclusive throughput.
+    pub members_estimated: bool,
     pub ranked: Vec<RankedCandidate>,
     pub skipped: Vec<Skipped>,
 }
@@ -168,6 +194,8 @@ pub struct PredictResult {
     pub members: Vec<MemberPrediction>,
     pub memory_gb: f64,
     pub fits_memory: bool,
+    /// The model predicts only sums: member throughputs are split by exclusive throughput.
+    pub members_estimated: bool,
 }
 
 /// The order of a ranking: higher score first, ties by name so that answers are stable.
@@ -207,18 +235,20 @@ fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<
     )
 }
 
-/// What the model says about one (target, candidate) pair, without allocating.
+/// What the model says about one (target, candidate) pair, without allocating. Models
+/// that predict only sums get their members estimated (`split_by_exclusive`).
 #[derive(Debug, Clone, Copy)]
 struct PairScore {
     sum: f64,
     members: Option<[f64; 2]>,
 }
 
-impl From<SetPrediction> for PairScore {
-    fn from(p: SetPrediction) -> Self {
+impl PairScore {
+    fn from_prediction(p: SetPrediction, exclusive: [f64; 2]) -> Self {
+        let (members, _) = p.members_or_estimated(&exclusive);
         Self {
             sum: p.sum,
-            members: p.members.map(|m| [m[0], m[1]]),
+            members: Some([members[0], members[1]]),
         }
     }
 }
@@ -237,11 +267,15 @@ fn score_pairs(
 ) -> Vec<PairScore> {
     let Some(scorer) = model.params.pair_scorer() else {
         let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
+        let target_exclusive = target.features.exclusive_throughput();
         return model
             .params
             .predict_pairs(&target.features, &features)
             .into_iter()
-            .map(PairScore::from)
+            .zip(candidates)
+            .map(|(p, c)| {
+                PairScore::from_prediction(p, [target_exclusive, c.features.exclusive_throughput()])
+            })
             .collect();
     };
     let tables = scorer.target_tables(&target.features);
@@ -330,10 +364,16 @@ impl RankWork {
         let pool: Vec<&ProfileEntry> = if query.candidates.is_empty() {
             table.entries().iter().collect()
         } else {
+            // Replicas: each distinct workload is answered once, at its first position.
+            let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+                query.candidates.len(),
+                foldhash::fast::RandomState::default(),
+            );
             named = query
                 .candidates
                 .iter()
                 .zip(&found)
+                .filter(|(name, _)| seen.insert(name.as_str()))
                 .filter_map(|(name, &found)| {
                     let entry = match found {
                         Found::Entry(i) => Some(&table.entries()[i]),
@@ -387,16 +427,8 @@ impl RankWork {
             scored.push((entry, memory, fits));
         }
 
-        let kind = model.params.kind();
-        let needs_members =
-            query.objective == Objective::NormalizedSum || query.min_target_fraction.is_some();
-        if needs_members && !kind.predicts_members() {
-            return Err(Error::ModelPredictsOnlySums {
-                gpu: gpu.clone(),
-                kind: kind.as_str(),
-            });
-        }
-
+        let members_estimated = !model.params.kind().predicts_members();
+        let floor = query.normalized_floor();
         let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
         let predictions = score_pairs(&model, &table, target, &entries);
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
@@ -422,17 +454,39 @@ impl RankWork {
             let normalized = normalized_sum(
                 &[target, entry],
                 prediction.members.as_ref().map(|m| &m[..]),
-            );
+            )
+            .expect("score_pairs predicts (or estimates) every member");
+            if let Some(floor) = floor.filter(|floor| normalized < *floor) {
+                skipped.push(Skipped {
+                    workload: entry.name.to_string(),
+                    code: SkipCode::BelowBreakEven,
+                    reason: if normalized < BREAK_EVEN_NORMALIZED_SUM {
+                        format!(
+                            "predicted normalized sum {normalized:.2} (colocated / exclusive \
+                             throughput, summed) is below break-even ({BREAK_EVEN_NORMALIZED_SUM:.2}): \
+                             together the pair is predicted to do {:.0} % less work than apart",
+                            (BREAK_EVEN_NORMALIZED_SUM - normalized) * 100.0
+                        )
+                    } else {
+                        format!(
+                            "predicted normalized sum {normalized:.2} is below {floor:.2} \
+                             (break-even + min_benefit): a predicted gain of {:.0} % over \
+                             running apart, less than the {:.0} % asked for",
+                            (normalized - BREAK_EVEN_NORMALIZED_SUM) * 100.0,
+                            query.min_benefit * 100.0
+                        )
+                    },
+                });
+                continue;
+            }
             let score = match query.objective {
                 Objective::ThroughputSum => prediction.sum,
-                Objective::NormalizedSum => {
-                    normalized.expect("checked: the model predicts members")
-                }
+                Objective::NormalizedSum => normalized,
             };
             ranked.push(Scored {
                 index: i,
                 prediction,
-                normalized,
+                normalized: Some(normalized),
                 score,
             });
         }
@@ -469,6 +523,8 @@ impl RankWork {
             gpu,
             gpu_memory_gb: limit,
             model_version: model.version,
+            objective: query.objective,
+            members_estimated,
             ranked,
             skipped,
         })
@@ -515,7 +571,13 @@ pub(super) fn predict(
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
     let prediction = predict_entries(model, table, &entries);
-    let members = prediction.members.as_deref();
+    let exclusive: Vec<f64> = entries
+        .iter()
+        .map(|e| e.features.exclusive_throughput())
+        .collect();
+    let (members, _) = prediction.members_or_estimated(&exclusive);
+    let members_estimated = !model.params.kind().predicts_members();
+    let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
     Ok(PredictResult {
         gpu: gpu.clone(),
@@ -525,5 +587,6 @@ pub(super) fn predict(
         members: member_predictions(&entries, members),
         memory_gb: memory,
         fits_memory: memory <= limit,
+        members_estimated,
     })
 }

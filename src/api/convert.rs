@@ -271,7 +271,38 @@ fn objective(raw: i32) -> Result<Objective, ValidationError> {
 }
 
 pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
-    let objective = objective(raw.objective)?;
+    let objective = match raw.objective {
+        None => Objective::default(),
+        Some(raw) => objective(raw)?,
+    };
+    #[allow(deprecated)] // The old name is still honoured.
+    let deprecated_fraction = raw.max_target_slowdown;
+    let min_target_fraction = match (raw.min_target_speed_fraction, deprecated_fraction) {
+        (0.0, 0.0) => None,
+        (fraction, 0.0) => Some(("min_target_speed_fraction", fraction)),
+        (0.0, fraction) => Some(("max_target_slowdown", fraction)),
+        (new, old) if new == old => Some(("min_target_speed_fraction", new)),
+        (new, old) => {
+            return Err(ValidationError::new(
+                "min_target_speed_fraction",
+                format!(
+                    "min_target_speed_fraction {new} and its deprecated name \
+                     max_target_slowdown {old} disagree: send one of them"
+                ),
+            ))
+        }
+    };
+    if let Some((field, fraction)) = min_target_fraction {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "{field} is the fraction of its exclusive throughput the target keeps: \
+                     between 0 (no limit) and 1, got {fraction}"
+                ),
+            ));
+        }
+    }
     if raw.top_k < 0 {
         return Err(ValidationError::new(
             "top_k",
@@ -289,16 +320,19 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
         include_oversubscribed: raw.include_oversubscribed,
         objective,
-        // 0 means no limit; anything else (NaN included) is checked by validate().
-        min_target_fraction: (raw.max_target_slowdown != 0.0).then_some(raw.max_target_slowdown),
+        min_target_fraction: min_target_fraction.map(|(_, fraction)| fraction),
+        min_benefit: raw.min_benefit,
+        include_below_break_even: raw.include_below_break_even,
     };
     query.validate()?;
     Ok(query)
 }
 
 fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
+    #[allow(deprecated)] // Filled for clients that still read the old name.
     pb::MemberPrediction {
-        predicted_slowdown: member.predicted_slowdown(),
+        predicted_slowdown: member.predicted_speed_fraction(),
+        predicted_speed_fraction: member.predicted_speed_fraction(),
         workload: member.workload.as_str().to_owned(),
         exclusive_throughput: member.exclusive_throughput,
         throughput_unit: member.throughput_unit.to_string(),
@@ -324,6 +358,7 @@ fn skip_code_to_pb(code: SkipCode) -> pb::SkipReason {
         SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
         SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
         SkipCode::KernelMetricsMissing => pb::SkipReason::KernelMetricsMissing,
+        SkipCode::BelowBreakEven => pb::SkipReason::BelowBreakEven,
     }
 }
 
@@ -380,6 +415,11 @@ pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
         gpu: result.gpu.to_string(),
         gpu_memory_gb: result.gpu_memory_gb,
         skipped_counts: counts,
+        objective: match result.objective {
+            Objective::ThroughputSum => pb::Objective::ThroughputSum,
+            Objective::NormalizedSum => pb::Objective::NormalizedSum,
+        } as i32,
+        members_estimated: result.members_estimated,
     }
 }
 
@@ -406,6 +446,7 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
         memory_gb: result.memory_gb,
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
+        members_estimated: result.members_estimated,
     }
 }
 
@@ -721,6 +762,8 @@ mod tests {
             gpu: GpuName::parse("gpu", "GPU").unwrap(),
             gpu_memory_gb: 16.0,
             model_version: 1,
+            objective: Objective::NormalizedSum,
+            members_estimated: false,
             ranked: (0..20_000)
                 .map(|i| RankedCandidate {
                     workload: name("c", i),

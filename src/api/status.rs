@@ -27,7 +27,6 @@ pub fn code(error: &Error) -> Code {
         | Error::TargetNotProfiled { .. }
         | Error::MemberNotProfiled { .. }
         | Error::GpuMemoryUnknown(_)
-        | Error::ModelPredictsOnlySums { .. }
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
         Error::LaunchSpecsDisabled | Error::ProgramNotAllowed { .. } => Code::PermissionDenied,

@@ -7,6 +7,7 @@
 //! test pair containing it with the best score; score(target) = the picked pair's actual
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
+mod objectives;
 mod plot;
 mod report;
 
@@ -18,6 +19,9 @@ use std::{
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+pub use objectives::{
+    evaluate_objectives, print_objectives, ObjectiveFigures, ObjectivePolicy, ObjectiveReport,
+};
 pub use plot::draw;
 pub use report::{print_table, write_predictions};
 

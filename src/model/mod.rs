@@ -46,6 +46,22 @@ impl SetPrediction {
     pub fn sum_only(sum: f64) -> Self {
         Self { sum, members: None }
     }
+
+    /// Each member's colocated throughput: the model's own, or, for kinds that predict only
+    /// the sum, the sum split in proportion to the members' exclusive throughputs (every
+    /// member then keeps the same fraction of its speed). The flag is true when estimated.
+    pub fn members_or_estimated(&self, exclusive: &[f64]) -> (Vec<f64>, bool) {
+        if let Some(members) = &self.members {
+            return (members.clone(), false);
+        }
+        (split_by_exclusive(self.sum, exclusive), true)
+    }
+}
+
+/// `sum` shared among members in proportion to their exclusive throughputs.
+pub fn split_by_exclusive(sum: f64, exclusive: &[f64]) -> Vec<f64> {
+    let total: f64 = exclusive.iter().sum();
+    exclusive.iter().map(|e| sum * e / total).collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

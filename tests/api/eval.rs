@@ -163,3 +163,39 @@ fn eval_reproduces_the_kace_baseline_and_its_predictions_rescore_to_the_same_fig
     let png = std::fs::read(&plot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
+
+/// `coloc eval objectives`: the figures README gives for choosing Rank's default objective.
+#[test]
+fn eval_objectives_prefers_the_normalized_sum_on_the_selection_half() {
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["eval", "objectives"])
+        .arg(kace_dir())
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["kind"], "member-ridge-gbt");
+    let row = |half: &str, policy: &str, figure: &str| report["rows"][half][policy][figure].clone();
+    assert_eq!(row("all", "NORMALIZED_SUM", "targets"), 21);
+    assert_eq!(
+        row("selection workloads (even)", "NORMALIZED_SUM", "targets"),
+        11
+    );
+    assert_eq!(
+        row("report workloads (odd)", "NORMALIZED_SUM", "targets"),
+        10
+    );
+    let mean =
+        |half: &str, policy: &str| row(half, policy, "mean_normalized_sum").as_f64().unwrap();
+    for half in ["selection workloads (even)", "report workloads (odd)"] {
+        assert!(
+            mean(half, "NORMALIZED_SUM + break-even") > mean(half, "THROUGHPUT_SUM"),
+            "{half}: {report}"
+        );
+    }
+}

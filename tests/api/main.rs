@@ -28,5 +28,6 @@ mod rank;
 mod report;
 mod restart;
 mod train;
+mod trust;
 mod worker;
 mod workloads;
