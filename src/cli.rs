@@ -509,7 +509,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(summary) => summary,
                 Err(error) => {
                     if let Some(path) = created {
-                        for suffix in ["", "-wal", "-shm", "-journal"] {
+                        for suffix in ["", "-wal", "-shm", "-journal", ".lock"] {
                             let mut file = path.clone().into_os_string();
                             file.push(suffix);
                             let _ = std::fs::remove_file(file);
