@@ -40,7 +40,10 @@ async fn main() {
             .collect();
         for call in calls {
             let (key, bytes) = match call.await.unwrap() {
-                Ok(answer) => ("OK".to_string(), prost::Message::encoded_len(answer.get_ref())),
+                Ok(answer) => (
+                    "OK".to_string(),
+                    prost::Message::encoded_len(answer.get_ref()),
+                ),
                 Err(status) => (format!("{:?}", status.code()), 0),
             };
             let entry = outcomes.entry(key).or_default();
