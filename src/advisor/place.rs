@@ -648,7 +648,7 @@ impl PlaceWork {
                             "predicted to leave the job {} of its exclusive throughput, {} \
                              points below the {} asked for",
                             percent(kept),
-                            ((cap - kept) * 100.0).ceil(),
+                            ((cap - kept) * 100.0).round(),
                             percent(cap)
                         ),
                         Some(query.workload.clone()),
@@ -671,7 +671,7 @@ impl PlaceWork {
                              points below the {} asked for",
                             name.as_str(),
                             percent(kept),
-                            ((cap - kept) * 100.0).ceil(),
+                            ((cap - kept) * 100.0).round(),
                             percent(cap)
                         ),
                         Some(name),
