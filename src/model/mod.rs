@@ -1,11 +1,23 @@
 //! The model layer: turns profiles of a colocated set into a predicted throughput. Model
-//! kinds live behind [`ModelParams`]; the advisor and the API only ever call
-//! [`ModelParams::predict_pairs`], [`ModelParams::predict_set`] and [`fit`], so a new kind
-//! or larger sets plug in here without touching them.
+//! kinds live behind [`ModelParams`]. What the rest of coloc calls, and so the layer's
+//! contract:
+//! - [`fit`] (the trainer and `coloc eval`) and [`evaluate`];
+//! - [`ModelParams::predict_set`] (Predict, Rank's general path, `coloc eval`) and
+//!   [`ModelParams::predict_pairs`];
+//! - [`ModelParams::pair_scorer`], Rank's fast path for pairs: the advisor's catalog keeps
+//!   each profile's [`ProfileCode`] under the serving model
+//!   ([`PairScorer::code`]), and Rank folds the target into [`TargetTables`]
+//!   ([`PairScorer::target_tables`]) and scores each candidate with [`PairScorer::score`].
+//!   Only `member-ridge-gbt` has one; the advisor falls back to `predict_set` without it;
+//! - [`ModelParams::coefficients`], [`ModelParams::is_servable`], [`ModelKind`].
+//!
+//! Inside, imports run one way: `member` (the fitter) uses `pair_scorer`, and both use
+//! `member_terms` and `features`; nothing here imports the service.
 
 mod features;
 mod kace_linear;
 mod member;
+mod member_terms;
 mod pair_scorer;
 pub mod validation;
 

@@ -19,7 +19,7 @@
 use std::{fmt, sync::Arc};
 
 use super::{
-    member::{member_throughput, RidgeParts},
+    member_terms::{member_throughput, RidgeParts},
     Features, SetPrediction, NUM_FEATURES,
 };
 
