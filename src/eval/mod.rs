@@ -7,6 +7,7 @@
 //! test pair containing it with the best score; score(target) = the picked pair's actual
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
+pub mod nway;
 mod plot;
 mod report;
 
@@ -19,7 +20,10 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 pub use plot::draw;
-pub use report::{print_table, write_predictions};
+pub use report::{
+    nway_predictions_writer, print_nway_table, print_table, write_nway_predictions,
+    write_predictions,
+};
 
 use crate::{
     advisor::rank_order,
