@@ -392,6 +392,11 @@ pub struct NwayRow {
     pub mean: BTreeMap<String, f64>,
     /// Per policy name: the worst target's score.
     pub worst: BTreeMap<String, f64>,
+    /// Per policy name: the mean over the selection half of the targets (even positions in
+    /// name order), on which settings may be chosen.
+    pub selection: BTreeMap<String, f64>,
+    /// Per policy name: the mean over the report half (odd positions).
+    pub report: BTreeMap<String, f64>,
     /// Per policy name, per target.
     pub per_target: BTreeMap<String, BTreeMap<String, f64>>,
 }
@@ -419,6 +424,8 @@ pub fn summarize(
             let mut mean = BTreeMap::new();
             let mut worst = BTreeMap::new();
             let mut per_target = BTreeMap::new();
+            let mut selection = BTreeMap::new();
+            let mut report = BTreeMap::new();
             for &policy in policies {
                 let scores: BTreeMap<String, f64> = results
                     .iter()
@@ -433,6 +440,17 @@ pub fn summarize(
                     policy.name(),
                     scores.values().copied().fold(f64::MAX, f64::min),
                 );
+                let half = |even: bool| {
+                    let half: Vec<f64> = scores
+                        .values()
+                        .enumerate()
+                        .filter(|(k, _)| (k % 2 == 0) == even)
+                        .map(|(_, s)| *s)
+                        .collect();
+                    half.iter().sum::<f64>() / half.len() as f64
+                };
+                selection.insert(policy.name(), half(true));
+                report.insert(policy.name(), half(false));
                 per_target.insert(policy.name(), scores);
             }
             NwayRow {
@@ -443,6 +461,8 @@ pub fn summarize(
                 candidates: candidates.len(),
                 mean,
                 worst,
+                selection,
+                report,
                 per_target,
             }
         })

@@ -106,7 +106,12 @@ pub fn print_nway_table(
     }
     writeln!(out)?;
     for (row, label) in rows.iter().zip(&labels) {
-        for (what, values) in [(label.as_str(), &row.mean), ("  worst target", &row.worst)] {
+        for (what, values) in [
+            (label.as_str(), &row.mean),
+            ("  worst target", &row.worst),
+            ("  selection targets (even)", &row.selection),
+            ("  report targets (odd)", &row.report),
+        ] {
             write!(out, "{what:width$}")?;
             for policy in policies {
                 write!(out, "  {:>17.4}", values[&policy.name()])?;
