@@ -140,6 +140,9 @@ pub struct EvalNwayArgs {
     /// Only these model kinds (default: every kind); baselines are always scored.
     #[arg(long = "model", value_name = "KIND")]
     pub models: Vec<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
     /// Print the numbers as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -167,6 +170,9 @@ pub struct EvalKaceArgs {
     /// The model kind whose predictions --predictions-out writes.
     #[arg(long, value_name = "KIND")]
     pub predictions_model: Option<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
 }
 
 #[derive(Debug, Args)]
@@ -453,6 +459,9 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         );
     }
     let mut policies: Vec<eval::Policy> = kinds.into_iter().map(eval::Policy::Model).collect();
+    if args.candidates {
+        policies.extend(eval::Policy::candidates());
+    }
     policies.extend([
         eval::Policy::Random,
         eval::Policy::SmallestMemory,
@@ -510,6 +519,9 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
             .filter(|k| *k != ModelKind::DEFAULT)
             .map(eval::Policy::Model),
     );
+    if args.candidates {
+        policies.extend(eval::Policy::candidates());
+    }
     policies.extend([
         eval::Policy::Random,
         eval::Policy::SmallestMemory,

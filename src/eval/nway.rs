@@ -26,7 +26,7 @@ use super::Policy;
 use crate::{
     dataset::{parse_workload_name, KaceDataset, KacePair},
     domain::WorkloadMode,
-    model::{self, Features, TrainingRow},
+    model::{Features, TrainingRow},
 };
 
 /// One measured run: the members (repeats allowed) and each one's colocated throughput.
@@ -126,6 +126,7 @@ pub enum Scope {
 #[serde(rename_all = "kebab-case")]
 pub enum Training {
     Runs,
+    #[serde(rename = "pairs+runs")]
     PairsAndRuns,
 }
 
@@ -336,12 +337,12 @@ pub fn evaluate(
                     .iter()
                     .map(|r| r.members.iter().map(Features::exclusive_throughput).sum())
                     .collect(),
-                Policy::Model(kind) => {
+                Policy::Model(_) | Policy::Candidate(_) => {
                     let training = data.training_rows(case);
-                    let (params, _) = model::fit(kind, &training).with_context(|| {
+                    let params = policy.fit(&training).with_context(|| {
                         format!(
                             "fitting {} for {} ({}, {}, {} rows)",
-                            kind.as_str(),
+                            policy.name(),
                             case.target,
                             case.scope.as_str(),
                             case.training.as_str(),

@@ -37,13 +37,86 @@ pub const BOOSTER_TREES: usize = 500;
 pub const BOOSTER_DEPTH: usize = 2;
 pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
 
-const BOOSTER_FEATURES: usize = 2 * NUM_FEATURES;
+/// The most booster features a member has: its own metrics, the others' summed metrics,
+/// and with [`MemberOptions::crowding`] the number of others and the others' largest metrics.
+const MAX_BOOSTER_FEATURES: usize = 3 * NUM_FEATURES + 1;
 
-/// Booster features of a member: its own metrics, then the others' summed metrics.
-fn booster_features(own: &Features, others: &Features) -> [f64; BOOSTER_FEATURES] {
-    let mut f = [0.0; BOOSTER_FEATURES];
-    f[..NUM_FEATURES].copy_from_slice(&own.0);
-    f[NUM_FEATURES..].copy_from_slice(&others.0);
+/// Variants of the model's fit. A stored model keeps the options it was fitted with (models
+/// stored before the options existed read as all off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct MemberOptions {
+    /// The trees also see how crowded the GPU is: the number of other members, and the
+    /// element-wise largest of their metrics. In a pair these equal 1 and the partner's
+    /// metrics, so pair answers are scored by the same pair scorer.
+    #[serde(default)]
+    pub crowding: bool,
+    /// The trees fit the ridge half's residuals and the model predicts ridge + trees
+    /// (one log ratio), instead of averaging the two halves' throughputs.
+    #[serde(default)]
+    pub stacked: bool,
+    /// Each member's row weighs as its share of the set's exclusive throughput times the
+    /// number of members, in the trees' loss: the sum that ranking compares is dominated by
+    /// the members with large throughput.
+    #[serde(default)]
+    pub weighted: bool,
+}
+
+impl MemberOptions {
+    /// What `Train` fits: chosen by the rule fixed before comparing (README, "N-way").
+    pub const CHOSEN: MemberOptions = MemberOptions {
+        crowding: true,
+        stacked: false,
+        weighted: false,
+    };
+
+    pub fn booster_features(self) -> usize {
+        if self.crowding {
+            MAX_BOOSTER_FEATURES
+        } else {
+            2 * NUM_FEATURES
+        }
+    }
+}
+
+/// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
+pub const CANDIDATES: [(&str, MemberOptions); 7] = {
+    const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
+        MemberOptions {
+            crowding,
+            stacked,
+            weighted,
+        }
+    }
+    [
+        ("plain", o(false, false, false)),
+        ("crowding", o(true, false, false)),
+        ("stacked", o(false, true, false)),
+        ("weighted", o(false, false, true)),
+        ("crowding+stacked", o(true, true, false)),
+        ("crowding+weighted", o(true, false, true)),
+        ("crowding+stacked+weighted", o(true, true, true)),
+    ]
+};
+
+/// A member's view of its set: its own metrics, the others' sum and largest, their number.
+#[derive(Debug, Clone, Copy)]
+struct MemberView<'a> {
+    own: &'a Features,
+    others: Features,
+    others_max: Features,
+    n_others: usize,
+}
+
+/// Booster features of a member: its own metrics, then the others' summed metrics, then
+/// (crowding) their number and largest metrics.
+fn booster_features(view: &MemberView, options: MemberOptions) -> [f64; MAX_BOOSTER_FEATURES] {
+    let mut f = [0.0; MAX_BOOSTER_FEATURES];
+    f[..NUM_FEATURES].copy_from_slice(&view.own.0);
+    f[NUM_FEATURES..2 * NUM_FEATURES].copy_from_slice(&view.others.0);
+    if options.crowding {
+        f[2 * NUM_FEATURES] = view.n_others as f64;
+        f[2 * NUM_FEATURES + 1..].copy_from_slice(&view.others_max.0);
+    }
     f
 }
 
@@ -82,6 +155,8 @@ pub struct MemberRidgeGbt {
     pub ridge_intercept: f64,
     pub ridge_coefficients: Vec<f64>,
     pub booster: Booster,
+    #[serde(default)]
+    pub options: MemberOptions,
     #[serde(skip)]
     scorer: LazyScorer,
 }
@@ -103,10 +178,11 @@ impl PartialEq for LazyScorer {
     }
 }
 
-/// Column-major copy of row vectors, as forust-ml's `Matrix` expects.
-fn column_major<const N: usize>(rows: &[[f64; N]]) -> Vec<f64> {
-    let mut data = Vec::with_capacity(rows.len() * N);
-    for j in 0..N {
+/// Column-major copy of the first `width` columns of row vectors, as forust-ml's `Matrix`
+/// expects.
+fn column_major<const N: usize>(rows: &[[f64; N]], width: usize) -> Vec<f64> {
+    let mut data = Vec::with_capacity(rows.len() * width);
+    for j in 0..width {
         data.extend(rows.iter().map(|r| r[j]));
     }
     data
@@ -115,26 +191,43 @@ fn column_major<const N: usize>(rows: &[[f64; N]]) -> Vec<f64> {
 impl MemberRidgeGbt {
     /// Fits both learners on one row per member of every training set.
     pub fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
+        Self::fit_with(rows, MemberOptions::CHOSEN)
+    }
+
+    pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+        let width = options.booster_features();
         let mut ridge_x: Vec<[f64; RIDGE_FEATURES]> = Vec::new();
-        let mut booster_x: Vec<[f64; BOOSTER_FEATURES]> = Vec::new();
+        let mut booster_x: Vec<[f64; MAX_BOOSTER_FEATURES]> = Vec::new();
         let mut y: Vec<f64> = Vec::new();
+        let mut weights: Vec<f64> = Vec::new();
         for row in rows {
-            for ((own, others), &throughput) in row
-                .members
-                .iter()
-                .zip(others_of(&row.members))
-                .zip(&row.throughputs)
-            {
-                ridge_x.push(ridge_features(own, &others));
-                booster_x.push(booster_features(own, &others));
-                let ratio = throughput / own.0[EXCLUSIVE_THROUGHPUT];
+            let set_exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
+            for (view, &throughput) in views_of(&row.members).iter().zip(&row.throughputs) {
+                ridge_x.push(ridge_features(view.own, &view.others));
+                booster_x.push(booster_features(view, options));
+                let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
+                let ratio = throughput / exclusive;
                 y.push(clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln()));
+                weights.push(if set_exclusive > 0.0 {
+                    exclusive / set_exclusive * row.members.len() as f64
+                } else {
+                    1.0
+                });
             }
         }
 
         let (ridge_intercept, ridge_coefficients) = fit_ridge(&ridge_x, &y)?;
+        let target: Vec<f64> = if options.stacked {
+            ridge_x
+                .iter()
+                .zip(&y)
+                .map(|(x, y)| y - ridge_linear(ridge_intercept, &ridge_coefficients, x))
+                .collect()
+        } else {
+            y
+        };
 
-        let data = column_major(&booster_x);
+        let data = column_major(&booster_x, width);
         let mut booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(BOOSTER_TREES)
@@ -147,17 +240,18 @@ impl MemberRidgeGbt {
             .set_nbins(256)
             .set_parallel(false)
             .set_seed(0);
-        booster
-            .fit_unweighted(
-                &Matrix::new(&data, booster_x.len(), BOOSTER_FEATURES),
-                &y,
-                None,
-            )
-            .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
+        let matrix = Matrix::new(&data, booster_x.len(), width);
+        if options.weighted {
+            booster.fit(&matrix, &target, &weights, None)
+        } else {
+            booster.fit_unweighted(&matrix, &target, None)
+        }
+        .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
         let model = Self {
             ridge_intercept,
             ridge_coefficients,
             booster: Booster(Arc::new(booster)),
+            options,
             scorer: LazyScorer::default(),
         };
         if !model.is_finite() {
@@ -174,35 +268,35 @@ impl MemberRidgeGbt {
         self.ridge_coefficients.len() == RIDGE_FEATURES
     }
 
-    /// Predicted colocated throughput of each (own, others) member.
-    fn predict_members(&self, members: &[(&Features, Features)]) -> Vec<f64> {
-        let booster_x: Vec<[f64; BOOSTER_FEATURES]> = members
+    /// Predicted colocated throughput of each member view.
+    fn predict_members(&self, members: &[MemberView]) -> Vec<f64> {
+        let width = self.options.booster_features();
+        let booster_x: Vec<[f64; MAX_BOOSTER_FEATURES]> = members
             .iter()
-            .map(|(own, others)| booster_features(own, others))
+            .map(|view| booster_features(view, self.options))
             .collect();
-        let data = column_major(&booster_x);
-        let boosted = self.booster.0.predict(
-            &Matrix::new(&data, booster_x.len(), BOOSTER_FEATURES),
-            false,
-        );
+        let data = column_major(&booster_x, width);
+        let boosted = self
+            .booster
+            .0
+            .predict(&Matrix::new(&data, booster_x.len(), width), false);
         members
             .iter()
             .zip(boosted)
-            .map(|((own, others), boosted)| {
-                let linear = ridge_features(own, others)
-                    .iter()
-                    .zip(&self.ridge_coefficients)
-                    .fold(self.ridge_intercept, |acc, (x, c)| acc + x * c);
-                member_throughput(linear, boosted, own)
+            .map(|(view, boosted)| {
+                let linear = ridge_linear(
+                    self.ridge_intercept,
+                    &self.ridge_coefficients,
+                    &ridge_features(view.own, &view.others),
+                );
+                member_throughput(linear, boosted, view.own, self.options.stacked)
             })
             .collect()
     }
 
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
         let owned: Vec<Features> = members.iter().map(|m| **m).collect();
-        let inputs: Vec<(&Features, Features)> =
-            members.iter().copied().zip(others_of(&owned)).collect();
-        let predicted = self.predict_members(&inputs);
+        let predicted = self.predict_members(&views_of(&owned));
         SetPrediction {
             sum: predicted.iter().sum(),
             members: Some(predicted),
@@ -238,6 +332,7 @@ impl MemberRidgeGbt {
                     &trees,
                     self.ridge_intercept,
                     &self.ridge_coefficients,
+                    self.options,
                 )
             })
             .as_ref()
@@ -258,10 +353,16 @@ impl MemberRidgeGbt {
         target: &Features,
         candidates: &[&Features],
     ) -> Vec<SetPrediction> {
-        let mut inputs: Vec<(&Features, Features)> = Vec::with_capacity(2 * candidates.len());
+        let view = |own, other: &Features| MemberView {
+            own,
+            others: *other,
+            others_max: *other,
+            n_others: 1,
+        };
+        let mut inputs: Vec<MemberView> = Vec::with_capacity(2 * candidates.len());
         for candidate in candidates {
-            inputs.push((target, **candidate));
-            inputs.push((*candidate, *target));
+            inputs.push(view(target, candidate));
+            inputs.push(view(candidate, target));
         }
         let predicted = self.predict_members(&inputs);
         predicted
@@ -274,20 +375,32 @@ impl MemberRidgeGbt {
     }
 }
 
-/// For each member, the element-wise sum of the other members' metrics. Summed directly
-/// (not as total minus own) so that in a pair the "others" are exactly the partner.
-fn others_of(members: &[Features]) -> Vec<Features> {
+/// Each member's view of its set. The others' metrics are summed directly (not as total
+/// minus own) so that in a pair the "others" are exactly the partner.
+fn views_of(members: &[Features]) -> Vec<MemberView<'_>> {
     (0..members.len())
         .map(|i| {
-            Features::sum(
-                members
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, m)| m),
-            )
+            let others = || members.iter().enumerate().filter(move |(j, _)| *j != i);
+            let mut others_max = Features::default();
+            for (k, (_, m)) in others().enumerate() {
+                for (slot, v) in others_max.0.iter_mut().zip(m.0) {
+                    *slot = if k == 0 { v } else { slot.max(v) };
+                }
+            }
+            MemberView {
+                own: &members[i],
+                others: Features::sum(others().map(|(_, m)| m)),
+                others_max,
+                n_others: members.len() - 1,
+            }
         })
         .collect()
+}
+
+fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES]) -> f64 {
+    x.iter()
+        .zip(coefficients)
+        .fold(intercept, |acc, (x, c)| acc + x * c)
 }
 
 /// Ridge regression (smartcore, standardised columns, Cholesky) on the columns that vary;
@@ -438,6 +551,85 @@ mod tests {
             }
         }
         assert!(compared > 10_000, "{compared}");
+    }
+
+    /// Pairs and triples under the same interference law: trees that split on the number of
+    /// co-runners and on the others' largest metrics.
+    fn mixed_rows(workloads: &[Features]) -> Vec<TrainingRow> {
+        let mut rows = rows(workloads);
+        for (i, a) in workloads.iter().enumerate() {
+            for (b, c) in workloads[i..].iter().zip(workloads[i..].iter().skip(1)) {
+                let members = vec![*a, *b, *c];
+                let throughputs = (0..3)
+                    .map(|k| {
+                        let others = Features::sum(
+                            members
+                                .iter()
+                                .enumerate()
+                                .filter(|(j, _)| *j != k)
+                                .map(|(_, m)| m),
+                        );
+                        members[k].0[6] * true_ratio(&members[k], &others)
+                    })
+                    .collect();
+                rows.push(TrainingRow {
+                    members,
+                    throughputs,
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn with_crowding_features_the_pair_scorer_still_matches_walking_every_tree() {
+        let mut state = 21;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit_with(&mixed_rows(&seen), MemberOptions::CHOSEN).unwrap();
+        let crowding_splits = model
+            .booster
+            .0
+            .trees
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .filter(|n| !n.is_leaf && n.split_feature >= 2 * NUM_FEATURES)
+            .count();
+        assert!(crowding_splits > 0, "no tree uses the crowding features");
+        let scorer = model.pair_scorer().expect("depth-2 trees compile");
+        let probes: Vec<Features> = (0..30)
+            .map(|_| workload(&mut state))
+            .chain(seen.clone())
+            .collect();
+        let refs: Vec<&Features> = probes.iter().collect();
+        for target in probes.iter().step_by(5) {
+            let fast = scorer.predict_pairs(target, &refs);
+            let reference = model.predict_pairs_reference(target, &refs);
+            for (a, b) in fast.iter().zip(&reference) {
+                assert!(
+                    (a.sum - b.sum).abs() <= 1e-12 * b.sum.abs(),
+                    "{} vs {}",
+                    a.sum,
+                    b.sum
+                );
+            }
+            // And the general path agrees: a pair is a set of two.
+            let set = model.predict_set(&[target, &probes[0]]);
+            let pair = model.predict_pairs_reference(target, &[&probes[0]]);
+            assert!((set.sum - pair[0].sum).abs() <= 1e-12 * set.sum.abs());
+        }
+    }
+
+    #[test]
+    fn models_stored_before_the_options_read_as_the_plain_model() {
+        let mut state = 9;
+        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit_with(&rows(&seen), MemberOptions::default()).unwrap();
+        let mut json: serde_json::Value = serde_json::to_value(&model).unwrap();
+        json.as_object_mut().unwrap().remove("options");
+        let back: MemberRidgeGbt = serde_json::from_value(json).unwrap();
+        assert_eq!(back.options, MemberOptions::default());
+        let probe = [&seen[1], &seen[2], &seen[3]];
+        assert_eq!(back.predict_set(&probe), model.predict_set(&probe));
     }
 
     #[test]

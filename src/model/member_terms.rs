@@ -84,10 +84,16 @@ impl RidgeParts {
     }
 }
 
-/// A member's predicted throughput from the two halves' predicted log ratios.
+/// A member's predicted throughput from the two halves' predicted log ratios: their
+/// throughputs averaged, or (`stacked`, trees fitted on the ridge half's residuals) the
+/// ratio of their sum.
 #[inline]
-pub(super) fn member_throughput(linear: f64, boosted: f64, own: &Features) -> f64 {
-    let ratio = 0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp());
+pub(super) fn member_throughput(linear: f64, boosted: f64, own: &Features, stacked: bool) -> f64 {
+    let ratio = if stacked {
+        clamp_log_ratio(linear + boosted).exp()
+    } else {
+        0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp())
+    };
     ratio * own.0[EXCLUSIVE_THROUGHPUT]
 }
 

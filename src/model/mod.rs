@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
-pub use member::MemberRidgeGbt;
+pub use member::{MemberOptions, MemberRidgeGbt, CANDIDATES as MEMBER_CANDIDATES};
 pub use pair_scorer::{PairScorer, ProfileCode, TargetTables};
 
 /// Fewer observations than this cannot pin down the ten coefficients and the intercept of
@@ -190,6 +190,19 @@ impl ModelParams {
             ),
         }
     }
+}
+
+/// Fits `member-ridge-gbt` with other options (the candidates `coloc eval` compares).
+pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelParams, FitError> {
+    if rows.len() < MIN_TRAINING_ROWS {
+        return Err(FitError::TooFewObservations {
+            have: rows.len(),
+            need: MIN_TRAINING_ROWS,
+        });
+    }
+    Ok(ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_with(
+        rows, options,
+    )?))
 }
 
 /// Fits a model of `kind` on `rows` and measures it in-sample. CPU-bound: call it off the
