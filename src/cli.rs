@@ -143,6 +143,9 @@ pub struct EvalNwayArgs {
     /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
     #[arg(long)]
     pub candidates: bool,
+    /// Also measure how often 80 % intervals hold the held-out runs (pairs and these runs).
+    #[arg(long)]
+    pub coverage: bool,
     /// Print the numbers as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -472,18 +475,30 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut rows = Vec::new();
-    for path in &args.runs {
+    let mut coverage_rows = Vec::new();
+    for (k, path) in args.runs.iter().enumerate() {
         let (path, profiles, run_policies) =
             (path.clone(), args.profiles.clone(), policies.clone());
-        let (data, cases, results) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let runs = eval::nway::read_runs(&path)?;
-            let size = runs.first().map_or(0, |r| r.members.len());
-            let data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
-            let cases = data.cases();
-            let results = eval::nway::evaluate(&data, &cases, &run_policies)?;
-            Ok((data, cases, results))
-        })
-        .await??;
+        let with_coverage = args.coverage;
+        let (data, cases, results, run_coverage) =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let runs = eval::nway::read_runs(&path)?;
+                let size = runs.first().map_or(0, |r| r.members.len());
+                let data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
+                let cases = data.cases();
+                let results = eval::nway::evaluate(&data, &cases, &run_policies)?;
+                let mut run_coverage = Vec::new();
+                if with_coverage {
+                    // The pairs are the same for every file: measured once.
+                    if k == 0 {
+                        run_coverage.extend(eval::nway::pair_coverage(&data, &run_policies)?);
+                    }
+                    run_coverage.extend(eval::nway::coverage(&data, &cases, &run_policies)?);
+                }
+                Ok((data, cases, results, run_coverage))
+            })
+            .await??;
+        coverage_rows.extend(run_coverage);
         if let Some(writer) = writer.as_mut() {
             eval::write_nway_predictions(
                 writer,
@@ -499,9 +514,27 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         writer.flush()?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "rows": rows, "coverage": coverage_rows })
+            )?
+        );
     } else {
         eval::print_nway_table(&rows, &policies, &mut std::io::stdout().lock())?;
+        for c in &coverage_rows {
+            println!(
+                "80 % interval coverage, {}, {}: members {:.3} ({} of {}), sums {:.3} ({} of {})",
+                c.protocol,
+                c.policy,
+                c.member_fraction(),
+                c.members_inside,
+                c.members,
+                c.sum_fraction(),
+                c.sums_inside,
+                c.sums
+            );
+        }
     }
     Ok(())
 }

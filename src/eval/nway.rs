@@ -26,7 +26,7 @@ use super::Policy;
 use crate::{
     dataset::{parse_workload_name, KaceDataset, KacePair},
     domain::WorkloadMode,
-    model::{Features, TrainingRow},
+    model::{intervals, Features, TrainingRow},
 };
 
 /// One measured run: the members (repeats allowed) and each one's colocated throughput.
@@ -280,6 +280,24 @@ impl NwayData {
         }
     }
 
+    /// The member names of `training_rows(case)`, in the same order.
+    pub fn training_names(&self, case: &NwayCase) -> Vec<Vec<String>> {
+        case.train_pairs
+            .iter()
+            .map(|&i| {
+                vec![
+                    self.pairs[i].workload1.clone(),
+                    self.pairs[i].workload2.clone(),
+                ]
+            })
+            .chain(
+                case.train_runs
+                    .iter()
+                    .map(|&i| self.runs[i].members.clone()),
+            )
+            .collect()
+    }
+
     pub fn training_rows(&self, case: &NwayCase) -> Vec<TrainingRow> {
         case.train_pairs
             .iter()
@@ -505,4 +523,146 @@ mod tests {
             family("bert-base-cased_batch2-train")
         );
     }
+}
+
+/// How often 80 % intervals held what happened, for one protocol and policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    pub protocol: String,
+    pub policy: String,
+    pub members_inside: usize,
+    pub members: usize,
+    pub sums_inside: usize,
+    pub sums: usize,
+}
+
+impl Coverage {
+    pub fn member_fraction(&self) -> f64 {
+        self.members_inside as f64 / self.members as f64
+    }
+
+    pub fn sum_fraction(&self) -> f64 {
+        self.sums_inside as f64 / self.sums as f64
+    }
+
+    /// Calibrates on `training` by cross-validation, fits on all of it, and counts the
+    /// held-out `test` runs inside their intervals.
+    fn add(
+        &mut self,
+        policy: Policy,
+        training: &[TrainingRow],
+        folds: &[Vec<usize>],
+        test: &[TrainingRow],
+    ) -> anyhow::Result<()> {
+        let intervals = intervals::cross_validated(training, folds, |rows| policy.fit(rows))?;
+        let params = policy.fit(training)?;
+        let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
+        for row in test {
+            let members: Vec<&Features> = row.members.iter().collect();
+            let prediction = params.predict_set(&members);
+            let interval = intervals
+                .apply(row.members.len(), &prediction)
+                .context("no held-out runs to calibrate on")?;
+            self.sums += 1;
+            self.sums_inside += usize::from(inside(row.throughput_sum(), interval.sum));
+            if let Some(bounds) = interval.members {
+                for (actual, b) in row.throughputs.iter().zip(bounds) {
+                    self.members += 1;
+                    self.members_inside += usize::from(inside(*actual, b));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Coverage of 80 % intervals on the held-out runs of this file's protocol (every run,
+/// runs training: each target's candidates against intervals calibrated on its training
+/// runs), and on the pairs' unseen-workload protocol (each workload's pairs against
+/// intervals calibrated on the pairs without it).
+pub fn coverage(
+    data: &NwayData,
+    cases: &[NwayCase],
+    policies: &[Policy],
+) -> anyhow::Result<Vec<Coverage>> {
+    let mut out = Vec::new();
+    for &policy in policies
+        .iter()
+        .filter(|p| matches!(p, Policy::Model(_) | Policy::Candidate(_)))
+    {
+        let mut runs = Coverage {
+            protocol: format!("{} all, runs, unseen family", data.label),
+            policy: policy.name(),
+            members_inside: 0,
+            members: 0,
+            sums_inside: 0,
+            sums: 0,
+        };
+        for case in cases
+            .iter()
+            .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
+        {
+            let test: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
+            // Calibrated as the answers are used: leaving each family out in turn.
+            let families: Vec<Vec<String>> = data
+                .training_names(case)
+                .iter()
+                .map(|names| {
+                    names
+                        .iter()
+                        .map(|n| {
+                            let (model, mode) = family(n);
+                            format!("{model} {mode:?}")
+                        })
+                        .collect()
+                })
+                .collect();
+            let folds = intervals::folds_by_group(&families);
+            runs.add(policy, &data.training_rows(case), &folds, &test)?;
+        }
+        out.push(runs);
+    }
+    Ok(out)
+}
+
+/// Coverage on the pair dataset's unseen-workload protocol.
+pub fn pair_coverage(data: &NwayData, policies: &[Policy]) -> anyhow::Result<Vec<Coverage>> {
+    let workloads: BTreeSet<&str> = data
+        .pairs
+        .iter()
+        .flat_map(|p| [p.workload1.as_str(), p.workload2.as_str()])
+        .collect();
+    let mut out = Vec::new();
+    for &policy in policies
+        .iter()
+        .filter(|p| matches!(p, Policy::Model(_) | Policy::Candidate(_)))
+    {
+        let mut pairs = Coverage {
+            protocol: "pairs, unseen workload".into(),
+            policy: policy.name(),
+            members_inside: 0,
+            members: 0,
+            sums_inside: 0,
+            sums: 0,
+        };
+        for &w in &workloads {
+            let (test, train): (Vec<usize>, Vec<usize>) = (0..data.pairs.len())
+                .partition(|&i| data.pairs[i].workload1 == w || data.pairs[i].workload2 == w);
+            let rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
+            // Calibrated as the answers are used: leaving each workload out in turn.
+            let names: Vec<Vec<&str>> = train
+                .iter()
+                .map(|&i| {
+                    vec![
+                        data.pairs[i].workload1.as_str(),
+                        data.pairs[i].workload2.as_str(),
+                    ]
+                })
+                .collect();
+            let folds = intervals::folds_by_group(&names);
+            pairs.add(policy, &rows(&train), &folds, &rows(&test))?;
+        }
+        out.push(pairs);
+    }
+    Ok(out)
 }

@@ -15,6 +15,7 @@
 //! `member_terms` and `features`; nothing here imports the service.
 
 mod features;
+pub mod intervals;
 mod kace_linear;
 mod member;
 mod member_terms;
