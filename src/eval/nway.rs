@@ -26,7 +26,7 @@ use super::Policy;
 use crate::{
     dataset::{parse_workload_name, KaceDataset, KacePair},
     domain::WorkloadMode,
-    model::{intervals, Features, TrainingRow},
+    model::{self, Features, ModelKind, TrainingRow},
 };
 
 /// One measured run: the members (repeats allowed) and each one's colocated throughput.
@@ -545,24 +545,17 @@ impl Coverage {
         self.sums_inside as f64 / self.sums as f64
     }
 
-    /// Calibrates on `training` by cross-validation, fits on all of it, and counts the
-    /// held-out `test` runs inside their intervals.
-    fn add(
-        &mut self,
-        policy: Policy,
-        training: &[TrainingRow],
-        folds: &[Vec<usize>],
-        test: &[TrainingRow],
-    ) -> anyhow::Result<()> {
-        let intervals = intervals::cross_validated(training, folds, |rows| policy.fit(rows))?;
-        let params = policy.fit(training)?;
+    /// Fits the default model as `Train` does (intervals calibrated on `training` alone)
+    /// and counts the held-out `test` runs inside their intervals.
+    fn add(&mut self, training: &[TrainingRow], test: &[TrainingRow]) -> anyhow::Result<()> {
+        let (params, _) = model::fit(ModelKind::DEFAULT, training)?;
         let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
         for row in test {
             let members: Vec<&Features> = row.members.iter().collect();
             let prediction = params.predict_set(&members);
-            let interval = intervals
-                .apply(row.members.len(), &prediction)
-                .context("no held-out runs to calibrate on")?;
+            let interval = params
+                .interval(row.members.len(), &prediction)
+                .context("the model has no intervals")?;
             self.sums += 1;
             self.sums_inside += usize::from(inside(row.throughput_sum(), interval.sum));
             if let Some(bounds) = interval.members {
@@ -574,95 +567,47 @@ impl Coverage {
         }
         Ok(())
     }
-}
 
-/// Coverage of 80 % intervals on the held-out runs of this file's protocol (every run,
-/// runs training: each target's candidates against intervals calibrated on its training
-/// runs), and on the pairs' unseen-workload protocol (each workload's pairs against
-/// intervals calibrated on the pairs without it).
-pub fn coverage(
-    data: &NwayData,
-    cases: &[NwayCase],
-    policies: &[Policy],
-) -> anyhow::Result<Vec<Coverage>> {
-    let mut out = Vec::new();
-    for &policy in policies
-        .iter()
-        .filter(|p| matches!(p, Policy::Model(_) | Policy::Candidate(_)))
-    {
-        let mut runs = Coverage {
-            protocol: format!("{} all, runs, unseen family", data.label),
-            policy: policy.name(),
+    fn new(protocol: String) -> Self {
+        Self {
+            protocol,
+            policy: ModelKind::DEFAULT.as_str().into(),
             members_inside: 0,
             members: 0,
             sums_inside: 0,
             sums: 0,
-        };
-        for case in cases
-            .iter()
-            .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
-        {
-            let test: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
-            // Calibrated as the answers are used: leaving each family out in turn.
-            let families: Vec<Vec<String>> = data
-                .training_names(case)
-                .iter()
-                .map(|names| {
-                    names
-                        .iter()
-                        .map(|n| {
-                            let (model, mode) = family(n);
-                            format!("{model} {mode:?}")
-                        })
-                        .collect()
-                })
-                .collect();
-            let folds = intervals::folds_by_group(&families);
-            runs.add(policy, &data.training_rows(case), &folds, &test)?;
         }
-        out.push(runs);
     }
-    Ok(out)
 }
 
-/// Coverage on the pair dataset's unseen-workload protocol.
-pub fn pair_coverage(data: &NwayData, policies: &[Policy]) -> anyhow::Result<Vec<Coverage>> {
+/// Coverage of the default model's 80 % intervals (as `Train` calibrates them) on this
+/// file's protocol: every run, runs training, each target's candidates.
+pub fn coverage(data: &NwayData, cases: &[NwayCase]) -> anyhow::Result<Coverage> {
+    let mut runs = Coverage::new(format!("{} all, runs, unseen family", data.label));
+    for case in cases
+        .iter()
+        .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
+    {
+        let test: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
+        runs.add(&data.training_rows(case), &test)?;
+    }
+    Ok(runs)
+}
+
+/// The same on the pair dataset's unseen-workload protocol: each workload's pairs against
+/// a model fitted and calibrated on the pairs without it.
+pub fn pair_coverage(data: &NwayData) -> anyhow::Result<Coverage> {
     let workloads: BTreeSet<&str> = data
         .pairs
         .iter()
         .flat_map(|p| [p.workload1.as_str(), p.workload2.as_str()])
         .collect();
-    let mut out = Vec::new();
-    for &policy in policies
-        .iter()
-        .filter(|p| matches!(p, Policy::Model(_) | Policy::Candidate(_)))
-    {
-        let mut pairs = Coverage {
-            protocol: "pairs, unseen workload".into(),
-            policy: policy.name(),
-            members_inside: 0,
-            members: 0,
-            sums_inside: 0,
-            sums: 0,
-        };
-        for &w in &workloads {
-            let (test, train): (Vec<usize>, Vec<usize>) = (0..data.pairs.len())
-                .partition(|&i| data.pairs[i].workload1 == w || data.pairs[i].workload2 == w);
-            let rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
-            // Calibrated as the answers are used: leaving each workload out in turn.
-            let names: Vec<Vec<&str>> = train
-                .iter()
-                .map(|&i| {
-                    vec![
-                        data.pairs[i].workload1.as_str(),
-                        data.pairs[i].workload2.as_str(),
-                    ]
-                })
-                .collect();
-            let folds = intervals::folds_by_group(&names);
-            pairs.add(policy, &rows(&train), &folds, &rows(&test))?;
-        }
-        out.push(pairs);
+    let mut pairs = Coverage::new("pairs, unseen workload".into());
+    for &w in &workloads {
+        let (test, train): (Vec<usize>, Vec<usize>) = (0..data.pairs.len())
+            .partition(|&i| data.pairs[i].workload1 == w || data.pairs[i].workload2 == w);
+        let rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
+        pairs.add(&rows(&train), &rows(&test))?;
     }
-    Ok(out)
+    Ok(pairs)
 }

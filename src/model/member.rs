@@ -23,11 +23,12 @@ use smartcore::{
 };
 
 use super::{
+    intervals::{self, Intervals, SetInterval},
     member_terms::{
         clamp_log_ratio, member_throughput, ridge_features, EXCLUSIVE_THROUGHPUT, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
-    Features, FitError, SetPrediction, TrainingRow, NUM_FEATURES,
+    Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
 };
 
 pub use super::member_terms::ridge_feature_names;
@@ -157,6 +158,10 @@ pub struct MemberRidgeGbt {
     pub booster: Booster,
     #[serde(default)]
     pub options: MemberOptions,
+    /// 80 % intervals calibrated at fit time on held-out profiles (models stored before
+    /// intervals existed have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Intervals>,
     #[serde(skip)]
     scorer: LazyScorer,
 }
@@ -190,10 +195,38 @@ fn column_major<const N: usize>(rows: &[[f64; N]], width: usize) -> Vec<f64> {
 
 impl MemberRidgeGbt {
     /// Fits both learners on one row per member of every training set.
+    /// What `Train` fits: the chosen options, with calibrated intervals.
     pub fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
-        Self::fit_with(rows, MemberOptions::CHOSEN)
+        Self::fit_calibrated(rows, MemberOptions::CHOSEN)
     }
 
+    /// Fits with `options`, and calibrates the model's intervals by cross-validation with
+    /// whole profiles held out (each profile's runs in one of [`intervals::FOLDS`] folds, so
+    /// the residuals are those of workloads the fold's model never saw); at most
+    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part in the calibration.
+    pub fn fit_calibrated(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+        let mut model = Self::fit_with(rows, options)?;
+        let stride = rows.len().div_ceil(CALIBRATION_ROWS).max(1);
+        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
+        let folds = profile_folds(&sample);
+        if folds.len() > 1 {
+            let calibrated = intervals::cross_validated(&sample, &folds, |train| {
+                Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
+            })?;
+            if calibrated.bands.iter().any(Option::is_some) {
+                model.intervals = Some(calibrated);
+            }
+        }
+        Ok(model)
+    }
+
+    /// The interval of a prediction of this model for a set of `size` members.
+    pub fn interval(&self, size: usize, prediction: &SetPrediction) -> Option<SetInterval> {
+        self.intervals.as_ref()?.apply(size, prediction)
+    }
+
+    /// Fits with `options`, without intervals (the evaluation's candidates, and the
+    /// calibration's own refits).
     pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
         let width = options.booster_features();
         let mut ridge_x: Vec<[f64; RIDGE_FEATURES]> = Vec::new();
@@ -252,6 +285,7 @@ impl MemberRidgeGbt {
             ridge_coefficients,
             booster: Booster(Arc::new(booster)),
             options,
+            intervals: None,
             scorer: LazyScorer::default(),
         };
         if !model.is_finite() {
@@ -373,6 +407,34 @@ impl MemberRidgeGbt {
             })
             .collect()
     }
+}
+
+/// Rows that calibrate a model's intervals at most (the calibration refits the model
+/// [`intervals::FOLDS`] times on them).
+pub const CALIBRATION_ROWS: usize = 20_000;
+
+/// Folds that hold out whole profiles: each distinct profile (by its exact metrics) goes
+/// to fold (its rank in first-seen order) mod [`intervals::FOLDS`]; a run is held out in
+/// the fold of each of its members.
+fn profile_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
+    let mut profiles: Vec<[u64; NUM_FEATURES]> = Vec::new();
+    let groups: Vec<Vec<usize>> = rows
+        .iter()
+        .map(|row| {
+            row.members
+                .iter()
+                .map(|m| {
+                    let key = m.0.map(f64::to_bits);
+                    let rank = profiles.iter().position(|p| *p == key).unwrap_or_else(|| {
+                        profiles.push(key);
+                        profiles.len() - 1
+                    });
+                    rank % intervals::FOLDS
+                })
+                .collect()
+        })
+        .collect();
+    intervals::folds_by_group(&groups)
 }
 
 /// Each member's view of its set. The others' metrics are summed directly (not as total

@@ -154,6 +154,20 @@ impl ModelParams {
         }
     }
 
+    /// The 80 % interval of `prediction` (of a set of `size` members), for models that
+    /// carry calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
+    /// cautious mode reads the pessimistic end of each member's throughput.
+    pub fn interval(
+        &self,
+        size: usize,
+        prediction: &SetPrediction,
+    ) -> Option<intervals::SetInterval> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.interval(size, prediction),
+            Self::KaceLinear(_) => None,
+        }
+    }
+
     /// The compiled pair scorer, for kinds that have one (Rank's fast path).
     pub fn pair_scorer(&self) -> Option<&PairScorer> {
         match self {
