@@ -113,12 +113,24 @@ pub struct MemberPrediction {
     pub exclusive_throughput: f64,
     pub throughput_unit: std::sync::Arc<str>,
     pub predicted_throughput: Option<f64>,
+    /// The 80 % interval of `predicted_throughput`, where the model carries intervals.
+    pub predicted_interval: Option<(f64, f64)>,
 }
 
 impl MemberPrediction {
     pub fn predicted_slowdown(&self) -> Option<f64> {
         self.predicted_throughput
             .map(|t| t / self.exclusive_throughput)
+    }
+
+    /// The 80 % interval of the slowdown (colocated / exclusive).
+    pub fn slowdown_interval(&self) -> Option<(f64, f64)> {
+        self.predicted_interval.map(|(lo, hi)| {
+            (
+                lo / self.exclusive_throughput,
+                hi / self.exclusive_throughput,
+            )
+        })
     }
 }
 
@@ -166,6 +178,8 @@ pub struct PredictResult {
     pub members: Vec<MemberPrediction>,
     pub memory_gb: f64,
     pub fits_memory: bool,
+    /// The 80 % interval of the sum, where the model carries intervals.
+    pub sum_interval: Option<(f64, f64)>,
 }
 
 /// The order of a ranking: higher score first, ties by name so that answers are stable.
@@ -190,6 +204,7 @@ fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec
             exclusive_throughput: entry.features.exclusive_throughput(),
             throughput_unit: entry.throughput_unit.clone(),
             predicted_throughput: members.map(|m| m[i]),
+            predicted_interval: None,
         })
         .collect()
 }
@@ -515,13 +530,21 @@ pub(super) fn predict(
     let prediction = predict_entries(model, table, &entries);
     let members = prediction.members.as_deref();
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
+    let interval = model.params.interval(entries.len(), &prediction);
+    let mut member_answers = member_predictions(&entries, members);
+    if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
+        for (answer, bound) in member_answers.iter_mut().zip(bounds) {
+            answer.predicted_interval = Some(*bound);
+        }
+    }
     Ok(PredictResult {
         gpu: gpu.clone(),
         model_version: model.version,
         predicted_throughput_sum: prediction.sum,
         predicted_normalized_sum: normalized_sum(&entries, members),
-        members: member_predictions(&entries, members),
+        members: member_answers,
         memory_gb: memory,
         fits_memory: memory <= limit,
+        sum_interval: interval.map(|i| i.sum),
     })
 }

@@ -296,6 +296,10 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
 fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
     pb::MemberPrediction {
         predicted_slowdown: member.predicted_slowdown(),
+        predicted_throughput_low: member.predicted_interval.map(|i| i.0),
+        predicted_throughput_high: member.predicted_interval.map(|i| i.1),
+        predicted_slowdown_low: member.slowdown_interval().map(|i| i.0),
+        predicted_slowdown_high: member.slowdown_interval().map(|i| i.1),
         workload: member.workload.as_str().to_owned(),
         exclusive_throughput: member.exclusive_throughput,
         throughput_unit: member.throughput_unit.to_string(),
@@ -362,6 +366,8 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
         memory_gb: result.memory_gb,
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
+        predicted_throughput_sum_low: result.sum_interval.map(|i| i.0),
+        predicted_throughput_sum_high: result.sum_interval.map(|i| i.1),
     }
 }
 
