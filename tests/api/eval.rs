@@ -174,7 +174,8 @@ fn kace_runs(set: &str) -> std::path::PathBuf {
 /// lower run id) against the best actual sum; means per (set, scope, training).
 fn rescore_nway(predictions: &std::path::Path) -> BTreeMap<(String, String, String), f64> {
     // set -> run id -> (members, actual sum, in the recorded subset)
-    let mut runs: HashMap<String, HashMap<String, (Vec<String>, f64, bool)>> = HashMap::new();
+    type Runs = HashMap<String, (Vec<String>, f64, bool)>;
+    let mut runs: HashMap<String, Runs> = HashMap::new();
     for set in ["3-way", "4-way"] {
         let dir = if set == "3-way" {
             "kace-3way"
