@@ -55,6 +55,13 @@ pub enum Error {
         .gpu.as_str()
     )]
     ModelPredictsOnlySums { gpu: GpuName, kind: &'static str },
+    /// A cautious request needs intervals, and the serving model carries none.
+    #[error(
+        "the model of GPU model {:?} (version {version}) carries no intervals; cautious needs a \
+         member-ridge-gbt model fitted since intervals exist (train again)",
+        .gpu.as_str()
+    )]
+    ModelHasNoIntervals { gpu: GpuName, version: u64 },
     /// A fit could not be made (too few usable runs, degenerate data); the champion stays.
     #[error("{0}")]
     TrainingFailed(String),

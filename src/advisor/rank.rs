@@ -39,6 +39,8 @@ pub struct RankQuery {
     pub objective: Objective,
     /// The lowest fraction of its exclusive throughput the target may keep.
     pub min_target_fraction: Option<f64>,
+    /// The fraction holds for the low end of the target's 80 % interval.
+    pub cautious: bool,
 }
 
 impl RankQuery {
@@ -410,6 +412,30 @@ impl RankWork {
             });
         }
 
+        let cautious = query.cautious && query.min_target_fraction.is_some();
+        if cautious
+            && model
+                .params
+                .interval(2, &SetPrediction::sum_only(1.0))
+                .is_none()
+        {
+            return Err(Error::ModelHasNoIntervals {
+                gpu: gpu.clone(),
+                version: model.version,
+            });
+        }
+        let interval_of = |prediction: &PairScore| {
+            prediction.members.and_then(|m| {
+                model.params.interval(
+                    2,
+                    &SetPrediction {
+                        sum: prediction.sum,
+                        members: Some(m.to_vec()),
+                    },
+                )
+            })
+        };
+
         let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
         let predictions = score_pairs(&model, &table, target, &entries);
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
@@ -417,15 +443,27 @@ impl RankWork {
             let entry = scored[i].0;
             if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
             {
-                let kept = members[0] / target.features.exclusive_throughput();
+                let target_throughput = if cautious {
+                    interval_of(&prediction)
+                        .and_then(|i| i.members)
+                        .map_or(members[0], |bounds| bounds[0].0)
+                } else {
+                    members[0]
+                };
+                let kept = target_throughput / target.features.exclusive_throughput();
                 if kept < fraction {
                     skipped.push(Skipped {
                         workload: entry.name.to_string(),
                         code: SkipCode::TargetSlowdown,
                         reason: format!(
-                            "predicted to leave the target {:.0} % of its exclusive throughput, \
+                            "predicted to leave the target {:.0} % of its exclusive throughput{}, \
                              below the {:.0} % asked for",
                             kept * 100.0,
+                            if cautious {
+                                " at the low end of its 80 % interval"
+                            } else {
+                                ""
+                            },
                             fraction * 100.0
                         ),
                     });
@@ -465,16 +503,22 @@ impl RankWork {
             .into_iter()
             .map(|s| {
                 let (entry, memory, fits) = scored[s.index];
+                let mut members = member_predictions(
+                    &[target, entry],
+                    s.prediction.members.as_ref().map(|m| &m[..]),
+                );
+                if let Some(bounds) = interval_of(&s.prediction).and_then(|i| i.members) {
+                    for (member, bound) in members.iter_mut().zip(bounds) {
+                        member.predicted_interval = Some(bound);
+                    }
+                }
                 RankedCandidate {
                     workload: entry.name.clone(),
                     predicted_throughput_sum: s.prediction.sum,
                     predicted_normalized_sum: s.normalized,
                     fits_memory: fits,
                     memory_gb: memory,
-                    members: member_predictions(
-                        &[target, entry],
-                        s.prediction.members.as_ref().map(|m| &m[..]),
-                    ),
+                    members,
                 }
             })
             .collect();

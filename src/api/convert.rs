@@ -288,6 +288,7 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         objective,
         // 0 means no limit; anything else (NaN included) is checked by validate().
         min_target_fraction: (raw.max_target_slowdown != 0.0).then_some(raw.max_target_slowdown),
+        cautious: raw.cautious,
     };
     query.validate()?;
     Ok(query)

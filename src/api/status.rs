@@ -23,6 +23,7 @@ pub fn code(error: &Error) -> Code {
         | Error::MemberNotProfiled { .. }
         | Error::GpuMemoryUnknown(_)
         | Error::ModelPredictsOnlySums { .. }
+        | Error::ModelHasNoIntervals { .. }
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
         Error::LaunchSpecsDisabled | Error::ProgramNotAllowed(_) => Code::PermissionDenied,

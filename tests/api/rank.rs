@@ -389,6 +389,91 @@ async fn max_target_slowdown_skips_exactly_the_candidates_that_would_slow_the_ta
 }
 
 #[tokio::test]
+async fn cautious_max_target_slowdown_holds_for_the_low_end_of_the_targets_interval() {
+    let (mut app, _) = slowdown_app(8).await;
+    let unlimited = app.client.rank(rank("w03")).await.unwrap().into_inner();
+    // Every ranked member carries its 80 % interval around the prediction.
+    let mut low_ends: Vec<(String, f64)> = Vec::new();
+    for c in &unlimited.ranked {
+        for m in &c.members {
+            let (lo, t, hi) = (
+                m.predicted_throughput_low.unwrap(),
+                m.predicted_throughput.unwrap(),
+                m.predicted_throughput_high.unwrap(),
+            );
+            assert!(lo <= t && t <= hi && lo < hi, "{lo} {t} {hi}");
+        }
+        low_ends.push((
+            c.workload.clone(),
+            c.members[0].predicted_slowdown_low.unwrap(),
+        ));
+    }
+    let mut fractions: Vec<f64> = low_ends.iter().map(|k| k.1).collect();
+    fractions.sort_by(f64::total_cmp);
+    let limit = (fractions[3] + fractions[4]) / 2.0;
+    let cautious = app
+        .client
+        .rank(pb::RankRequest {
+            max_target_slowdown: limit,
+            cautious: true,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut passed: Vec<&str> = cautious
+        .ranked
+        .iter()
+        .map(|c| c.workload.as_str())
+        .collect();
+    let mut expected: Vec<&str> = low_ends
+        .iter()
+        .filter(|k| k.1 >= limit)
+        .map(|k| k.0.as_str())
+        .collect();
+    passed.sort();
+    expected.sort();
+    assert_eq!(passed, expected);
+    // The plain limit keeps at least as many: the prediction is above its low end.
+    let plain = app
+        .client
+        .rank(pb::RankRequest {
+            max_target_slowdown: limit,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        plain.ranked.len() > cautious.ranked.len(),
+        "{} vs {}",
+        plain.ranked.len(),
+        cautious.ranked.len()
+    );
+    let reason = &cautious
+        .skipped
+        .iter()
+        .find(|s| s.code() == pb::SkipReason::TargetSlowdown)
+        .unwrap()
+        .reason;
+    assert!(reason.contains("low end of its 80 % interval"), "{reason}");
+
+    // A model without member predictions (and so without intervals) cannot answer it.
+    let (mut app, _) = trained_app_with(6, "kace-linear").await;
+    let message = expect_code(
+        app.client
+            .rank(pb::RankRequest {
+                max_target_slowdown: 0.5,
+                cautious: true,
+                ..rank("w00")
+            })
+            .await,
+        Code::FailedPrecondition,
+    );
+    assert!(message.contains("kace-linear"), "{message}");
+}
+
+#[tokio::test]
 async fn per_member_objectives_are_refused_when_the_model_predicts_only_sums() {
     let (mut app, _) = trained_app_with(6, "kace-linear").await;
     let normalized = pb::RankRequest {
