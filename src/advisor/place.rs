@@ -746,6 +746,8 @@ impl PlaceWork {
                             .members
                             .as_ref()
                             .map(|m| m[key.binary_search(&index).expect("a member of the set")]),
+                        // Place does not use the N-way intervals yet (see `cautious`).
+                        predicted_interval: None,
                     }
                 };
                 let mut members = Vec::with_capacity(own.len() + 1);
