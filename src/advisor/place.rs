@@ -1080,8 +1080,8 @@ mod tests {
     }
 
     #[test]
-    fn each_distinct_set_is_predicted_once_and_copies_agree() {
-        // 300 GPUs over 3 distinct resident sets give the same answer per set.
+    fn gpus_running_the_same_set_get_the_same_answer() {
+        // 300 GPUs over 3 distinct resident sets (one predicted once per request, cached).
         let states: Vec<GpuState> = (0..300)
             .map(|i| gpu_state(i, &[[0, 1], [2, 2], [3, 4]][i % 3], None))
             .collect();
