@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An example scheduler loop on coloc: jobs arrive, each is placed with Place on the GPU that
-gains the most, assigned there (AssignJob), released when it finishes (ReleaseJob), and every
+gains the most (and waits while no GPU gains), assigned there (AssignJob), released when it finishes (ReleaseJob), and every
 colocated run it measured is reported back (ReportColocation) as training data.
 
 Time is simulated (one tick per arrival). A real scheduler measures each job's throughput from
@@ -31,9 +31,9 @@ def recorded_pairs(path):
     return pairs
 
 
-def run(advisor, jobs, gpu_ids, pairs, node="example-node", duration=3, log=print):
-    """Schedules jobs = [(job_id, workload)], one arrival per tick, each running `duration`
-    ticks, at most 2 jobs per GPU. Returns a summary dict."""
+def run(advisor, jobs, gpu_ids, pairs, node="example-node", arrivals_per_tick=2, duration=4, log=lambda line: print(line, file=sys.stderr)):
+    """Schedules jobs = [(job_id, workload)], `arrivals_per_tick` arriving each tick, each running
+    `duration` ticks, at most 2 jobs per GPU (the recordings are of pairs). Returns a summary."""
     running = {g: [] for g in gpu_ids}  # gpu id -> [(job_id, workload, ends_at)]
     queue, pending = deque(jobs), deque()
     summary = {"placed": 0, "released": 0, "reported": 0, "waits": 0}
@@ -55,18 +55,31 @@ def run(advisor, jobs, gpu_ids, pairs, node="example-node", duration=3, log=prin
                 summary["released"] += advisor.release(job_id).released
                 log(f"t={tick} release {job_id} ({workload}) from {gpu_id}")
             running[gpu_id] = [m for m in members if m[2] > tick]
-        if queue:
+        for _ in range(min(arrivals_per_tick, len(queue))):
             pending.append(queue.popleft())
         # Place what waits, oldest first.
         while pending:
             job_id, workload = pending[0]
             gpus = [{"id": g, "node": node, "residents": [m[1] for m in ms]} for g, ms in running.items()]
-            answer = advisor.place(workload, gpus, max_jobs_per_gpu=2, min_job_fraction=0.3, min_resident_fraction=0.3)
-            if not answer.placements:
+            answer = advisor.place(
+                workload,
+                gpus,
+                objective="normalized_sum",
+                max_jobs_per_gpu=2,
+                min_job_fraction=0.3,
+                min_resident_fraction=0.3,
+            )
+            # The gain is the GPU's predicted normalized sum with the job minus without it: at or
+            # below 0 the job would take more from the residents than it adds, and waiting for a
+            # free GPU does more work.
+            best = answer.placements[0] if answer.placements else None
+            if best is None or best.gain <= 0:
                 summary["waits"] += 1
-                log(f"t={tick} {job_id} ({workload}) waits: " + "; ".join(s.reason for s in answer.skipped))
+                why = [f"{s.gpu_id}: {s.reason}" for s in answer.skipped]
+                if best is not None:
+                    why.append(f"the best GPU, {best.gpu_id}, would gain {best.gain:.3f}")
+                log(f"t={tick} {job_id} ({workload}) waits: " + "; ".join(why))
                 break
-            best = answer.placements[0]
             advisor.assign(job_id, best.gpu_id, workload, node=node, lease_secs=3600)
             running[best.gpu_id].append((job_id, workload, tick + duration))
             summary["placed"] += 1
@@ -89,8 +102,9 @@ def main():
 
     pairs = recorded_pairs(args.pairs)
     workloads = sorted({w for pair in pairs for w in pair})
-    jobs = [(f"{args.prefix}-job-{i}", workloads[(i * 7) % len(workloads)]) for i in range(args.jobs)]
+    jobs = [(f"{args.prefix}-job-{i}", workloads[(i * 5) % len(workloads)]) for i in range(args.jobs)]
     gpu_ids = [f"{args.prefix}-gpu-{i}" for i in range(args.gpus)]
+    print(f"{len(jobs)} jobs, {args.jobs // 2 + args.jobs % 2} ticks of arrivals, {len(gpu_ids)} GPUs", file=sys.stderr)
     with Advisor(args.addr, token=args.token, ca_cert=args.ca_cert) as advisor:
         try:
             summary = run(advisor, jobs, gpu_ids, pairs)
