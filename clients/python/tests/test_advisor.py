@@ -41,6 +41,14 @@ def test_rank_takes_the_objective_by_name(advisor):
         advisor.rank(BERT, objective="fastest")
 
 
+def test_other_request_fields_pass_by_their_proto_names(advisor):
+    capped = advisor.rank(BERT, max_target_slowdown=0.9, min_target_speed_fraction=0.9, include_below_break_even=True)
+    assert all(c.members[0].predicted_speed_fraction >= 0.9 for c in capped.ranked)
+    assert any(s.code == pb.TARGET_SLOWDOWN for s in capped.skipped)
+    with pytest.raises(ValueError):
+        advisor.rank(BERT, no_such_field=1)
+
+
 def test_predict_answers_each_member_in_order(advisor):
     answer = advisor.predict([WAV2VEC, BERT])
     assert [m.workload for m in answer.members] == [WAV2VEC, BERT]

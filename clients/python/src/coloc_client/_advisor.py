@@ -135,8 +135,12 @@ class Advisor:
         min_benefit: float = 0.0,
         include_oversubscribed: bool = False,
         include_below_break_even: bool = False,
+        **more,
     ) -> pb.RankResponse:
-        """Ranks partners for ``target`` (Rank); objective unset = the server's default."""
+        """Ranks partners for ``target`` (Rank); objective unset = the server's default.
+
+        ``more``: any other RankRequest field, by its proto name.
+        """
         request = pb.RankRequest(
             target=target,
             candidates=list(candidates),
@@ -147,6 +151,7 @@ class Advisor:
             min_benefit=min_benefit,
             include_oversubscribed=include_oversubscribed,
             include_below_break_even=include_below_break_even,
+            **more,
         )
         if objective is not None:
             request.objective = _objective(objective)
@@ -165,11 +170,15 @@ class Advisor:
         include_oversubscribed: bool = False,
         nodes: Iterable[str] = (),
         gpu: str = "",
+        cautious: bool = False,
+        **more,
     ) -> pb.PlaceResponse:
         """Scores GPUs for a new job of ``workload`` (Place), best first.
 
         ``gpus`` are GpuState messages or dicts of their fields (id, node, gpu, memory_gb,
         residents); empty = the occupancy coloc keeps (assign/release), filtered by nodes and gpu.
+        objective unset = THROUGHPUT_SUM (the proto's default); ``more``: any other PlaceRequest
+        field, by its proto name.
         """
         return self._call(
             "Place",
@@ -184,12 +193,19 @@ class Advisor:
                 include_oversubscribed=include_oversubscribed,
                 nodes=list(nodes),
                 gpu=gpu,
+                cautious=cautious,
+                **more,
             ),
         )
 
-    def predict(self, workloads: Sequence[str], *, gpu: str = "", gpu_memory_gb: float = 0.0) -> pb.PredictResponse:
-        """Predicts an explicit set of 2 or more workloads (Predict)."""
-        return self._call("Predict", pb.PredictRequest(workloads=list(workloads), gpu=gpu, gpu_memory_gb=gpu_memory_gb))
+    def predict(
+        self, workloads: Sequence[str], *, gpu: str = "", gpu_memory_gb: float = 0.0, **more
+    ) -> pb.PredictResponse:
+        """Predicts an explicit set of 2 or more workloads (Predict); ``more``: any other
+        PredictRequest field, by its proto name."""
+        return self._call(
+            "Predict", pb.PredictRequest(workloads=list(workloads), gpu=gpu, gpu_memory_gb=gpu_memory_gb, **more)
+        )
 
     def report(
         self,
