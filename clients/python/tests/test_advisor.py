@@ -99,11 +99,11 @@ def test_place_scores_the_given_gpus_best_first_and_names_those_left_out(advisor
 
 
 def test_assign_feeds_places_occupancy_and_release_forgets(advisor):
-    created = advisor.assign("t-job-1", "t-occ-0", WAVE := WAV2VEC, node="t-occ-node", lease_secs=600)
+    created = advisor.assign("t-job-1", "t-occ-0", WAV2VEC, node="t-occ-node", lease_secs=600)
     assert created.created and created.gpu == V100 and created.expires_at.seconds > 0
-    assert not advisor.assign("t-job-1", "t-occ-0", WAVE, node="t-occ-node", lease_secs=600).created
+    assert not advisor.assign("t-job-1", "t-occ-0", WAV2VEC, node="t-occ-node", lease_secs=600).created
     with pytest.raises(AdvisorError) as raised:
-        advisor.assign("t-job-1", "t-occ-1", WAVE, node="t-occ-node")
+        advisor.assign("t-job-1", "t-occ-1", WAV2VEC, node="t-occ-node")
     assert raised.value.code == grpc.StatusCode.ALREADY_EXISTS
     [gpu] = advisor.gpus(nodes=["t-occ-node"])
     assert gpu.id == "t-occ-0" and [j.job_id for j in gpu.jobs] == ["t-job-1"]
