@@ -3,6 +3,7 @@
 use clap::Parser;
 
 mod loadgen;
+mod sim;
 
 /// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
 /// (many small strings and vectors per request, freed on other threads); mimalloc's
@@ -27,6 +28,7 @@ async fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         coloc::cli::Command::Bench(args) => loadgen::run(args).await,
+        coloc::cli::Command::Simulate(args) => sim::run(args),
         _ => coloc::cli::run(cli).await,
     };
     match result {

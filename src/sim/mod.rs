@@ -1,0 +1,238 @@
+//! `coloc simulate`: the cluster simulation. It replays the one-GPU pods of the Alibaba GPU
+//! trace v2023 on G simulated V100 32 GB GPUs under each placement policy and reports what
+//! operators decide on (makespan, job completion time, GPU-hours, jobs hurt), with the
+//! measured KACE colocations as the only truth.
+//!
+//! A tool beside the service, not part of it: a module of the `coloc` binary that the
+//! service's library never compiles. Its parts, in the order data flows: `truth` (measured
+//! sets and the conservative bound), `trace` (pods and the workload-assignment rule),
+//! `policy` (the rule policies and the oracle), `place` (the model policies, through the
+//! Place adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
+//! (PNG).
+
+mod engine;
+mod place;
+mod plot;
+mod policy;
+mod report;
+mod trace;
+mod truth;
+
+use std::{collections::BTreeMap, time::Instant};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use coloc::{
+    cli::SimulateArgs,
+    dataset::KaceDataset,
+    model::{fit, Features, ModelKind, TrainingRow},
+};
+
+use engine::{simulate, Cluster, Outcome};
+use place::{ModelPlacer, Objective, PlacePolicy};
+use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
+use report::{Report, RunSummary};
+use trace::{assign, read_pods, Pod};
+use truth::Truth;
+
+pub const POLICIES: [&str; 6] = [
+    "one-per-gpu",
+    "fraction-pack",
+    "smallest-memory",
+    "kace-linear",
+    "coloc",
+    "oracle",
+];
+
+/// The cluster size that puts the offered load of one job per GPU at `load`: total work
+/// (seconds at exclusive speed) / (GPUs x the span from the first to the last arrival).
+pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
+    let work: f64 = pods.iter().map(|p| p.lifetime).sum();
+    let span = pods.last().map_or(0.0, |p| p.arrival) - pods.first().map_or(0.0, |p| p.arrival);
+    if span <= 0.0 || load <= 0.0 {
+        return 1;
+    }
+    ((work / (span * load)).round() as usize).max(1)
+}
+
+/// The model policies' training data: the measured pairs only (see `place.rs`).
+fn pair_rows(kace_v100: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
+    let dataset = KaceDataset::read(kace_v100)?;
+    let features = dataset.features();
+    dataset
+        .pairs
+        .iter()
+        .map(|p| {
+            let f = |name: &str| -> anyhow::Result<Features> {
+                features
+                    .get(name)
+                    .copied()
+                    .with_context(|| format!("{name} has no profile"))
+            };
+            Ok(TrainingRow {
+                members: vec![f(&p.workload1)?, f(&p.workload2)?],
+                throughputs: vec![p.throughput1, p.throughput2],
+            })
+        })
+        .collect()
+}
+
+/// Everything a run needs besides the jobs.
+pub struct World {
+    pub truth: Truth,
+    pub kace_linear: coloc::model::ModelParams,
+    pub coloc: coloc::model::ModelParams,
+}
+
+impl World {
+    pub fn load(args: &SimulateArgs) -> anyhow::Result<Self> {
+        let truth = Truth::read(&args.kace_v100, &args.kace_3way, &args.kace_4way)?;
+        let rows = pair_rows(&args.kace_v100)?;
+        let (kace_linear, _) = fit(ModelKind::KaceLinear, &rows)?;
+        let (coloc, _) = fit(ModelKind::DEFAULT, &rows)?;
+        Ok(Self {
+            truth,
+            kace_linear,
+            coloc,
+        })
+    }
+}
+
+/// Runs one policy on one assignment; returns the outcome and its summary.
+pub fn run_policy(
+    world: &World,
+    name: &str,
+    jobs: &[trace::Job],
+    cluster: &Cluster,
+    seed: u64,
+) -> anyhow::Result<(Outcome, RunSummary)> {
+    let started = Instant::now();
+    let workloads = world.truth.workloads.clone();
+    let mut place_stats = None;
+    let mut run = |policy: &mut dyn Policy| {
+        let outcome = simulate(jobs, &world.truth, cluster, policy);
+        let summary = RunSummary::of(policy.name(), seed, &outcome);
+        (outcome, summary)
+    };
+    let (outcome, mut summary) = match name {
+        "one-per-gpu" => run(&mut OnePerGpu),
+        "fraction-pack" => run(&mut FractionPack),
+        "smallest-memory" => run(&mut SmallestMemory),
+        "oracle" => run(&mut Oracle {
+            truth: &world.truth,
+        }),
+        "kace-linear" | "coloc" => {
+            let (model, objective) = if name == "coloc" {
+                (world.coloc.clone(), Objective::NormalizedSum)
+            } else {
+                (world.kace_linear.clone(), Objective::ThroughputSum)
+            };
+            let mut policy = PlacePolicy::new(name, ModelPlacer::new(model, workloads, objective));
+            let result = run(&mut policy);
+            place_stats = Some((policy.placer.calls, policy.placer.nanos));
+            result
+        }
+        other => bail!("unknown policy {other:?}; known: {}", POLICIES.join(", ")),
+    };
+    if let Some((calls, nanos)) = place_stats {
+        summary.place_calls = calls;
+        summary.place_us_per_call = nanos as f64 / 1000.0 / calls.max(1) as f64;
+    }
+    summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok((outcome, summary))
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let policies: Vec<String> = if args.policies.is_empty() {
+        POLICIES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    if let Some(unknown) = policies.iter().find(|p| !POLICIES.contains(&p.as_str())) {
+        bail!("unknown policy {unknown:?}; known: {}", POLICIES.join(", "));
+    }
+    if args.seeds.is_empty() {
+        bail!("--seeds names no seed");
+    }
+    if !(0.0..=1.0).contains(&args.ls_cap) {
+        bail!("--ls-cap must lie in [0, 1], got {}", args.ls_cap);
+    }
+    let mut pods = read_pods(&args.trace)?;
+    if let Some(n) = args.max_pods {
+        pods.truncate(n);
+    }
+    if pods.is_empty() {
+        bail!("{} holds no one-GPU pod that ran", args.trace.display());
+    }
+    let world = World::load(&args)?;
+    let loaded = started.elapsed();
+    let gpus = args.gpus.unwrap_or_else(|| gpus_for_load(&pods, args.load));
+    if gpus == 0 {
+        bail!("--gpus must be at least 1");
+    }
+    let cluster = Cluster {
+        gpus,
+        retry_delay: args.retry_delay,
+    };
+    let work: f64 = pods.iter().map(|p| p.lifetime).sum();
+    let span = pods.last().expect("pods").arrival - pods[0].arrival;
+
+    let mut runs = Vec::new();
+    let mut first_seed: Vec<(String, Outcome)> = Vec::new();
+    let simulating = Instant::now();
+    for &seed in &args.seeds {
+        let jobs = assign(&pods, &world.truth, seed, args.ls_cap);
+        for name in &policies {
+            let (outcome, summary) = run_policy(&world, name, &jobs, &cluster, seed)?;
+            runs.push(summary);
+            if seed == args.seeds[0] {
+                first_seed.push((name.clone(), outcome));
+            }
+        }
+    }
+    let simulated = simulating.elapsed();
+
+    let mut setup = BTreeMap::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        setup.insert(k.to_string(), v);
+    };
+    put("trace", json!(args.trace.display().to_string()));
+    put("jobs", json!(pods.len()));
+    put("gpus", json!(gpus));
+    put(
+        "offered_load",
+        json!((work / (span * gpus as f64) * 1000.0).round() / 1000.0),
+    );
+    put("arrival_span_days", json!((span / 86_400.0 * 10.0).round() / 10.0));
+    put("exclusive_work_gpu_hours", json!((work / 3600.0).round()));
+    put("ls_cap", json!(args.ls_cap));
+    put("retry_delay_s", json!(args.retry_delay));
+    put("seeds", json!(args.seeds));
+    put("measured_sets", json!(world.truth.measured_sets()));
+    put(
+        "model_training_data",
+        json!("kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run"),
+    );
+    put("load_s", json!((loaded.as_secs_f64() * 1000.0).round() / 1000.0));
+    put(
+        "simulation_s",
+        json!((simulated.as_secs_f64() * 1000.0).round() / 1000.0),
+    );
+    let report = Report::new(setup, runs);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print_table();
+    }
+    if let Some(dir) = &args.plots {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let refs: Vec<(String, &Outcome)> =
+            first_seed.iter().map(|(n, o)| (n.clone(), o)).collect();
+        plot::jct_cdf(&dir.join("sim_jct_cdf.png"), args.seeds[0], &refs)?;
+        plot::busy_gpus(&dir.join("sim_busy_gpus.png"), args.seeds[0], gpus, &refs)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! The model policies' one path to a decision: Place. A policy asks "which of these GPUs
+//! (each with its residents) for this job"; the answer is the GPU where the set's
+//! predicted value gains most with the job (value with the job minus without), every
+//! capped member predicted at or above its cap, the set within GPU memory, or none when no
+//! gain is positive (the job waits).
+//!
+//! [`Placer`] is the adapter: the simulation speaks to it only, so that the service's
+//! `Place` RPC (the advisor's place) replaces [`ModelPlacer`] without touching the
+//! policies or the engine. [`ModelPlacer`] answers with a fitted model in process, the same
+//! rule Place applies.
+//!
+//! Training data: both model policies are fitted on the measured pairs of
+//! `kace-v100/pairs.csv` only (all 181, as `coloc import kace` trains the service), never
+//! on a 3-way or 4-way run. The simulation judges them on pairs too (the pair measurements
+//! are also its truth for 2-job sets), but every 3- and 4-job set is unseen by the models.
+
+use std::{collections::HashMap, time::Instant};
+
+use coloc::model::{Features, ModelParams};
+
+use super::{
+    policy::{GpuView, JobView, Policy},
+    truth::{SetKey, Workload, GPU_MEMORY_GB},
+};
+
+/// One GPU in a Place request: its residents (workload, cap).
+#[derive(Debug, Clone)]
+pub struct PlaceGpu {
+    pub residents: Vec<(u8, Option<f64>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlaceRequest {
+    pub job: u8,
+    pub job_cap: Option<f64>,
+    pub gpus: Vec<PlaceGpu>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlaceDecision {
+    /// Position in the request's GPUs.
+    pub gpu: usize,
+    pub gain: f64,
+}
+
+pub trait Placer {
+    fn place(&mut self, request: &PlaceRequest) -> Option<PlaceDecision>;
+}
+
+/// What a set is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// Σ throughput in each workload's own units (KACE's objective).
+    ThroughputSum,
+    /// Σ colocated / exclusive throughput (fair across units; coloc's NORMALIZED_SUM).
+    NormalizedSum,
+}
+
+#[derive(Debug, Clone)]
+struct SetValue {
+    value: f64,
+    /// Each member's predicted share of its exclusive speed (sorted member order), for
+    /// kinds that predict members.
+    shares: Option<Vec<f64>>,
+}
+
+/// Place answered in process by a fitted model.
+pub struct ModelPlacer {
+    model: ModelParams,
+    workloads: Vec<Workload>,
+    objective: Objective,
+    cache: HashMap<SetKey, SetValue>,
+    pub calls: u64,
+    pub nanos: u128,
+}
+
+impl ModelPlacer {
+    pub fn new(model: ModelParams, workloads: Vec<Workload>, objective: Objective) -> Self {
+        Self {
+            model,
+            workloads,
+            objective,
+            cache: HashMap::new(),
+            calls: 0,
+            nanos: 0,
+        }
+    }
+
+    fn value(&mut self, set: SetKey) -> SetValue {
+        if let Some(v) = self.cache.get(&set) {
+            return v.clone();
+        }
+        let members = set.members();
+        let excl = |m: u8| self.workloads[m as usize].exclusive_throughput;
+        let v = match members.as_slice() {
+            [] => SetValue {
+                value: 0.0,
+                shares: Some(Vec::new()),
+            },
+            [only] => SetValue {
+                value: match self.objective {
+                    Objective::ThroughputSum => excl(*only),
+                    Objective::NormalizedSum => 1.0,
+                },
+                shares: Some(vec![1.0]),
+            },
+            _ => {
+                let features: Vec<&Features> = members
+                    .iter()
+                    .map(|&m| &self.workloads[m as usize].features)
+                    .collect();
+                let prediction = self.model.predict_set(&features);
+                let shares: Option<Vec<f64>> = prediction.members.map(|p| {
+                    p.iter()
+                        .zip(&members)
+                        .map(|(t, &m)| t / excl(m))
+                        .collect()
+                });
+                let value = match (self.objective, &shares) {
+                    (Objective::NormalizedSum, Some(s)) => s.iter().sum(),
+                    // A kind without member predictions can only be judged by its sum.
+                    _ => prediction.sum,
+                };
+                SetValue { value, shares }
+            }
+        };
+        self.cache.insert(set, v.clone());
+        v
+    }
+}
+
+impl Placer for ModelPlacer {
+    fn place(&mut self, request: &PlaceRequest) -> Option<PlaceDecision> {
+        let started = Instant::now();
+        let mut best: Option<PlaceDecision> = None;
+        for (i, gpu) in request.gpus.iter().enumerate() {
+            let residents: Vec<u8> = gpu.residents.iter().map(|r| r.0).collect();
+            let without = SetKey::of(&residents);
+            let with = without.with(request.job);
+            let memory: f64 = with
+                .members()
+                .iter()
+                .map(|&m| self.workloads[m as usize].memory_gb)
+                .sum();
+            if memory > GPU_MEMORY_GB {
+                continue;
+            }
+            let after = self.value(with);
+            if let Some(shares) = &after.shares {
+                let members = with.members();
+                let caps_hold = gpu
+                    .residents
+                    .iter()
+                    .copied()
+                    .chain([(request.job, request.job_cap)])
+                    .all(|(w, cap)| {
+                        cap.is_none_or(|cap| {
+                            let at = members.iter().position(|&m| m == w).expect("a member");
+                            shares[at] >= cap
+                        })
+                    });
+                if !caps_hold {
+                    continue;
+                }
+            }
+            let gain = after.value - self.value(without).value;
+            if gain > 0.0 && best.is_none_or(|b| gain > b.gain) {
+                best = Some(PlaceDecision { gpu: i, gain });
+            }
+        }
+        self.calls += 1;
+        self.nanos += started.elapsed().as_nanos();
+        best
+    }
+}
+
+/// A policy that asks Place.
+pub struct PlacePolicy<P> {
+    name: String,
+    pub placer: P,
+}
+
+impl<P: Placer> PlacePolicy<P> {
+    pub fn new(name: &str, placer: P) -> Self {
+        Self {
+            name: name.into(),
+            placer,
+        }
+    }
+}
+
+impl<P: Placer> Policy for PlacePolicy<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        let request = PlaceRequest {
+            job: job.workload,
+            job_cap: job.cap,
+            gpus: gpus
+                .iter()
+                .map(|g| PlaceGpu {
+                    residents: g.residents.iter().map(|r| (r.workload, r.cap)).collect(),
+                })
+                .collect(),
+        };
+        self.placer.place(&request).map(|d| d.gpu)
+    }
+}
