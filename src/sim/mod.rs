@@ -110,7 +110,7 @@ pub fn run_policy(
     let started = Instant::now();
     let workloads = world.truth.workloads.clone();
     let mut place_stats = None;
-    let mut run = |policy: &mut dyn Policy| {
+    let run = |policy: &mut dyn Policy| {
         let outcome = simulate(jobs, &world.truth, cluster, policy);
         let summary = RunSummary::of(policy.name(), seed, &outcome);
         (outcome, summary)
