@@ -387,3 +387,161 @@ pub fn simulate(jobs: &[Job], truth: &Truth, cluster: &Cluster, policy: &mut dyn
         .collect();
     state.out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{
+        policy::{FractionPack, OnePerGpu, Oracle},
+        truth::Workload,
+    };
+    use coloc::model::Features;
+
+    fn workload(name: &str, memory_gb: f64) -> Workload {
+        Workload {
+            name: name.into(),
+            exclusive_throughput: 10.0,
+            memory_gb,
+            inference: true,
+            batch_size: 2,
+            features: Features::default(),
+        }
+    }
+
+    fn job(name: &str, arrival: f64, work: f64, workload: u8) -> Job {
+        Job {
+            name: name.into(),
+            arrival,
+            work,
+            workload,
+            gpu_milli: 500,
+            cap: None,
+        }
+    }
+
+    fn one_gpu() -> Cluster {
+        Cluster {
+            gpus: 1,
+            retry_delay: 60.0,
+        }
+    }
+
+    fn finishes(outcome: &Outcome) -> Vec<f64> {
+        outcome.jobs.iter().map(|j| j.finish).collect()
+    }
+
+    #[test]
+    fn two_jobs_that_keep_full_speed_together_finish_in_half_the_makespan() {
+        // Together each keeps its exclusive throughput (10): the pair doubles the GPU's work.
+        let truth = Truth::new(vec![workload("a", 1.0)], &[(vec![0, 0], vec![10.0, 10.0])]).unwrap();
+        let jobs = [job("first", 0.0, 100.0, 0), job("second", 0.0, 100.0, 0)];
+        let alone = simulate(&jobs, &truth, &one_gpu(), &mut OnePerGpu);
+        assert_eq!(finishes(&alone), vec![100.0, 200.0]);
+        assert_eq!(alone.makespan, 200.0);
+        assert_eq!(alone.jobs[1].queueing_delay(), 100.0);
+        assert_eq!(alone.busy_gpu_seconds, 200.0);
+        let shared = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(finishes(&shared), vec![100.0, 100.0]);
+        assert_eq!(shared.makespan, 100.0);
+        assert_eq!(shared.busy_gpu_seconds, 100.0);
+        assert_eq!(shared.job_seconds, 200.0);
+    }
+
+    #[test]
+    fn a_job_is_re_rated_when_its_partner_leaves() {
+        // Together both run at half speed: the short job (50 s of work) ends at 100 s,
+        // having let the long one do 50 of its 100 s; the rest runs alone, ending at 150 s.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 1], vec![5.0, 5.0])],
+        )
+        .unwrap();
+        let jobs = [job("long", 0.0, 100.0, 0), job("short", 0.0, 50.0, 1)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(finishes(&outcome), vec![150.0, 100.0]);
+        assert_eq!(outcome.jobs[0].min_speed, 0.5);
+        assert_eq!(outcome.bound_job_seconds, 0.0);
+    }
+
+    #[test]
+    fn no_policy_may_create_a_set_that_was_never_measured() {
+        // a+a was measured, a+b was not: fraction packing would put b beside a (500 + 500
+        // thousandths fit), but the engine does not offer that GPU, so b waits.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 0], vec![5.0, 5.0])],
+        )
+        .unwrap();
+        let jobs = [job("a", 0.0, 100.0, 0), job("b", 10.0, 100.0, 1)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(outcome.max_set, 1);
+        assert_eq!(finishes(&outcome), vec![100.0, 200.0]);
+    }
+
+    #[test]
+    fn departures_that_leave_an_unmeasured_set_run_at_the_bound_and_are_counted() {
+        // a+a and a+a+b were measured (in the latter a at 0.2, b at 0.4), a+b was not. When the first a leaves at 50 s
+        // (10 s of work at 0.2), a+b was never measured: the bound gives each its speed in
+        // that superset. The second a then needs (30 - 10) / 0.2 = 100 s more, b (40 - 20)
+        // / 0.4 = 50 s: b ends at 100 s, then a runs alone: 10 s of work left at 100 s,
+        // ending at 110 s. Bound time: two jobs x 50 s.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[
+                (vec![0, 0], vec![5.0, 5.0]),
+                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
+            ],
+        )
+        .unwrap();
+        let mut jobs = [
+            job("a1", 0.0, 10.0, 0),
+            job("a2", 0.0, 30.0, 0),
+            job("b", 0.0, 40.0, 1),
+        ];
+        for j in &mut jobs {
+            j.gpu_milli = 300;
+        }
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        let f = finishes(&outcome);
+        assert_eq!(f[0], 50.0);
+        assert!((f[2] - 100.0).abs() < 1e-9, "{f:?}");
+        assert!((f[1] - 110.0).abs() < 1e-9, "{f:?}");
+        assert!((outcome.bound_job_seconds - 100.0).abs() < 1e-9);
+        assert_eq!(outcome.max_set, 3);
+    }
+
+    #[test]
+    fn a_set_over_gpu_memory_fails_the_job_and_resubmits_it() {
+        // Two 20 GB jobs do not fit a 32 GB GPU: fraction packing tries at 0 s and again at
+        // the retry (60 s, still full), then at 120 s the GPU is free.
+        let truth = Truth::new(vec![workload("big", 20.0)], &[]).unwrap();
+        let jobs = [job("first", 0.0, 100.0, 0), job("second", 0.0, 100.0, 0)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(outcome.oom_events, 2);
+        assert_eq!(finishes(&outcome), vec![100.0, 220.0]);
+        assert_eq!(outcome.jobs[1].start, 120.0);
+        // A policy that checks memory waits instead.
+        let careful = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(careful.oom_events, 0);
+        assert_eq!(finishes(&careful), vec![100.0, 200.0]);
+    }
+
+    #[test]
+    fn the_time_a_capped_job_runs_below_its_cap_is_counted() {
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 1], vec![3.0, 5.0])],
+        )
+        .unwrap();
+        let mut jobs = [job("capped", 0.0, 30.0, 0), job("other", 0.0, 100.0, 1)];
+        jobs[0].cap = Some(0.5);
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        // a at 0.3 for 100 s (its 30 s of work), below its cap all that time.
+        assert_eq!(outcome.jobs[0].finish, 100.0);
+        assert_eq!(outcome.jobs[0].seconds_below_cap, 100.0);
+        assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
+        // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
+        let oracle = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(oracle.max_set, 1);
+    }
+}

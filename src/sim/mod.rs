@@ -236,3 +236,68 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn args(max_pods: usize) -> SimulateArgs {
+        let data = PathBuf::from("../shared/data");
+        SimulateArgs {
+            trace: data.join("alibaba-gpu-v2023/openb_pod_list_default.csv"),
+            kace_v100: data.join("kace-v100"),
+            kace_3way: data.join("kace-3way/runs.csv"),
+            kace_4way: data.join("kace-4way/runs.csv"),
+            gpus: None,
+            load: 1.2,
+            seeds: vec![1],
+            policies: Vec::new(),
+            ls_cap: 0.5,
+            retry_delay: 60.0,
+            max_pods: Some(max_pods),
+            json: false,
+            plots: None,
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_the_same_simulation_every_time_and_another_seed_another() {
+        let args = args(300);
+        let world = World::load(&args).unwrap();
+        let pods = read_pods(&args.trace).unwrap()[..300].to_vec();
+        let cluster = Cluster {
+            gpus: gpus_for_load(&pods, args.load),
+            retry_delay: 60.0,
+        };
+        let jobs = assign(&pods, &world.truth, 1, 0.5);
+        let other = assign(&pods, &world.truth, 2, 0.5);
+        for name in POLICIES {
+            let (a, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
+            let (b, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
+            assert_eq!(a, b, "{name}");
+            assert_eq!(a.jobs.len(), 300);
+            // One job per GPU ignores what a job runs; every other policy sees it.
+            if name != "one-per-gpu" {
+                let (c, _) = run_policy(&world, name, &other, &cluster, 2).unwrap();
+                assert_ne!(a.jobs, c.jobs, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_cluster_size_follows_the_offered_load() {
+        let pod = |arrival: f64, lifetime: f64| Pod {
+            name: format!("p{arrival}"),
+            arrival,
+            lifetime,
+            gpu_milli: 1000,
+            latency_sensitive: false,
+        };
+        // 4 000 s of work over a 1 000 s span: 4 GPUs at load 1, 2 at load 2.
+        let pods = [pod(0.0, 2000.0), pod(1000.0, 2000.0)];
+        assert_eq!(gpus_for_load(&pods, 1.0), 4);
+        assert_eq!(gpus_for_load(&pods, 2.0), 2);
+    }
+}
