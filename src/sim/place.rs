@@ -208,3 +208,75 @@ impl<P: Placer> Policy for PlacePolicy<P> {
         self.placer.place(&request).map(|d| d.gpu)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coloc::model::KaceLinear;
+
+    fn workload(memory_gb: f64) -> Workload {
+        let mut features = Features::default();
+        features.0[6] = 10.0; // exclusive throughput
+        features.0[9] = memory_gb;
+        Workload {
+            name: "w".into(),
+            exclusive_throughput: 10.0,
+            memory_gb,
+            inference: true,
+            batch_size: 2,
+            features,
+        }
+    }
+
+    /// A linear model whose set sum is `factor` x the members' summed exclusive throughput.
+    fn placer(factor: f64) -> ModelPlacer {
+        let mut coefficients = vec![0.0; 10];
+        coefficients[6] = factor;
+        ModelPlacer::new(
+            ModelParams::KaceLinear(KaceLinear {
+                intercept: 0.0,
+                coefficients,
+            }),
+            vec![workload(1.0), workload(31.5)],
+            Objective::ThroughputSum,
+        )
+    }
+
+    fn gpu(residents: &[u8]) -> PlaceGpu {
+        PlaceGpu {
+            residents: residents.iter().map(|&w| (w, None)).collect(),
+        }
+    }
+
+    fn request(gpus: Vec<PlaceGpu>) -> PlaceRequest {
+        PlaceRequest {
+            job: 0,
+            job_cap: None,
+            gpus,
+        }
+    }
+
+    #[test]
+    fn place_picks_the_largest_gain_and_an_empty_gpu_gains_the_job_alone() {
+        let mut p = placer(0.8);
+        // Beside a resident: 0.8 x 20 - 10 = 6; alone: 10.
+        let both = request(vec![gpu(&[0]), gpu(&[])]);
+        assert_eq!(
+            p.place(&both),
+            Some(PlaceDecision { gpu: 1, gain: 10.0 })
+        );
+        let shared = request(vec![gpu(&[0]), gpu(&[0])]);
+        let decision = p.place(&shared).unwrap();
+        assert_eq!(decision.gpu, 0);
+        assert!((decision.gain - 6.0).abs() < 1e-12);
+        assert_eq!(p.calls, 2);
+    }
+
+    #[test]
+    fn place_leaves_out_sets_over_memory_and_waits_without_a_positive_gain() {
+        // 1 + 31.5 GB does not fit 32 GB.
+        assert_eq!(placer(0.8).place(&request(vec![gpu(&[1])])), None);
+        // 0.4 x 20 - 10 < 0: the pair is worth less than the resident alone.
+        assert_eq!(placer(0.4).place(&request(vec![gpu(&[0])])), None);
+    }
+}

@@ -18,6 +18,7 @@ mod profiles;
 mod rank;
 mod report;
 mod restart;
+mod sim;
 mod train;
 mod worker;
 mod workloads;
