@@ -1,8 +1,10 @@
 //! The model policies' one path to a decision: Place. A policy asks "which of these GPUs
 //! (each with its residents) for this job"; the answer is the GPU where the set's
-//! predicted value gains most with the job (value with the job minus without), every
-//! capped member predicted at or above its cap, the set within GPU memory, or none when no
-//! gain is positive (the job waits).
+//! predicted value gains most with the job (value with the job minus without; an empty
+//! GPU gains the job's exclusive value), every capped member predicted at or above its
+//! cap, the set within GPU memory, or none when no gain is positive (the job waits). As in
+//! the advisor's Place, a member's prediction in a set is the lowest the model gives it in
+//! any subset holding it (a co-runner never speeds a job up).
 //!
 //! [`Placer`] is the adapter: the simulation speaks to it only, so that the service's
 //! `Place` RPC (the advisor's place) replaces [`ModelPlacer`] without touching the
@@ -91,7 +93,12 @@ impl ModelPlacer {
             return v.clone();
         }
         let members = set.members();
-        let excl = |m: u8| self.workloads[m as usize].exclusive_throughput;
+        let exclusive: Vec<f64> = self
+            .workloads
+            .iter()
+            .map(|w| w.exclusive_throughput)
+            .collect();
+        let excl = |m: u8| exclusive[m as usize];
         let v = match members.as_slice() {
             [] => SetValue {
                 value: 0.0,
@@ -110,18 +117,41 @@ impl ModelPlacer {
                     .map(|&m| &self.workloads[m as usize].features)
                     .collect();
                 let prediction = self.model.predict_set(&features);
-                let shares: Option<Vec<f64>> = prediction.members.map(|p| {
-                    p.iter()
-                        .zip(&members)
-                        .map(|(t, &m)| t / excl(m))
-                        .collect()
-                });
-                let value = match (self.objective, &shares) {
-                    (Objective::NormalizedSum, Some(s)) => s.iter().sum(),
-                    // A kind without member predictions can only be judged by its sum.
-                    _ => prediction.sum,
-                };
-                SetValue { value, shares }
+                match prediction.members {
+                    None => SetValue {
+                        value: prediction.sum,
+                        shares: None,
+                    },
+                    Some(mut throughputs) => {
+                        // Place's rule: a co-runner never speeds a job up, so a member
+                        // keeps the lowest prediction of any subset holding it.
+                        for j in 0..members.len() {
+                            let mut without = members.clone();
+                            without.remove(j);
+                            let sub = self.value(SetKey::of(&without));
+                            let sub = sub.shares.expect("the same model predicts members");
+                            for (i, t) in throughputs.iter_mut().enumerate() {
+                                if i != j {
+                                    let at = if i < j { i } else { i - 1 };
+                                    *t = t.min(sub[at] * excl(members[i]));
+                                }
+                            }
+                        }
+                        let shares: Vec<f64> = throughputs
+                            .iter()
+                            .zip(&members)
+                            .map(|(t, &m)| t / excl(m))
+                            .collect();
+                        let value = match self.objective {
+                            Objective::NormalizedSum => shares.iter().sum(),
+                            Objective::ThroughputSum => throughputs.iter().sum(),
+                        };
+                        SetValue {
+                            value,
+                            shares: Some(shares),
+                        }
+                    }
+                }
             }
         };
         self.cache.insert(set, v.clone());
