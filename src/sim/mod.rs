@@ -57,7 +57,7 @@ pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
 }
 
 /// The model policies' training data: the measured pairs only (see `place.rs`).
-fn pair_rows(kace_v100: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
+pub(crate) fn pair_rows(kace_v100: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
     let dataset = KaceDataset::read(kace_v100)?;
     let features = dataset.features();
     dataset

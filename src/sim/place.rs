@@ -309,4 +309,40 @@ mod tests {
         // 0.4 x 20 - 10 < 0: the pair is worth less than the resident alone.
         assert_eq!(placer(0.4).place(&request(vec![gpu(&[0])])), None);
     }
+
+    #[test]
+    fn a_members_prediction_never_rises_when_a_co_runner_joins() {
+        let data = std::path::Path::new("../shared/data");
+        let truth = crate::sim::truth::Truth::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .unwrap();
+        let rows = crate::sim::pair_rows(&data.join("kace-v100")).unwrap();
+        let (model, _) = coloc::model::fit(coloc::model::ModelKind::DEFAULT, &rows).unwrap();
+        let mut p = ModelPlacer::new(model, truth.workloads.clone(), Objective::NormalizedSum);
+        let n = truth.workloads.len() as u8;
+        let mut checked = 0;
+        for a in 0..n {
+            for b in a..n {
+                for c in b..n {
+                    let set = SetKey::of(&[a, b, c]);
+                    let shares = p.value(set).shares.unwrap();
+                    let members = set.members();
+                    for j in 0..3 {
+                        let mut pair = members.clone();
+                        pair.remove(j);
+                        let sub = p.value(SetKey::of(&pair)).shares.unwrap();
+                        for (i, share) in shares.iter().enumerate().filter(|(i, _)| *i != j) {
+                            let at = if i < j { i } else { i - 1 };
+                            assert!(*share <= sub[at], "{members:?} member {i}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 560 * 6);
+    }
 }
