@@ -5,10 +5,10 @@
 //! A map of the house. Data flows down this list; a module imports only modules below it
 //! (no cycles):
 //!
-//! - The binary's front: `cli` (commands, flags) and `client` (the operator CLI's gRPC
-//!   calls). The load generator (`coloc bench`) and the cluster simulation (`coloc
-//!   simulate`) are modules of the binary, `src/loadgen` and `src/sim`, never compiled into
-//!   this library.
+//! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
+//!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load
+//!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
+//!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
@@ -29,6 +29,7 @@ pub mod advisor;
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
 pub mod eval;
