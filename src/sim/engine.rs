@@ -395,7 +395,6 @@ mod tests {
         policy::{FractionPack, OnePerGpu, Oracle},
         truth::Workload,
     };
-    use coloc::model::Features;
 
     fn workload(name: &str, memory_gb: f64) -> Workload {
         Workload {
@@ -404,7 +403,6 @@ mod tests {
             memory_gb,
             inference: true,
             batch_size: 2,
-            features: Features::default(),
         }
     }
 

@@ -26,11 +26,11 @@ use serde_json::json;
 use coloc::{
     cli::SimulateArgs,
     dataset::KaceDataset,
-    model::{fit, Features, ModelKind, TrainingRow},
+    model::{fit, Features, FitMetrics, ModelKind, ModelParams, TrainingRow},
 };
 
 use engine::{simulate, Cluster, Outcome};
-use place::{ModelPlacer, Objective, PlacePolicy};
+use place::{PlacePolicy, ServicePlacer};
 use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
@@ -57,8 +57,7 @@ pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
 }
 
 /// The model policies' training data: the measured pairs only (see `place.rs`).
-pub(crate) fn pair_rows(kace_v100: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
-    let dataset = KaceDataset::read(kace_v100)?;
+fn pair_rows(dataset: &KaceDataset) -> anyhow::Result<Vec<TrainingRow>> {
     let features = dataset.features();
     dataset
         .pairs
@@ -81,20 +80,22 @@ pub(crate) fn pair_rows(kace_v100: &std::path::Path) -> anyhow::Result<Vec<Train
 /// Everything a run needs besides the jobs.
 pub struct World {
     pub truth: Truth,
-    pub kace_linear: coloc::model::ModelParams,
-    pub coloc: coloc::model::ModelParams,
+    /// The profiles Place's catalog is built from.
+    pub dataset: KaceDataset,
+    pub kace_linear: (ModelParams, FitMetrics),
+    pub coloc: (ModelParams, FitMetrics),
 }
 
 impl World {
     pub fn load(args: &SimulateArgs) -> anyhow::Result<Self> {
         let truth = Truth::read(&args.kace_v100, &args.kace_3way, &args.kace_4way)?;
-        let rows = pair_rows(&args.kace_v100)?;
-        let (kace_linear, _) = fit(ModelKind::KaceLinear, &rows)?;
-        let (coloc, _) = fit(ModelKind::DEFAULT, &rows)?;
+        let dataset = KaceDataset::read(&args.kace_v100)?;
+        let rows = pair_rows(&dataset)?;
         Ok(Self {
             truth,
-            kace_linear,
-            coloc,
+            dataset,
+            kace_linear: fit(ModelKind::KaceLinear, &rows)?,
+            coloc: fit(ModelKind::DEFAULT, &rows)?,
         })
     }
 }
@@ -108,7 +109,6 @@ pub fn run_policy(
     seed: u64,
 ) -> anyhow::Result<(Outcome, RunSummary)> {
     let started = Instant::now();
-    let workloads = world.truth.workloads.clone();
     let mut place_stats = None;
     let run = |policy: &mut dyn Policy| {
         let outcome = simulate(jobs, &world.truth, cluster, policy);
@@ -123,12 +123,13 @@ pub fn run_policy(
             truth: &world.truth,
         }),
         "kace-linear" | "coloc" => {
-            let (model, objective) = if name == "coloc" {
-                (world.coloc.clone(), Objective::NormalizedSum)
+            let (params, metrics) = if name == "coloc" {
+                world.coloc.clone()
             } else {
-                (world.kace_linear.clone(), Objective::ThroughputSum)
+                world.kace_linear.clone()
             };
-            let mut policy = PlacePolicy::new(name, ModelPlacer::new(model, workloads, objective));
+            let placer = ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
+            let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
             result

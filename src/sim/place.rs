@@ -1,32 +1,48 @@
-//! The model policies' one path to a decision: Place. A policy asks "which of these GPUs
-//! (each with its residents) for this job"; the answer is the GPU where the set's
-//! predicted value gains most with the job (value with the job minus without; an empty
-//! GPU gains the job's exclusive value), every capped member predicted at or above its
-//! cap, the set within GPU memory, or none when no gain is positive (the job waits). As in
-//! the advisor's Place, a member's prediction in a set is the lowest the model gives it in
-//! any subset holding it (a co-runner never speeds a job up).
+//! The model policies' one path to a decision: the advisor's Place
+//! (`coloc::advisor::place_in`, the function behind the Place RPC, on a catalog and model
+//! built in process). A policy asks "which of these GPUs (each with its residents) for
+//! this job"; Place scores each GPU by the predicted gain (the set's value with the job
+//! minus without; an empty GPU gains the job's exclusive value; a member's prediction is
+//! the lowest the model gives it in any subset holding it), leaves out GPUs whose memory
+//! would overflow or whose new job would fall below `min_job_fraction`; the policy then
+//! takes the largest positive gain whose capped residents keep their caps (Place's
+//! `min_resident_fraction` is one figure for every resident; the simulation caps only LS
+//! jobs, so it checks the residents' predictions Place returns), or lets the job wait.
 //!
-//! [`Placer`] is the adapter: the simulation speaks to it only, so that the service's
-//! `Place` RPC (the advisor's place) replaces [`ModelPlacer`] without touching the
-//! policies or the engine. [`ModelPlacer`] answers with a fitted model in process, the same
-//! rule Place applies.
+//! [`Placer`] is the adapter the policies speak to. GPUs with the same residents (and caps)
+//! are asked about once, the first of them standing for all (ties go to the lowest GPU).
 //!
 //! Training data: both model policies are fitted on the measured pairs of
 //! `kace-v100/pairs.csv` only (all 181, as `coloc import kace` trains the service), never
 //! on a 3-way or 4-way run. The simulation judges them on pairs too (the pair measurements
 //! are also its truth for 2-job sets), but every 3- and 4-job set is unseen by the models.
+//! `kace-linear` predicts only the set's sum: it places by Σ throughput (KACE's objective)
+//! and cannot check caps; `coloc` (the default model) places by Σ colocated / exclusive
+//! (NORMALIZED_SUM) with the caps.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::Instant,
+};
 
-use coloc::model::{Features, ModelParams};
+use anyhow::Context;
+
+use coloc::{
+    advisor::{place_in, Catalog, GpuState, Objective, PlaceQuery},
+    dataset::{KaceDataset, KACE_GPU},
+    domain::{GpuName, Profile, ProfileSource, WorkloadName},
+    model::{FitMetrics, ModelParams},
+    store::{ModelStatus, StoredModel},
+};
 
 use super::{
     policy::{GpuView, JobView, Policy},
-    truth::{SetKey, Workload, GPU_MEMORY_GB},
+    truth::{Workload, GPU_MEMORY_GB},
 };
 
 /// One GPU in a Place request: its residents (workload, cap).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlaceGpu {
     pub residents: Vec<(u8, Option<f64>)>,
 }
@@ -46,161 +62,155 @@ pub struct PlaceDecision {
 }
 
 pub trait Placer {
-    fn place(&mut self, request: &PlaceRequest) -> Option<PlaceDecision>;
+    fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>>;
 }
 
-/// What a set is worth.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Objective {
-    /// Σ throughput in each workload's own units (KACE's objective).
-    ThroughputSum,
-    /// Σ colocated / exclusive throughput (fair across units; coloc's NORMALIZED_SUM).
-    NormalizedSum,
-}
-
-#[derive(Debug, Clone)]
-struct SetValue {
-    value: f64,
-    /// Each member's predicted share of its exclusive speed (sorted member order), for
-    /// kinds that predict members.
-    shares: Option<Vec<f64>>,
-}
-
-/// Place answered in process by a fitted model.
-pub struct ModelPlacer {
-    model: ModelParams,
-    workloads: Vec<Workload>,
+/// Place, answered by the advisor's own function on a catalog of the simulation's
+/// workloads and one fitted model.
+pub struct ServicePlacer {
+    catalog: Catalog,
+    models: HashMap<GpuName, Arc<StoredModel>>,
+    gpu: GpuName,
+    /// By workload index.
+    names: Vec<WorkloadName>,
     objective: Objective,
-    cache: HashMap<SetKey, SetValue>,
+    with_caps: bool,
     pub calls: u64,
     pub nanos: u128,
 }
 
-impl ModelPlacer {
-    pub fn new(model: ModelParams, workloads: Vec<Workload>, objective: Objective) -> Self {
-        Self {
-            model,
-            workloads,
-            objective,
-            cache: HashMap::new(),
+impl ServicePlacer {
+    /// `workloads` in the simulation's index order; their profiles come from `dataset`.
+    pub fn new(
+        dataset: &KaceDataset,
+        workloads: &[Workload],
+        params: ModelParams,
+        metrics: FitMetrics,
+    ) -> anyhow::Result<Self> {
+        let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
+        let predicts_members = params.kind().predicts_members();
+        let model = Arc::new(StoredModel {
+            gpu: gpu.clone(),
+            version: 1,
+            params,
+            metrics,
+            created_at_ms: 0,
+            status: ModelStatus::Promoted,
+            reason: "fitted by coloc simulate on the measured pairs".into(),
+            comparison: None,
+            last_observation_id: 0,
+            excluded_outliers: 0,
+        });
+        let mut catalog = Catalog::default();
+        let mut names = Vec::new();
+        for w in workloads {
+            let kace = dataset
+                .workloads
+                .iter()
+                .find(|k| k.name.as_str() == w.name)
+                .with_context(|| format!("{} has no profile", w.name))?;
+            let profile = Profile {
+                gpu: gpu.clone(),
+                kernel: kace.kernel,
+                system: kace.system.clone(),
+                source: ProfileSource::Imported,
+                gpu_memory_gb: Some(GPU_MEMORY_GB),
+                measured_at_ms: 0,
+                kernel_missing: false,
+            };
+            catalog.put_workload(&kace.name, &[profile]);
+            names.push(kace.name.clone());
+        }
+        catalog.set_scoring_model(model.clone());
+        Ok(Self {
+            catalog,
+            models: HashMap::from([(gpu.clone(), model)]),
+            gpu,
+            names,
+            objective: if predicts_members {
+                Objective::NormalizedSum
+            } else {
+                Objective::ThroughputSum
+            },
+            with_caps: predicts_members,
             calls: 0,
             nanos: 0,
-        }
-    }
-
-    fn value(&mut self, set: SetKey) -> SetValue {
-        if let Some(v) = self.cache.get(&set) {
-            return v.clone();
-        }
-        let members = set.members();
-        let exclusive: Vec<f64> = self
-            .workloads
-            .iter()
-            .map(|w| w.exclusive_throughput)
-            .collect();
-        let excl = |m: u8| exclusive[m as usize];
-        let v = match members.as_slice() {
-            [] => SetValue {
-                value: 0.0,
-                shares: Some(Vec::new()),
-            },
-            [only] => SetValue {
-                value: match self.objective {
-                    Objective::ThroughputSum => excl(*only),
-                    Objective::NormalizedSum => 1.0,
-                },
-                shares: Some(vec![1.0]),
-            },
-            _ => {
-                let features: Vec<&Features> = members
-                    .iter()
-                    .map(|&m| &self.workloads[m as usize].features)
-                    .collect();
-                let prediction = self.model.predict_set(&features);
-                match prediction.members {
-                    None => SetValue {
-                        value: prediction.sum,
-                        shares: None,
-                    },
-                    Some(mut throughputs) => {
-                        // Place's rule: a co-runner never speeds a job up, so a member
-                        // keeps the lowest prediction of any subset holding it.
-                        for j in 0..members.len() {
-                            let mut without = members.clone();
-                            without.remove(j);
-                            let sub = self.value(SetKey::of(&without));
-                            let sub = sub.shares.expect("the same model predicts members");
-                            for (i, t) in throughputs.iter_mut().enumerate() {
-                                if i != j {
-                                    let at = if i < j { i } else { i - 1 };
-                                    *t = t.min(sub[at] * excl(members[i]));
-                                }
-                            }
-                        }
-                        let shares: Vec<f64> = throughputs
-                            .iter()
-                            .zip(&members)
-                            .map(|(t, &m)| t / excl(m))
-                            .collect();
-                        let value = match self.objective {
-                            Objective::NormalizedSum => shares.iter().sum(),
-                            Objective::ThroughputSum => throughputs.iter().sum(),
-                        };
-                        SetValue {
-                            value,
-                            shares: Some(shares),
-                        }
-                    }
-                }
-            }
-        };
-        self.cache.insert(set, v.clone());
-        v
+        })
     }
 }
 
-impl Placer for ModelPlacer {
-    fn place(&mut self, request: &PlaceRequest) -> Option<PlaceDecision> {
+impl Placer for ServicePlacer {
+    fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>> {
         let started = Instant::now();
-        let mut best: Option<PlaceDecision> = None;
+        // One GPU per distinct residents-and-caps, the first standing for the rest.
+        let mut distinct: Vec<usize> = Vec::new();
         for (i, gpu) in request.gpus.iter().enumerate() {
-            let residents: Vec<u8> = gpu.residents.iter().map(|r| r.0).collect();
-            let without = SetKey::of(&residents);
-            let with = without.with(request.job);
-            let memory: f64 = with
-                .members()
-                .iter()
-                .map(|&m| self.workloads[m as usize].memory_gb)
-                .sum();
-            if memory > GPU_MEMORY_GB {
-                continue;
+            let mut key = gpu.residents.clone();
+            key.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp_opt(&b.1)));
+            if !distinct.iter().any(|&d| {
+                let mut other = request.gpus[d].residents.clone();
+                other.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp_opt(&b.1)));
+                other == key
+            }) {
+                distinct.push(i);
             }
-            let after = self.value(with);
-            if let Some(shares) = &after.shares {
-                let members = with.members();
-                let caps_hold = gpu
+        }
+        let gpus: Vec<GpuState> = distinct
+            .iter()
+            .map(|&i| GpuState {
+                id: i.to_string(),
+                node: String::new(),
+                gpu: Some(self.gpu.clone()),
+                memory_gb: Some(GPU_MEMORY_GB),
+                residents: request.gpus[i]
                     .residents
                     .iter()
-                    .copied()
-                    .chain([(request.job, request.job_cap)])
-                    .all(|(w, cap)| {
-                        cap.is_none_or(|cap| {
-                            let at = members.iter().position(|&m| m == w).expect("a member");
-                            shares[at] >= cap
-                        })
-                    });
-                if !caps_hold {
-                    continue;
-                }
-            }
-            let gain = after.value - self.value(without).value;
-            if gain > 0.0 && best.is_none_or(|b| gain > b.gain) {
-                best = Some(PlaceDecision { gpu: i, gain });
+                    .map(|r| self.names[r.0 as usize].to_string())
+                    .collect(),
+            })
+            .collect();
+        let mut query = PlaceQuery::new(self.names[request.job as usize].clone(), gpus);
+        query.objective = self.objective;
+        if self.with_caps {
+            query.min_job_fraction = request.job_cap;
+        }
+        let answer = place_in(&self.catalog, &self.models, None, query)
+            .map_err(|e| anyhow::anyhow!("Place refused the request: {e}"))?;
+        let mut best: Option<PlaceDecision> = None;
+        for placement in &answer.placements {
+            let index: usize = placement.gpu_id.parse().context("a GPU id")?;
+            let residents = &request.gpus[index].residents;
+            // Members: the job first, then the residents in the order given.
+            let caps_hold = !self.with_caps
+                || residents.iter().zip(&placement.members[1..]).all(|(r, m)| {
+                    r.1.is_none_or(|cap| m.predicted_slowdown().is_some_and(|s| s >= cap))
+                });
+            let better = best.is_none_or(|b| {
+                placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
+            });
+            if caps_hold && placement.gain > 0.0 && better {
+                best = Some(PlaceDecision {
+                    gpu: index,
+                    gain: placement.gain,
+                });
             }
         }
         self.calls += 1;
         self.nanos += started.elapsed().as_nanos();
-        best
+        Ok(best)
+    }
+}
+
+trait CapOrder {
+    fn total_cmp_opt(&self, other: &Self) -> std::cmp::Ordering;
+}
+
+impl CapOrder for Option<f64> {
+    fn total_cmp_opt(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Some(a), Some(b)) => a.total_cmp(b),
+            (a, b) => a.is_some().cmp(&b.is_some()),
+        }
     }
 }
 
@@ -235,114 +245,13 @@ impl<P: Placer> Policy for PlacePolicy<P> {
                 })
                 .collect(),
         };
-        self.placer.place(&request).map(|d| d.gpu)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use coloc::model::KaceLinear;
-
-    fn workload(memory_gb: f64) -> Workload {
-        let mut features = Features::default();
-        features.0[6] = 10.0; // exclusive throughput
-        features.0[9] = memory_gb;
-        Workload {
-            name: "w".into(),
-            exclusive_throughput: 10.0,
-            memory_gb,
-            inference: true,
-            batch_size: 2,
-            features,
-        }
-    }
-
-    /// A linear model whose set sum is `factor` x the members' summed exclusive throughput.
-    fn placer(factor: f64) -> ModelPlacer {
-        let mut coefficients = vec![0.0; 10];
-        coefficients[6] = factor;
-        ModelPlacer::new(
-            ModelParams::KaceLinear(KaceLinear {
-                intercept: 0.0,
-                coefficients,
-            }),
-            vec![workload(1.0), workload(31.5)],
-            Objective::ThroughputSum,
-        )
-    }
-
-    fn gpu(residents: &[u8]) -> PlaceGpu {
-        PlaceGpu {
-            residents: residents.iter().map(|&w| (w, None)).collect(),
-        }
-    }
-
-    fn request(gpus: Vec<PlaceGpu>) -> PlaceRequest {
-        PlaceRequest {
-            job: 0,
-            job_cap: None,
-            gpus,
-        }
-    }
-
-    #[test]
-    fn place_picks_the_largest_gain_and_an_empty_gpu_gains_the_job_alone() {
-        let mut p = placer(0.8);
-        // Beside a resident: 0.8 x 20 - 10 = 6; alone: 10.
-        let both = request(vec![gpu(&[0]), gpu(&[])]);
-        assert_eq!(
-            p.place(&both),
-            Some(PlaceDecision { gpu: 1, gain: 10.0 })
-        );
-        let shared = request(vec![gpu(&[0]), gpu(&[0])]);
-        let decision = p.place(&shared).unwrap();
-        assert_eq!(decision.gpu, 0);
-        assert!((decision.gain - 6.0).abs() < 1e-12);
-        assert_eq!(p.calls, 2);
-    }
-
-    #[test]
-    fn place_leaves_out_sets_over_memory_and_waits_without_a_positive_gain() {
-        // 1 + 31.5 GB does not fit 32 GB.
-        assert_eq!(placer(0.8).place(&request(vec![gpu(&[1])])), None);
-        // 0.4 x 20 - 10 < 0: the pair is worth less than the resident alone.
-        assert_eq!(placer(0.4).place(&request(vec![gpu(&[0])])), None);
-    }
-
-    #[test]
-    fn a_members_prediction_never_rises_when_a_co_runner_joins() {
-        let data = std::path::Path::new("../shared/data");
-        let truth = crate::sim::truth::Truth::read(
-            &data.join("kace-v100"),
-            &data.join("kace-3way/runs.csv"),
-            &data.join("kace-4way/runs.csv"),
-        )
-        .unwrap();
-        let rows = crate::sim::pair_rows(&data.join("kace-v100")).unwrap();
-        let (model, _) = coloc::model::fit(coloc::model::ModelKind::DEFAULT, &rows).unwrap();
-        let mut p = ModelPlacer::new(model, truth.workloads.clone(), Objective::NormalizedSum);
-        let n = truth.workloads.len() as u8;
-        let mut checked = 0;
-        for a in 0..n {
-            for b in a..n {
-                for c in b..n {
-                    let set = SetKey::of(&[a, b, c]);
-                    let shares = p.value(set).shares.unwrap();
-                    let members = set.members();
-                    for j in 0..3 {
-                        let mut pair = members.clone();
-                        pair.remove(j);
-                        let sub = p.value(SetKey::of(&pair)).shares.unwrap();
-                        for (i, share) in shares.iter().enumerate().filter(|(i, _)| *i != j) {
-                            let at = if i < j { i } else { i - 1 };
-                            assert!(*share <= sub[at], "{members:?} member {i}");
-                            checked += 1;
-                        }
-                    }
-                }
+        match self.placer.place(&request) {
+            Ok(decision) => decision.map(|d| d.gpu),
+            Err(error) => {
+                // Every request names known workloads and valid fields; a refusal is a bug.
+                panic!("{error:#}")
             }
         }
-        assert_eq!(checked, 560 * 6);
     }
 }
+

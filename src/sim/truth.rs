@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{bail, Context};
 
-use coloc::{dataset::KaceDataset, model::Features};
+use coloc::dataset::KaceDataset;
 
 /// GPU memory of the simulated GPUs (the V100 the truth was measured on).
 pub const GPU_MEMORY_GB: f64 = 32.0;
@@ -87,7 +87,6 @@ pub struct Workload {
     pub memory_gb: f64,
     pub inference: bool,
     pub batch_size: u32,
-    pub features: Features,
 }
 
 /// Member speeds of a set, and whether they come from the conservative bound.
@@ -208,7 +207,6 @@ impl Truth {
                 ));
             }
         }
-        let features = dataset.features();
         let mut workloads = Vec::new();
         for name in &pool {
             let w = dataset
@@ -222,7 +220,6 @@ impl Truth {
                 memory_gb: w.system.memory_gb,
                 inference: matches!(w.mode, coloc::domain::WorkloadMode::Inference),
                 batch_size: w.batch_size,
-                features: features[name],
             });
         }
         let index: HashMap<&str, u8> = workloads
@@ -322,7 +319,6 @@ mod tests {
             memory_gb,
             inference: true,
             batch_size: 2,
-            features: Features::default(),
         }
     }
 
