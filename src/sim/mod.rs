@@ -57,7 +57,7 @@ pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
 }
 
 /// The model policies' training data: the measured pairs only (see `place.rs`).
-fn pair_rows(dataset: &KaceDataset) -> anyhow::Result<Vec<TrainingRow>> {
+pub(crate) fn pair_rows(dataset: &KaceDataset) -> anyhow::Result<Vec<TrainingRow>> {
     let features = dataset.features();
     dataset
         .pairs
@@ -265,9 +265,9 @@ mod tests {
 
     #[test]
     fn a_seed_gives_the_same_simulation_every_time_and_another_seed_another() {
-        let args = args(300);
+        let args = args(120);
         let world = World::load(&args).unwrap();
-        let pods = read_pods(&args.trace).unwrap()[..300].to_vec();
+        let pods = read_pods(&args.trace).unwrap()[..120].to_vec();
         let cluster = Cluster {
             gpus: gpus_for_load(&pods, args.load),
             retry_delay: 60.0,
@@ -278,7 +278,7 @@ mod tests {
             let (a, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
             let (b, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
             assert_eq!(a, b, "{name}");
-            assert_eq!(a.jobs.len(), 300);
+            assert_eq!(a.jobs.len(), 120);
             // One job per GPU ignores what a job runs; every other policy sees it.
             if name != "one-per-gpu" {
                 let (c, _) = run_policy(&world, name, &other, &cluster, 2).unwrap();

@@ -255,3 +255,79 @@ impl<P: Placer> Policy for PlacePolicy<P> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::sim::truth::Truth;
+    use coloc::model::{fit, ModelKind};
+
+    fn placer() -> (ServicePlacer, Vec<String>) {
+        let data = Path::new("../shared/data");
+        let truth = Truth::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .unwrap();
+        let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
+        let rows = crate::sim::pair_rows(&dataset).unwrap();
+        let (params, metrics) = fit(ModelKind::DEFAULT, &rows).unwrap();
+        let names = truth.workloads.iter().map(|w| w.name.clone()).collect();
+        (
+            ServicePlacer::new(&dataset, &truth.workloads, params, metrics).unwrap(),
+            names,
+        )
+    }
+
+    fn index(names: &[String], name: &str) -> u8 {
+        names.iter().position(|n| n == name).unwrap() as u8
+    }
+
+    fn request(job: u8, gpus: &[&[(u8, Option<f64>)]]) -> PlaceRequest {
+        PlaceRequest {
+            job,
+            job_cap: None,
+            gpus: gpus
+                .iter()
+                .map(|r| PlaceGpu {
+                    residents: r.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn place_prefers_an_empty_gpu_leaves_out_memory_overflow_and_keeps_resident_caps() {
+        let (mut p, names) = placer();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let vit_h = index(&names, "vit_h_14_batch8-train");
+
+        // Alone the job keeps all of its speed: gain 1 (normalized); beside a resident less.
+        let decision = p.place(&request(bert, &[&[(vit, None)], &[]])).unwrap();
+        assert_eq!(decision, Some(PlaceDecision { gpu: 1, gain: 1.0 }));
+
+        // Beside a light inference job the set gains; a resident whose cap is all of its
+        // speed cannot take anyone.
+        let shared = p.place(&request(bert, &[&[(vit, None)]])).unwrap();
+        assert!(shared.is_some_and(|d| d.gpu == 0 && d.gain > 0.0 && d.gain < 1.0));
+        assert_eq!(p.place(&request(bert, &[&[(vit, Some(0.999))]])).unwrap(), None);
+
+        // 17.4 + 17.4 GB do not fit 32 GB.
+        assert_eq!(p.place(&request(vit_h, &[&[(vit_h, None)]])).unwrap(), None);
+        assert_eq!(p.calls, 4);
+    }
+
+    #[test]
+    fn gpus_with_the_same_residents_are_one_question_and_the_first_answers() {
+        let (mut p, names) = placer();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let resident = [(vit, None)];
+        let same: Vec<&[(u8, Option<f64>)]> = vec![&resident; 3];
+        let decision = p.place(&request(bert, &same)).unwrap().unwrap();
+        assert_eq!(decision.gpu, 0);
+    }
+}

@@ -1,4 +1,4 @@
-//! `coloc simulate`'s smoke run, as CI sees it: the real binary on the first 400 one-GPU pods
+//! `coloc simulate`'s smoke run, as CI sees it: the real binary on the first 200 one-GPU pods
 //! of the Alibaba trace, every policy, two seeds, JSON and plots.
 
 use std::process::Command;
@@ -7,7 +7,7 @@ use std::process::Command;
 fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots() {
     let dir = tempfile::TempDir::new().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["simulate", "--max-pods", "400", "--seeds", "3,4", "--json"])
+        .args(["simulate", "--max-pods", "200", "--seeds", "3,4", "--json"])
         .arg("--plots")
         .arg(dir.path())
         .output()
@@ -18,12 +18,12 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
         String::from_utf8_lossy(&output.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["setup"]["jobs"], 400);
+    assert_eq!(report["setup"]["jobs"], 200);
     assert_eq!(report["setup"]["measured_sets"], 1598);
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 6 * 2);
     for run in runs {
-        assert_eq!(run["jobs"], 400, "{run}");
+        assert_eq!(run["jobs"], 200, "{run}");
         assert!(run["makespan_h"].as_f64().unwrap() > 0.0, "{run}");
         let (p50, p95) = (run["p50_jct_h"].as_f64(), run["p95_jct_h"].as_f64());
         assert!(p50 <= p95, "{run}");
