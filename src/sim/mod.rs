@@ -185,8 +185,22 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let simulating = Instant::now();
     for &seed in &args.seeds {
         let jobs = assign(&pods, &world.truth, seed, args.ls_cap);
-        for name in &policies {
-            let (outcome, summary) = run_policy(&world, name, &jobs, &cluster, seed)?;
+        // The policies are independent: one thread each, on every core there is.
+        let results: Vec<anyhow::Result<(Outcome, RunSummary)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = policies
+                .iter()
+                .map(|name| {
+                    let (world, jobs, cluster) = (&world, &jobs, &cluster);
+                    scope.spawn(move || run_policy(world, name, jobs, cluster, seed))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a policy's simulation panicked"))
+                .collect()
+        });
+        for (name, result) in policies.iter().zip(results) {
+            let (outcome, summary) = result?;
             runs.push(summary);
             if seed == args.seeds[0] {
                 first_seed.push((name.clone(), outcome));
