@@ -248,7 +248,10 @@ fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// The pod list of the Alibaba GPU trace v2023 (one-GPU pods are simulated).
-    #[arg(long, default_value = "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv")]
+    #[arg(
+        long,
+        default_value = "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv"
+    )]
     pub trace: PathBuf,
     /// The KACE V100 folder: profiles, exclusive throughputs and the measured pairs.
     #[arg(long, default_value = "../shared/data/kace-v100")]

@@ -74,7 +74,7 @@ enum EventKind {
     Arrive { job: usize },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Event {
     time: f64,
     seq: u64,
@@ -82,6 +82,12 @@ struct Event {
 }
 
 impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl Ord for Event {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
@@ -294,10 +300,7 @@ impl State<'_> {
             queue.pop_front();
             if admissions[pick] == Admission::OverMemory {
                 self.out.oom_events += 1;
-                self.push(
-                    self.now + self.retry_delay(),
-                    EventKind::Arrive { job: j },
-                );
+                self.push(self.now + self.retry_delay(), EventKind::Arrive { job: j });
             } else {
                 self.place(j, indices[pick]);
             }
@@ -318,7 +321,12 @@ fn view(job: &Job) -> JobView {
 }
 
 /// Runs `jobs` (any order) on `cluster` under `policy`.
-pub fn simulate(jobs: &[Job], truth: &Truth, cluster: &Cluster, policy: &mut dyn Policy) -> Outcome {
+pub fn simulate(
+    jobs: &[Job],
+    truth: &Truth,
+    cluster: &Cluster,
+    policy: &mut dyn Policy,
+) -> Outcome {
     let n = jobs.len();
     let mut state = State {
         jobs,
@@ -362,7 +370,10 @@ pub fn simulate(jobs: &[Job], truth: &Truth, cluster: &Cluster, policy: &mut dyn
         match event.kind {
             EventKind::Arrive { job } => queue.push_back(job),
             EventKind::Finish { job, version } => {
-                if state.running[job].as_ref().is_some_and(|r| r.version == version) {
+                if state.running[job]
+                    .as_ref()
+                    .is_some_and(|r| r.version == version)
+                {
                     state.finish(job);
                 }
             }
@@ -431,7 +442,8 @@ mod tests {
     #[test]
     fn two_jobs_that_keep_full_speed_together_finish_in_half_the_makespan() {
         // Together each keeps its exclusive throughput (10): the pair doubles the GPU's work.
-        let truth = Truth::new(vec![workload("a", 1.0)], &[(vec![0, 0], vec![10.0, 10.0])]).unwrap();
+        let truth =
+            Truth::new(vec![workload("a", 1.0)], &[(vec![0, 0], vec![10.0, 10.0])]).unwrap();
         let jobs = [job("first", 0.0, 100.0, 0), job("second", 0.0, 100.0, 0)];
         let alone = simulate(&jobs, &truth, &one_gpu(), &mut OnePerGpu);
         assert_eq!(finishes(&alone), vec![100.0, 200.0]);

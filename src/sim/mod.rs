@@ -128,7 +128,8 @@ pub fn run_policy(
             } else {
                 world.kace_linear.clone()
             };
-            let placer = ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
+            let placer =
+                ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
@@ -220,7 +221,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         "offered_load",
         json!((work / (span * gpus as f64) * 1000.0).round() / 1000.0),
     );
-    put("arrival_span_days", json!((span / 86_400.0 * 10.0).round() / 10.0));
+    put(
+        "arrival_span_days",
+        json!((span / 86_400.0 * 10.0).round() / 10.0),
+    );
     put("exclusive_work_gpu_hours", json!((work / 3600.0).round()));
     put("ls_cap", json!(args.ls_cap));
     put("retry_delay_s", json!(args.retry_delay));
@@ -230,7 +234,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         "model_training_data",
         json!("kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run"),
     );
-    put("load_s", json!((loaded.as_secs_f64() * 1000.0).round() / 1000.0));
+    put(
+        "load_s",
+        json!((loaded.as_secs_f64() * 1000.0).round() / 1000.0),
+    );
     put(
         "simulation_s",
         json!((simulated.as_secs_f64() * 1000.0).round() / 1000.0),
@@ -242,8 +249,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         report.print_table();
     }
     if let Some(dir) = &args.plots {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let refs: Vec<(String, &Outcome)> =
             first_seed.iter().map(|(n, o)| (n.clone(), o)).collect();
         plot::jct_cdf(&dir.join("sim_jct_cdf.png"), args.seeds[0], &refs)?;

@@ -20,11 +20,7 @@
 //! and cannot check caps; `coloc` (the default model) places by Σ colocated / exclusive
 //! (NORMALIZED_SUM) with the caps.
 
-use std::{
-    collections::HashMap,
-    sync::Arc,
-    time::Instant,
-};
+use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use anyhow::Context;
 
@@ -313,7 +309,10 @@ mod tests {
         // speed cannot take anyone.
         let shared = p.place(&request(bert, &[&[(vit, None)]])).unwrap();
         assert!(shared.is_some_and(|d| d.gpu == 0 && d.gain > 0.0 && d.gain < 1.0));
-        assert_eq!(p.place(&request(bert, &[&[(vit, Some(0.999))]])).unwrap(), None);
+        assert_eq!(
+            p.place(&request(bert, &[&[(vit, Some(0.999))]])).unwrap(),
+            None
+        );
 
         // 17.4 + 17.4 GB do not fit 32 GB.
         assert_eq!(p.place(&request(vit_h, &[&[(vit_h, None)]])).unwrap(), None);

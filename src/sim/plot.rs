@@ -65,9 +65,7 @@ pub fn jct_cdf(path: &Path, seed: u64, outcomes: &[(String, &Outcome)]) -> anyho
         let n = v.len() as f64;
         chart
             .draw_series(LineSeries::new(
-                v.iter()
-                    .enumerate()
-                    .map(|(i, &x)| (x, (i + 1) as f64 / n)),
+                v.iter().enumerate().map(|(i, &x)| (x, (i + 1) as f64 / n)),
                 color.stroke_width(2),
             ))?
             .label(name.clone())
@@ -104,11 +102,17 @@ pub fn busy_gpus(
         .filter_map(|(_, o)| o.busy_series.last().map(|p| p.0))
         .fold(start, f64::max);
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("busy GPUs of {gpus} (seed {seed})"), ("sans-serif", 22))
+        .caption(
+            format!("busy GPUs of {gpus} (seed {seed})"),
+            ("sans-serif", 22),
+        )
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(55)
-        .build_cartesian_2d(0f64..((end - start) / day).max(1e-3), 0f64..(gpus as f64 + 0.5))?;
+        .build_cartesian_2d(
+            0f64..((end - start) / day).max(1e-3),
+            0f64..(gpus as f64 + 0.5),
+        )?;
     chart
         .configure_mesh()
         .x_desc("days since the first arrival")

@@ -181,6 +181,9 @@ mod tests {
             .zip(&other)
             .filter(|(a, b)| a.workload != b.workload)
             .count();
-        assert!(differ > pods.len() / 2, "only {differ} pods changed workload");
+        assert!(
+            differ > pods.len() / 2,
+            "only {differ} pods changed workload"
+        );
     }
 }

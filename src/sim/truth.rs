@@ -33,7 +33,11 @@ impl SetKey {
     pub const EMPTY: SetKey = SetKey(0);
 
     pub fn of(members: &[u8]) -> Self {
-        assert!(members.len() <= MAX_SET, "a set of {} members", members.len());
+        assert!(
+            members.len() <= MAX_SET,
+            "a set of {} members",
+            members.len()
+        );
         let mut sorted = members.to_vec();
         sorted.sort_unstable();
         let mut key = 0u64;

@@ -46,7 +46,12 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     for name in ["smallest-memory", "kace-linear", "coloc", "oracle"] {
         assert_eq!(policy(name)["oom_events"]["max"], 0.0, "{name}");
     }
-    assert!(policy("coloc")["place_us_per_call"]["mean"].as_f64().unwrap() > 0.0);
+    assert!(
+        policy("coloc")["place_us_per_call"]["mean"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     for plot in ["sim_jct_cdf.png", "sim_busy_gpus.png"] {
         let bytes = std::fs::read(dir.path().join(plot)).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{plot}");
