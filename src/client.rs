@@ -1,12 +1,14 @@
-//! The operator CLI: `coloc workloads|rank|report|model|health` talk gRPC to a running
-//! server (`--addr`, `COLOC_ADDR`; bearer token from `COLOC_TOKEN`; `--ca-cert` for TLS)
-//! and print readable tables, or JSON with `--json`.
+//! The operator CLI: `coloc workloads|rank|predict|report|train|models|model|health` talk
+//! gRPC to a running server (`--addr`, `COLOC_ADDR`; bearer token from `COLOC_TOKEN`;
+//! `--ca-cert` for TLS) and print readable tables, or with `--json` the answer in the API's
+//! canonical JSON mapping (what grpcurl prints). A failed RPC exits with 64 + its gRPC code,
+//! as grpcurl does.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::OnceLock};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tonic::{
     metadata::MetadataValue,
     service::interceptor::InterceptedService,
@@ -14,6 +16,50 @@ use tonic::{
 };
 
 use crate::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
+
+/// A failed RPC, kept whole so that the exit code can say which.
+#[derive(Debug, thiserror::Error)]
+#[error("{:?}: {}", .0.code(), .0.message())]
+pub struct RpcError(pub tonic::Status);
+
+/// grpcurl's convention: a failed RPC exits with this + its gRPC status code.
+pub const STATUS_EXIT_OFFSET: u8 = 64;
+
+/// The exit code of a failed command: 64 + the gRPC code of a failed RPC (65 CANCELLED ..
+/// 80 UNAUTHENTICATED, e.g. 69 NOT_FOUND, 67 INVALID_ARGUMENT), else 1.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<RpcError>() {
+        Some(RpcError(status)) => STATUS_EXIT_OFFSET + status.code() as u8,
+        None => 1,
+    }
+}
+
+/// `message` in the API's canonical proto3 JSON mapping (lowerCamelCase names, enums by
+/// name, 64-bit integers as strings, default values left out): what grpcurl prints.
+/// `full_name` is the message's proto name, e.g. "coloc.v1.RankResponse".
+pub fn canonical_json<M: prost::Message>(message: &M, full_name: &str) -> anyhow::Result<Value> {
+    static POOL: OnceLock<Result<prost_reflect::DescriptorPool, String>> = OnceLock::new();
+    let pool = POOL
+        .get_or_init(|| {
+            prost_reflect::DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET)
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("the embedded descriptor set is unreadable: {e}"))?;
+    let descriptor = pool
+        .get_message_by_name(full_name)
+        .with_context(|| format!("no message {full_name} in the API"))?;
+    let dynamic =
+        prost_reflect::DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice())?;
+    Ok(serde_json::to_value(&dynamic)?)
+}
+
+pub(crate) fn print_canonical<M: prost::Message>(
+    message: &M,
+    full_name: &str,
+) -> anyhow::Result<()> {
+    print_json(&canonical_json(message, full_name)?)
+}
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
@@ -103,11 +149,19 @@ pub struct RankArgs {
     /// Only these candidates (comma-separated); default every profiled workload.
     #[arg(long, value_delimiter = ',')]
     pub candidates: Vec<String>,
-    #[arg(long, value_enum, default_value = "throughput")]
-    pub objective: ObjectiveArg,
-    /// The lowest fraction of its exclusive throughput the target may keep (0-1).
+    /// What to order by; default the server's (normalized).
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
+    /// The lowest fraction of its exclusive throughput the target may keep (0-1; 0 = no
+    /// limit). `--max-target-slowdown` is its deprecated name.
+    #[arg(long, alias = "max-target-slowdown", default_value_t = 0.0)]
+    pub min_target_speed_fraction: f64,
+    /// The least predicted gain over running the pair apart (normalized sum - 1), e.g. 0.2.
     #[arg(long, default_value_t = 0.0)]
-    pub max_target_slowdown: f64,
+    pub min_benefit: f64,
+    /// Also rank candidates predicted to do less work together than apart.
+    #[arg(long)]
+    pub include_below_break_even: bool,
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +171,62 @@ pub struct ReportArgs {
     /// WORKLOAD=THROUGHPUT for each member (2 or more).
     #[arg(required = true, num_args = 2..)]
     pub members: Vec<String>,
+    /// The scheduler's job id of each member, in the members' order (repeat the flag).
+    #[arg(long = "job-id", value_name = "ID")]
+    pub job_ids: Vec<String>,
+    /// When the run was measured (RFC 3339, e.g. 2026-11-23T18:00:00Z); default now. The
+    /// same GPU, time, members, values and job ids are the same run: reporting it again
+    /// stores nothing (created = false). Without --at each call is a new run.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// 2 or more workloads; a name may repeat (copies of one workload).
+    #[arg(required = true, num_args = 2..)]
+    pub workloads: Vec<String>,
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// Memory available, GB; 0 = the GPU model's total memory.
+    #[arg(long, default_value_t = 0.0)]
+    pub gpu_memory_gb: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// Model kind: member-ridge-gbt or kace-linear; default the server's model.kind.
+    #[arg(long, default_value = "")]
+    pub kind: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Every stored version of a GPU model, newest first, rejected challengers included.
+    List {
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// At most this many; 0 = 100.
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Serve this stored version whatever training decides, until unpinned.
+    Pin {
+        version: u64,
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
+    /// Return to the newest promoted version.
+    Unpin {
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -187,7 +297,7 @@ impl Connection {
 }
 
 pub(crate) fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
+    RpcError(status).into()
 }
 
 fn mode_name(mode: i32) -> &'static str {
@@ -205,19 +315,6 @@ fn state_name(state: i32) -> &'static str {
         Ok(pb::WorkloadState::Failed) => "failed",
         _ => "unspecified",
     }
-}
-
-fn workload_json(w: &pb::Workload) -> Value {
-    json!({
-        "name": w.name,
-        "mode": mode_name(w.mode),
-        "model": w.model,
-        "batch_size": w.batch_size,
-        "labels": w.labels,
-        "state": state_name(w.state),
-        "state_reason": w.state_reason,
-        "profiled_on": w.profiles.iter().map(|p| p.gpu.clone()).collect::<Vec<_>>(),
-    })
 }
 
 /// Prints rows as an aligned table under `headers`.
@@ -291,7 +388,13 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                 .await
                 .map_err(status_error)?;
             if connection.json {
-                return print_json(&Value::Array(all.iter().map(workload_json).collect()));
+                return print_canonical(
+                    &pb::ListWorkloadsResponse {
+                        workloads: all,
+                        next_page_token: String::new(),
+                    },
+                    "coloc.v1.ListWorkloadsResponse",
+                );
             }
             let rows: Vec<Vec<String>> = all
                 .iter()
@@ -318,7 +421,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                 .map_err(status_error)?
                 .into_inner();
             if connection.json {
-                return print_json(&workload_json(&w));
+                return print_canonical(&w, "coloc.v1.Workload");
             }
             print_table(
                 &["NAME", "MODE", "MODEL", "BATCH", "STATE", "REASON"],
@@ -373,17 +476,18 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                 .map_err(status_error)?
                 .into_inner();
             if connection.json {
-                return print_json(&workload_json(&w));
+                return print_canonical(&w, "coloc.v1.Workload");
             }
             println!("registered {} ({})", w.name, state_name(w.state));
         }
         WorkloadsCommand::Delete { name } => {
-            client
+            let response = client
                 .delete_workload(pb::DeleteWorkloadRequest { name: name.clone() })
                 .await
-                .map_err(status_error)?;
+                .map_err(status_error)?
+                .into_inner();
             if connection.json {
-                return print_json(&json!({ "deleted": name }));
+                return print_canonical(&response, "coloc.v1.DeleteWorkloadResponse");
             }
             println!("deleted {name}");
         }
@@ -399,30 +503,20 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             candidates: args.candidates,
             top_k: args.top,
             gpu: args.gpu,
-            objective: match args.objective {
-                ObjectiveArg::Throughput => pb::Objective::ThroughputSum,
-                ObjectiveArg::Normalized => pb::Objective::NormalizedSum,
-            } as i32,
-            max_target_slowdown: args.max_target_slowdown,
+            objective: args.objective.map(|o| match o {
+                ObjectiveArg::Throughput => pb::Objective::ThroughputSum as i32,
+                ObjectiveArg::Normalized => pb::Objective::NormalizedSum as i32,
+            }),
+            min_target_speed_fraction: args.min_target_speed_fraction,
+            min_benefit: args.min_benefit,
+            include_below_break_even: args.include_below_break_even,
             ..Default::default()
         })
         .await
         .map_err(status_error)?
         .into_inner();
     if connection.json {
-        return print_json(&json!({
-            "gpu": response.gpu,
-            "model_version": response.model_version,
-            "ranked": response.ranked.iter().map(|c| json!({
-                "workload": c.workload,
-                "predicted_throughput_sum": c.predicted_throughput_sum,
-                "predicted_normalized_sum": c.predicted_normalized_sum,
-                "fits_memory": c.fits_memory,
-                "memory_gb": c.memory_gb,
-                "target_kept": c.members.first().and_then(|m| m.predicted_slowdown),
-            })).collect::<Vec<_>>(),
-            "skipped": response.skipped.iter().map(|s| json!({"workload": s.workload, "reason": s.reason})).collect::<Vec<_>>(),
-        }));
+        return print_canonical(&response, "coloc.v1.RankResponse");
     }
     let rows: Vec<Vec<String>> = response
         .ranked
@@ -437,15 +531,22 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
                     .map_or("-".into(), |n| format!("{n:.3}")),
                 c.members
                     .first()
-                    .and_then(|m| m.predicted_slowdown)
+                    .and_then(|m| m.predicted_speed_fraction)
                     .map_or("-".into(), |s| format!("{:.0} %", s * 100.0)),
                 format!("{:.1}", c.memory_gb),
             ]
         })
         .collect();
     println!(
-        "GPU {}, model version {}",
-        response.gpu, response.model_version
+        "GPU {}, model version {}, ordered by {}{}",
+        response.gpu,
+        response.model_version,
+        response.objective().as_str_name(),
+        if response.members_estimated {
+            "; member figures estimated from exclusive throughputs (the model predicts only sums)"
+        } else {
+            ""
+        }
     );
     print_table(
         &[
@@ -453,24 +554,35 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             "CANDIDATE",
             "PREDICTED SUM",
             "NORMALIZED",
-            "TARGET KEEPS",
+            "TARGET SPEED FRACTION",
             "MEMORY GB",
         ],
         &rows,
     );
     if !response.skipped.is_empty() {
-        println!(
-            "{} skipped, e.g. {}: {}",
-            response.skipped.len(),
-            response.skipped[0].workload,
-            response.skipped[0].reason
-        );
+        // How many per reason, then one example of each.
+        let mut by_code: std::collections::BTreeMap<&str, (usize, &pb::SkippedCandidate)> =
+            std::collections::BTreeMap::new();
+        for skipped in &response.skipped {
+            by_code
+                .entry(skipped.code().as_str_name())
+                .or_insert((0, skipped))
+                .0 += 1;
+        }
+        let counts: Vec<String> = by_code
+            .iter()
+            .map(|(code, (n, _))| format!("{n} {code}"))
+            .collect();
+        println!("{} skipped ({})", response.skipped.len(), counts.join(", "));
+        for (code, (_, example)) in &by_code {
+            println!("  {code}, e.g. {}: {}", example.workload, example.reason);
+        }
     }
     Ok(())
 }
 
 pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result<()> {
-    let members = args
+    let mut members = args
         .members
         .iter()
         .map(|m| {
@@ -486,21 +598,37 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if !args.job_ids.is_empty() && args.job_ids.len() != members.len() {
+        bail!(
+            "{} --job-id for {} members: give one per member, in the members' order, or none",
+            args.job_ids.len(),
+            members.len()
+        );
+    }
+    for (member, job_id) in members.iter_mut().zip(args.job_ids) {
+        member.job_id = job_id;
+    }
+    let observed_at = args
+        .at
+        .as_deref()
+        .map(|at| {
+            at.parse::<prost_types::Timestamp>()
+                .map_err(|e| anyhow::anyhow!("--at {at:?} is not an RFC 3339 time: {e}"))
+        })
+        .transpose()?;
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
             gpu_id: String::new(),
             gpu: args.gpu,
             members,
-            observed_at: None,
+            observed_at,
         })
         .await
         .map_err(status_error)?
         .into_inner();
     if connection.json {
-        return print_json(
-            &json!({"observation_id": response.observation_id, "created": response.created}),
-        );
+        return print_canonical(&response, "coloc.v1.ReportColocationResponse");
     }
     println!(
         "observation {} {}",
@@ -514,12 +642,20 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     Ok(())
 }
 
-fn model_row(m: &pb::Model) -> Vec<String> {
-    let status = match pb::ModelStatus::try_from(m.status) {
+fn status_name(status: i32) -> &'static str {
+    match pb::ModelStatus::try_from(status) {
         Ok(pb::ModelStatus::Promoted) => "promoted",
         Ok(pb::ModelStatus::Rejected) => "rejected",
         _ => "-",
-    };
+    }
+}
+
+const MODEL_HEADERS: [&str; 8] = [
+    "VERSION", "KIND", "STATUS", "", "RUNS", "CV SCORE", "R2", "REASON",
+];
+
+fn model_row(m: &pb::Model) -> Vec<String> {
+    let status = status_name(m.status);
     let mut flags = Vec::new();
     if m.serving {
         flags.push("serving");
@@ -550,22 +686,25 @@ pub async fn model(connection: &Connection, args: ModelArgs) -> anyhow::Result<(
         .map_err(status_error)?
         .into_inner();
     if connection.json {
-        let one = |m: &pb::Model| {
-            json!({
-                "gpu": m.gpu, "version": m.version, "kind": m.kind, "serving": m.serving,
-                "pinned": m.pinned, "observations": m.observations, "r2": m.r2, "mse": m.mse,
-                "cv_score": m.cv_score, "cv_mse": m.cv_mse, "reason": m.reason,
-                "rolling_error": m.rolling_error, "excluded_outliers": m.excluded_outliers,
-            })
-        };
-        let mut value = one(&model);
-        value["history"] = Value::Array(model.history.iter().map(one).collect());
-        return print_json(&value);
+        return print_canonical(&model, "coloc.v1.Model");
     }
-    println!(
-        "GPU {}: version {} ({}) serving",
-        model.gpu, model.version, model.kind
-    );
+    if model.serving {
+        println!(
+            "GPU {}: version {} ({}) serving{}",
+            model.gpu,
+            model.version,
+            model.kind,
+            if model.pinned { ", pinned" } else { "" }
+        );
+    } else {
+        println!(
+            "GPU {}: version {} ({}) {}, not serving",
+            model.gpu,
+            model.version,
+            model.kind,
+            status_name(model.status)
+        );
+    }
     if let Some(error) = model.rolling_error {
         println!(
             "rolling error {:.1} % over {} reported runs",
@@ -574,12 +713,143 @@ pub async fn model(connection: &Connection, args: ModelArgs) -> anyhow::Result<(
         );
     }
     let rows: Vec<Vec<String>> = model.history.iter().map(model_row).collect();
+    print_table(&MODEL_HEADERS, &rows);
+    Ok(())
+}
+
+/// `coloc model pin VERSION` / `coloc model unpin`.
+pub async fn model_command(connection: &Connection, command: ModelCommand) -> anyhow::Result<()> {
+    let mut client = connection.client().await?;
+    let model = match command {
+        ModelCommand::Pin { version, gpu } => client
+            .pin_model(pb::PinModelRequest { gpu, version })
+            .await
+            .map_err(status_error)?
+            .into_inner(),
+        ModelCommand::Unpin { gpu } => client
+            .unpin_model(pb::UnpinModelRequest { gpu })
+            .await
+            .map_err(status_error)?
+            .into_inner(),
+    };
+    if connection.json {
+        return print_canonical(&model, "coloc.v1.Model");
+    }
+    println!(
+        "GPU {}: version {} ({}) serving{}",
+        model.gpu,
+        model.version,
+        model.kind,
+        if model.pinned { ", pinned" } else { "" }
+    );
+    Ok(())
+}
+
+/// `coloc models list`.
+pub async fn models(connection: &Connection, command: ModelsCommand) -> anyhow::Result<()> {
+    let ModelsCommand::List { gpu, limit } = command;
+    let mut client = connection.client().await?;
+    let response = client
+        .list_models(pb::ListModelsRequest { gpu, limit })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        return print_canonical(&response, "coloc.v1.ListModelsResponse");
+    }
+    let rows: Vec<Vec<String>> = response.models.iter().map(model_row).collect();
+    print_table(&MODEL_HEADERS, &rows);
+    Ok(())
+}
+
+/// `coloc predict W1 W2 ...`.
+pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Result<()> {
+    let mut client = connection.client().await?;
+    let response = client
+        .predict(pb::PredictRequest {
+            workloads: args.workloads,
+            gpu: args.gpu,
+            gpu_memory_gb: args.gpu_memory_gb,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        return print_canonical(&response, "coloc.v1.PredictResponse");
+    }
+    println!(
+        "GPU {}, model version {}: predicted sum {:.2}, normalized sum {}, {:.1} GB ({}){}",
+        response.gpu,
+        response.model_version,
+        response.predicted_throughput_sum,
+        response
+            .predicted_normalized_sum
+            .map_or("-".into(), |n| format!("{n:.3}")),
+        response.memory_gb,
+        if response.fits_memory {
+            "fits"
+        } else {
+            "does not fit"
+        },
+        if response.members_estimated {
+            "; member figures estimated from exclusive throughputs (the model predicts only sums)"
+        } else {
+            ""
+        }
+    );
+    let rows: Vec<Vec<String>> = response
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.workload.clone(),
+                format!("{:.2}", m.exclusive_throughput),
+                m.predicted_throughput
+                    .map_or("-".into(), |t| format!("{t:.2}")),
+                m.predicted_speed_fraction
+                    .map_or("-".into(), |f| format!("{:.0} %", f * 100.0)),
+                m.throughput_unit.clone(),
+            ]
+        })
+        .collect();
     print_table(
-        &[
-            "VERSION", "KIND", "STATUS", "", "RUNS", "CV SCORE", "R2", "REASON",
-        ],
+        &["MEMBER", "ALONE", "PREDICTED", "SPEED FRACTION", "UNIT"],
         &rows,
     );
+    Ok(())
+}
+
+/// `coloc train`.
+pub async fn train(connection: &Connection, args: TrainArgs) -> anyhow::Result<()> {
+    let mut client = connection.client().await?;
+    let response = client
+        .train(pb::TrainRequest {
+            gpu: args.gpu,
+            kind: args.kind,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        return print_canonical(&response, "coloc.v1.TrainResponse");
+    }
+    if let Some(model) = &response.model {
+        println!(
+            "version {} ({}), {} runs: {} ({})",
+            model.version,
+            model.kind,
+            model.observations,
+            status_name(model.status),
+            model.reason
+        );
+    }
+    println!("serving version {}", response.champion_version);
+    if response.unusable_observations > 0 {
+        println!(
+            "{} runs left out: a member has no complete profile on this GPU model",
+            response.unusable_observations
+        );
+    }
     Ok(())
 }
 
@@ -619,7 +889,12 @@ pub async fn import_kace(
     let prepared = prepare(dir, gpu, gpu_memory_gb)?;
     let mut client = connection.client().await?;
     let (mut registered, mut updated, mut unchanged) = (0, 0, 0);
+    let progress = crate::progress::bar(
+        (prepared.workloads.len() + prepared.observations.len()) as u64,
+        "import",
+    );
     for workload in &prepared.workloads {
+        progress.inc(1);
         let profile = workload
             .profile
             .as_ref()
@@ -690,6 +965,7 @@ pub async fn import_kace(
     }
     let mut observations_new = 0;
     for run in &prepared.observations {
+        progress.inc(1);
         let answer = client
             .report_colocation(pb::ReportColocationRequest {
                 gpu: gpu.to_string(),
@@ -727,6 +1003,7 @@ pub async fn import_kace(
         .to_string(),
         reason: m.reason.clone(),
     };
+    progress.finish_and_clear();
     let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
     let current = client
         .get_model(pb::GetModelRequest {
@@ -737,6 +1014,7 @@ pub async fn import_kace(
     let models = match current {
         Ok(current) if nothing_changed => vec![Ok(line(current.get_ref()))],
         _ => {
+            let training = crate::progress::spinner("training models");
             let mut models = Vec::new();
             for kind in ["kace-linear", ""] {
                 let trained = client
@@ -756,6 +1034,7 @@ pub async fn import_kace(
                     Err(status) => Err(status.message().to_string()),
                 });
             }
+            training.finish_and_clear();
             models
         }
     };

@@ -8,10 +8,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::{
-    client::{print_json, print_table, status_error, Connection, ObjectiveArg},
+    client::{print_canonical, print_table, status_error, Connection, ObjectiveArg},
     proto as pb,
 };
 
@@ -150,29 +149,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
         .map_err(status_error)?
         .into_inner();
     if connection.json {
-        let member = |m: &pb::MemberPrediction| {
-            json!({
-                "workload": m.workload, "exclusive_throughput": m.exclusive_throughput,
-                "predicted_throughput": m.predicted_throughput,
-                "predicted_slowdown": m.predicted_slowdown,
-            })
-        };
-        return print_json(&json!({
-            "placements": response.placements.iter().map(|p| json!({
-                "gpu_id": p.gpu_id, "node": p.node, "gpu": p.gpu, "gain": p.gain,
-                "value_before": p.value_before, "value_after": p.value_after,
-                "fits_memory": p.fits_memory, "memory_gb": p.memory_gb,
-                "gpu_memory_gb": p.gpu_memory_gb, "model_version": p.model_version,
-                "members": p.members.iter().map(member).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "skipped": response.skipped.iter().map(|s| json!({
-                "gpu_id": s.gpu_id, "code": s.code().as_str_name(), "reason": s.reason,
-                "workload": s.workload, "predicted_fraction": s.predicted_fraction,
-            })).collect::<Vec<_>>(),
-            "models": response.models.iter().map(|m| json!({
-                "gpu": m.gpu, "version": m.version, "kind": m.kind,
-            })).collect::<Vec<_>>(),
-        }));
+        return print_canonical(&response, "coloc.v1.PlaceResponse");
     }
     for model in &response.models {
         println!(
@@ -188,7 +165,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
             let residents: Vec<&str> = p.members[1..].iter().map(|m| m.workload.as_str()).collect();
             let worst = p.members[1..]
                 .iter()
-                .filter_map(|m| m.predicted_slowdown)
+                .filter_map(|m| m.predicted_speed_fraction)
                 .min_by(f64::total_cmp);
             vec![
                 (i + 1).to_string(),
@@ -201,7 +178,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
                 },
                 format!("{:.2}", p.gain),
                 format!("{:.2} -> {:.2}", p.value_before, p.value_after),
-                percent(p.members[0].predicted_slowdown),
+                percent(p.members[0].predicted_speed_fraction),
                 percent(worst),
                 format!(
                     "{:.1}/{:.0}{}",
@@ -255,17 +232,13 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
         page_token = page.next_page_token;
     }
     if connection.json {
-        return print_json(&json!(gpus
-            .iter()
-            .map(|g| json!({
-                "id": g.id, "node": g.node, "gpu": g.gpu,
-                "jobs": g.jobs.iter().map(|j| json!({
-                    "job_id": j.job_id, "workload": j.workload,
-                    "assigned_at": j.assigned_at.as_ref().map(|t| t.seconds),
-                    "expires_at": j.expires_at.as_ref().map(|t| t.seconds),
-                })).collect::<Vec<_>>(),
-            }))
-            .collect::<Vec<_>>()));
+        return print_canonical(
+            &pb::ListGpusResponse {
+                gpus,
+                next_page_token: String::new(),
+            },
+            "coloc.v1.ListGpusResponse",
+        );
     }
     let rows: Vec<Vec<String>> = gpus
         .iter()
@@ -310,10 +283,7 @@ pub async fn jobs(connection: &Connection, command: JobsCommand) -> anyhow::Resu
                 .map_err(status_error)?
                 .into_inner();
             if connection.json {
-                return print_json(&json!({
-                    "created": response.created, "gpu": response.gpu,
-                    "expires_at": response.expires_at.map(|t| t.seconds),
-                }));
+                return print_canonical(&response, "coloc.v1.AssignJobResponse");
             }
             println!(
                 "job {job_id} {} on GPU {gpu_id} ({})",
@@ -334,7 +304,7 @@ pub async fn jobs(connection: &Connection, command: JobsCommand) -> anyhow::Resu
                 .map_err(status_error)?
                 .into_inner();
             if connection.json {
-                return print_json(&json!({ "released": response.released }));
+                return print_canonical(&response, "coloc.v1.ReleaseJobResponse");
             }
             println!(
                 "job {job_id} {}",

@@ -23,7 +23,8 @@
 //! - `dataset`: KACE-format files read into domain values (import, eval, replay, benches).
 //! - `model`: features and model kinds, fitting and scoring.
 //! - Leaves: `domain` (validated values), `settings` (typed, layered settings), `proto`
-//!   (generated types), `telemetry` (logging).
+//!   (generated types), `telemetry` (logging), `progress` (terminal progress bars for the
+//!   offline tools).
 
 pub mod advisor;
 pub mod api;
@@ -37,6 +38,7 @@ pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod profiler;
+pub mod progress;
 pub mod proto;
 pub mod settings;
 pub mod startup;

@@ -26,6 +26,7 @@ async fn main() -> std::process::ExitCode {
             );
         }
     }
+    coloc::startup::note_fatal_storage_signals();
     let result = match cli.command {
         coloc::cli::Command::Bench(args) => loadgen::run(args).await,
         coloc::cli::Command::Simulate(args) => sim::run(args),
@@ -35,7 +36,8 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("coloc: {error:#}");
-            std::process::ExitCode::FAILURE
+            // 64 + the gRPC code of a failed RPC (as grpcurl), else 1.
+            std::process::ExitCode::from(coloc::client::exit_code(&error))
         }
     }
 }

@@ -31,6 +31,8 @@ pub struct Metrics {
     model_trained: GaugeVec,
     rolling_error: GaugeVec,
     store_bytes: IntGauge,
+    store_writes_failing: IntGauge,
+    store_write_failures: IntCounter,
     reports: IntCounterVec,
     trainings: IntCounterVec,
     job_outcomes: IntCounterVec,
@@ -126,6 +128,16 @@ impl Metrics {
         );
         let store_bytes = IntGauge::new("coloc_store_bytes", "Size of the SQLite database")
             .expect("valid metric");
+        let store_writes_failing = IntGauge::new(
+            "coloc_store_writes_failing",
+            "1 while the store's writes fail on a storage fault (disk full, read-only volume), else 0",
+        )
+        .expect("valid metric");
+        let store_write_failures = IntCounter::new(
+            "coloc_store_write_failures_total",
+            "Write transactions that failed on a storage fault",
+        )
+        .expect("valid metric");
         let reports = counter(
             "coloc_reports_total",
             "ReportColocation calls by outcome (stored, duplicate, rejected)",
@@ -163,6 +175,8 @@ impl Metrics {
             Box::new(model_trained.clone()),
             Box::new(rolling_error.clone()),
             Box::new(store_bytes.clone()),
+            Box::new(store_writes_failing.clone()),
+            Box::new(store_write_failures.clone()),
             Box::new(reports.clone()),
             Box::new(trainings.clone()),
             Box::new(job_outcomes.clone()),
@@ -184,6 +198,8 @@ impl Metrics {
             model_trained,
             rolling_error,
             store_bytes,
+            store_writes_failing,
+            store_write_failures,
             reports,
             trainings,
             job_outcomes,
@@ -232,11 +248,14 @@ impl Metrics {
                 self.rolling_error.with_label_values(&[gpu]).set(error);
             }
         }
-        self.store_bytes.set(store.size_bytes().await?);
         // Counters catch up with the counts kept where the events happen.
         let catch_up = |counter: IntCounter, total: u64| {
             counter.inc_by(total.saturating_sub(counter.get()));
         };
+        let writes = store.write_health();
+        self.store_writes_failing.set(i64::from(writes.failing()));
+        catch_up(self.store_write_failures.clone(), writes.failures());
+        self.store_bytes.set(store.size_bytes().await?);
         let stats = advisor.stats();
         for outcome in ReportOutcome::ALL {
             catch_up(

@@ -43,6 +43,7 @@ pub struct App {
     tls: Option<ServerTlsConfig>,
     tokens: Option<Tokens>,
     max_request_bytes: usize,
+    max_concurrent_heavy_rpcs: usize,
     shutdown_grace: Duration,
     advisor: Arc<Advisor>,
     /// The profiling worker; `None` when profiler.backend is "off".
@@ -58,10 +59,13 @@ impl App {
         let database_lock = DatabaseLock::acquire(&settings.database.url)?;
         let store = Store::open(&settings.database.url)
             .await
+            .map_err(anyhow::Error::new)
+            .map_err(|e| explain_damage(e, &settings.database.url))
             .context("cannot open the database")?;
         let advisor = Arc::new(
             Advisor::load(store.clone(), options)
                 .await
+                .map_err(|e| explain_damage(e, &settings.database.url))
                 .context("cannot load profiles and models from the database")?,
         );
         let requeued = store.requeue_running_jobs(now_ms()).await?;
@@ -138,6 +142,7 @@ impl App {
             tls,
             tokens,
             max_request_bytes: settings.server.max_request_bytes,
+            max_concurrent_heavy_rpcs: settings.server.max_concurrent_heavy_rpcs,
             shutdown_grace: Duration::from_secs(settings.server.shutdown_grace_secs),
             advisor,
             worker,
@@ -217,6 +222,17 @@ impl App {
                         ),
                     )
                 });
+        // While the store's writes fail, the advisor service says NOT_SERVING (readiness
+        // probes that name it take the replica out); the server itself ("") stays SERVING,
+        // so liveness does not restart a process that recovers by itself.
+        let write_health = spawn_owned(
+            "write health",
+            follow_write_health(
+                self.store.write_health().subscribe(),
+                health_reporter.clone(),
+                shutdown.clone(),
+            ),
+        );
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
         let mut builder = Server::builder();
@@ -225,9 +241,11 @@ impl App {
                 .tls_config(tls)
                 .context("invalid TLS certificate or key")?;
         }
-        let advisor_service =
-            ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
-                .max_decoding_message_size(self.max_request_bytes);
+        let advisor_service = ColocationAdvisorServer::new(AdvisorService::new(
+            self.advisor.clone(),
+            self.max_concurrent_heavy_rpcs,
+        ))
+        .max_decoding_message_size(self.max_request_bytes);
         let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))
@@ -268,6 +286,7 @@ impl App {
         }
         // A failed server still stops everything in order before the store closes.
         shutdown.cancel();
+        let _ = write_health.await;
         for (stop, task) in [
             (worker_stop, worker),
             (trainer_stop, trainer),
@@ -285,6 +304,76 @@ impl App {
         served?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// SQLite maps the database's `-shm` file (the WAL index) into memory. When a write to
+/// that mapping cannot be backed (the file was made immutable: ext4 refuses the page
+/// write; or its tmpfs is full), the kernel stops the process with SIGBUS, which by
+/// default leaves no trace. This handler writes one line to stderr first, then the
+/// default action (the process ends) follows: nothing can be stored safely anymore, and a
+/// supervisor restarts the service once the file is writable again.
+pub fn note_fatal_storage_signals() {
+    extern "C" fn on_sigbus(_: nix::libc::c_int) {
+        const NOTE: &[u8] = b"coloc: fatal: SIGBUS: a memory-mapped database file (the -shm \
+WAL index) could not be written (made immutable, or its file system is full); stopping\n";
+        // SAFETY: write(2) is async-signal-safe; the buffer is static.
+        unsafe {
+            nix::libc::write(2, NOTE.as_ptr().cast(), NOTE.len());
+        }
+    }
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    // SA_RESETHAND: the handler runs once; the faulting write runs again and the default
+    // action ends the process.
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigbus),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only calls write(2).
+    if let Err(error) = unsafe { sigaction(Signal::SIGBUS, &action) } {
+        tracing::warn!(%error, "cannot install the SIGBUS note");
+    }
+}
+
+/// Says what to do when the database file is damaged, instead of only a decoder's text
+/// (e.g. "invalid utf-8 ... column parameters").
+fn explain_damage(error: anyhow::Error, url: &str) -> anyhow::Error {
+    if !crate::store::is_corruption(&error) {
+        return error;
+    }
+    error.context(format!(
+        "the database file ({url}) is damaged: check it with `sqlite3 FILE 'PRAGMA \
+         integrity_check'` and restore the last backup (`coloc backup`; deploy/README.md, \"Backups\") if \
+         it reports errors"
+    ))
+}
+
+/// Mirrors the store's write health in the advisor service's health status until
+/// `shutdown` (which sets NOT_SERVING for good).
+async fn follow_write_health(
+    mut failing: tokio::sync::watch::Receiver<bool>,
+    reporter: tonic_health::server::HealthReporter,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = failing.changed() => if changed.is_err() { return },
+        }
+        let failing = *failing.borrow_and_update();
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if failing {
+            reporter
+                .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
+                .await;
+        } else {
+            reporter
+                .set_serving::<ColocationAdvisorServer<AdvisorService>>()
+                .await;
+        }
     }
 }
 

@@ -116,11 +116,13 @@ impl Worker {
         let now = now_ms();
         Ok(match measured {
             Ok(measurement) => {
-                match self
-                    .advisor
-                    .complete_job(&job, &measurement.profile, &measurement.note)
-                    .await
-                {
+                let stored = self
+                    .persist("storing the profile", shutdown, || {
+                        self.advisor
+                            .complete_job(&job, &measurement.profile, &measurement.note)
+                    })
+                    .await;
+                match stored {
                     Ok(_) => {
                         tracing::info!(
                             system_secs = measurement.phase_secs.0,
@@ -135,12 +137,26 @@ impl Worker {
                     }
                     // Deleted while it was being profiled.
                     Err(AdvisorError::UnknownWorkload(_)) => RunOutcome::Cancelled { workload },
-                    Err(error) => {
+                    // Stopping while the store still fails: the job stays RUNNING in the
+                    // store and goes back to pending when the server starts again.
+                    Err(error) if shutdown.is_cancelled() => {
                         return Err(anyhow::Error::new(error).context("storing the profile"))
+                    }
+                    // The profile was refused: the job must not stay claimed.
+                    Err(error) => {
+                        let error = format!("the measured profile could not be stored: {error}");
+                        self.persist_store("failing the job", shutdown, || {
+                            store.fail_job(job.id, &error, now)
+                        })
+                        .await?;
+                        tracing::warn!(%error, "profiling failed for good");
+                        RunOutcome::Failed { workload, error }
                     }
                 }
             }
             Err(ProfileError::Cancelled) if shutdown.is_cancelled() => {
+                // The server is stopping: one attempt; a job left RUNNING is re-queued at
+                // the next start.
                 store
                     .release_job(
                         job.id,
@@ -158,24 +174,27 @@ impl Worker {
             }
             Err(ProfileError::Unavailable(reason)) => {
                 let wait = now + self.settings.poll_interval_ms as i64;
-                store
-                    .release_job(
-                        job.id,
-                        &format!("waiting for the profiler: {reason}"),
-                        wait,
-                        now,
-                    )
-                    .await?;
+                let why = format!("waiting for the profiler: {reason}");
+                self.persist_store("releasing the job", shutdown, || {
+                    store.release_job(job.id, &why, wait, now)
+                })
+                .await?;
                 RunOutcome::Waiting { workload, reason }
             }
             Err(ProfileError::Permanent(error)) => {
-                store.fail_job(job.id, &error, now).await?;
+                self.persist_store("failing the job", shutdown, || {
+                    store.fail_job(job.id, &error, now)
+                })
+                .await?;
                 tracing::warn!(%error, "profiling failed for good");
                 RunOutcome::Failed { workload, error }
             }
             Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
                 let error = format!("profiling failed {} times; last: {error}", job.attempts);
-                store.fail_job(job.id, &error, now).await?;
+                self.persist_store("failing the job", shutdown, || {
+                    store.fail_job(job.id, &error, now)
+                })
+                .await?;
                 tracing::warn!(%error, "profiling failed for good");
                 RunOutcome::Failed { workload, error }
             }
@@ -187,15 +206,11 @@ impl Worker {
                     self.settings.max_attempts,
                     backoff.as_secs()
                 );
-                store
-                    .retry_job(
-                        job.id,
-                        &error,
-                        &reason,
-                        now + backoff.as_millis() as i64,
-                        now,
-                    )
-                    .await?;
+                let not_before = now + backoff.as_millis() as i64;
+                self.persist_store("scheduling a retry", shutdown, || {
+                    store.retry_job(job.id, &error, &reason, not_before, now)
+                })
+                .await?;
                 tracing::warn!(%error, attempt = job.attempts, "profiling attempt failed");
                 RunOutcome::WillRetry {
                     workload,
@@ -204,6 +219,58 @@ impl Worker {
                 }
             }
         })
+    }
+
+    /// Runs `write` until it succeeds, fails for a reason other than a storage fault, or
+    /// the server stops: a claimed job's outcome must reach the store, or the job would
+    /// stay RUNNING with no worker running it. Waits grow from 100 ms to 5 s.
+    async fn persist<T, F, Fut>(
+        &self,
+        what: &str,
+        shutdown: &CancellationToken,
+        mut write: F,
+    ) -> Result<T, AdvisorError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, AdvisorError>>,
+    {
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match write().await {
+                Err(AdvisorError::StorageUnavailable(error)) if !shutdown.is_cancelled() => {
+                    tracing::warn!(
+                        error = error.chain(),
+                        retry_in_ms = wait.as_millis() as u64,
+                        "{what} failed; retrying"
+                    );
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// [`persist`](Self::persist) for a store write.
+    async fn persist_store<F, Fut>(
+        &self,
+        what: &str,
+        shutdown: &CancellationToken,
+        mut write: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), crate::store::StoreError>>,
+    {
+        self.persist(what, shutdown, || {
+            let written = write();
+            async move { written.await.map_err(AdvisorError::from) }
+        })
+        .await
+        .map_err(|error| anyhow::Error::new(error).context(what.to_string()))
     }
 
     /// Runs jobs until `shutdown`; a running job is stopped and put back to pending.

@@ -33,7 +33,10 @@ pub enum Error {
     #[error("no GPU model is known yet; register a workload with a profile first")]
     NoGpuModelKnown,
     /// A request names no GPU model and several are known without a configured default.
-    #[error("several GPU models are known and no default is configured; name one in gpu")]
+    #[error(
+        "several GPU models are known, no default is configured and not exactly one has a \
+         trained model; name one in gpu"
+    )]
     AmbiguousGpuModel,
     #[error(
         "no model has been trained for GPU model {:?} yet; report colocated runs and call Train",
@@ -51,13 +54,6 @@ pub enum Error {
         .0.as_str()
     )]
     GpuMemoryUnknown(GpuName),
-    /// The serving model predicts only a set's sum, and the request needs each member.
-    #[error(
-        "the model of GPU model {:?} ({kind}) predicts only the set's sum; NORMALIZED_SUM and \
-         max_target_slowdown need a model kind that predicts each member",
-        .gpu.as_str()
-    )]
-    ModelPredictsOnlySums { gpu: GpuName, kind: &'static str },
     /// A fit could not be made (too few usable runs, degenerate data); the champion stays.
     #[error("{0}")]
     TrainingFailed(String),
@@ -71,12 +67,16 @@ pub enum Error {
          are refused"
     )]
     LaunchSpecsDisabled,
-    #[error("program {0:?} is not in profiler.allowed_programs")]
-    ProgramNotAllowed(String),
     /// An assignment the occupancy's rules refuse: the job runs elsewhere, the GPU is known
     /// as another model or node, or it is full.
     #[error(transparent)]
     Occupancy(crate::store::OccupancyConflict),
+    #[error("program {program:?} is not allowed by profiler.allowed_programs: {reason}")]
+    ProgramNotAllowed { program: String, reason: String },
+    /// The store cannot write now (disk full, read-only or failing volume): the same call
+    /// may succeed once the fault is gone. Health says NOT_SERVING meanwhile.
+    #[error("the database cannot be written right now; retry later")]
+    StorageUnavailable(#[source] StoreError),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -87,6 +87,7 @@ impl From<StoreError> for Error {
             StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
             StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
             StoreError::Occupancy(conflict) => Self::Occupancy(conflict),
+            fault if fault.is_storage_fault() => Self::StorageUnavailable(fault),
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }

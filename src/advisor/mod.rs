@@ -20,7 +20,10 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    domain::{now_ms, GpuName, NewWorkload, Observation, Profile, WorkloadName, WorkloadState},
+    domain::{
+        now_ms, AllowedPrograms, GpuName, NewWorkload, Observation, Profile, WorkloadName,
+        WorkloadState,
+    },
     model::ModelKind,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
 };
@@ -34,7 +37,7 @@ pub use place::{
 };
 pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
-    RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
+    RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{TrainOutcome, Trigger};
@@ -51,7 +54,7 @@ pub struct AdvisorOptions {
     pub default_gpu: Option<GpuName>,
     pub default_kind: ModelKind,
     /// Programs a launch spec may name; empty = launch specs are refused.
-    pub allowed_programs: Vec<glob::Pattern>,
+    pub allowed_programs: AllowedPrograms,
     pub lifecycle: LifecyclePolicy,
     /// Why a workload waiting for a profile waits, when no profiling worker runs on this
     /// server (`profiler.backend = "off"`); `None` when one does.
@@ -84,7 +87,7 @@ pub struct LifecyclePolicy {
 
 pub struct Advisor {
     store: Store,
-    allowed_programs: Vec<glob::Pattern>,
+    allowed_programs: AllowedPrograms,
     lifecycle: LifecyclePolicy,
     /// The champion's recent prediction errors per GPU model (drift).
     rolling_errors: std::sync::Mutex<HashMap<GpuName, training::RollingError>>,
@@ -184,6 +187,9 @@ impl Advisor {
             self.check_program(&launch.program)?;
         }
         let _writer = self.catalog_writer.lock().await;
+        if let Some(profile) = &workload.profile {
+            self.check_gpu_memory_known(profile)?;
+        }
         let mut record = self.store.register_workload(&workload, now_ms()).await?;
         if let (WorkloadState::PendingProfile, Some(reason)) =
             (record.state, &self.no_profiler_reason)
@@ -198,14 +204,40 @@ impl Advisor {
         Ok(record)
     }
 
+    /// The first profile of a GPU model must say the model's memory: without it, Rank
+    /// could not tell which pairs fit. Later profiles may leave it out.
+    fn check_gpu_memory_known(&self, profile: &Profile) -> Result<()> {
+        if profile.gpu_memory_gb.is_some() {
+            return Ok(());
+        }
+        let known = self
+            .read_catalog()
+            .gpu(&profile.gpu)
+            .is_some_and(|table| table.memory_gb.is_some());
+        if known {
+            return Ok(());
+        }
+        Err(Error::InvalidRequest(crate::domain::ValidationError::new(
+            "profile.gpu_memory_gb",
+            format!(
+                "profile.gpu_memory_gb is required for the first profile of GPU model {:?}: no \
+                 stored profile says its memory",
+                profile.gpu.as_str()
+            ),
+        )))
+    }
+
     /// A launch spec may name only a program the operator allowed.
     fn check_program(&self, program: &str) -> Result<()> {
         if self.allowed_programs.is_empty() {
             return Err(Error::LaunchSpecsDisabled);
         }
-        if !self.allowed_programs.iter().any(|p| p.matches(program)) {
-            return Err(Error::ProgramNotAllowed(program.to_string()));
-        }
+        self.allowed_programs
+            .resolve(program)
+            .map_err(|reason| Error::ProgramNotAllowed {
+                program: program.to_string(),
+                reason,
+            })?;
         Ok(())
     }
 
@@ -266,6 +298,7 @@ impl Advisor {
         profile: Profile,
     ) -> Result<WorkloadRecord> {
         let _writer = self.catalog_writer.lock().await;
+        self.check_gpu_memory_known(&profile)?;
         let record = self
             .store
             .put_profile(name.as_str(), &profile, now_ms())
@@ -383,7 +416,16 @@ impl Advisor {
         match (known.next(), known.next()) {
             (Some(only), None) => Ok(only.clone()),
             (None, _) => Err(Error::NoGpuModelKnown),
-            (Some(_), Some(_)) => Err(Error::AmbiguousGpuModel),
+            (Some(_), Some(_)) => {
+                // A profile of a new GPU model must not break clients that name none: the
+                // one GPU model with a trained model keeps serving them.
+                let models = self.models.load();
+                let mut trained = models.keys();
+                match (trained.next(), trained.next()) {
+                    (Some(only), None) => Ok(only.clone()),
+                    _ => Err(Error::AmbiguousGpuModel),
+                }
+            }
         }
     }
 
@@ -489,8 +531,13 @@ impl Advisor {
     }
 }
 
+/// Page tokens: a version tag and the hex of the last name of the page, which must be a
+/// valid workload name (so at most 2 + 2 x 128 characters). Anything else, including hex of
+/// an arbitrary string or an oversized token, is refused before the store is asked.
+const PAGE_TOKEN_TAG: &str = "p1";
+
 fn encode_page_token(last_name: &str) -> String {
-    hex::encode(last_name)
+    format!("{PAGE_TOKEN_TAG}{}", hex::encode(last_name))
 }
 
 fn decode_page_token(token: &str) -> Result<Option<String>> {
@@ -503,8 +550,14 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
             "page_token is not one this server issued",
         ))
     };
-    let bytes = hex::decode(token).map_err(|_| invalid())?;
-    String::from_utf8(bytes).map(Some).map_err(|_| invalid())
+    if token.len() > PAGE_TOKEN_TAG.len() + 2 * 4 * 128 {
+        return Err(invalid());
+    }
+    let hex_part = token.strip_prefix(PAGE_TOKEN_TAG).ok_or_else(invalid)?;
+    let bytes = hex::decode(hex_part).map_err(|_| invalid())?;
+    let name = String::from_utf8(bytes).map_err(|_| invalid())?;
+    WorkloadName::parse("page_token", &name).map_err(|_| invalid())?;
+    Ok(Some(name))
 }
 
 #[cfg(test)]
@@ -519,8 +572,20 @@ mod tests {
             Some("bert-base-cased_batch8-inf")
         );
         assert_eq!(decode_page_token("").unwrap(), None);
-        for bad in ["xyz", "0", "zz", "ff"] {
-            assert!(decode_page_token(bad).is_err(), "{bad} accepted");
+        let forged = [
+            "xyz".to_string(),
+            "0".into(),
+            "p1zz".into(),
+            "p1ff".into(),
+            // Hex of a string that is no workload name, with and without the tag.
+            hex::encode("not a name/../x"),
+            format!("p1{}", hex::encode("not a name/../x")),
+            hex::encode("bert-base-cased_batch8-inf"),
+            // 1 MB.
+            format!("p1{}", "61".repeat(500_000)),
+        ];
+        for bad in forged {
+            assert!(decode_page_token(&bad).is_err(), "{bad:.40} accepted");
         }
     }
 }

@@ -11,17 +11,24 @@ use crate::{
 };
 
 /// The most candidates one Rank request may name (an empty list means all profiled ones).
-pub const MAX_CANDIDATES: usize = 100_000;
+pub const MAX_CANDIDATES: usize = 10_000;
+/// The largest top_k (0 = all).
+pub const MAX_TOP_K: usize = 100_000;
 /// Scoring that would take longer than this moves off the async threads.
 const ASYNC_BUDGET_NS: u64 = 500_000;
+
+/// A pair is predicted to pay off when its normalized sum (Σ colocated / exclusive
+/// throughput) reaches this: 1 is as much work as running the two one after the other.
+pub const BREAK_EVEN_NORMALIZED_SUM: f64 = 1.0;
 
 /// What Rank orders candidates by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Objective {
     /// The predicted throughput sum in the members' own units (KACE).
-    #[default]
     ThroughputSum,
-    /// The sum of each member's predicted colocated / exclusive throughput.
+    /// The sum of each member's predicted colocated / exclusive throughput: the default,
+    /// chosen with `coloc eval objectives` (README, "Trustworthy defaults").
+    #[default]
     NormalizedSum,
 }
 
@@ -39,6 +46,12 @@ pub struct RankQuery {
     pub objective: Objective,
     /// The lowest fraction of its exclusive throughput the target may keep.
     pub min_target_fraction: Option<f64>,
+    /// The least predicted normalized sum above break-even a candidate needs.
+    pub min_benefit: f64,
+    /// Rank candidates predicted below break-even too.
+    pub include_below_break_even: bool,
+    /// The fraction holds for the low end of the target's 80 % interval.
+    pub cautious: bool,
 }
 
 impl RankQuery {
@@ -49,11 +62,11 @@ impl RankQuery {
                 self.candidates.len()
             )));
         }
-        if self.top_k > MAX_CANDIDATES {
+        if self.top_k > MAX_TOP_K {
             return Err(ValidationError::new(
                 "top_k",
                 format!(
-                    "top_k must be between 0 (all) and {MAX_CANDIDATES}, got {}",
+                    "top_k must be between 0 (all) and {MAX_TOP_K}, got {}",
                     self.top_k
                 ),
             ));
@@ -61,25 +74,37 @@ impl RankQuery {
         if let Some(fraction) = self.min_target_fraction {
             if !(fraction > 0.0 && fraction <= 1.0) {
                 return Err(ValidationError::new(
-                    "max_target_slowdown",
+                    "min_target_speed_fraction",
                     format!(
-                    "max_target_slowdown is the fraction of its exclusive throughput the target \
+                    "min_target_speed_fraction is the fraction of its exclusive throughput the target \
                      keeps: between 0 (no limit) and 1, got {fraction}"
                 ),
                 ));
             }
         }
-        let mut seen = foldhash::HashSet::with_capacity_and_hasher(
-            self.candidates.len(),
-            foldhash::fast::RandomState::default(),
-        );
-        if let Some(twice) = self.candidates.iter().find(|c| !seen.insert(*c)) {
+        if !(self.min_benefit.is_finite() && self.min_benefit >= 0.0) {
             return Err(ValidationError::new(
-                "candidates",
-                format!("candidate {twice} is listed twice"),
+                "min_benefit",
+                format!(
+                    "min_benefit is the least predicted gain over running apart (normalized \
+                     sum - 1): 0 (break-even) or more, got {}",
+                    self.min_benefit
+                ),
+            ));
+        }
+        if self.include_below_break_even && self.min_benefit > 0.0 {
+            return Err(ValidationError::new(
+                "include_below_break_even",
+                "include_below_break_even ranks candidates predicted to lose, min_benefit > 0 \
+                 skips them: send one or the other",
             ));
         }
         Ok(())
+    }
+
+    /// The predicted normalized sum a candidate needs; `None` when losers are ranked too.
+    pub fn normalized_floor(&self) -> Option<f64> {
+        (!self.include_below_break_even).then_some(BREAK_EVEN_NORMALIZED_SUM + self.min_benefit)
     }
 }
 
@@ -113,12 +138,25 @@ pub struct MemberPrediction {
     pub exclusive_throughput: f64,
     pub throughput_unit: std::sync::Arc<str>,
     pub predicted_throughput: Option<f64>,
+    /// The 80 % interval of `predicted_throughput`, where the model carries intervals.
+    pub predicted_interval: Option<(f64, f64)>,
 }
 
 impl MemberPrediction {
-    pub fn predicted_slowdown(&self) -> Option<f64> {
+    /// The fraction of its exclusive throughput the member is predicted to keep.
+    pub fn predicted_speed_fraction(&self) -> Option<f64> {
         self.predicted_throughput
             .map(|t| t / self.exclusive_throughput)
+    }
+
+    /// The 80 % interval of the speed fraction (colocated / exclusive).
+    pub fn speed_fraction_interval(&self) -> Option<(f64, f64)> {
+        self.predicted_interval.map(|(lo, hi)| {
+            (
+                lo / self.exclusive_throughput,
+                hi / self.exclusive_throughput,
+            )
+        })
     }
 }
 
@@ -139,6 +177,7 @@ pub enum SkipCode {
     ExceedsGpuMemory,
     TargetSlowdown,
     KernelMetricsMissing,
+    BelowBreakEven,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +192,9 @@ pub struct RankResult {
     pub gpu: GpuName,
     pub gpu_memory_gb: f64,
     pub model_version: u64,
+    pub objective: Objective,
+    /// The model predicts only sums: member throughputs are split by exclusive throughput.
+    pub members_estimated: bool,
     pub ranked: Vec<RankedCandidate>,
     pub skipped: Vec<Skipped>,
 }
@@ -166,6 +208,10 @@ pub struct PredictResult {
     pub members: Vec<MemberPrediction>,
     pub memory_gb: f64,
     pub fits_memory: bool,
+    /// The model predicts only sums: member throughputs are split by exclusive throughput.
+    pub members_estimated: bool,
+    /// The 80 % interval of the sum, where the model carries intervals.
+    pub sum_interval: Option<(f64, f64)>,
 }
 
 /// The order of a ranking: higher score first, ties by name so that answers are stable.
@@ -190,6 +236,7 @@ fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec
             exclusive_throughput: entry.features.exclusive_throughput(),
             throughput_unit: entry.throughput_unit.clone(),
             predicted_throughput: members.map(|m| m[i]),
+            predicted_interval: None,
         })
         .collect()
 }
@@ -205,18 +252,20 @@ fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<
     )
 }
 
-/// What the model says about one (target, candidate) pair, without allocating.
+/// What the model says about one (target, candidate) pair, without allocating. Models
+/// that predict only sums get their members estimated (`split_by_exclusive`).
 #[derive(Debug, Clone, Copy)]
 struct PairScore {
     sum: f64,
     members: Option<[f64; 2]>,
 }
 
-impl From<SetPrediction> for PairScore {
-    fn from(p: SetPrediction) -> Self {
+impl PairScore {
+    fn from_prediction(p: SetPrediction, exclusive: [f64; 2]) -> Self {
+        let (members, _) = p.members_or_estimated(&exclusive);
         Self {
             sum: p.sum,
-            members: p.members.map(|m| [m[0], m[1]]),
+            members: Some([members[0], members[1]]),
         }
     }
 }
@@ -235,11 +284,15 @@ fn score_pairs(
 ) -> Vec<PairScore> {
     let Some(scorer) = model.params.pair_scorer() else {
         let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
+        let target_exclusive = target.features.exclusive_throughput();
         return model
             .params
             .predict_pairs(&target.features, &features)
             .into_iter()
-            .map(PairScore::from)
+            .zip(candidates)
+            .map(|(p, c)| {
+                PairScore::from_prediction(p, [target_exclusive, c.features.exclusive_throughput()])
+            })
             .collect();
     };
     let tables = scorer.target_tables(&target.features);
@@ -328,10 +381,16 @@ impl RankWork {
         let pool: Vec<&ProfileEntry> = if query.candidates.is_empty() {
             table.entries().iter().collect()
         } else {
+            // Replicas: each distinct workload is answered once, at its first position.
+            let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+                query.candidates.len(),
+                foldhash::fast::RandomState::default(),
+            );
             named = query
                 .candidates
                 .iter()
                 .zip(&found)
+                .filter(|(name, _)| seen.insert(name.as_str()))
                 .filter_map(|(name, &found)| {
                     let entry = match found {
                         Found::Entry(i) => Some(&table.entries()[i]),
@@ -385,15 +444,26 @@ impl RankWork {
             scored.push((entry, memory, fits));
         }
 
-        let kind = model.params.kind();
-        let needs_members =
-            query.objective == Objective::NormalizedSum || query.min_target_fraction.is_some();
-        if needs_members && !kind.predicts_members() {
-            return Err(Error::ModelPredictsOnlySums {
-                gpu: gpu.clone(),
-                kind: kind.as_str(),
-            });
-        }
+        let members_estimated = !model.params.kind().predicts_members();
+        let floor = query.normalized_floor();
+        // Cautious needs intervals; a model without them answers with the point prediction.
+        let cautious = query.cautious
+            && query.min_target_fraction.is_some()
+            && model
+                .params
+                .interval(2, &SetPrediction::sum_only(1.0))
+                .is_some();
+        let interval_of = |prediction: &PairScore| {
+            prediction.members.and_then(|m| {
+                model.params.interval(
+                    2,
+                    &SetPrediction {
+                        sum: prediction.sum,
+                        members: Some(m.to_vec()),
+                    },
+                )
+            })
+        };
 
         let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
         let predictions = score_pairs(&model, &table, target, &entries);
@@ -402,15 +472,27 @@ impl RankWork {
             let entry = scored[i].0;
             if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
             {
-                let kept = members[0] / target.features.exclusive_throughput();
+                let target_throughput = if cautious {
+                    interval_of(&prediction)
+                        .and_then(|i| i.members)
+                        .map_or(members[0], |bounds| bounds[0].0)
+                } else {
+                    members[0]
+                };
+                let kept = target_throughput / target.features.exclusive_throughput();
                 if kept < fraction {
                     skipped.push(Skipped {
                         workload: entry.name.to_string(),
                         code: SkipCode::TargetSlowdown,
                         reason: format!(
-                            "predicted to leave the target {:.0} % of its exclusive throughput, \
+                            "predicted to leave the target {:.0} % of its exclusive throughput{}, \
                              below the {:.0} % asked for",
                             kept * 100.0,
+                            if cautious {
+                                " at the low end of its 80 % interval"
+                            } else {
+                                ""
+                            },
                             fraction * 100.0
                         ),
                     });
@@ -420,17 +502,39 @@ impl RankWork {
             let normalized = normalized_sum(
                 &[target, entry],
                 prediction.members.as_ref().map(|m| &m[..]),
-            );
+            )
+            .expect("score_pairs predicts (or estimates) every member");
+            if let Some(floor) = floor.filter(|floor| normalized < *floor) {
+                skipped.push(Skipped {
+                    workload: entry.name.to_string(),
+                    code: SkipCode::BelowBreakEven,
+                    reason: if normalized < BREAK_EVEN_NORMALIZED_SUM {
+                        format!(
+                            "predicted normalized sum {normalized:.2} (colocated / exclusive \
+                             throughput, summed) is below break-even ({BREAK_EVEN_NORMALIZED_SUM:.2}): \
+                             together the pair is predicted to do {:.0} % less work than apart",
+                            (BREAK_EVEN_NORMALIZED_SUM - normalized) * 100.0
+                        )
+                    } else {
+                        format!(
+                            "predicted normalized sum {normalized:.2} is below {floor:.2} \
+                             (break-even + min_benefit): a predicted gain of {:.0} % over \
+                             running apart, less than the {:.0} % asked for",
+                            (normalized - BREAK_EVEN_NORMALIZED_SUM) * 100.0,
+                            query.min_benefit * 100.0
+                        )
+                    },
+                });
+                continue;
+            }
             let score = match query.objective {
                 Objective::ThroughputSum => prediction.sum,
-                Objective::NormalizedSum => {
-                    normalized.expect("checked: the model predicts members")
-                }
+                Objective::NormalizedSum => normalized,
             };
             ranked.push(Scored {
                 index: i,
                 prediction,
-                normalized,
+                normalized: Some(normalized),
                 score,
             });
         }
@@ -450,16 +554,22 @@ impl RankWork {
             .into_iter()
             .map(|s| {
                 let (entry, memory, fits) = scored[s.index];
+                let mut members = member_predictions(
+                    &[target, entry],
+                    s.prediction.members.as_ref().map(|m| &m[..]),
+                );
+                if let Some(bounds) = interval_of(&s.prediction).and_then(|i| i.members) {
+                    for (member, bound) in members.iter_mut().zip(bounds) {
+                        member.predicted_interval = Some(bound);
+                    }
+                }
                 RankedCandidate {
                     workload: entry.name.clone(),
                     predicted_throughput_sum: s.prediction.sum,
                     predicted_normalized_sum: s.normalized,
                     fits_memory: fits,
                     memory_gb: memory,
-                    members: member_predictions(
-                        &[target, entry],
-                        s.prediction.members.as_ref().map(|m| &m[..]),
-                    ),
+                    members,
                 }
             })
             .collect();
@@ -467,6 +577,8 @@ impl RankWork {
             gpu,
             gpu_memory_gb: limit,
             model_version: model.version,
+            objective: query.objective,
+            members_estimated,
             ranked,
             skipped,
         })
@@ -513,15 +625,30 @@ pub(super) fn predict(
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
     let prediction = predict_entries(model, table, &entries);
-    let members = prediction.members.as_deref();
+    let exclusive: Vec<f64> = entries
+        .iter()
+        .map(|e| e.features.exclusive_throughput())
+        .collect();
+    let (members, _) = prediction.members_or_estimated(&exclusive);
+    let members_estimated = !model.params.kind().predicts_members();
+    let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
+    let interval = model.params.interval(entries.len(), &prediction);
+    let mut member_answers = member_predictions(&entries, members);
+    if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
+        for (answer, bound) in member_answers.iter_mut().zip(bounds) {
+            answer.predicted_interval = Some(*bound);
+        }
+    }
     Ok(PredictResult {
         gpu: gpu.clone(),
         model_version: model.version,
         predicted_throughput_sum: prediction.sum,
         predicted_normalized_sum: normalized_sum(&entries, members),
-        members: member_predictions(&entries, members),
+        members: member_answers,
         memory_gb: memory,
         fits_memory: memory <= limit,
+        members_estimated,
+        sum_interval: interval.map(|i| i.sum),
     })
 }

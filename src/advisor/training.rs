@@ -52,6 +52,24 @@ pub struct TrainOutcome {
     pub unusable_observations: usize,
 }
 
+/// The mean of the errors without their highest and lowest tenth (at least one each from
+/// three errors on): one absurd run cannot move the rolling error, nor hide drift. Errors
+/// that are not finite are left out.
+pub fn trimmed_mean(errors: &VecDeque<f64>) -> f64 {
+    let mut sorted: Vec<f64> = errors.iter().copied().filter(|e| e.is_finite()).collect();
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let trim = if sorted.len() >= 3 {
+        (sorted.len() / 10).max(1)
+    } else {
+        0
+    };
+    let kept = &sorted[trim..sorted.len() - trim];
+    kept.iter().sum::<f64>() / kept.len() as f64
+}
+
 /// The champion's recent relative errors on reported runs.
 #[derive(Debug, Clone, Default)]
 pub(super) struct RollingError {
@@ -375,11 +393,15 @@ impl Advisor {
                 errors: VecDeque::new(),
             };
         }
+        if !error.is_finite() {
+            // Bounded throughputs keep errors finite; a NaN would switch drift off for good.
+            return;
+        }
         rolling.errors.push_back(error);
         while rolling.errors.len() > self.lifecycle.drift_window {
             rolling.errors.pop_front();
         }
-        let mean = rolling.errors.iter().sum::<f64>() / rolling.errors.len() as f64;
+        let mean = trimmed_mean(&rolling.errors);
         if rolling.errors.len() >= self.lifecycle.drift_window
             && mean > self.lifecycle.drift_threshold
         {
@@ -402,10 +424,7 @@ impl Advisor {
         if rolling.errors.is_empty() {
             return None;
         }
-        Some((
-            rolling.errors.iter().sum::<f64>() / rolling.errors.len() as f64,
-            rolling.errors.len(),
-        ))
+        Some((trimmed_mean(&rolling.errors), rolling.errors.len()))
     }
 
     /// Reloads the champions' rolling errors from the stored predictions (at startup).
@@ -454,5 +473,23 @@ impl Advisor {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_outlier_moves_neither_the_rolling_error_nor_drift() {
+        let mut errors: VecDeque<f64> = std::iter::repeat_n(0.1, 19).collect();
+        errors.push_back(1e300);
+        assert!((trimmed_mean(&errors) - 0.1).abs() < 1e-12);
+        errors.push_back(f64::NAN);
+        assert!((trimmed_mean(&errors) - 0.1).abs() < 1e-12);
+        // A real drift (every run off) still shows.
+        let drifted: VecDeque<f64> = std::iter::repeat_n(0.6, 20).collect();
+        assert!((trimmed_mean(&drifted) - 0.6).abs() < 1e-12);
+        assert!((trimmed_mean(&VecDeque::from([0.2, 0.4])) - 0.3).abs() < 1e-12);
     }
 }

@@ -121,11 +121,11 @@ impl Tokens {
             return Ok(());
         };
         let token = authorization
-            .and_then(|value| value.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .ok_or_else(|| Status::unauthenticated("send `authorization: Bearer <token>`"))?;
         let role = self
             .roles
-            .get(token.trim())
+            .get(token)
             .ok_or_else(|| Status::unauthenticated("unknown token"))?;
         if *role < required {
             return Err(Status::permission_denied(format!(
@@ -137,6 +137,20 @@ impl Tokens {
         }
         Ok(())
     }
+}
+
+/// The token of an `authorization` value: the scheme `Bearer` in any case (RFC 7235),
+/// then one or more spaces or tabs, then the token. Whitespace around the value is not
+/// part of it (RFC 9110's optional whitespace), so a trailing space or tab is ignored;
+/// whitespace inside the token is not (tokens have none).
+fn bearer_token(value: &str) -> Option<&str> {
+    let value = value.trim_matches([' ', '\t']);
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    let token = rest.trim_start_matches([' ', '\t']);
+    (!token.is_empty()).then_some(token)
 }
 
 /// The tower layer that applies [`Tokens::check`] to every request.
@@ -273,6 +287,37 @@ mod tests {
             tonic::Code::Unauthenticated
         );
         assert!(t.check("/grpc.health.v1.Health/Check", None).is_ok());
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_surrounding_whitespace_is_ignored() {
+        let t = tokens();
+        let rank = "/coloc.v1.ColocationAdvisor/Rank";
+        for accepted in [
+            format!("bearer {READER}"),
+            format!("BEARER {READER}"),
+            format!("bEaReR \t {READER}"),
+            format!("Bearer {READER} \t"),
+        ] {
+            assert!(
+                t.check(rank, Some(&accepted)).is_ok(),
+                "{accepted:?} refused"
+            );
+        }
+        for refused in [
+            format!("Bearer{READER}"),
+            format!("Basic {READER}"),
+            format!("Bearer {READER}x"),
+            format!("Bearer {} {}", &READER[..4], &READER[4..]),
+            "Bearer ".to_string(),
+            "Bearer".to_string(),
+        ] {
+            assert_eq!(
+                t.check(rank, Some(&refused)).unwrap_err().code(),
+                tonic::Code::Unauthenticated,
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

@@ -271,7 +271,38 @@ fn objective(raw: i32) -> Result<Objective, ValidationError> {
 }
 
 pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
-    let objective = objective(raw.objective)?;
+    let objective = match raw.objective {
+        None => Objective::default(),
+        Some(raw) => objective(raw)?,
+    };
+    #[allow(deprecated)] // The old name is still honoured.
+    let deprecated_fraction = raw.max_target_slowdown;
+    let min_target_fraction = match (raw.min_target_speed_fraction, deprecated_fraction) {
+        (0.0, 0.0) => None,
+        (fraction, 0.0) => Some(("min_target_speed_fraction", fraction)),
+        (0.0, fraction) => Some(("max_target_slowdown", fraction)),
+        (new, old) if new == old => Some(("min_target_speed_fraction", new)),
+        (new, old) => {
+            return Err(ValidationError::new(
+                "min_target_speed_fraction",
+                format!(
+                    "min_target_speed_fraction {new} and its deprecated name \
+                     max_target_slowdown {old} disagree: send one of them"
+                ),
+            ))
+        }
+    };
+    if let Some((field, fraction)) = min_target_fraction {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "{field} is the fraction of its exclusive throughput the target keeps: \
+                     between 0 (no limit) and 1, got {fraction}"
+                ),
+            ));
+        }
+    }
     if raw.top_k < 0 {
         return Err(ValidationError::new(
             "top_k",
@@ -289,16 +320,24 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
         include_oversubscribed: raw.include_oversubscribed,
         objective,
-        // 0 means no limit; anything else (NaN included) is checked by validate().
-        min_target_fraction: (raw.max_target_slowdown != 0.0).then_some(raw.max_target_slowdown),
+        min_target_fraction: min_target_fraction.map(|(_, fraction)| fraction),
+        min_benefit: raw.min_benefit,
+        include_below_break_even: raw.include_below_break_even,
+        cautious: raw.cautious,
     };
     query.validate()?;
     Ok(query)
 }
 
 fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
+    #[allow(deprecated)] // Filled for clients that still read the old name.
     pb::MemberPrediction {
-        predicted_slowdown: member.predicted_slowdown(),
+        predicted_slowdown: member.predicted_speed_fraction(),
+        predicted_speed_fraction: member.predicted_speed_fraction(),
+        predicted_throughput_low: member.predicted_interval.map(|i| i.0),
+        predicted_throughput_high: member.predicted_interval.map(|i| i.1),
+        predicted_speed_fraction_low: member.speed_fraction_interval().map(|i| i.0),
+        predicted_speed_fraction_high: member.speed_fraction_interval().map(|i| i.1),
         workload: member.workload.as_str().to_owned(),
         exclusive_throughput: member.exclusive_throughput,
         throughput_unit: member.throughput_unit.to_string(),
@@ -317,28 +356,75 @@ fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
     }
 }
 
-fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
-    let code = match skipped.code {
+fn skip_code_to_pb(code: SkipCode) -> pb::SkipReason {
+    match code {
         SkipCode::UnknownWorkload => pb::SkipReason::UnknownWorkload,
         SkipCode::NotProfiledOnGpu => pb::SkipReason::NotProfiledOnGpu,
         SkipCode::ExceedsGpuMemory => pb::SkipReason::ExceedsGpuMemory,
         SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
         SkipCode::KernelMetricsMissing => pb::SkipReason::KernelMetricsMissing,
-    };
-    pb::SkippedCandidate {
-        workload: skipped.workload,
-        reason: skipped.reason,
-        code: code as i32,
+        SkipCode::BelowBreakEven => pb::SkipReason::BelowBreakEven,
     }
 }
 
+fn skipped_to_pb(skipped: Skipped) -> pb::SkippedCandidate {
+    pb::SkippedCandidate {
+        workload: skipped.workload,
+        reason: skipped.reason,
+        code: skip_code_to_pb(skipped.code) as i32,
+    }
+}
+
+/// Skipped candidates listed by name in a Rank answer; the rest are only counted.
+pub const MAX_SKIPPED_LISTED: usize = 100;
+/// A Rank answer stays under this many bytes: gRPC clients refuse answers over 4 MiB by
+/// default, and the rest of the answer (skipped, framing) needs a little room.
+pub const MAX_RANK_ANSWER_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+
 pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
+    use prost::Message;
+    let mut counts: Vec<pb::SkippedCount> = Vec::new();
+    for skipped in &result.skipped {
+        let code = skip_code_to_pb(skipped.code) as i32;
+        match counts.iter_mut().find(|c| c.code == code) {
+            Some(count) => count.count += 1,
+            None => counts.push(pb::SkippedCount { code, count: 1 }),
+        }
+    }
+    counts.sort_by_key(|c| c.code);
+    let skipped: Vec<pb::SkippedCandidate> = result
+        .skipped
+        .into_iter()
+        .take(MAX_SKIPPED_LISTED)
+        .map(skipped_to_pb)
+        .collect();
+    let mut budget = MAX_RANK_ANSWER_BYTES
+        .saturating_sub(skipped.iter().map(|s| s.encoded_len() + 8).sum::<usize>());
+    let total = result.ranked.len();
+    let mut ranked = Vec::with_capacity(total.min(4096));
+    for candidate in result.ranked {
+        let candidate = ranked_to_pb(candidate);
+        // The entry, its tag and its length prefix.
+        let size = candidate.encoded_len() + 8;
+        if size > budget {
+            break;
+        }
+        budget -= size;
+        ranked.push(candidate);
+    }
     pb::RankResponse {
-        ranked: result.ranked.into_iter().map(ranked_to_pb).collect(),
-        skipped: result.skipped.into_iter().map(skipped_to_pb).collect(),
+        ranked_not_listed: (total - ranked.len()) as u64,
+        ranked,
+        skipped,
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
         gpu_memory_gb: result.gpu_memory_gb,
+        skipped_counts: counts,
+        objective: match result.objective {
+            Objective::ThroughputSum => pb::Objective::ThroughputSum,
+            Objective::NormalizedSum => pb::Objective::NormalizedSum,
+        } as i32,
+        members_estimated: result.members_estimated,
     }
 }
 
@@ -365,6 +451,9 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
         memory_gb: result.memory_gb,
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
+        members_estimated: result.members_estimated,
+        predicted_throughput_sum_low: result.sum_interval.map(|i| i.0),
+        predicted_throughput_sum_high: result.sum_interval.map(|i| i.1),
     }
 }
 
@@ -652,5 +741,85 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 kind: m.kind.as_str().to_string(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    fn name(prefix: &str, i: usize) -> WorkloadName {
+        WorkloadName::parse("name", &format!("{prefix}-{i:0>120}")).unwrap()
+    }
+
+    /// 20 000 ranked entries with the longest names and 20 000 skipped ones: the answer a
+    /// client with gRPC's default 4 MiB limit could not read.
+    #[test]
+    fn a_rank_answer_stays_under_4_mib_and_counts_what_it_leaves_out() {
+        let unit: std::sync::Arc<str> = "samples/s".into();
+        let member = |w: WorkloadName| MemberPrediction {
+            workload: w,
+            exclusive_throughput: 10.0,
+            throughput_unit: unit.clone(),
+            predicted_throughput: Some(5.0),
+            predicted_interval: None,
+        };
+        let result = RankResult {
+            gpu: GpuName::parse("gpu", "GPU").unwrap(),
+            gpu_memory_gb: 16.0,
+            model_version: 1,
+            objective: Objective::NormalizedSum,
+            members_estimated: false,
+            ranked: (0..20_000)
+                .map(|i| RankedCandidate {
+                    workload: name("c", i),
+                    predicted_throughput_sum: 20_000.0 - i as f64,
+                    predicted_normalized_sum: Some(1.0),
+                    fits_memory: true,
+                    memory_gb: 2.0,
+                    members: vec![member(name("t", 0)), member(name("c", i))],
+                })
+                .collect(),
+            skipped: (0..20_000)
+                .map(|i| Skipped {
+                    workload: format!("u-{i:0>120}"),
+                    code: if i % 4 == 0 {
+                        SkipCode::NotProfiledOnGpu
+                    } else {
+                        SkipCode::UnknownWorkload
+                    },
+                    reason: "workload is not registered".into(),
+                })
+                .collect(),
+        };
+        let answer = rank_to_pb(result);
+        assert!(
+            answer.encoded_len() < 4 * 1024 * 1024,
+            "{}",
+            answer.encoded_len()
+        );
+        assert_eq!(answer.skipped.len(), MAX_SKIPPED_LISTED);
+        assert_eq!(
+            answer.skipped_counts,
+            [
+                pb::SkippedCount {
+                    code: pb::SkipReason::UnknownWorkload as i32,
+                    count: 15_000
+                },
+                pb::SkippedCount {
+                    code: pb::SkipReason::NotProfiledOnGpu as i32,
+                    count: 5_000
+                },
+            ]
+        );
+        assert!(answer.ranked_not_listed > 0);
+        assert_eq!(
+            answer.ranked.len() as u64 + answer.ranked_not_listed,
+            20_000
+        );
+        // The best are kept.
+        assert_eq!(answer.ranked[0].predicted_throughput_sum, 20_000.0);
     }
 }

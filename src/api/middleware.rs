@@ -53,8 +53,27 @@ pub struct Rpc<S> {
 /// The gRPC status of a response: in its headers when the call failed (a trailers-only
 /// response); a unary success sends it in the trailers, so none in the headers means OK.
 fn status_code(response: &http::Response<Body>) -> i32 {
-    response
-        .headers()
+    status_code_of(response.headers())
+}
+
+/// Turns tonic's INTERNAL "failed to decode Protobuf message" into INVALID_ARGUMENT with
+/// a message that does not show the decoder's text (status.rs decides both).
+fn rewrite_undecodable(response: &mut http::Response<Body>) {
+    let headers = response.headers_mut();
+    let message = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let code = status_code_of(headers);
+    if let Some((code, message)) = super::status::undecodable_request(code, message) {
+        tracing::debug!("refused a request that could not be decoded");
+        headers.insert("grpc-status", http::HeaderValue::from(code as i32));
+        headers.insert("grpc-message", http::HeaderValue::from_static(message));
+    }
+}
+
+fn status_code_of(headers: &http::HeaderMap) -> i32 {
+    headers
         .get("grpc-status")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
@@ -109,7 +128,10 @@ where
         let call = self.inner.call(request);
         Box::pin(
             async move {
-                let result = call.await;
+                let mut result = call.await;
+                if let Ok(response) = &mut result {
+                    rewrite_undecodable(response);
+                }
                 let latency = started.elapsed();
                 match &result {
                     Ok(response) => {

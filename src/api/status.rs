@@ -27,10 +27,10 @@ pub fn code(error: &Error) -> Code {
         | Error::TargetNotProfiled { .. }
         | Error::MemberNotProfiled { .. }
         | Error::GpuMemoryUnknown(_)
-        | Error::ModelPredictsOnlySums { .. }
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
-        Error::LaunchSpecsDisabled | Error::ProgramNotAllowed(_) => Code::PermissionDenied,
+        Error::LaunchSpecsDisabled | Error::ProgramNotAllowed { .. } => Code::PermissionDenied,
+        Error::StorageUnavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -43,6 +43,11 @@ impl From<Error> for Status {
                 invalid.message.clone(),
                 ErrorDetails::with_bad_request_violation(invalid.field, invalid.message),
             ),
+            Error::StorageUnavailable(cause) => {
+                // The cause (a path, SQLite's text) stays in the log.
+                tracing::warn!(error = cause.chain(), "a write failed on a storage fault");
+                Status::unavailable(Error::StorageUnavailable(cause).to_string())
+            }
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
                 Status::internal("internal error")
@@ -50,6 +55,21 @@ impl From<Error> for Status {
             other => Status::new(code(&other), other.to_string()),
         }
     }
+}
+
+/// tonic answers a request it cannot decode (a string field that is not UTF-8, a
+/// malformed message) with INTERNAL and the decoder's text. The request is what is wrong,
+/// and the decoder's text is an internal detail: INVALID_ARGUMENT, with a message of ours.
+/// Returns the replacement for such a trailers-only answer's (code, percent-encoded
+/// message), or `None` for any other answer.
+pub fn undecodable_request(code: i32, message: &str) -> Option<(Code, &'static str)> {
+    let undecodable = code == Code::Internal as i32
+        && (message.starts_with("failed to decode Protobuf message")
+            || message.starts_with("failed%20to%20decode%20Protobuf%20message"));
+    undecodable.then_some((
+        Code::InvalidArgument,
+        "the%20request%20is%20not%20a%20valid%20message%20for%20this%20method%20(malformed%20protobuf%2C%20or%20a%20string%20that%20is%20not%20UTF-8)",
+    ))
 }
 
 #[cfg(test)]

@@ -123,9 +123,52 @@ fn find_layout(dir: &Path) -> anyhow::Result<Layout> {
     )
 }
 
+/// A dataset file larger than this is refused (the public KACE files are under 1 MB).
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// A line longer than this is refused (KACE lines are under 1 kB).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The bytes of a dataset file: a regular file (a symlink is followed, to a regular file
+/// only: never a device, a pipe or a folder), at most [`MAX_FILE_BYTES`], with no line
+/// over [`MAX_LINE_BYTES`]. Hostile files (`/dev/zero`, one endless line) fail here with a
+/// message instead of exhausting memory.
+fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let metadata = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !metadata.is_file() {
+        anyhow::bail!("{} is not a regular file", path.display());
+    }
+    let mut bytes = Vec::with_capacity(metadata.len().min(MAX_FILE_BYTES) as usize);
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        anyhow::bail!(
+            "{} is larger than {} MiB; a KACE-format dataset file is far smaller",
+            path.display(),
+            MAX_FILE_BYTES >> 20
+        );
+    }
+    if let Some(line) = bytes
+        .split(|b| *b == b'\n')
+        .position(|line| line.len() > MAX_LINE_BYTES)
+    {
+        anyhow::bail!(
+            "{}: line {} is longer than {MAX_LINE_BYTES} bytes",
+            path.display(),
+            line + 1
+        );
+    }
+    Ok(bytes)
+}
+
 fn read_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = read_bounded(path)?;
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
     reader
         .deserialize()
         .enumerate()

@@ -118,6 +118,78 @@ impl LaunchSpec {
     }
 }
 
+/// The programs an operator lets launch specs run (`profiler.allowed_programs`): glob
+/// patterns over absolute paths. A program is checked as the file it really is: a path
+/// with a `..` component is refused, the path is resolved (symlinks followed, the file
+/// must exist), and the resolved path must match a pattern component by component (`*`
+/// and `?` never cross a `/`; `**` as a whole component matches any folders). Checked at
+/// registration and again right before each launch, which runs the resolved path.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedPrograms {
+    patterns: Vec<glob::Pattern>,
+}
+
+const MATCH: glob::MatchOptions = glob::MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: false,
+};
+
+fn has_parent_component(path: &str) -> bool {
+    std::path::Path::new(path)
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+}
+
+impl AllowedPrograms {
+    /// Compiles the patterns; each must be an absolute path pattern without `..`.
+    pub fn new(patterns: &[String]) -> Result<Self, String> {
+        let patterns = patterns
+            .iter()
+            .map(|p| {
+                if !p.starts_with('/') {
+                    return Err(format!("{p:?} is not an absolute path pattern"));
+                }
+                if has_parent_component(p) {
+                    return Err(format!("{p:?} must not contain a `..` component"));
+                }
+                glob::Pattern::new(p).map_err(|e| format!("{p:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { patterns })
+    }
+
+    /// True when no program is allowed (launch specs are refused).
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// The resolved path of `program` when it is allowed, or why it is not.
+    pub fn resolve(&self, program: &str) -> Result<std::path::PathBuf, String> {
+        if !program.starts_with('/') {
+            return Err("it is not an absolute path".into());
+        }
+        if has_parent_component(program) {
+            return Err("it has a `..` component".into());
+        }
+        let resolved = std::fs::canonicalize(program)
+            .map_err(|e| format!("it cannot be resolved on this server ({e})"))?;
+        if !resolved.is_file() {
+            return Err(format!("{} is not a file", resolved.display()));
+        }
+        let text = resolved
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", resolved.display()))?;
+        if self.patterns.iter().any(|p| p.matches_with(text, MATCH)) {
+            Ok(resolved)
+        } else if text == program {
+            Err("it matches no pattern".into())
+        } else {
+            Err(format!("it resolves to {text}, which matches no pattern"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +234,43 @@ mod tests {
             mutate(&mut s);
             assert!(s.validate().is_err(), "{what} accepted");
         }
+    }
+
+    #[test]
+    fn allowed_programs_are_resolved_and_matched_component_by_component() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let jobs = root.join("jobs");
+        std::fs::create_dir_all(jobs.join("a/b")).unwrap();
+        std::fs::write(jobs.join("train.sh"), "").unwrap();
+        std::fs::write(jobs.join("a/b/c"), "").unwrap();
+        std::fs::write(root.join("outside"), "").unwrap();
+        std::os::unix::fs::symlink(root.join("outside"), jobs.join("sh")).unwrap();
+        std::os::unix::fs::symlink(jobs.join("train.sh"), jobs.join("alias")).unwrap();
+        let allowed = AllowedPrograms::new(&[format!("{}/*", jobs.display())]).unwrap();
+        let path = |p: &str| format!("{}/{p}", jobs.display());
+
+        assert_eq!(
+            allowed.resolve(&path("train.sh")).unwrap(),
+            jobs.join("train.sh")
+        );
+        // A symlink to an allowed file runs that file.
+        assert_eq!(
+            allowed.resolve(&path("alias")).unwrap(),
+            jobs.join("train.sh")
+        );
+        for (escape, why) in [
+            (path("../outside"), "`..`"),
+            (path("../../../../bin/sh"), "`..`"),
+            (path("sh"), "resolves to"),
+            (path("a/b/c"), "matches no pattern"),
+            (path("missing"), "cannot be resolved"),
+            (path("a"), "not a file"),
+        ] {
+            let refused = allowed.resolve(&escape).unwrap_err();
+            assert!(refused.contains(why), "{escape}: {refused}");
+        }
+        assert!(AllowedPrograms::new(&["/opt/../bin/*".into()]).is_err());
+        assert!(AllowedPrograms::new(&["bin/*".into()]).is_err());
     }
 }

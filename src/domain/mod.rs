@@ -8,14 +8,14 @@ mod observation;
 mod profile;
 mod workload;
 
-pub use launch::{LaunchSpec, DEFAULT_NVTX_RANGE};
+pub use launch::{AllowedPrograms, LaunchSpec, DEFAULT_NVTX_RANGE};
 pub use names::{GpuName, WorkloadName};
 pub use observation::{ColocatedMember, Observation, MAX_MEMBERS};
 #[cfg(test)]
 pub(crate) use profile::tests as profile_tests;
 pub use profile::{
-    check_memory_gb, gb_from_bytes, KernelMetrics, Profile, ProfileSource, SystemMetrics,
-    BYTES_PER_GB,
+    check_memory_gb, check_throughput, gb_from_bytes, KernelMetrics, Profile, ProfileSource,
+    SystemMetrics, BYTES_PER_GB, MAX_MEMORY_GB, MAX_REGISTERS, MAX_THREADS, MAX_THROUGHPUT,
 };
 pub use workload::{Labels, NewWorkload, WorkloadMode, WorkloadState};
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{GpuName, ValidationError, WorkloadName};
+use super::{profile::MAX_THROUGHPUT, GpuName, ValidationError, WorkloadName};
 
 /// More processes than this on one GPU is not a colocation coloc can say anything about.
 pub const MAX_MEMBERS: usize = 16;
@@ -52,11 +52,15 @@ impl Observation {
         }
         let mut job_ids = HashSet::new();
         for (i, member) in members.iter().enumerate() {
-            if !member.throughput.is_finite() || member.throughput < 0.0 {
+            if !member.throughput.is_finite()
+                || member.throughput < 0.0
+                || member.throughput > MAX_THROUGHPUT
+            {
                 return Err(ValidationError::new(
                     format!("members[{i}].throughput"),
                     format!(
-                        "throughput of {} must be a finite number >= 0, got {}",
+                        "throughput of {} must be a finite number >= 0 and at most \
+                         {MAX_THROUGHPUT:e}, got {}",
                         member.workload, member.throughput
                     ),
                 ));

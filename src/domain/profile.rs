@@ -72,8 +72,24 @@ pub struct Profile {
     pub kernel_missing: bool,
 }
 
-/// No single GPU has more memory than this; a larger figure is a unit mistake.
-const MAX_MEMORY_GB: f64 = 100_000.0;
+/// Physical bounds every metric is checked against, in the RPCs and the importer alike: a
+/// finite value past them is a unit mistake or an attack, and would take over the
+/// models (one profile with 1e300 threads ranked first for every target).
+///
+/// No GPU has more memory than this (GiB; the largest of 2026 have 288).
+pub const MAX_MEMORY_GB: f64 = 1024.0;
+/// Threads per launch (block x grid): above the largest one-dimensional launch
+/// (2^31 - 1 blocks of 1024 threads, 2.2e12).
+pub const MAX_THREADS: f64 = 1e13;
+/// Registers (threads x registers per thread, at most 255 each).
+pub const MAX_REGISTERS: f64 = MAX_THREADS * 255.0;
+/// Static shared memory in bytes (grid size x at most 48 KiB per block).
+pub const MAX_STATIC_SHARED_MEMORY_BYTES: f64 = 2.2e9 * 49_152.0;
+/// Throughputs (a workload's own unit per second): no workload runs a trillion steps a
+/// second, and sums of bounded throughputs stay finite.
+pub const MAX_THROUGHPUT: f64 = 1e12;
+/// Percentages may pass 100 by this much (tools round).
+pub const PERCENT_MARGIN: f64 = 0.1;
 const MAX_UNIT_CHARS: usize = 32;
 
 fn check_non_negative(field: &str, value: f64) -> Result<(), ValidationError> {
@@ -86,8 +102,32 @@ fn check_non_negative(field: &str, value: f64) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// Finite, >= 0 and at most `max`.
+fn check_bounded(field: &str, value: f64, max: f64) -> Result<(), ValidationError> {
+    check_non_negative(field, value)?;
+    if value > max {
+        return Err(ValidationError::new(
+            field,
+            format!("{field} = {value} is more than any GPU workload can have (at most {max:e})"),
+        ));
+    }
+    Ok(())
+}
+
+/// A throughput: finite, > 0 and at most [`MAX_THROUGHPUT`] (`> 0` unless `zero_ok`).
+pub fn check_throughput(field: &str, value: f64, zero_ok: bool) -> Result<(), ValidationError> {
+    if !value.is_finite() || value < 0.0 || (value == 0.0 && !zero_ok) || value > MAX_THROUGHPUT {
+        let lower = if zero_ok { ">= 0" } else { "> 0" };
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must be a finite number {lower} and at most {MAX_THROUGHPUT:e}, got {value}"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_percentage(field: &str, value: f64) -> Result<(), ValidationError> {
-    if !value.is_finite() || !(0.0..=100.0).contains(&value) {
+    if !value.is_finite() || !(0.0..=100.0 + PERCENT_MARGIN).contains(&value) {
         return Err(ValidationError::new(
             field,
             format!("{field} must be a percentage between 0 and 100, got {value}"),
@@ -98,29 +138,26 @@ fn check_percentage(field: &str, value: f64) -> Result<(), ValidationError> {
 
 impl KernelMetrics {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        check_non_negative("kernel.threads", self.threads)?;
+        check_bounded("kernel.threads", self.threads, MAX_THREADS)?;
         check_percentage("kernel.compute_throughput_pct", self.compute_throughput_pct)?;
         check_percentage("kernel.dram_throughput_pct", self.dram_throughput_pct)?;
         check_percentage("kernel.memory_throughput_pct", self.memory_throughput_pct)?;
-        check_non_negative("kernel.registers", self.registers)?;
-        check_non_negative(
+        check_bounded("kernel.registers", self.registers, MAX_REGISTERS)?;
+        check_bounded(
             "kernel.static_shared_memory_bytes",
             self.static_shared_memory_bytes,
+            MAX_STATIC_SHARED_MEMORY_BYTES,
         )
     }
 }
 
 impl SystemMetrics {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if !self.exclusive_throughput.is_finite() || self.exclusive_throughput <= 0.0 {
-            return Err(ValidationError::new(
-                "system.exclusive_throughput",
-                format!(
-                    "system.exclusive_throughput must be a finite number > 0, got {}",
-                    self.exclusive_throughput
-                ),
-            ));
-        }
+        check_throughput(
+            "system.exclusive_throughput",
+            self.exclusive_throughput,
+            false,
+        )?;
         if self.throughput_unit.chars().count() > MAX_UNIT_CHARS
             || self.throughput_unit.chars().any(char::is_control)
         {

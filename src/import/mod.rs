@@ -157,7 +157,9 @@ pub async fn import_kace(
     let mut registered = 0;
     let mut updated = 0;
     let mut unchanged = 0;
+    let progress = crate::progress::bar(workloads.len() as u64, "workloads");
     for workload in workloads {
+        progress.inc(1);
         let name = workload.name.clone();
         let profile = workload
             .profile
@@ -180,6 +182,7 @@ pub async fn import_kace(
             Err(e) => return Err(e.into()),
         }
     }
+    progress.finish_and_clear();
     let observations_new = advisor
         .store()
         .insert_observations(&observations, ObservationSource::Imported, now_ms())
@@ -195,6 +198,7 @@ pub async fn import_kace(
             unusable_observations: 0,
         }))],
         _ => {
+            let training = crate::progress::spinner("training models");
             let mut models = Vec::new();
             if advisor.default_kind() != ModelKind::KaceLinear {
                 let baseline = advisor
@@ -214,6 +218,7 @@ pub async fn import_kace(
                     .map(ModelLine::from)
                     .map_err(|e| e.to_string()),
             );
+            training.finish_and_clear();
             models
         }
     };

@@ -23,8 +23,8 @@ use runner::{RunError, RunSpec};
 use crate::{
     dataset::KaceDataset,
     domain::{
-        gb_from_bytes, now_ms, GpuName, KernelMetrics, LaunchSpec, Profile, ProfileSource,
-        SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
+        gb_from_bytes, now_ms, AllowedPrograms, GpuName, KernelMetrics, LaunchSpec, Profile,
+        ProfileSource, SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
     },
     settings::{ProfilerBackend, ProfilerSettings},
 };
@@ -215,6 +215,20 @@ impl NvmlBackend {
                 "the workload has no launch spec; the nvml backend runs workloads from one".into(),
             )
         })?;
+        // Checked again right before the launch: the file, a symlink on its path or the
+        // allow-list may have changed since registration. The resolved path is what runs.
+        let allowed = AllowedPrograms::new(&self.settings.allowed_programs)
+            .map_err(ProfileError::Permanent)?;
+        let resolved = allowed.resolve(&launch.program).map_err(|reason| {
+            ProfileError::Permanent(format!(
+                "program {:?} is not allowed by profiler.allowed_programs: {reason}",
+                launch.program
+            ))
+        })?;
+        let launch = &LaunchSpec {
+            program: resolved.to_string_lossy().into_owned(),
+            ..launch.clone()
+        };
         let sampler = self.sampler()?;
         let info = sampler.info().map_err(ProfileError::Unavailable)?;
         let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| {

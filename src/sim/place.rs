@@ -179,7 +179,7 @@ impl Placer for ServicePlacer {
             // Members: the job first, then the residents in the order given.
             let caps_hold = !self.with_caps
                 || residents.iter().zip(&placement.members[1..]).all(|(r, m)| {
-                    r.1.is_none_or(|cap| m.predicted_slowdown().is_some_and(|s| s >= cap))
+                    r.1.is_none_or(|cap| m.predicted_speed_fraction().is_some_and(|s| s >= cap))
                 });
             let better = best.is_none_or(|b| {
                 placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)

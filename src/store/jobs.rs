@@ -4,7 +4,7 @@
 
 use sqlx::{FromRow, Sqlite, Transaction};
 
-use super::{finish, workloads::put_profile_in, Store, StoreError, WorkloadRecord};
+use super::{workloads::put_profile_in, Store, StoreError, WorkloadRecord};
 use crate::domain::{LaunchSpec, Profile, WorkloadName};
 
 /// A job the worker has claimed (now RUNNING).
@@ -100,7 +100,7 @@ impl Store {
             }))
         }
         .await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Jobs found RUNNING at startup were cut off by a crash: they go back to PENDING
@@ -214,7 +214,7 @@ impl Store {
             .await
         }
         .await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Stores the measured profile, marks the workload PROFILED (with `reason`, e.g. that
@@ -245,7 +245,7 @@ impl Store {
             Ok(record)
         }
         .await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Jobs by state, for operators and tests: (pending, running, done, failed).

@@ -1,5 +1,5 @@
 //! Who owns a database file: a running `coloc serve` holds an exclusive advisory lock
-//! (`flock`) on it for its whole life, so that tools that write the file directly
+//! (`flock`) on a sidecar file beside it (`<database>.lock`) for its whole life, so that tools that write the file directly
 //! (`coloc import` without `--addr`, `coloc calibrate`) and a second server refuse it with a
 //! clear message instead of writing behind the service's back (the service keeps profiles
 //! and models in memory and would never see those writes). SQLite's own locks are
@@ -33,7 +33,9 @@ pub struct DatabaseLock {
 
 impl DatabaseLock {
     /// Takes the lock of the database at `url`, or says who holds it. In-memory databases
-    /// have nothing to lock. The file is created if missing (as the store would).
+    /// have nothing to lock. The lock is a sidecar file (`<database>.lock`, created if
+    /// missing), never the database itself: the store must still see a missing database as
+    /// new and a zero-length one as suspicious.
     pub fn acquire(url: &str) -> Result<Self, LockError> {
         let options = SqliteConnectOptions::from_str(url).map_err(LockError::InvalidUrl)?;
         let path: PathBuf = options.get_filename().to_path_buf();
@@ -41,12 +43,14 @@ impl DatabaseLock {
         if url.contains(":memory:") || url.contains("mode=memory") || name.is_empty() {
             return Ok(Self { _lock: None });
         }
+        let mut lock_path = path.clone().into_os_string();
+        lock_path.push(".lock");
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&path)
+            .open(&lock_path)
             .map_err(|e| LockError::Open(name.clone(), e))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => Ok(Self { _lock: Some(lock) }),
@@ -68,6 +72,10 @@ mod tests {
         let error = DatabaseLock::acquire(&url).unwrap_err();
         assert!(matches!(error, LockError::HeldByService(_)), "{error}");
         assert!(error.to_string().contains("--addr"), "{error}");
+        assert!(
+            !dir.path().join("coloc.db").exists(),
+            "the lock never creates the database file"
+        );
         drop(first);
         DatabaseLock::acquire(&url).unwrap();
     }

@@ -5,6 +5,8 @@
 //! observation writer (group commit).
 
 pub mod backup;
+pub mod fault;
+pub mod health;
 mod jobs;
 mod lock;
 mod models;
@@ -31,8 +33,11 @@ pub use occupancy::{
 };
 pub use workloads::WorkloadRecord;
 
+use fault::FaultSwitch;
+use health::WriteHealth;
 use observation_writer::ObservationWriter;
 use occupancy::OccupancyWriter;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -42,6 +47,15 @@ pub enum StoreError {
     WorkloadExists(String),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// The database file exists but holds nothing, and no write-ahead log either: not a
+    /// store, most likely a failed copy or restore. Opening it would start an empty store
+    /// over it.
+    #[error(
+        "the database file {0} is empty (0 bytes) and has no write-ahead log: it is no coloc \
+         store (a failed copy or restore?). Restore a backup over it, or delete it to start \
+         an empty store"
+    )]
+    EmptyFile(std::path::PathBuf),
     #[error("invalid database url: {0}")]
     InvalidUrl(#[source] sqlx::Error),
     #[error("database error")]
@@ -60,6 +74,41 @@ pub enum StoreError {
     Batch(#[source] Arc<StoreError>),
 }
 
+impl StoreError {
+    /// True when the storage failed (disk full, read-only or vanished file, I/O error, the
+    /// lock held past the busy timeout, a connection lost), not the request: the same
+    /// write may succeed later. Constraint violations and missing rows are not faults.
+    pub fn is_storage_fault(&self) -> bool {
+        match self {
+            Self::Database(error) => match error {
+                sqlx::Error::Database(db) => db.kind() == sqlx::error::ErrorKind::Other,
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::InvalidSavePointStatement
+                | sqlx::Error::BeginFailed
+                | sqlx::Error::Protocol(_) => true,
+                _ => false,
+            },
+            Self::Batch(inner) => inner.is_storage_fault(),
+            Self::WriterStopped => true,
+            _ => false,
+        }
+    }
+
+    /// The error and its causes on one line, for the log.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+}
+
 /// True when the error is a UNIQUE constraint violation.
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
@@ -72,6 +121,10 @@ pub struct Store {
     pool: SqlitePool,
     observation_writer: Arc<ObservationWriter>,
     occupancy_writer: Arc<OccupancyWriter>,
+    health: Arc<WriteHealth>,
+    faults: FaultSwitch,
+    /// Stops the write probe (store/health.rs) when the store closes.
+    probe_stop: CancellationToken,
 }
 
 impl Store {
@@ -91,20 +144,50 @@ impl Store {
         } else {
             options.journal_mode(SqliteJournalMode::Wal)
         };
+        if !in_memory {
+            refuse_empty_file(options.get_filename())?;
+        }
         // An in-memory database lives in one connection; more would each see an empty one.
         let max_connections = if in_memory { 1 } else { 4 };
+        let faults = FaultSwitch::default();
+        let connect_faults = faults.clone();
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)
+            .after_connect(move |connection, _| {
+                let faults = connect_faults.clone();
+                Box::pin(async move { faults.install(connection).await })
+            })
+            .after_release(|connection, _| Box::pin(release_check(connection)))
             .connect_with(options)
             .await?;
         sqlx::migrate!().run(&pool).await?;
-        let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone()));
+        let health = Arc::new(WriteHealth::default());
+        let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone(), health.clone()));
         let occupancy_writer = Arc::new(OccupancyWriter::spawn(pool.clone()).await?);
+        let probe_stop = CancellationToken::new();
+        tokio::spawn(health::probe(
+            pool.clone(),
+            health.clone(),
+            probe_stop.clone(),
+        ));
         Ok(Self {
             pool,
             observation_writer,
             occupancy_writer,
+            health,
+            faults,
+            probe_stop,
         })
+    }
+
+    /// Whether writes currently succeed, and how often they failed.
+    pub fn write_health(&self) -> &WriteHealth {
+        &self.health
+    }
+
+    /// The switch that makes commits fail on purpose (chaos tests; see store/fault.rs).
+    pub fn faults(&self) -> &FaultSwitch {
+        &self.faults
     }
 
     /// Stops taking runs, writes the ones already queued, then closes the pool. Runs
@@ -114,6 +197,7 @@ impl Store {
         self.observation_writer.stop().await;
         tracing::info!(task = "observation writer", "task exited");
         self.occupancy_writer.stop().await;
+        self.probe_stop.cancel();
         self.pool.close().await;
     }
 
@@ -157,12 +241,90 @@ impl Store {
     /// A write transaction. IMMEDIATE takes the write lock up front, so a writer waits
     /// (busy timeout) instead of failing when it would upgrade a read lock mid-transaction.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        let begun = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::from);
+        if let Err(error) = &begun {
+            if error.is_storage_fault() {
+                self.health.failed(error);
+            }
+        }
+        begun
+    }
+
+    /// [`finish`] for a write transaction: its outcome, commit included, tells
+    /// [`WriteHealth`] whether the store can write.
+    async fn finish_write<T>(
+        &self,
+        tx: Transaction<'static, Sqlite>,
+        outcome: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let finished = finish(tx, outcome).await;
+        self.health.record(&finished);
+        finished
     }
 
     async fn begin_read(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.pool.begin().await?)
     }
+}
+
+/// A zero-length database file with no (non-empty) write-ahead log beside it holds no
+/// data: refused rather than silently opened as an empty store. A new file (absent) is
+/// fine, and so is a 0-byte file whose data still sits in its `-wal`.
+fn refuse_empty_file(path: &std::path::Path) -> Result<(), StoreError> {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if !metadata.is_file() || metadata.len() > 0 {
+        return Ok(());
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    Err(StoreError::EmptyFile(path.to_path_buf()))
+}
+
+/// True when `error` (or a cause of it) says the database file is damaged: SQLite's
+/// "malformed" or "not a database", or a stored value that no longer decodes.
+pub fn is_corruption(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        if let Some(StoreError::Corrupt(_)) = cause.downcast_ref::<StoreError>() {
+            return true;
+        }
+        match cause.downcast_ref::<sqlx::Error>() {
+            Some(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
+            Some(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("11" | "26"))
+                    || db.message().contains("malformed")
+                    || db.message().contains("not a database")
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Run when a connection goes back to the pool. A transaction whose COMMIT or ROLLBACK
+/// failed (a full disk, an I/O error) can leave the connection inside a transaction, or
+/// sqlx believing it is (SQLite rolled back by itself, so the ROLLBACK found none): every
+/// later `BEGIN` on it would fail. Such a connection is closed, which rolls back whatever
+/// is left, and the pool opens a fresh one.
+async fn release_check(connection: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if !connection.is_in_transaction() {
+        return Ok(true);
+    }
+    // A dropped transaction's rollback may still be queued: it runs before the ping answers.
+    connection.ping().await?;
+    if connection.is_in_transaction() {
+        tracing::warn!("a connection was left inside a transaction; closing it");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Commits when the work succeeded and rolls back at once when it failed, so a failed

@@ -26,6 +26,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    health::WriteHealth,
     observations::{insert_one, ObservationSource, Prediction},
     StoreError,
 };
@@ -64,10 +65,10 @@ impl ObservationWriter {
     /// Starts the writer task on `pool`. It borrows a pool connection per batch and holds
     /// none between batches, so it shares the pool's connections (and an in-memory
     /// database's only one) with every other reader and writer.
-    pub(super) fn spawn(pool: SqlitePool) -> Self {
+    pub(super) fn spawn(pool: SqlitePool, health: Arc<WriteHealth>) -> Self {
         let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(pool, request_rx, shutdown.clone()));
+        let task = tokio::spawn(run(pool, request_rx, shutdown.clone(), health));
         Self {
             request_tx,
             shutdown,
@@ -126,6 +127,7 @@ async fn run(
     pool: SqlitePool,
     mut request_rx: mpsc::Receiver<WriteRequest>,
     shutdown: CancellationToken,
+    health: Arc<WriteHealth>,
 ) {
     let mut closing = false;
     loop {
@@ -142,7 +144,7 @@ async fn run(
                 None => break,
             },
         };
-        run_once(&pool, first, &mut request_rx).await;
+        run_once(&pool, first, &mut request_rx, &health).await;
     }
 }
 
@@ -169,10 +171,13 @@ pub(super) async fn run_once(
     pool: &SqlitePool,
     first: WriteRequest,
     request_rx: &mut mpsc::Receiver<WriteRequest>,
+    health: &WriteHealth,
 ) -> BatchOutcome {
     let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
-        Err(error) => return fail_batch(vec![first], Vec::new(), StoreError::Database(error)),
+        Err(error) => {
+            return fail_batch(vec![first], Vec::new(), StoreError::Database(error), health)
+        }
     };
     // Runs that arrived while the lock was awaited join this commit too.
     let mut batch = vec![first];
@@ -185,8 +190,9 @@ pub(super) async fn run_once(
     match write_all(&mut tx, &batch).await {
         Ok(written) => {
             if let Err(error) = tx.commit().await {
-                return fail_batch(batch, Vec::new(), StoreError::Database(error));
+                return fail_batch(batch, Vec::new(), StoreError::Database(error), health);
             }
+            health.succeeded();
             let runs = batch.len();
             answer(batch, written.into_iter().map(Ok));
             tracing::debug!(runs, "observation batch committed");
@@ -197,7 +203,7 @@ pub(super) async fn run_once(
             if let Err(rollback) = tx.rollback().await {
                 tracing::warn!(error = %rollback, "rollback failed");
             }
-            run_isolated(pool, batch).await
+            run_isolated(pool, batch, health).await
         }
     }
 }
@@ -224,10 +230,14 @@ async fn write_all(
 }
 
 /// The second pass: one transaction, a savepoint per run.
-async fn run_isolated(pool: &SqlitePool, batch: Vec<WriteRequest>) -> BatchOutcome {
+async fn run_isolated(
+    pool: &SqlitePool,
+    batch: Vec<WriteRequest>,
+    health: &WriteHealth,
+) -> BatchOutcome {
     let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
-        Err(error) => return fail_batch(batch, Vec::new(), StoreError::Database(error)),
+        Err(error) => return fail_batch(batch, Vec::new(), StoreError::Database(error), health),
     };
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     for request in &batch {
@@ -237,13 +247,14 @@ async fn run_isolated(pool: &SqlitePool, batch: Vec<WriteRequest>) -> BatchOutco
                 if let Err(rollback) = tx.rollback().await {
                     tracing::warn!(error = %rollback, "rollback failed");
                 }
-                return fail_batch(batch, replies, broken);
+                return fail_batch(batch, replies, broken, health);
             }
         }
     }
     if let Err(error) = tx.commit().await {
-        return fail_batch(batch, replies, StoreError::Database(error));
+        return fail_batch(batch, replies, StoreError::Database(error), health);
     }
+    health.succeeded();
     let runs = batch.len();
     let failed = replies.iter().filter(|r| r.is_err()).count();
     answer(batch, replies);
@@ -300,8 +311,16 @@ async fn write_isolated(
 
 /// Answers every run of a failed batch: a run that had already failed on its own keeps its
 /// own error, every other one gets the batch's.
-fn fail_batch(batch: Vec<WriteRequest>, replies: Vec<Reply>, error: StoreError) -> BatchOutcome {
-    tracing::warn!(error = %error, runs = batch.len(), "observation batch failed; none stored");
+fn fail_batch(
+    batch: Vec<WriteRequest>,
+    replies: Vec<Reply>,
+    error: StoreError,
+    health: &WriteHealth,
+) -> BatchOutcome {
+    tracing::warn!(error = %error.chain(), runs = batch.len(), "observation batch failed; none stored");
+    if error.is_storage_fault() {
+        health.failed(&error);
+    }
     let error = Arc::new(error);
     let runs = batch.len();
     let mut replies = replies.into_iter();
@@ -396,7 +415,7 @@ mod tests {
         request_rx: &mut mpsc::Receiver<WriteRequest>,
     ) -> BatchOutcome {
         let first = request_rx.try_recv().unwrap();
-        run_once(store.pool(), first, request_rx).await
+        run_once(store.pool(), first, request_rx, store.write_health()).await
     }
 
     async fn replies(replies: Vec<oneshot::Receiver<Reply>>) -> Vec<Reply> {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use sqlx::{Sqlite, Transaction};
 
-use super::{finish, Store, StoreError};
+use super::{Store, StoreError};
 use crate::domain::{GpuName, Observation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ impl Store {
             Ok(created)
         }
         .await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Marks exactly these runs of `gpu` as outliers (with why) and clears the others from
@@ -155,7 +155,7 @@ impl Store {
             Ok(())
         }
         .await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// GPU models that have stored runs.

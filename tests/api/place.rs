@@ -78,7 +78,7 @@ async fn place_scores_each_gpu_by_the_gain_and_orders_them_best_first() {
     assert_eq!(empty.value_before, 0.0);
     assert_eq!(empty.gain, exclusive(&job.1));
     assert_eq!(empty.members.len(), 1);
-    assert_eq!(empty.members[0].predicted_slowdown, Some(1.0));
+    assert_eq!(empty.members[0].predicted_speed_fraction, Some(1.0));
     assert_eq!(empty.node, "node-b");
     assert_eq!(empty.memory_gb, 1.0);
     assert_eq!(empty.gpu_memory_gb, GPU_MEMORY_GB);
@@ -232,10 +232,10 @@ async fn slowdown_caps_skip_exactly_the_gpus_that_would_break_them_and_say_who_a
         request.min_resident_fraction = resident_cap;
         let answer = app.client.place(request).await.unwrap().into_inner();
         for unconstrained in &free.placements {
-            let job_kept = unconstrained.members[0].predicted_slowdown.unwrap();
+            let job_kept = unconstrained.members[0].predicted_speed_fraction.unwrap();
             let worst_resident = unconstrained.members[1..]
                 .iter()
-                .map(|m| m.predicted_slowdown.unwrap())
+                .map(|m| m.predicted_speed_fraction.unwrap())
                 .fold(f64::INFINITY, f64::min);
             let placed = answer
                 .placements
@@ -259,7 +259,7 @@ async fn slowdown_caps_skip_exactly_the_gpus_that_would_break_them_and_say_who_a
                     .iter()
                     .find(|m| m.workload == skip.workload)
                     .unwrap();
-                assert_eq!(named.predicted_slowdown, Some(worst_resident));
+                assert_eq!(named.predicted_speed_fraction, Some(worst_resident));
                 assert!(skip.reason.contains(&skip.workload), "{}", skip.reason);
             } else {
                 assert!(placed, "{} wrongly skipped: {skip:?}", unconstrained.gpu_id);
@@ -281,7 +281,7 @@ async fn normalized_sum_scores_by_the_members_share_of_their_exclusive_throughpu
         let after: f64 = placement
             .members
             .iter()
-            .map(|m| m.predicted_slowdown.unwrap())
+            .map(|m| m.predicted_speed_fraction.unwrap())
             .sum();
         assert!(
             (placement.value_after - after).abs() < 1e-12,

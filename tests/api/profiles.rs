@@ -135,3 +135,60 @@ async fn put_profile_for_an_unknown_workload_is_not_found_and_bad_metrics_are_in
     );
     assert_eq!(app.dump_store().await, before);
 }
+
+/// A profile of a new GPU model must say its memory, and afterwards clients that name no
+/// GPU model keep being served by the one GPU model with a trained model.
+#[tokio::test]
+async fn a_new_gpu_model_needs_its_memory_and_default_gpu_clients_keep_working() {
+    let mut app = spawn_app().await;
+    crate::helpers::seed_workloads_and_runs(&mut app, 6).await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: crate::helpers::GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap();
+    let rank_default = || pb::RankRequest {
+        target: "w00".into(),
+        top_k: 3,
+        ..Default::default()
+    };
+    app.client.rank(rank_default()).await.unwrap();
+
+    let before = app.dump_store().await;
+    let mut other = profile(7, 1.0);
+    other.gpu = "Other GPU 80GB".into();
+    other.gpu_memory_gb = 0.0;
+    let message = crate::helpers::expect_code(
+        app.client
+            .put_profile(pb::PutProfileRequest {
+                name: "w01".into(),
+                profile: Some(other.clone()),
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    assert!(message.contains("gpu_memory_gb"), "{message}");
+    assert_eq!(app.dump_store().await, before);
+
+    other.gpu_memory_gb = 80.0;
+    app.client
+        .put_profile(pb::PutProfileRequest {
+            name: "w01".into(),
+            profile: Some(other.clone()),
+        })
+        .await
+        .unwrap();
+    // Later profiles of that GPU model may leave the memory out.
+    other.gpu_memory_gb = 0.0;
+    app.client
+        .put_profile(pb::PutProfileRequest {
+            name: "w02".into(),
+            profile: Some(other),
+        })
+        .await
+        .unwrap();
+    let ranked = app.client.rank(rank_default()).await.unwrap().into_inner();
+    assert_eq!(ranked.gpu, crate::helpers::GPU);
+}

@@ -10,9 +10,13 @@ use crate::helpers::{
     trained_app, trained_app_with, true_kept_fraction, true_sum, GPU, GPU_MEMORY_GB,
 };
 
+/// The KACE paper's ranking, every candidate included: by predicted throughput sum, with
+/// candidates predicted below break-even kept (the defaults are tested on their own).
 fn rank(target: &str) -> pb::RankRequest {
     pb::RankRequest {
         target: target.into(),
+        objective: Some(pb::Objective::ThroughputSum as i32),
+        include_below_break_even: true,
         ..Default::default()
     }
 }
@@ -202,14 +206,6 @@ async fn rank_rejects_bad_requests_with_the_right_code() {
             Code::InvalidArgument,
         ),
         (
-            "duplicate candidates",
-            pb::RankRequest {
-                candidates: vec!["w01".into(), "w01".into()],
-                ..rank("w00")
-            },
-            Code::InvalidArgument,
-        ),
-        (
             "invalid candidate name",
             pb::RankRequest {
                 candidates: vec!["bad name".into()],
@@ -244,7 +240,7 @@ async fn rank_rejects_bad_requests_with_the_right_code() {
         (
             "unknown objective",
             pb::RankRequest {
-                objective: 99,
+                objective: Some(99),
                 ..rank("w00")
             },
             Code::InvalidArgument,
@@ -269,6 +265,21 @@ async fn rank_rejects_bad_requests_with_the_right_code() {
 
 #[tokio::test]
 async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
+    // Two GPU models, neither with a trained model: which one is meant is ambiguous.
+    let mut fresh = spawn_app().await;
+    for (name, gpu) in [("a", GPU), ("b", "Other GPU")] {
+        let mut p = profile(1, 1.0);
+        p.gpu = gpu.into();
+        fresh
+            .client
+            .register_workload(register_request(name, Some(p)))
+            .await
+            .unwrap();
+    }
+    let message = expect_code(fresh.client.rank(rank("a")).await, Code::InvalidArgument);
+    assert!(message.contains("gpu"), "{message}");
+
+    // A profile of a new GPU model leaves the one GPU model with a trained model serving.
     let (mut app, _) = trained_app(6).await;
     let mut other = profile(1, 1.0);
     other.gpu = "Other GPU".into();
@@ -276,8 +287,8 @@ async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
         .register_workload(register_request("elsewhere", Some(other)))
         .await
         .unwrap();
-    let message = expect_code(app.client.rank(rank("w00")).await, Code::InvalidArgument);
-    assert!(message.contains("gpu"), "{message}");
+    let unnamed = app.client.rank(rank("w00")).await.unwrap().into_inner();
+    assert_eq!(unnamed.gpu, GPU);
     let named = app
         .client
         .rank(pb::RankRequest {
@@ -288,6 +299,7 @@ async fn rank_needs_a_gpu_name_when_several_gpu_models_are_known() {
         .unwrap()
         .into_inner();
     assert_eq!(named.ranked.len(), 6);
+    assert_eq!(unnamed.ranked.len(), 6);
 }
 
 #[tokio::test]
@@ -296,7 +308,7 @@ async fn normalized_sum_ranks_by_the_members_predicted_share_of_their_exclusive_
     let response = app
         .client
         .rank(pb::RankRequest {
-            objective: pb::Objective::NormalizedSum as i32,
+            objective: Some(pb::Objective::NormalizedSum as i32),
             ..rank("w03")
         })
         .await
@@ -311,7 +323,9 @@ async fn normalized_sum_ranks_by_the_members_predicted_share_of_their_exclusive_
         let mut sum = 0.0;
         for member in members {
             let predicted = member.predicted_throughput.expect("per-member prediction");
-            let slowdown = member.predicted_slowdown.expect("per-member slowdown");
+            let slowdown = member
+                .predicted_speed_fraction
+                .expect("per-member fraction");
             assert!((slowdown - predicted / member.exclusive_throughput).abs() < 1e-12);
             normalized += slowdown;
             sum += predicted;
@@ -334,7 +348,12 @@ async fn max_target_slowdown_skips_exactly_the_candidates_that_would_slow_the_ta
     let kept: Vec<(String, f64)> = unlimited
         .ranked
         .iter()
-        .map(|c| (c.workload.clone(), c.members[0].predicted_slowdown.unwrap()))
+        .map(|c| {
+            (
+                c.workload.clone(),
+                c.members[0].predicted_speed_fraction.unwrap(),
+            )
+        })
         .collect();
     let mut fractions: Vec<f64> = kept.iter().map(|k| k.1).collect();
     fractions.sort_by(f64::total_cmp);
@@ -345,7 +364,7 @@ async fn max_target_slowdown_skips_exactly_the_candidates_that_would_slow_the_ta
     let limited = app
         .client
         .rank(pb::RankRequest {
-            max_target_slowdown: limit,
+            min_target_speed_fraction: limit,
             ..rank("w03")
         })
         .await
@@ -389,46 +408,88 @@ async fn max_target_slowdown_skips_exactly_the_candidates_that_would_slow_the_ta
 }
 
 #[tokio::test]
-async fn per_member_objectives_are_refused_when_the_model_predicts_only_sums() {
-    let (mut app, _) = trained_app_with(6, "kace-linear").await;
-    let normalized = pb::RankRequest {
-        objective: pb::Objective::NormalizedSum as i32,
-        ..rank("w00")
+async fn a_sum_only_model_answers_per_member_requests_with_members_estimated_from_exclusive_throughputs(
+) {
+    let (mut app, workloads) = trained_app_with(6, "kace-linear").await;
+    let normalized = app
+        .client
+        .rank(pb::RankRequest {
+            objective: Some(pb::Objective::NormalizedSum as i32),
+            min_target_speed_fraction: 0.01,
+            ..rank("w00")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(normalized.members_estimated);
+    assert!(!normalized.ranked.is_empty());
+    let exclusive = |name: &str| {
+        let (_, p) = workloads.iter().find(|(n, _)| n == name).unwrap();
+        p.system.as_ref().unwrap().exclusive_throughput
     };
-    let message = expect_code(app.client.rank(normalized).await, Code::FailedPrecondition);
-    assert!(message.contains("kace-linear"), "{message}");
-    expect_code(
-        app.client
-            .rank(pb::RankRequest {
-                max_target_slowdown: 0.5,
-                ..rank("w00")
-            })
-            .await,
-        Code::FailedPrecondition,
-    );
-    // The linear kind still ranks by throughput sum, without per-member figures.
-    let response = app.client.rank(rank("w00")).await.unwrap().into_inner();
-    assert!(response
-        .ranked
-        .iter()
-        .all(|c| c.predicted_normalized_sum.is_none()
-            && c.members.iter().all(|m| m.predicted_throughput.is_none())));
+    for c in &normalized.ranked {
+        // The sum split in proportion to the exclusive throughputs: both members keep the
+        // same fraction of their speed, sum / (sum of exclusives).
+        let fraction = c.predicted_throughput_sum / (exclusive("w00") + exclusive(&c.workload));
+        for m in &c.members {
+            let kept = m.predicted_speed_fraction.unwrap();
+            assert!((kept - fraction).abs() < 1e-9, "{c:?}");
+            #[allow(deprecated)]
+            let old = m.predicted_slowdown;
+            assert_eq!(
+                old,
+                Some(kept),
+                "the deprecated name carries the same value"
+            );
+        }
+        assert!((c.predicted_normalized_sum.unwrap() - 2.0 * fraction).abs() < 1e-9);
+    }
 }
 
 #[tokio::test]
-async fn max_target_slowdown_outside_zero_to_one_is_invalid() {
+#[allow(deprecated)]
+async fn target_speed_fractions_outside_zero_to_one_are_invalid_under_either_name() {
     let (mut app, _) = trained_app(6).await;
     for limit in [1.5, -0.2, f64::NAN, f64::INFINITY] {
+        for request in [
+            pb::RankRequest {
+                max_target_slowdown: limit,
+                ..rank("w00")
+            },
+            pb::RankRequest {
+                min_target_speed_fraction: limit,
+                ..rank("w00")
+            },
+        ] {
+            let result = app.client.rank(request).await;
+            assert!(
+                matches!(&result, Err(s) if s.code() == Code::InvalidArgument),
+                "{limit}: {result:?}"
+            );
+        }
+    }
+    // Both names at once must agree.
+    let result = app
+        .client
+        .rank(pb::RankRequest {
+            max_target_slowdown: 0.5,
+            min_target_speed_fraction: 0.6,
+            ..rank("w00")
+        })
+        .await;
+    assert!(matches!(&result, Err(s) if s.code() == Code::InvalidArgument));
+    for (min_benefit, include) in [(-0.1, false), (f64::NAN, false), (0.2, true)] {
         let result = app
             .client
             .rank(pb::RankRequest {
-                max_target_slowdown: limit,
+                min_benefit,
+                include_below_break_even: include,
                 ..rank("w00")
             })
             .await;
         assert!(
             matches!(&result, Err(s) if s.code() == Code::InvalidArgument),
-            "{limit}: {result:?}"
+            "{min_benefit} {include}: {result:?}"
         );
     }
 }
@@ -447,6 +508,7 @@ async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
             "top_k",
         ),
         (rank("bad name with spaces"), "target"),
+        #[allow(deprecated)]
         (
             pb::RankRequest {
                 target: "w00".into(),
@@ -454,6 +516,14 @@ async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
                 ..Default::default()
             },
             "max_target_slowdown",
+        ),
+        (
+            pb::RankRequest {
+                target: "w00".into(),
+                min_target_speed_fraction: 1.5,
+                ..Default::default()
+            },
+            "min_target_speed_fraction",
         ),
     ];
     for (request, field) in cases {
@@ -493,4 +563,93 @@ async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
     assert_eq!(status.code(), Code::InvalidArgument);
     let violations = status.get_details_bad_request().unwrap().field_violations;
     assert_eq!(violations[0].field, "members[1].throughput");
+}
+
+#[tokio::test]
+async fn cautious_min_target_speed_fraction_holds_for_the_low_end_of_the_targets_interval() {
+    let (mut app, _) = slowdown_app(8).await;
+    let unlimited = app.client.rank(rank("w03")).await.unwrap().into_inner();
+    // Every ranked member carries its 80 % interval around the prediction.
+    let mut low_ends: Vec<(String, f64)> = Vec::new();
+    for c in &unlimited.ranked {
+        for m in &c.members {
+            let (lo, t, hi) = (
+                m.predicted_throughput_low.unwrap(),
+                m.predicted_throughput.unwrap(),
+                m.predicted_throughput_high.unwrap(),
+            );
+            assert!(lo <= t && t <= hi && lo < hi, "{lo} {t} {hi}");
+        }
+        low_ends.push((
+            c.workload.clone(),
+            c.members[0].predicted_speed_fraction_low.unwrap(),
+        ));
+    }
+    let mut fractions: Vec<f64> = low_ends.iter().map(|k| k.1).collect();
+    fractions.sort_by(f64::total_cmp);
+    let limit = (fractions[3] + fractions[4]) / 2.0;
+    let cautious = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: limit,
+            cautious: true,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut passed: Vec<&str> = cautious
+        .ranked
+        .iter()
+        .map(|c| c.workload.as_str())
+        .collect();
+    let mut expected: Vec<&str> = low_ends
+        .iter()
+        .filter(|k| k.1 >= limit)
+        .map(|k| k.0.as_str())
+        .collect();
+    passed.sort();
+    expected.sort();
+    assert_eq!(passed, expected);
+    // The plain limit keeps at least as many: the prediction is above its low end.
+    let plain = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: limit,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        plain.ranked.len() > cautious.ranked.len(),
+        "{} vs {}",
+        plain.ranked.len(),
+        cautious.ranked.len()
+    );
+    let reason = &cautious
+        .skipped
+        .iter()
+        .find(|s| s.code() == pb::SkipReason::TargetSlowdown)
+        .unwrap()
+        .reason;
+    assert!(reason.contains("low end of its 80 % interval"), "{reason}");
+
+    // A model without intervals (kace-linear) answers with the point prediction.
+    let (mut app, _) = trained_app_with(6, "kace-linear").await;
+    let answer = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: 0.01,
+            cautious: true,
+            include_below_break_even: true,
+            ..rank("w00")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.ranked.is_empty());
+    assert!(answer.ranked[0].members[0]
+        .predicted_throughput_low
+        .is_none());
 }

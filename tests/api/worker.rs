@@ -727,3 +727,106 @@ async fn the_server_runs_its_worker_and_stops_it_cleanly() {
     assert_eq!(state, pb::WorkloadState::Profiled);
     app.stop().await;
 }
+
+/// The store refuses writes right after the worker claimed a job (the write lock held by
+/// another process, a full disk): the worker keeps retrying the job's outcome until the
+/// store takes it, so the job never stays RUNNING with no worker running it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_state_write_after_a_claim_is_retried_until_it_lands() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    let store = app.advisor.store().clone();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let running = tokio::spawn(async move { worker.run_once(&CancellationToken::new()).await });
+    // Claimed: the workload's child processes take tens of milliseconds from here.
+    let claimed = std::time::Instant::now();
+    while store.job_counts().await.unwrap().1 == 0 {
+        assert!(claimed.elapsed() < Duration::from_secs(10), "never claimed");
+        tokio::task::yield_now().await;
+    }
+    store.faults().fail_commits(true);
+    let failing = std::time::Instant::now();
+    while store.write_health().failures() == 0 {
+        assert!(
+            failing.elapsed() < Duration::from_secs(10),
+            "the worker never tried to write"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Still claimed while the store refuses the outcome.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !running.is_finished(),
+        "the worker gave up on the job's outcome"
+    );
+    store.faults().fail_commits(false);
+    let outcome = running.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(store.job_counts().await.unwrap(), (0, 0, 1, 0));
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Profiled
+    );
+}
+
+/// The allow-list `<dir>/*` admits only files that really are in `<dir>`: no `..` climbing
+/// out, no symlink to a program elsewhere, no deeper folder; and a file swapped for a
+/// symlink after registration is refused right before the launch.
+#[tokio::test]
+async fn the_allow_list_cannot_be_escaped_by_dots_symlinks_or_subfolders() {
+    let jobs = TempDir::new().unwrap();
+    let jobs_dir = std::fs::canonicalize(jobs.path()).unwrap();
+    std::fs::create_dir_all(jobs_dir.join("a/b")).unwrap();
+    let workload_copy = jobs_dir.join("workload.py");
+    std::fs::copy(fake_workload(), &workload_copy).unwrap();
+    std::fs::copy(fake_workload(), jobs_dir.join("a/b/c")).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", jobs_dir.join("sh")).unwrap();
+    let config = format!(
+        "[profiler]\nallowed_programs = [\"{}/*\"]\nretry_backoff_secs = 0\nsample_interval_ms = 1\n",
+        jobs_dir.display()
+    );
+    let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+    let before = app.dump_store().await;
+    for program in [
+        format!("{}/../../../../bin/sh", jobs_dir.display()),
+        format!("{}/sh", jobs_dir.display()),
+        format!("{}/a/b/c", jobs_dir.display()),
+    ] {
+        let mut spec = launch(&["ok"]);
+        spec.program = program.clone();
+        let message = expect_code(
+            app.client
+                .register_workload(register("w", Some(spec)))
+                .await,
+            Code::PermissionDenied,
+        );
+        assert!(message.contains("allowed_programs"), "{program}: {message}");
+    }
+    assert_eq!(app.dump_store().await, before);
+
+    // Allowed at registration, swapped for a symlink to /bin/sh before the worker runs it.
+    let mut spec = launch(&["ok"]);
+    spec.program = workload_copy.display().to_string();
+    app.client
+        .register_workload(register("w", Some(spec)))
+        .await
+        .unwrap();
+    std::fs::remove_file(&workload_copy).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", &workload_copy).unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    let RunOutcome::Failed { error, .. } = &outcome else {
+        panic!("the swapped program was not refused: {outcome:?}");
+    };
+    assert!(error.contains("resolves to /"), "{error}");
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Failed
+    );
+}
