@@ -50,6 +50,9 @@ pub enum Command {
     /// Load generator: drive a server (in-process with a synthetic store, or --addr) with
     /// concurrent clients and report RPC/s and latency per scenario.
     Bench(BenchArgs),
+    /// Cluster simulation: replay the Alibaba GPU trace on a simulated V100 cluster under
+    /// each placement policy, with the measured KACE colocations as the only truth.
+    Simulate(SimulateArgs),
     /// Workloads on a running server.
     Workloads {
         #[command(flatten)]
@@ -317,6 +320,56 @@ fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result
     })?)
 }
 
+/// `coloc simulate`: what the cluster simulation (a module of the binary, `src/sim/`) is
+/// told. The defaults are the setup README reports.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The pod list of the Alibaba GPU trace v2023 (one-GPU pods are simulated).
+    #[arg(
+        long,
+        default_value = "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv"
+    )]
+    pub trace: PathBuf,
+    /// The KACE V100 folder: profiles, exclusive throughputs and the measured pairs.
+    #[arg(long, default_value = "../shared/data/kace-v100")]
+    pub kace_v100: PathBuf,
+    /// The measured 3-way runs.
+    #[arg(long, default_value = "../shared/data/kace-3way/runs.csv")]
+    pub kace_3way: PathBuf,
+    /// The measured 4-way runs.
+    #[arg(long, default_value = "../shared/data/kace-4way/runs.csv")]
+    pub kace_4way: PathBuf,
+    /// GPUs in the cluster; by default the number that puts the offered load at --load.
+    #[arg(long)]
+    pub gpus: Option<usize>,
+    /// Offered load with one job per GPU: total exclusive work / (GPUs x arrival span).
+    #[arg(long, default_value_t = 1.2)]
+    pub load: f64,
+    /// Seeds of the workload assignment, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
+    pub seeds: Vec<u64>,
+    /// Policies, comma-separated (default: all): one-per-gpu, fraction-pack,
+    /// smallest-memory, kace-linear, coloc, oracle.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// min_job_fraction of latency-sensitive (LS) jobs: the least share of its exclusive
+    /// speed such a job may be placed to run at (0 = no cap).
+    #[arg(long, default_value_t = 0.5)]
+    pub ls_cap: f64,
+    /// Seconds before a job that ran out of memory is submitted again.
+    #[arg(long, default_value_t = 60.0)]
+    pub retry_delay: f64,
+    /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
+    #[arg(long)]
+    pub max_pods: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the plots (JCT CDF, busy GPUs over time) as PNG files into this folder.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+}
+
 /// `coloc bench`: what the load generator (a module of the binary, `src/loadgen/`) is
 /// told.
 #[derive(Debug, Args)]
@@ -512,6 +565,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         // The load generator is a tool of the binary, not of the service's library.
         Command::Bench(_) => anyhow::bail!("coloc bench is run by the coloc binary"),
+        Command::Simulate(_) => anyhow::bail!("coloc simulate is run by the coloc binary"),
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, settings.log.format);

@@ -7,8 +7,8 @@
 //!
 //! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
 //!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load
-//!   generator (`coloc bench`) is a module of the binary, `src/loadgen`, never compiled
-//!   into this library.
+//!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
+//!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,

@@ -3,6 +3,7 @@
 use clap::Parser;
 
 mod loadgen;
+mod sim;
 
 /// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
 /// (many small strings and vectors per request, freed on other threads); mimalloc's
@@ -28,6 +29,7 @@ async fn main() -> std::process::ExitCode {
     coloc::startup::note_fatal_storage_signals();
     let result = match cli.command {
         coloc::cli::Command::Bench(args) => loadgen::run(args).await,
+        coloc::cli::Command::Simulate(args) => sim::run(args),
         _ => coloc::cli::run(cli).await,
     };
     match result {

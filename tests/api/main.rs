@@ -27,6 +27,7 @@ mod progress;
 mod rank;
 mod report;
 mod restart;
+mod sim;
 mod train;
 mod trust;
 mod worker;

@@ -1,0 +1,557 @@
+//! The event-driven cluster: G GPUs, a FIFO queue, and three kinds of events (a job
+//! arrives, a job finishes, a job that ran out of memory is submitted again).
+//!
+//! Each running job runs at its speed for its GPU's current set (the truth: measured, or
+//! the conservative bound after departures) and is re-rated whenever that set changes. A
+//! queued job is offered to the policy at every event, head of the queue first (strict
+//! FIFO: when the head waits, everyone behind it waits). Placing a job where the set
+//! overflows memory is an out-of-memory event: the job fails at once (the residents go
+//! on) and is submitted again `retry_delay` seconds later at the tail of the queue.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, VecDeque},
+};
+
+use super::{
+    policy::{GpuView, JobView, Policy, Resident},
+    trace::Job,
+    truth::{Admission, SetKey, Truth},
+};
+
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub gpus: usize,
+    pub retry_delay: f64,
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOutcome {
+    pub arrival: f64,
+    /// Start of the run that finished.
+    pub start: f64,
+    pub finish: f64,
+    /// Lowest speed it ran at, as a share of its exclusive speed.
+    pub min_speed: f64,
+    /// Seconds it ran below its cap.
+    pub seconds_below_cap: f64,
+    pub cap: Option<f64>,
+}
+
+impl JobOutcome {
+    pub fn completion_time(&self) -> f64 {
+        self.finish - self.arrival
+    }
+
+    pub fn queueing_delay(&self) -> f64 {
+        self.start - self.arrival
+    }
+}
+
+/// One simulation's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub jobs: Vec<JobOutcome>,
+    pub makespan: f64,
+    /// ∫ GPUs with at least one job dt.
+    pub busy_gpu_seconds: f64,
+    /// ∫ running jobs dt.
+    pub job_seconds: f64,
+    /// Job-seconds run at the conservative bound (a set never measured).
+    pub bound_job_seconds: f64,
+    pub oom_events: u64,
+    /// (time, busy GPUs) at every change.
+    pub busy_series: Vec<(f64, u32)>,
+    /// Most jobs on one GPU at once.
+    pub max_set: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    // Completions first at equal times, so that a freed GPU is seen by the arrivals.
+    Finish { job: usize, version: u32 },
+    Arrive { job: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Event {
+    time: f64,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.time
+            .total_cmp(&other.time)
+            .then(self.kind.cmp(&other.kind))
+            .then(self.seq.cmp(&other.seq))
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Running {
+    gpu: usize,
+    remaining: f64,
+    speed: f64,
+    on_bound: bool,
+    since: f64,
+    version: u32,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Gpu {
+    jobs: Vec<usize>,
+    residents: Vec<Resident>,
+    set: SetKey,
+    milli: u32,
+    memory_gb: f64,
+}
+
+impl Default for SetKey {
+    fn default() -> Self {
+        SetKey::EMPTY
+    }
+}
+
+struct State<'a> {
+    jobs: &'a [Job],
+    truth: &'a Truth,
+    gpus: Vec<Gpu>,
+    running: Vec<Option<Running>>,
+    outcomes: Vec<Option<JobOutcome>>,
+    min_speed: Vec<f64>,
+    below_cap: Vec<f64>,
+    starts: Vec<f64>,
+    events: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    now: f64,
+    busy_gpus: u32,
+    running_jobs: u32,
+    out: Outcome,
+    retry: f64,
+}
+
+impl State<'_> {
+    fn push(&mut self, time: f64, kind: EventKind) {
+        self.seq += 1;
+        self.events.push(Reverse(Event {
+            time,
+            seq: self.seq,
+            kind,
+        }));
+    }
+
+    fn advance(&mut self, time: f64) {
+        let dt = time - self.now;
+        if dt > 0.0 {
+            self.out.busy_gpu_seconds += f64::from(self.busy_gpus) * dt;
+            self.out.job_seconds += f64::from(self.running_jobs) * dt;
+        }
+        self.now = time;
+    }
+
+    /// Brings every job on `gpu` up to now at its old speed, then gives each the speed of
+    /// the GPU's current set and a new finish event.
+    fn rerate(&mut self, gpu: usize) {
+        let now = self.now;
+        let set = self.gpus[gpu].set;
+        let speeds = if self.gpus[gpu].jobs.is_empty() {
+            None
+        } else {
+            Some(self.truth.speeds(set).unwrap_or_else(|| {
+                panic!("the set {set:?} has neither a measurement nor a measured superset")
+            }))
+        };
+        for &j in &self.gpus[gpu].jobs.clone() {
+            let speeds = speeds.as_ref().expect("a GPU with jobs has speeds");
+            let r = self.running[j].as_mut().expect("a job on a GPU runs");
+            let elapsed = now - r.since;
+            r.remaining = (r.remaining - elapsed * r.speed).max(0.0);
+            if r.on_bound {
+                self.out.bound_job_seconds += elapsed;
+            }
+            if let Some(cap) = self.jobs[j].cap {
+                if r.speed < cap - 1e-12 {
+                    self.below_cap[j] += elapsed;
+                }
+            }
+            r.since = now;
+            r.speed = speeds.of(self.jobs[j].workload);
+            r.on_bound = speeds.bound;
+            r.version += 1;
+            let (finish, version) = (now + r.remaining / r.speed, r.version);
+            self.min_speed[j] = self.min_speed[j].min(r.speed);
+            self.push(finish, EventKind::Finish { job: j, version });
+        }
+    }
+
+    fn set_busy(&mut self) {
+        let busy = self.gpus.iter().filter(|g| !g.jobs.is_empty()).count() as u32;
+        if busy != self.busy_gpus {
+            self.busy_gpus = busy;
+            self.out.busy_series.push((self.now, busy));
+        }
+    }
+
+    fn place(&mut self, j: usize, gpu: usize) {
+        let job = &self.jobs[j];
+        let g = &mut self.gpus[gpu];
+        g.jobs.push(j);
+        g.residents.push(view(job));
+        g.set = g.set.with(job.workload);
+        g.milli += job.gpu_milli;
+        g.memory_gb += self.truth.workloads[job.workload as usize].memory_gb;
+        self.out.max_set = self.out.max_set.max(g.jobs.len());
+        self.starts[j] = self.now;
+        self.running[j] = Some(Running {
+            gpu,
+            remaining: job.work,
+            speed: 1.0,
+            on_bound: false,
+            since: self.now,
+            version: 0,
+        });
+        self.running_jobs += 1;
+        self.rerate(gpu);
+        self.set_busy();
+    }
+
+    fn finish(&mut self, j: usize) {
+        let r = self.running[j].take().expect("a finishing job runs");
+        if r.on_bound {
+            self.out.bound_job_seconds += self.now - r.since;
+        }
+        if let Some(cap) = self.jobs[j].cap {
+            if r.speed < cap - 1e-12 {
+                self.below_cap[j] += self.now - r.since;
+            }
+        }
+        let job = &self.jobs[j];
+        let g = &mut self.gpus[r.gpu];
+        let at = g.jobs.iter().position(|&x| x == j).expect("on its GPU");
+        g.jobs.swap_remove(at);
+        g.residents.swap_remove(at);
+        let mut members = g.set.members();
+        let m = members
+            .iter()
+            .position(|&w| w == job.workload)
+            .expect("in its set");
+        members.swap_remove(m);
+        g.set = SetKey::of(&members);
+        g.milli -= job.gpu_milli;
+        g.memory_gb -= self.truth.workloads[job.workload as usize].memory_gb;
+        if g.jobs.is_empty() {
+            g.memory_gb = 0.0;
+        }
+        self.running_jobs -= 1;
+        self.outcomes[j] = Some(JobOutcome {
+            arrival: job.arrival,
+            start: self.starts[j],
+            finish: self.now,
+            min_speed: self.min_speed[j],
+            seconds_below_cap: self.below_cap[j],
+            cap: job.cap,
+        });
+        self.out.makespan = self.out.makespan.max(self.now);
+        self.rerate(r.gpu);
+        self.set_busy();
+    }
+
+    /// Offers queued jobs to the policy, head first, until the head waits.
+    fn dispatch(&mut self, queue: &mut VecDeque<usize>, policy: &mut dyn Policy) {
+        while let Some(&j) = queue.front() {
+            let job = view(&self.jobs[j]);
+            let (indices, admissions): (Vec<usize>, Vec<Admission>) = (0..self.gpus.len())
+                .filter_map(|i| {
+                    let admission = self.truth.admission(self.gpus[i].set.with(job.workload));
+                    (admission != Admission::Unmeasured).then_some((i, admission))
+                })
+                .unzip();
+            let choice = {
+                let views: Vec<GpuView> = indices
+                    .iter()
+                    .zip(&admissions)
+                    .map(|(&i, a)| {
+                        let g = &self.gpus[i];
+                        GpuView {
+                            residents: &g.residents,
+                            set: g.set,
+                            gpu_milli_used: g.milli,
+                            memory_gb_used: g.memory_gb,
+                            fits_memory: *a == Admission::Measured,
+                        }
+                    })
+                    .collect();
+                policy.choose(&job, &views)
+            };
+            let Some(pick) = choice else {
+                return;
+            };
+            queue.pop_front();
+            if admissions[pick] == Admission::OverMemory {
+                self.out.oom_events += 1;
+                self.push(self.now + self.retry_delay(), EventKind::Arrive { job: j });
+            } else {
+                self.place(j, indices[pick]);
+            }
+        }
+    }
+
+    fn retry_delay(&self) -> f64 {
+        self.retry
+    }
+}
+
+fn view(job: &Job) -> JobView {
+    JobView {
+        workload: job.workload,
+        gpu_milli: job.gpu_milli,
+        cap: job.cap,
+    }
+}
+
+/// Runs `jobs` (any order) on `cluster` under `policy`.
+pub fn simulate(
+    jobs: &[Job],
+    truth: &Truth,
+    cluster: &Cluster,
+    policy: &mut dyn Policy,
+) -> Outcome {
+    let n = jobs.len();
+    let mut state = State {
+        jobs,
+        truth,
+        gpus: vec![Gpu::default(); cluster.gpus],
+        running: vec![None; n],
+        outcomes: vec![None; n],
+        min_speed: vec![f64::INFINITY; n],
+        below_cap: vec![0.0; n],
+        starts: vec![0.0; n],
+        events: BinaryHeap::with_capacity(4 * n),
+        seq: 0,
+        now: 0.0,
+        busy_gpus: 0,
+        running_jobs: 0,
+        out: Outcome {
+            jobs: Vec::new(),
+            makespan: 0.0,
+            busy_gpu_seconds: 0.0,
+            job_seconds: 0.0,
+            bound_job_seconds: 0.0,
+            oom_events: 0,
+            busy_series: vec![(0.0, 0)],
+            max_set: 0,
+        },
+        retry: cluster.retry_delay,
+    };
+    // Arrivals in trace order (then by index) so that the queue is FIFO by submission.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival).then(a.cmp(&b)));
+    for j in order {
+        state.push(jobs[j].arrival, EventKind::Arrive { job: j });
+    }
+    if let Some(first) = jobs.iter().map(|j| j.arrival).min_by(f64::total_cmp) {
+        state.now = first;
+        state.out.busy_series[0].0 = first;
+    }
+    let mut queue = VecDeque::new();
+    while let Some(Reverse(event)) = state.events.pop() {
+        state.advance(event.time);
+        match event.kind {
+            EventKind::Arrive { job } => queue.push_back(job),
+            EventKind::Finish { job, version } => {
+                if state.running[job]
+                    .as_ref()
+                    .is_some_and(|r| r.version == version)
+                {
+                    state.finish(job);
+                }
+            }
+        }
+        // Every event at this instant first, then one dispatch.
+        if state
+            .events
+            .peek()
+            .is_some_and(|Reverse(next)| next.time == state.now)
+        {
+            continue;
+        }
+        state.dispatch(&mut queue, policy);
+    }
+    assert!(queue.is_empty(), "jobs left waiting with every GPU free");
+    let first = jobs.iter().map(|j| j.arrival).fold(f64::INFINITY, f64::min);
+    state.out.makespan -= if first.is_finite() { first } else { 0.0 };
+    state.out.jobs = state
+        .outcomes
+        .into_iter()
+        .map(|o| o.expect("every job finishes"))
+        .collect();
+    state.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{
+        policy::{FractionPack, OnePerGpu, Oracle},
+        truth::Workload,
+    };
+
+    fn workload(name: &str, memory_gb: f64) -> Workload {
+        Workload {
+            name: name.into(),
+            exclusive_throughput: 10.0,
+            memory_gb,
+            inference: true,
+            batch_size: 2,
+        }
+    }
+
+    fn job(name: &str, arrival: f64, work: f64, workload: u8) -> Job {
+        Job {
+            name: name.into(),
+            arrival,
+            work,
+            workload,
+            gpu_milli: 500,
+            cap: None,
+        }
+    }
+
+    fn one_gpu() -> Cluster {
+        Cluster {
+            gpus: 1,
+            retry_delay: 60.0,
+        }
+    }
+
+    fn finishes(outcome: &Outcome) -> Vec<f64> {
+        outcome.jobs.iter().map(|j| j.finish).collect()
+    }
+
+    #[test]
+    fn two_jobs_that_keep_full_speed_together_finish_in_half_the_makespan() {
+        // Together each keeps its exclusive throughput (10): the pair doubles the GPU's work.
+        let truth =
+            Truth::new(vec![workload("a", 1.0)], &[(vec![0, 0], vec![10.0, 10.0])]).unwrap();
+        let jobs = [job("first", 0.0, 100.0, 0), job("second", 0.0, 100.0, 0)];
+        let alone = simulate(&jobs, &truth, &one_gpu(), &mut OnePerGpu);
+        assert_eq!(finishes(&alone), vec![100.0, 200.0]);
+        assert_eq!(alone.makespan, 200.0);
+        assert_eq!(alone.jobs[1].queueing_delay(), 100.0);
+        assert_eq!(alone.busy_gpu_seconds, 200.0);
+        let shared = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(finishes(&shared), vec![100.0, 100.0]);
+        assert_eq!(shared.makespan, 100.0);
+        assert_eq!(shared.busy_gpu_seconds, 100.0);
+        assert_eq!(shared.job_seconds, 200.0);
+    }
+
+    #[test]
+    fn a_job_is_re_rated_when_its_partner_leaves() {
+        // Together both run at half speed: the short job (50 s of work) ends at 100 s,
+        // having let the long one do 50 of its 100 s; the rest runs alone, ending at 150 s.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 1], vec![5.0, 5.0])],
+        )
+        .unwrap();
+        let jobs = [job("long", 0.0, 100.0, 0), job("short", 0.0, 50.0, 1)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(finishes(&outcome), vec![150.0, 100.0]);
+        assert_eq!(outcome.jobs[0].min_speed, 0.5);
+        assert_eq!(outcome.bound_job_seconds, 0.0);
+    }
+
+    #[test]
+    fn no_policy_may_create_a_set_that_was_never_measured() {
+        // a+a was measured, a+b was not: fraction packing would put b beside a (500 + 500
+        // thousandths fit), but the engine does not offer that GPU, so b waits.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 0], vec![5.0, 5.0])],
+        )
+        .unwrap();
+        let jobs = [job("a", 0.0, 100.0, 0), job("b", 10.0, 100.0, 1)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(outcome.max_set, 1);
+        assert_eq!(finishes(&outcome), vec![100.0, 200.0]);
+    }
+
+    #[test]
+    fn departures_that_leave_an_unmeasured_set_run_at_the_bound_and_are_counted() {
+        // a+a and a+a+b were measured (in the latter a at 0.2, b at 0.4), a+b was not. When the first a leaves at 50 s
+        // (10 s of work at 0.2), a+b was never measured: the bound gives each its speed in
+        // that superset. The second a then needs (30 - 10) / 0.2 = 100 s more, b (40 - 20)
+        // / 0.4 = 50 s: b ends at 100 s, then a runs alone: 10 s of work left at 100 s,
+        // ending at 110 s. Bound time: two jobs x 50 s.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[
+                (vec![0, 0], vec![5.0, 5.0]),
+                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
+            ],
+        )
+        .unwrap();
+        let mut jobs = [
+            job("a1", 0.0, 10.0, 0),
+            job("a2", 0.0, 30.0, 0),
+            job("b", 0.0, 40.0, 1),
+        ];
+        for j in &mut jobs {
+            j.gpu_milli = 300;
+        }
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        let f = finishes(&outcome);
+        assert_eq!(f[0], 50.0);
+        assert!((f[2] - 100.0).abs() < 1e-9, "{f:?}");
+        assert!((f[1] - 110.0).abs() < 1e-9, "{f:?}");
+        assert!((outcome.bound_job_seconds - 100.0).abs() < 1e-9);
+        assert_eq!(outcome.max_set, 3);
+    }
+
+    #[test]
+    fn a_set_over_gpu_memory_fails_the_job_and_resubmits_it() {
+        // Two 20 GB jobs do not fit a 32 GB GPU: fraction packing tries at 0 s and again at
+        // the retry (60 s, still full), then at 120 s the GPU is free.
+        let truth = Truth::new(vec![workload("big", 20.0)], &[]).unwrap();
+        let jobs = [job("first", 0.0, 100.0, 0), job("second", 0.0, 100.0, 0)];
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(outcome.oom_events, 2);
+        assert_eq!(finishes(&outcome), vec![100.0, 220.0]);
+        assert_eq!(outcome.jobs[1].start, 120.0);
+        // A policy that checks memory waits instead.
+        let careful = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(careful.oom_events, 0);
+        assert_eq!(finishes(&careful), vec![100.0, 200.0]);
+    }
+
+    #[test]
+    fn the_time_a_capped_job_runs_below_its_cap_is_counted() {
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[(vec![0, 1], vec![3.0, 5.0])],
+        )
+        .unwrap();
+        let mut jobs = [job("capped", 0.0, 30.0, 0), job("other", 0.0, 100.0, 1)];
+        jobs[0].cap = Some(0.5);
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        // a at 0.3 for 100 s (its 30 s of work), below its cap all that time.
+        assert_eq!(outcome.jobs[0].finish, 100.0);
+        assert_eq!(outcome.jobs[0].seconds_below_cap, 100.0);
+        assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
+        // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
+        let oracle = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        assert_eq!(oracle.max_set, 1);
+    }
+}

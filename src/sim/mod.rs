@@ -1,0 +1,324 @@
+//! `coloc simulate`: the cluster simulation. It replays the one-GPU pods of the Alibaba GPU
+//! trace v2023 on G simulated V100 32 GB GPUs under each placement policy and reports what
+//! operators decide on (makespan, job completion time, GPU-hours, jobs hurt), with the
+//! measured KACE colocations as the only truth.
+//!
+//! A tool beside the service, not part of it: a module of the `coloc` binary that the
+//! service's library never compiles. Its parts, in the order data flows: `truth` (measured
+//! sets and the conservative bound), `trace` (pods and the workload-assignment rule),
+//! `policy` (the rule policies and the oracle), `place` (the model policies, through the
+//! Place adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
+//! (PNG).
+
+mod engine;
+mod place;
+mod plot;
+mod policy;
+mod report;
+mod trace;
+mod truth;
+
+use std::{collections::BTreeMap, time::Instant};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use coloc::{
+    cli::SimulateArgs,
+    dataset::KaceDataset,
+    model::{fit, Features, FitMetrics, ModelKind, ModelParams, TrainingRow},
+};
+
+use engine::{simulate, Cluster, Outcome};
+use place::{PlacePolicy, ServicePlacer};
+use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
+use report::{Report, RunSummary};
+use trace::{assign, read_pods, Pod};
+use truth::Truth;
+
+pub const POLICIES: [&str; 6] = [
+    "one-per-gpu",
+    "fraction-pack",
+    "smallest-memory",
+    "kace-linear",
+    "coloc",
+    "oracle",
+];
+
+/// The cluster size that puts the offered load of one job per GPU at `load`: total work
+/// (seconds at exclusive speed) / (GPUs x the span from the first to the last arrival).
+pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
+    let work: f64 = pods.iter().map(|p| p.lifetime).sum();
+    let span = pods.last().map_or(0.0, |p| p.arrival) - pods.first().map_or(0.0, |p| p.arrival);
+    if span <= 0.0 || load <= 0.0 {
+        return 1;
+    }
+    ((work / (span * load)).round() as usize).max(1)
+}
+
+/// The model policies' training data: the measured pairs only (see `place.rs`).
+pub(crate) fn pair_rows(dataset: &KaceDataset) -> anyhow::Result<Vec<TrainingRow>> {
+    let features = dataset.features();
+    dataset
+        .pairs
+        .iter()
+        .map(|p| {
+            let f = |name: &str| -> anyhow::Result<Features> {
+                features
+                    .get(name)
+                    .copied()
+                    .with_context(|| format!("{name} has no profile"))
+            };
+            Ok(TrainingRow {
+                members: vec![f(&p.workload1)?, f(&p.workload2)?],
+                throughputs: vec![p.throughput1, p.throughput2],
+            })
+        })
+        .collect()
+}
+
+/// Everything a run needs besides the jobs.
+pub struct World {
+    pub truth: Truth,
+    /// The profiles Place's catalog is built from.
+    pub dataset: KaceDataset,
+    pub kace_linear: (ModelParams, FitMetrics),
+    pub coloc: (ModelParams, FitMetrics),
+}
+
+impl World {
+    pub fn load(args: &SimulateArgs) -> anyhow::Result<Self> {
+        let truth = Truth::read(&args.kace_v100, &args.kace_3way, &args.kace_4way)?;
+        let dataset = KaceDataset::read(&args.kace_v100)?;
+        let rows = pair_rows(&dataset)?;
+        Ok(Self {
+            truth,
+            dataset,
+            kace_linear: fit(ModelKind::KaceLinear, &rows)?,
+            coloc: fit(ModelKind::DEFAULT, &rows)?,
+        })
+    }
+}
+
+/// Runs one policy on one assignment; returns the outcome and its summary.
+pub fn run_policy(
+    world: &World,
+    name: &str,
+    jobs: &[trace::Job],
+    cluster: &Cluster,
+    seed: u64,
+) -> anyhow::Result<(Outcome, RunSummary)> {
+    let started = Instant::now();
+    let mut place_stats = None;
+    let run = |policy: &mut dyn Policy| {
+        let outcome = simulate(jobs, &world.truth, cluster, policy);
+        let summary = RunSummary::of(policy.name(), seed, &outcome);
+        (outcome, summary)
+    };
+    let (outcome, mut summary) = match name {
+        "one-per-gpu" => run(&mut OnePerGpu),
+        "fraction-pack" => run(&mut FractionPack),
+        "smallest-memory" => run(&mut SmallestMemory),
+        "oracle" => run(&mut Oracle {
+            truth: &world.truth,
+        }),
+        "kace-linear" | "coloc" => {
+            let (params, metrics) = if name == "coloc" {
+                world.coloc.clone()
+            } else {
+                world.kace_linear.clone()
+            };
+            let placer =
+                ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
+            let mut policy = PlacePolicy::new(name, placer);
+            let result = run(&mut policy);
+            place_stats = Some((policy.placer.calls, policy.placer.nanos));
+            result
+        }
+        other => bail!("unknown policy {other:?}; known: {}", POLICIES.join(", ")),
+    };
+    if let Some((calls, nanos)) = place_stats {
+        summary.place_calls = calls;
+        summary.place_us_per_call = nanos as f64 / 1000.0 / calls.max(1) as f64;
+    }
+    summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok((outcome, summary))
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let policies: Vec<String> = if args.policies.is_empty() {
+        POLICIES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    if let Some(unknown) = policies.iter().find(|p| !POLICIES.contains(&p.as_str())) {
+        bail!("unknown policy {unknown:?}; known: {}", POLICIES.join(", "));
+    }
+    if args.seeds.is_empty() {
+        bail!("--seeds names no seed");
+    }
+    if !(0.0..=1.0).contains(&args.ls_cap) {
+        bail!("--ls-cap must lie in [0, 1], got {}", args.ls_cap);
+    }
+    let mut pods = read_pods(&args.trace)?;
+    if let Some(n) = args.max_pods {
+        pods.truncate(n);
+    }
+    if pods.is_empty() {
+        bail!("{} holds no one-GPU pod that ran", args.trace.display());
+    }
+    let world = World::load(&args)?;
+    let loaded = started.elapsed();
+    let gpus = args.gpus.unwrap_or_else(|| gpus_for_load(&pods, args.load));
+    if gpus == 0 {
+        bail!("--gpus must be at least 1");
+    }
+    let cluster = Cluster {
+        gpus,
+        retry_delay: args.retry_delay,
+    };
+    let work: f64 = pods.iter().map(|p| p.lifetime).sum();
+    let span = pods.last().expect("pods").arrival - pods[0].arrival;
+
+    let mut runs = Vec::new();
+    let mut first_seed: Vec<(String, Outcome)> = Vec::new();
+    let simulating = Instant::now();
+    for &seed in &args.seeds {
+        let jobs = assign(&pods, &world.truth, seed, args.ls_cap);
+        // The policies are independent: one thread each, on every core there is.
+        let results: Vec<anyhow::Result<(Outcome, RunSummary)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = policies
+                .iter()
+                .map(|name| {
+                    let (world, jobs, cluster) = (&world, &jobs, &cluster);
+                    scope.spawn(move || run_policy(world, name, jobs, cluster, seed))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a policy's simulation panicked"))
+                .collect()
+        });
+        for (name, result) in policies.iter().zip(results) {
+            let (outcome, summary) = result?;
+            runs.push(summary);
+            if seed == args.seeds[0] {
+                first_seed.push((name.clone(), outcome));
+            }
+        }
+    }
+    let simulated = simulating.elapsed();
+
+    let mut setup = BTreeMap::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        setup.insert(k.to_string(), v);
+    };
+    put("trace", json!(args.trace.display().to_string()));
+    put("jobs", json!(pods.len()));
+    put("gpus", json!(gpus));
+    put(
+        "offered_load",
+        json!((work / (span * gpus as f64) * 1000.0).round() / 1000.0),
+    );
+    put(
+        "arrival_span_days",
+        json!((span / 86_400.0 * 10.0).round() / 10.0),
+    );
+    put("exclusive_work_gpu_hours", json!((work / 3600.0).round()));
+    put("ls_cap", json!(args.ls_cap));
+    put("retry_delay_s", json!(args.retry_delay));
+    put("seeds", json!(args.seeds));
+    put("measured_sets", json!(world.truth.measured_sets()));
+    put(
+        "model_training_data",
+        json!("kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run"),
+    );
+    put(
+        "load_s",
+        json!((loaded.as_secs_f64() * 1000.0).round() / 1000.0),
+    );
+    put(
+        "simulation_s",
+        json!((simulated.as_secs_f64() * 1000.0).round() / 1000.0),
+    );
+    let report = Report::new(setup, runs);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print_table();
+    }
+    if let Some(dir) = &args.plots {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let refs: Vec<(String, &Outcome)> =
+            first_seed.iter().map(|(n, o)| (n.clone(), o)).collect();
+        plot::jct_cdf(&dir.join("sim_jct_cdf.png"), args.seeds[0], &refs)?;
+        plot::busy_gpus(&dir.join("sim_busy_gpus.png"), args.seeds[0], gpus, &refs)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn args(max_pods: usize) -> SimulateArgs {
+        let data = PathBuf::from("../shared/data");
+        SimulateArgs {
+            trace: data.join("alibaba-gpu-v2023/openb_pod_list_default.csv"),
+            kace_v100: data.join("kace-v100"),
+            kace_3way: data.join("kace-3way/runs.csv"),
+            kace_4way: data.join("kace-4way/runs.csv"),
+            gpus: None,
+            load: 1.2,
+            seeds: vec![1],
+            policies: Vec::new(),
+            ls_cap: 0.5,
+            retry_delay: 60.0,
+            max_pods: Some(max_pods),
+            json: false,
+            plots: None,
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_the_same_simulation_every_time_and_another_seed_another() {
+        let args = args(120);
+        let world = World::load(&args).unwrap();
+        let pods = read_pods(&args.trace).unwrap()[..120].to_vec();
+        let cluster = Cluster {
+            gpus: gpus_for_load(&pods, args.load),
+            retry_delay: 60.0,
+        };
+        let jobs = assign(&pods, &world.truth, 1, 0.5);
+        let other = assign(&pods, &world.truth, 2, 0.5);
+        for name in POLICIES {
+            let (a, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
+            let (b, _) = run_policy(&world, name, &jobs, &cluster, 1).unwrap();
+            assert_eq!(a, b, "{name}");
+            assert_eq!(a.jobs.len(), 120);
+            // One job per GPU ignores what a job runs; every other policy sees it.
+            if name != "one-per-gpu" {
+                let (c, _) = run_policy(&world, name, &other, &cluster, 2).unwrap();
+                assert_ne!(a.jobs, c.jobs, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_cluster_size_follows_the_offered_load() {
+        let pod = |arrival: f64, lifetime: f64| Pod {
+            name: format!("p{arrival}"),
+            arrival,
+            lifetime,
+            gpu_milli: 1000,
+            latency_sensitive: false,
+        };
+        // 4 000 s of work over a 1 000 s span: 4 GPUs at load 1, 2 at load 2.
+        let pods = [pod(0.0, 2000.0), pod(1000.0, 2000.0)];
+        assert_eq!(gpus_for_load(&pods, 1.0), 4);
+        assert_eq!(gpus_for_load(&pods, 2.0), 2);
+    }
+}

@@ -1,0 +1,332 @@
+//! The model policies' one path to a decision: the advisor's Place
+//! (`coloc::advisor::place_in`, the function behind the Place RPC, on a catalog and model
+//! built in process). A policy asks "which of these GPUs (each with its residents) for
+//! this job"; Place scores each GPU by the predicted gain (the set's value with the job
+//! minus without; an empty GPU gains the job's exclusive value; a member's prediction is
+//! the lowest the model gives it in any subset holding it), leaves out GPUs whose memory
+//! would overflow or whose new job would fall below `min_job_fraction`; the policy then
+//! takes the largest positive gain whose capped residents keep their caps (Place's
+//! `min_resident_fraction` is one figure for every resident; the simulation caps only LS
+//! jobs, so it checks the residents' predictions Place returns), or lets the job wait.
+//!
+//! [`Placer`] is the adapter the policies speak to. GPUs with the same residents (and caps)
+//! are asked about once, the first of them standing for all (ties go to the lowest GPU).
+//!
+//! Training data: both model policies are fitted on the measured pairs of
+//! `kace-v100/pairs.csv` only (all 181, as `coloc import kace` trains the service), never
+//! on a 3-way or 4-way run. The simulation judges them on pairs too (the pair measurements
+//! are also its truth for 2-job sets), but every 3- and 4-job set is unseen by the models.
+//! `kace-linear` predicts only the set's sum: it places by Σ throughput (KACE's objective)
+//! and cannot check caps; `coloc` (the default model) places by Σ colocated / exclusive
+//! (NORMALIZED_SUM) with the caps.
+
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use anyhow::Context;
+
+use coloc::{
+    advisor::{place_in, Catalog, GpuState, Objective, PlaceQuery},
+    dataset::{KaceDataset, KACE_GPU},
+    domain::{GpuName, Profile, ProfileSource, WorkloadName},
+    model::{FitMetrics, ModelParams},
+    store::{ModelStatus, StoredModel},
+};
+
+use super::{
+    policy::{GpuView, JobView, Policy},
+    truth::{Workload, GPU_MEMORY_GB},
+};
+
+/// One GPU in a Place request: its residents (workload, cap).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlaceGpu {
+    pub residents: Vec<(u8, Option<f64>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlaceRequest {
+    pub job: u8,
+    pub job_cap: Option<f64>,
+    pub gpus: Vec<PlaceGpu>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlaceDecision {
+    /// Position in the request's GPUs.
+    pub gpu: usize,
+    pub gain: f64,
+}
+
+pub trait Placer {
+    fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>>;
+}
+
+/// Place, answered by the advisor's own function on a catalog of the simulation's
+/// workloads and one fitted model.
+pub struct ServicePlacer {
+    catalog: Catalog,
+    models: HashMap<GpuName, Arc<StoredModel>>,
+    gpu: GpuName,
+    /// By workload index.
+    names: Vec<WorkloadName>,
+    objective: Objective,
+    with_caps: bool,
+    pub calls: u64,
+    pub nanos: u128,
+}
+
+impl ServicePlacer {
+    /// `workloads` in the simulation's index order; their profiles come from `dataset`.
+    pub fn new(
+        dataset: &KaceDataset,
+        workloads: &[Workload],
+        params: ModelParams,
+        metrics: FitMetrics,
+    ) -> anyhow::Result<Self> {
+        let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
+        let predicts_members = params.kind().predicts_members();
+        let model = Arc::new(StoredModel {
+            gpu: gpu.clone(),
+            version: 1,
+            params,
+            metrics,
+            created_at_ms: 0,
+            status: ModelStatus::Promoted,
+            reason: "fitted by coloc simulate on the measured pairs".into(),
+            comparison: None,
+            last_observation_id: 0,
+            excluded_outliers: 0,
+        });
+        let mut catalog = Catalog::default();
+        let mut names = Vec::new();
+        for w in workloads {
+            let kace = dataset
+                .workloads
+                .iter()
+                .find(|k| k.name.as_str() == w.name)
+                .with_context(|| format!("{} has no profile", w.name))?;
+            let profile = Profile {
+                gpu: gpu.clone(),
+                kernel: kace.kernel,
+                system: kace.system.clone(),
+                source: ProfileSource::Imported,
+                gpu_memory_gb: Some(GPU_MEMORY_GB),
+                measured_at_ms: 0,
+                kernel_missing: false,
+            };
+            catalog.put_workload(&kace.name, &[profile]);
+            names.push(kace.name.clone());
+        }
+        catalog.set_scoring_model(model.clone());
+        Ok(Self {
+            catalog,
+            models: HashMap::from([(gpu.clone(), model)]),
+            gpu,
+            names,
+            objective: if predicts_members {
+                Objective::NormalizedSum
+            } else {
+                Objective::ThroughputSum
+            },
+            with_caps: predicts_members,
+            calls: 0,
+            nanos: 0,
+        })
+    }
+}
+
+impl Placer for ServicePlacer {
+    fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>> {
+        let started = Instant::now();
+        // One GPU per distinct residents-and-caps, the first standing for the rest.
+        let mut distinct: Vec<usize> = Vec::new();
+        for (i, gpu) in request.gpus.iter().enumerate() {
+            let mut key = gpu.residents.clone();
+            key.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp_opt(&b.1)));
+            if !distinct.iter().any(|&d| {
+                let mut other = request.gpus[d].residents.clone();
+                other.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp_opt(&b.1)));
+                other == key
+            }) {
+                distinct.push(i);
+            }
+        }
+        let gpus: Vec<GpuState> = distinct
+            .iter()
+            .map(|&i| GpuState {
+                id: i.to_string(),
+                node: String::new(),
+                gpu: Some(self.gpu.clone()),
+                memory_gb: Some(GPU_MEMORY_GB),
+                residents: request.gpus[i]
+                    .residents
+                    .iter()
+                    .map(|r| self.names[r.0 as usize].to_string())
+                    .collect(),
+            })
+            .collect();
+        let mut query = PlaceQuery::new(self.names[request.job as usize].clone(), gpus);
+        query.objective = self.objective;
+        if self.with_caps {
+            query.min_job_fraction = request.job_cap;
+        }
+        let answer = place_in(&self.catalog, &self.models, None, query)
+            .map_err(|e| anyhow::anyhow!("Place refused the request: {e}"))?;
+        let mut best: Option<PlaceDecision> = None;
+        for placement in &answer.placements {
+            let index: usize = placement.gpu_id.parse().context("a GPU id")?;
+            let residents = &request.gpus[index].residents;
+            // Members: the job first, then the residents in the order given.
+            let caps_hold = !self.with_caps
+                || residents.iter().zip(&placement.members[1..]).all(|(r, m)| {
+                    r.1.is_none_or(|cap| m.predicted_speed_fraction().is_some_and(|s| s >= cap))
+                });
+            let better = best.is_none_or(|b| {
+                placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
+            });
+            if caps_hold && placement.gain > 0.0 && better {
+                best = Some(PlaceDecision {
+                    gpu: index,
+                    gain: placement.gain,
+                });
+            }
+        }
+        self.calls += 1;
+        self.nanos += started.elapsed().as_nanos();
+        Ok(best)
+    }
+}
+
+trait CapOrder {
+    fn total_cmp_opt(&self, other: &Self) -> std::cmp::Ordering;
+}
+
+impl CapOrder for Option<f64> {
+    fn total_cmp_opt(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Some(a), Some(b)) => a.total_cmp(b),
+            (a, b) => a.is_some().cmp(&b.is_some()),
+        }
+    }
+}
+
+/// A policy that asks Place.
+pub struct PlacePolicy<P> {
+    name: String,
+    pub placer: P,
+}
+
+impl<P: Placer> PlacePolicy<P> {
+    pub fn new(name: &str, placer: P) -> Self {
+        Self {
+            name: name.into(),
+            placer,
+        }
+    }
+}
+
+impl<P: Placer> Policy for PlacePolicy<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        let request = PlaceRequest {
+            job: job.workload,
+            job_cap: job.cap,
+            gpus: gpus
+                .iter()
+                .map(|g| PlaceGpu {
+                    residents: g.residents.iter().map(|r| (r.workload, r.cap)).collect(),
+                })
+                .collect(),
+        };
+        match self.placer.place(&request) {
+            Ok(decision) => decision.map(|d| d.gpu),
+            Err(error) => {
+                // Every request names known workloads and valid fields; a refusal is a bug.
+                panic!("{error:#}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::sim::truth::Truth;
+    use coloc::model::{fit, ModelKind};
+
+    fn placer() -> (ServicePlacer, Vec<String>) {
+        let data = Path::new("../shared/data");
+        let truth = Truth::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .unwrap();
+        let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
+        let rows = crate::sim::pair_rows(&dataset).unwrap();
+        let (params, metrics) = fit(ModelKind::DEFAULT, &rows).unwrap();
+        let names = truth.workloads.iter().map(|w| w.name.clone()).collect();
+        (
+            ServicePlacer::new(&dataset, &truth.workloads, params, metrics).unwrap(),
+            names,
+        )
+    }
+
+    fn index(names: &[String], name: &str) -> u8 {
+        names.iter().position(|n| n == name).unwrap() as u8
+    }
+
+    fn request(job: u8, gpus: &[&[(u8, Option<f64>)]]) -> PlaceRequest {
+        PlaceRequest {
+            job,
+            job_cap: None,
+            gpus: gpus
+                .iter()
+                .map(|r| PlaceGpu {
+                    residents: r.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn place_prefers_an_empty_gpu_leaves_out_memory_overflow_and_keeps_resident_caps() {
+        let (mut p, names) = placer();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let vit_h = index(&names, "vit_h_14_batch8-train");
+
+        // Alone the job keeps all of its speed: gain 1 (normalized); beside a resident less.
+        let decision = p.place(&request(bert, &[&[(vit, None)], &[]])).unwrap();
+        assert_eq!(decision, Some(PlaceDecision { gpu: 1, gain: 1.0 }));
+
+        // Beside a light inference job the set gains; a resident whose cap is all of its
+        // speed cannot take anyone.
+        let shared = p.place(&request(bert, &[&[(vit, None)]])).unwrap();
+        assert!(shared.is_some_and(|d| d.gpu == 0 && d.gain > 0.0 && d.gain < 1.0));
+        assert_eq!(
+            p.place(&request(bert, &[&[(vit, Some(0.999))]])).unwrap(),
+            None
+        );
+
+        // 17.4 + 17.4 GB do not fit 32 GB.
+        assert_eq!(p.place(&request(vit_h, &[&[(vit_h, None)]])).unwrap(), None);
+        assert_eq!(p.calls, 4);
+    }
+
+    #[test]
+    fn gpus_with_the_same_residents_are_one_question_and_the_first_answers() {
+        let (mut p, names) = placer();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let resident = [(vit, None)];
+        let same: Vec<&[(u8, Option<f64>)]> = vec![&resident; 3];
+        let decision = p.place(&request(bert, &same)).unwrap().unwrap();
+        assert_eq!(decision.gpu, 0);
+    }
+}

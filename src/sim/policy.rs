@@ -1,0 +1,144 @@
+//! Placement policies, all under the same rules: the engine offers a queued job the GPUs it
+//! may go to (a GPU whose new set was measured, or would overflow memory: the engine
+//! never offers a set that fits but was never measured), and the policy picks one or lets
+//! the job wait.
+//!
+//! - `one-per-gpu`: today's default, a job gets an empty GPU or waits.
+//! - `fraction-pack`: what HAMi and KAI-Scheduler's binpack do: the fullest GPU whose
+//!   requested fractions (gpu_milli) still add up to at most one GPU; memory unchecked.
+//! - `smallest-memory`: the GPU whose residents use the least memory among those the job
+//!   fits (an empty one first), KACE's memcap rule made a placement.
+//! - `oracle`: knows the measured speeds: the GPU where the set's summed speed (Σ
+//!   colocated / exclusive) gains most with the job, every capped member at or above its
+//!   cap, memory fitting; waits when no gain is positive. A greedy upper bound: it knows
+//!   the truth of each step, not the future.
+//!
+//! The model policies go through Place (`place.rs`).
+
+use super::truth::{SetKey, Truth};
+
+/// A job asking for a GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct JobView {
+    pub workload: u8,
+    pub gpu_milli: u32,
+    pub cap: Option<f64>,
+}
+
+/// A job already on a GPU.
+pub type Resident = JobView;
+
+/// A GPU the job may go to.
+#[derive(Debug, Clone)]
+pub struct GpuView<'a> {
+    pub residents: &'a [Resident],
+    /// The residents' set.
+    pub set: SetKey,
+    pub gpu_milli_used: u32,
+    pub memory_gb_used: f64,
+    /// The set with the job fits GPU memory.
+    pub fits_memory: bool,
+}
+
+pub trait Policy {
+    fn name(&self) -> &str;
+    /// The position in `gpus` of the GPU for `job`, or `None` to keep it waiting.
+    fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize>;
+}
+
+pub struct OnePerGpu;
+
+impl Policy for OnePerGpu {
+    fn name(&self) -> &str {
+        "one-per-gpu"
+    }
+
+    fn choose(&mut self, _job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        gpus.iter().position(|g| g.residents.is_empty())
+    }
+}
+
+pub struct FractionPack;
+
+impl Policy for FractionPack {
+    fn name(&self) -> &str {
+        "fraction-pack"
+    }
+
+    fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        let mut best: Option<(usize, u32)> = None;
+        for (i, g) in gpus.iter().enumerate() {
+            if g.gpu_milli_used + job.gpu_milli > 1000 {
+                continue;
+            }
+            if best.is_none_or(|(_, used)| g.gpu_milli_used > used) {
+                best = Some((i, g.gpu_milli_used));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}
+
+pub struct SmallestMemory;
+
+impl Policy for SmallestMemory {
+    fn name(&self) -> &str {
+        "smallest-memory"
+    }
+
+    fn choose(&mut self, _job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, g) in gpus.iter().enumerate() {
+            if g.fits_memory && best.is_none_or(|(_, used)| g.memory_gb_used < used) {
+                best = Some((i, g.memory_gb_used));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}
+
+/// Σ speed of a set by the truth the engine runs it at (measured, or the bound).
+fn summed_speed(truth: &Truth, set: SetKey) -> Option<f64> {
+    let speeds = truth.speeds(set)?;
+    Some(set.members().iter().map(|&m| speeds.of(m)).sum())
+}
+
+pub struct Oracle<'t> {
+    pub truth: &'t Truth,
+}
+
+impl Policy for Oracle<'_> {
+    fn name(&self) -> &str {
+        "oracle"
+    }
+
+    fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, g) in gpus.iter().enumerate() {
+            if !g.fits_memory {
+                continue;
+            }
+            let with = g.set.with(job.workload);
+            let Some(speeds) = self.truth.measured(with) else {
+                continue;
+            };
+            let caps_hold = g
+                .residents
+                .iter()
+                .chain([job])
+                .all(|r| r.cap.is_none_or(|cap| speeds[&r.workload] >= cap));
+            if !caps_hold {
+                continue;
+            }
+            let after: f64 = with.members().iter().map(|m| speeds[m]).sum();
+            let Some(before) = summed_speed(self.truth, g.set) else {
+                continue;
+            };
+            let gain = after - before;
+            if gain > 0.0 && best.is_none_or(|(_, b)| gain > b) {
+                best = Some((i, gain));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}

@@ -1,0 +1,380 @@
+//! The simulation's only truth: the measured KACE colocations (pairs, 3-way and 4-way runs
+//! on one V100 32 GB under MPS) and each workload's exclusive throughput, turned into each
+//! member's speed (colocated / exclusive throughput) per measured set.
+//!
+//! No invented truth: a set that was measured runs at its measured speeds. A set that was
+//! never measured can only arise when departures shrink a measured one; its members then
+//! run at the conservative bound "at least as fast as in any measured superset" (the
+//! largest speed the member's workload had in a measured superset), and the engine counts
+//! the time spent there.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    sync::Mutex,
+};
+
+use anyhow::{bail, Context};
+
+use coloc::dataset::KaceDataset;
+
+/// GPU memory of the simulated GPUs (the V100 the truth was measured on).
+pub const GPU_MEMORY_GB: f64 = 32.0;
+
+/// Members a set key can hold (5 bits each in a u64).
+pub const MAX_SET: usize = 12;
+
+/// A colocated set as a multiset of workload indices (sorted, 5 bits per member, lowest
+/// first), usable as a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SetKey(u64);
+
+impl SetKey {
+    pub const EMPTY: SetKey = SetKey(0);
+
+    pub fn of(members: &[u8]) -> Self {
+        assert!(
+            members.len() <= MAX_SET,
+            "a set of {} members",
+            members.len()
+        );
+        let mut sorted = members.to_vec();
+        sorted.sort_unstable();
+        let mut key = 0u64;
+        for (i, m) in sorted.iter().enumerate() {
+            key |= (u64::from(*m) + 1) << (5 * i);
+        }
+        SetKey(key)
+    }
+
+    /// The members, sorted.
+    pub fn members(self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut k = self.0;
+        while k != 0 {
+            out.push((k & 31) as u8 - 1);
+            k >>= 5;
+        }
+        out
+    }
+
+    pub fn len(self) -> usize {
+        self.members().len()
+    }
+
+    pub fn with(self, member: u8) -> Self {
+        let mut m = self.members();
+        m.push(member);
+        Self::of(&m)
+    }
+
+    fn counts(self) -> [u8; 32] {
+        let mut c = [0u8; 32];
+        for m in self.members() {
+            c[m as usize] += 1;
+        }
+        c
+    }
+
+    /// True when `self` holds every member of `other` (as multisets).
+    pub fn contains(self, other: SetKey) -> bool {
+        let (a, b) = (self.counts(), other.counts());
+        a.iter().zip(&b).all(|(x, y)| x >= y)
+    }
+}
+
+/// One workload the simulation may assign.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub name: String,
+    pub exclusive_throughput: f64,
+    pub memory_gb: f64,
+    pub inference: bool,
+    pub batch_size: u32,
+}
+
+/// Member speeds of a set, and whether they come from the conservative bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetSpeeds {
+    /// Speed (colocated / exclusive throughput) per distinct workload of the set, by
+    /// workload index.
+    pub by_workload: BTreeMap<u8, f64>,
+    pub bound: bool,
+}
+
+impl SetSpeeds {
+    pub fn of(&self, workload: u8) -> f64 {
+        self.by_workload[&workload]
+    }
+}
+
+#[derive(Debug)]
+pub struct Truth {
+    pub workloads: Vec<Workload>,
+    /// Measured sets of two or more: each distinct member's speed (members of the same
+    /// workload in one set averaged).
+    measured: HashMap<SetKey, BTreeMap<u8, f64>>,
+    pub gpu_memory_gb: f64,
+    /// Bounds already worked out (each is a scan over every measured set).
+    bounds: Mutex<HashMap<SetKey, Option<BTreeMap<u8, f64>>>>,
+}
+
+/// What the truth says a placement would make of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The new set was measured (or is a job alone).
+    Measured,
+    /// The new set needs more memory than the GPU has: the job would fail (out of memory).
+    OverMemory,
+    /// The new set fits but was never measured: no policy may create it.
+    Unmeasured,
+}
+
+impl Truth {
+    /// Builds the truth from explicit measurements (hand-made tests use this): `runs` are
+    /// (members by workload index, each member's colocated throughput in the same order).
+    pub fn new(workloads: Vec<Workload>, runs: &[(Vec<u8>, Vec<f64>)]) -> anyhow::Result<Self> {
+        let mut sums: HashMap<SetKey, BTreeMap<u8, (f64, u32)>> = HashMap::new();
+        for (members, throughputs) in runs {
+            if members.len() < 2 || members.len() != throughputs.len() {
+                bail!("a measured run needs two or more members, each with a throughput");
+            }
+            let entry = sums.entry(SetKey::of(members)).or_default();
+            for (&m, &t) in members.iter().zip(throughputs) {
+                let w = workloads
+                    .get(m as usize)
+                    .with_context(|| format!("no workload {m}"))?;
+                let e = entry.entry(m).or_insert((0.0, 0));
+                e.0 += t / w.exclusive_throughput;
+                e.1 += 1;
+            }
+        }
+        let measured = sums
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k,
+                    v.into_iter()
+                        .map(|(m, (s, n))| (m, s / f64::from(n)))
+                        .collect(),
+                )
+            })
+            .collect();
+        Ok(Self {
+            workloads,
+            measured,
+            gpu_memory_gb: GPU_MEMORY_GB,
+            bounds: Mutex::default(),
+        })
+    }
+
+    /// Reads the KACE measurements: the workloads are the ones that appear in the 3-way or
+    /// 4-way runs (their pairs, 3-sets and 4-sets were all measured on the same testbed);
+    /// pairs of other workloads are left out.
+    pub fn read(kace_v100: &Path, three_way: &Path, four_way: &Path) -> anyhow::Result<Self> {
+        let dataset = KaceDataset::read(kace_v100)
+            .with_context(|| format!("cannot read {}", kace_v100.display()))?;
+        let mut runs_by_name: Vec<(Vec<String>, Vec<f64>)> = Vec::new();
+        for (path, n) in [(three_way, 3), (four_way, 4)] {
+            let mut reader = csv::Reader::from_path(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let headers = reader.headers()?.clone();
+            let col = |name: &str| {
+                headers
+                    .iter()
+                    .position(|h| h == name)
+                    .with_context(|| format!("{} has no column {name}", path.display()))
+            };
+            let names: Vec<usize> = (1..=n)
+                .map(|i| col(&format!("workload{i}")))
+                .collect::<anyhow::Result<_>>()?;
+            let tputs: Vec<usize> = (1..=n)
+                .map(|i| col(&format!("w{i}throughput")))
+                .collect::<anyhow::Result<_>>()?;
+            for record in reader.records() {
+                let record = record?;
+                let members = names.iter().map(|&c| record[c].to_string()).collect();
+                let throughputs = tputs
+                    .iter()
+                    .map(|&c| record[c].parse::<f64>().context("a throughput"))
+                    .collect::<anyhow::Result<_>>()?;
+                runs_by_name.push((members, throughputs));
+            }
+        }
+        let pool: std::collections::BTreeSet<String> =
+            runs_by_name.iter().flat_map(|r| r.0.clone()).collect();
+        for pair in &dataset.pairs {
+            if pool.contains(&pair.workload1) && pool.contains(&pair.workload2) {
+                runs_by_name.push((
+                    vec![pair.workload1.clone(), pair.workload2.clone()],
+                    vec![pair.throughput1, pair.throughput2],
+                ));
+            }
+        }
+        let mut workloads = Vec::new();
+        for name in &pool {
+            let w = dataset
+                .workloads
+                .iter()
+                .find(|w| w.name.as_str() == name)
+                .with_context(|| format!("{name} has no profile in {}", kace_v100.display()))?;
+            workloads.push(Workload {
+                name: name.clone(),
+                exclusive_throughput: w.system.exclusive_throughput,
+                memory_gb: w.system.memory_gb,
+                inference: matches!(w.mode, coloc::domain::WorkloadMode::Inference),
+                batch_size: w.batch_size,
+            });
+        }
+        let index: HashMap<&str, u8> = workloads
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.name.as_str(), i as u8))
+            .collect();
+        let runs: Vec<(Vec<u8>, Vec<f64>)> = runs_by_name
+            .iter()
+            .map(|(names, t)| (names.iter().map(|n| index[n.as_str()]).collect(), t.clone()))
+            .collect();
+        Self::new(workloads, &runs)
+    }
+
+    pub fn measured_sets(&self) -> usize {
+        self.measured.len()
+    }
+
+    pub fn memory_gb(&self, set: SetKey) -> f64 {
+        set.members()
+            .iter()
+            .map(|&m| self.workloads[m as usize].memory_gb)
+            .sum()
+    }
+
+    pub fn is_measured(&self, set: SetKey) -> bool {
+        set.len() <= 1 || self.measured.contains_key(&set)
+    }
+
+    /// Whether a placement that makes `set` is allowed, and what it does.
+    pub fn admission(&self, set: SetKey) -> Admission {
+        if self.memory_gb(set) > self.gpu_memory_gb {
+            Admission::OverMemory
+        } else if self.is_measured(set) {
+            Admission::Measured
+        } else {
+            Admission::Unmeasured
+        }
+    }
+
+    /// The measured speeds of a measured set (a job alone runs at 1).
+    pub fn measured(&self, set: SetKey) -> Option<BTreeMap<u8, f64>> {
+        match set.members().as_slice() {
+            [] => Some(BTreeMap::new()),
+            [only] => Some(BTreeMap::from([(*only, 1.0)])),
+            _ => self.measured.get(&set).cloned(),
+        }
+    }
+
+    /// Speeds of any set that fits memory: measured, or the conservative bound (each
+    /// member at the largest speed its workload had in a measured superset). `None` when
+    /// neither exists (a set no departure from a measured set can leave).
+    pub fn speeds(&self, set: SetKey) -> Option<SetSpeeds> {
+        if let Some(by_workload) = self.measured(set) {
+            return Some(SetSpeeds {
+                by_workload,
+                bound: false,
+            });
+        }
+        let bound = self
+            .bounds
+            .lock()
+            .expect("the bound cache is never poisoned")
+            .entry(set)
+            .or_insert_with(|| self.bound(set))
+            .clone()?;
+        Some(SetSpeeds {
+            by_workload: bound,
+            bound: true,
+        })
+    }
+
+    fn bound(&self, set: SetKey) -> Option<BTreeMap<u8, f64>> {
+        let mut best: BTreeMap<u8, f64> = BTreeMap::new();
+        for (superset, speeds) in &self.measured {
+            if superset.contains(set) {
+                for (w, s) in speeds {
+                    if set.members().contains(w) {
+                        let e = best.entry(*w).or_insert(0.0);
+                        *e = e.max(*s);
+                    }
+                }
+            }
+        }
+        (!best.is_empty()).then_some(best)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn workload(name: &str, memory_gb: f64) -> Workload {
+        Workload {
+            name: name.into(),
+            exclusive_throughput: 10.0,
+            memory_gb,
+            inference: true,
+            batch_size: 2,
+        }
+    }
+
+    #[test]
+    fn set_keys_are_multisets() {
+        assert_eq!(SetKey::of(&[2, 0, 2]), SetKey::of(&[0, 2, 2]));
+        assert_eq!(SetKey::of(&[2, 0, 2]).members(), vec![0, 2, 2]);
+        assert!(SetKey::of(&[0, 2, 2]).contains(SetKey::of(&[2, 2])));
+        assert!(!SetKey::of(&[0, 2]).contains(SetKey::of(&[2, 2])));
+        assert_eq!(SetKey::EMPTY.with(3), SetKey::of(&[3]));
+    }
+
+    #[test]
+    fn an_unmeasured_set_runs_at_the_best_speed_of_a_measured_superset() {
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0), workload("c", 1.0)],
+            &[
+                (vec![0, 1, 2], vec![3.0, 4.0, 5.0]),
+                (vec![0, 1, 1, 2], vec![2.0, 6.0, 2.0, 1.0]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(truth.admission(SetKey::of(&[0, 1])), Admission::Unmeasured);
+        let speeds = truth.speeds(SetKey::of(&[0, 1])).unwrap();
+        assert!(speeds.bound);
+        // a: max(0.3, 0.2); b: max(0.4, mean(0.6, 0.2) = 0.4).
+        assert_eq!(speeds.of(0), 0.3);
+        assert_eq!(speeds.of(1), 0.4);
+        assert!(truth.speeds(SetKey::of(&[0, 0])).is_none());
+        let measured = truth.speeds(SetKey::of(&[2, 1, 0])).unwrap();
+        assert!(!measured.bound);
+        assert_eq!(measured.of(2), 0.5);
+    }
+
+    #[test]
+    fn a_set_over_gpu_memory_is_an_out_of_memory_placement() {
+        let truth = Truth::new(vec![workload("big", 20.0)], &[]).unwrap();
+        assert_eq!(truth.admission(SetKey::of(&[0])), Admission::Measured);
+        assert_eq!(truth.admission(SetKey::of(&[0, 0])), Admission::OverMemory);
+    }
+
+    #[test]
+    fn the_kace_truth_holds_the_fourteen_workloads_and_every_measured_set() {
+        let data = Path::new("../shared/data");
+        let truth = Truth::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .unwrap();
+        assert_eq!(truth.workloads.len(), 14);
+        // 91 measured pairs among them, 400 3-sets, 1 107 4-sets, none repeated.
+        assert_eq!(truth.measured_sets(), 91 + 400 + 1107);
+    }
+}
