@@ -6,6 +6,7 @@ mod helpers;
 mod backup;
 mod cli;
 mod eval;
+mod extender;
 mod grpcurl;
 mod health;
 mod kace;
