@@ -10,6 +10,7 @@ mod extender;
 mod grpcurl;
 mod health;
 mod kace;
+mod kubernetes_watch;
 mod lifecycle;
 mod logging;
 mod ncu;
