@@ -344,6 +344,46 @@ pub fn scores(gains: &[Option<f64>]) -> Vec<i64> {
 mod tests {
     use super::*;
 
+    /// A coloc that fails every placement (the store or the model broken).
+    struct Failing;
+
+    impl Placer for Failing {
+        fn place<'a>(&'a self, _: &'a PlacementAsk) -> PlaceFuture<'a> {
+            Box::pin(async { Err(PlacementError::Unavailable("the model cannot be read".into())) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_coloc_passes_every_node_with_neutral_scores() {
+        let cluster = Arc::new(ClusterView::new());
+        for node in ["a", "b"] {
+            cluster.set_node(
+                node,
+                Some(NodeGpus {
+                    count: 2,
+                    gpu_model: None,
+                    memory_gb: None,
+                }),
+            );
+        }
+        let extender = Extender::new(Arc::new(Failing), cluster);
+        let args: ExtenderArgs = serde_json::from_value(serde_json::json!({
+            "Pod": {"metadata": {"name": "p", "annotations": {"coloc.io/workload": "w"}}},
+            "Nodes": null,
+            "NodeNames": ["a", "b"],
+        }))
+        .unwrap();
+        let filtered = extender.filter(args.clone()).await;
+        assert_eq!(filtered.node_names, Some(vec!["a".into(), "b".into()]));
+        assert!(filtered.failed_nodes.is_empty() && filtered.error.is_empty());
+        let scores = extender.prioritize(args).await;
+        assert_eq!(
+            scores.iter().map(|p| p.score).collect::<Vec<_>>(),
+            [0, 0],
+            "{scores:?}"
+        );
+    }
+
     #[test]
     fn scores_are_monotone_in_the_gain_and_span_one_to_ten() {
         let gains = [Some(3.0), None, Some(-1.0), Some(7.0), Some(5.0)];
