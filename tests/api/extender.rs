@@ -36,21 +36,35 @@ fn pod(annotations: Value) -> Value {
 /// POSTs `body` over a fresh HTTP/1.1 connection; the status and the body as JSON (or
 /// as a string when it is not JSON).
 async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    post_on(stream, addr, path, body, headers).await.unwrap()
+}
+
+/// [`post`] over an open stream (plain or TLS); `Err` when the connection fails.
+async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    headers: &str,
+) -> std::io::Result<(u16, Value)> {
     let body = serde_json::to_vec(body).unwrap();
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(&body).await?;
+    stream.flush().await?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
+    stream.read_to_end(&mut response).await?;
     let text = String::from_utf8(response).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Err(std::io::Error::other(format!("no HTTP answer: {text:?}")));
+    };
     let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
     let body = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
-    (status, body)
+    Ok((status, body))
 }
 
 fn gpus(count: u32, model: &str) -> Option<NodeGpus> {
@@ -344,4 +358,73 @@ async fn with_require_token_the_extender_asks_for_a_reader_token() {
         post(addr, "/coloc/filter", &args, "Authorization: Bearer reader-token-0123456789\r\n").await;
     assert_eq!(status, 200);
     assert_eq!(body["NodeNames"], json!(["a"]));
+}
+
+#[tokio::test]
+async fn over_https_the_extender_asks_kube_scheduler_for_a_client_certificate() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio_rustls::rustls::{self, pki_types::ServerName};
+
+    let dir = std::sync::Arc::new(tempfile::TempDir::new().unwrap());
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        (cert, key)
+    };
+    let (server_cert, server_key) = leaf("localhost");
+    let (client_cert, client_key) = leaf("coloc-scheduler");
+    let write = |name: &str, pem: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.display().to_string()
+    };
+    let config = format!(
+        "{EXTENDER_ON}tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_client_ca_file = \"{}\"\n",
+        write("server.pem", server_cert.pem()),
+        write("server.key", server_key.serialize_pem()),
+        write("ca.pem", ca.pem()),
+    );
+    let app = crate::helpers::spawn_app_with_config(dir.clone(), &config).await;
+    let addr = app.extender_addr.unwrap();
+
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let with_certificate = builder
+        .clone()
+        .with_client_auth_cert(
+            vec![client_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(client_key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let without_certificate = builder.with_no_client_auth();
+    let args = json!({"Pod": pod(json!({})), "Nodes": null, "NodeNames": ["a"]});
+    let call = |config: rustls::ClientConfig| {
+        let args = args.clone();
+        async move {
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("localhost").unwrap();
+            match connector.connect(name, tcp).await {
+                Ok(tls) => post_on(tls, addr, "/coloc/filter", &args, "").await,
+                Err(error) => Err(error),
+            }
+        }
+    };
+    let (status, body) = call(with_certificate).await.unwrap();
+    assert_eq!((status, &body["NodeNames"]), (200, &json!(["a"])));
+    assert!(
+        call(without_certificate).await.is_err(),
+        "a caller without a client certificate is refused"
+    );
 }
