@@ -43,7 +43,10 @@ fn runtime() -> tokio::runtime::Runtime {
 async fn advisor(dir: &Path) -> Arc<Advisor> {
     let settings = Settings::load(SettingsSources {
         environment: Some(Default::default()),
-        overrides: vec![("database.url", format!("sqlite://{}/bench.db", dir.display()))],
+        overrides: vec![(
+            "database.url",
+            format!("sqlite://{}/bench.db", dir.display()),
+        )],
         ..Default::default()
     })
     .unwrap();
@@ -55,7 +58,9 @@ async fn advisor(dir: &Path) -> Arc<Advisor> {
     );
     let kace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-v100");
     let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
-    import_kace(&advisor, &kace, &gpu, KACE_GPU_MEMORY_GB).await.unwrap();
+    import_kace(&advisor, &kace, &gpu, KACE_GPU_MEMORY_GB)
+        .await
+        .unwrap();
     advisor
 }
 
@@ -109,7 +114,11 @@ fn extender(c: &mut Criterion) {
     let advisor = rt.block_on(advisor(dir.path()));
     let mut workloads: Vec<String> = rt
         .block_on(advisor.list(1000, "", None))
-        .map(|(page, _)| page.into_iter().map(|w| w.name.as_str().to_string()).collect())
+        .map(|(page, _)| {
+            page.into_iter()
+                .map(|w| w.name.as_str().to_string())
+                .collect()
+        })
         .unwrap();
     workloads.sort();
     let job = workloads[workloads.len() / 2].clone();

@@ -566,8 +566,7 @@ impl Settings {
         if extender.tls_cert_file.is_none() != extender.tls_key_file.is_none() {
             return Err(SettingsError::Invalid {
                 key: "extender.tls_cert_file",
-                message: "HTTPS needs both extender.tls_cert_file and extender.tls_key_file"
-                    .into(),
+                message: "HTTPS needs both extender.tls_cert_file and extender.tls_key_file".into(),
             });
         }
         if extender.tls_client_ca_file.is_some() && extender.tls_cert_file.is_none() {
@@ -976,7 +975,10 @@ mod tests {
             ..Default::default()
         })
         .unwrap_err();
-        assert!(error.to_string().contains("extender.require_token"), "{error}");
+        assert!(
+            error.to_string().contains("extender.require_token"),
+            "{error}"
+        );
         let loopback = Settings::load(SettingsSources {
             environment: env(&[
                 ("COLOC__EXTENDER__LISTEN", "127.0.0.1:50053"),

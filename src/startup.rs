@@ -148,7 +148,8 @@ impl App {
                 "extender.watch_cluster is on but no Kubernetes credentials were found \
                  (in-cluster service account or kubeconfig)",
             )?;
-            let namespace = Some(settings.extender.watch_namespace.clone()).filter(|n| !n.is_empty());
+            let namespace =
+                Some(settings.extender.watch_namespace.clone()).filter(|n| !n.is_empty());
             Some(ClusterWatcher::new(client, namespace, cluster.clone()))
         } else {
             None
@@ -370,7 +371,10 @@ fn extender_options(settings: &Settings, tokens: Option<&Tokens>) -> anyhow::Res
     let extender = &settings.extender;
     let read = |key_name: &str, path: &std::path::Path| {
         std::fs::read(path).with_context(|| {
-            format!("setting {key_name} is invalid: cannot read {}", path.display())
+            format!(
+                "setting {key_name} is invalid: cannot read {}",
+                path.display()
+            )
         })
     };
     let tls = match (&extender.tls_cert_file, &extender.tls_key_file) {

@@ -25,8 +25,8 @@ use super::{
     node::{node_gpus, NodeGpus},
     pod::{pod_ask, PodAsk},
     wire::{
-        ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList,
-        MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY,
+        ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY,
+        MIN_EXTENDER_PRIORITY,
     },
 };
 
@@ -82,8 +82,12 @@ pub trait Placer: Send + Sync + 'static {
 enum Verdict {
     /// Coloc cannot judge the node: it passes, score 0.
     Neutral,
-    Fits { best_gain: f64 },
-    DoesNotFit { reason: String },
+    Fits {
+        best_gain: f64,
+    },
+    DoesNotFit {
+        reason: String,
+    },
 }
 
 /// Answers kube-scheduler's filter and prioritize calls.
@@ -349,7 +353,11 @@ mod tests {
 
     impl Placer for Failing {
         fn place<'a>(&'a self, _: &'a PlacementAsk) -> PlaceFuture<'a> {
-            Box::pin(async { Err(PlacementError::Unavailable("the model cannot be read".into())) })
+            Box::pin(async {
+                Err(PlacementError::Unavailable(
+                    "the model cannot be read".into(),
+                ))
+            })
         }
     }
 

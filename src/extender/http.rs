@@ -56,7 +56,7 @@ pub fn router(extender: Arc<Extender>, options: &ServeOptions) -> Router {
         .with_state(state)
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     let Some(tokens) = &state.tokens else {
         return Ok(());
     };
@@ -72,7 +72,7 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
             } else {
                 StatusCode::UNAUTHORIZED
             };
-            (code, format!("{}\n", status.message())).into_response()
+            (code, format!("{}\n", status.message()))
         })
 }
 
@@ -87,7 +87,7 @@ async fn filter(
     args: Result<Json<ExtenderArgs>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
-        return denied;
+        return denied.into_response();
     }
     let Json(args) = match args {
         Ok(args) => args,
@@ -114,7 +114,7 @@ async fn prioritize(
     args: Result<Json<ExtenderArgs>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
-        return denied;
+        return denied.into_response();
     }
     let Json(args) = match args {
         Ok(args) => args,
@@ -139,8 +139,12 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     match listener.local_addr() {
-        Ok(address) => tracing::info!(%address, tls = options.tls.is_some(), "serving the scheduler extender"),
-        Err(error) => tracing::info!(%error, "serving the scheduler extender on an address it cannot name"),
+        Ok(address) => {
+            tracing::info!(%address, tls = options.tls.is_some(), "serving the scheduler extender")
+        }
+        Err(error) => {
+            tracing::info!(%error, "serving the scheduler extender on an address it cannot name")
+        }
     }
     let router = router(extender, &options);
     let mut connections = tokio::task::JoinSet::new();
@@ -160,9 +164,8 @@ pub async fn serve(
         let tls = options.tls.clone();
         let stop = shutdown.clone();
         connections.spawn(async move {
-            let service = service_fn(move |request: http::Request<Incoming>| {
-                router.clone().oneshot(request)
-            });
+            let service =
+                service_fn(move |request: http::Request<Incoming>| router.clone().oneshot(request));
             let served = match tls {
                 None => serve_connection(TokioIo::new(stream), service, stop).await,
                 Some(acceptor) => match acceptor.accept(stream).await {
@@ -236,10 +239,12 @@ pub fn tls_acceptor(
                     .add(cert.context("the client CA file holds an invalid PEM certificate")?)
                     .context("the client CA file holds an unusable certificate")?;
             }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .context("cannot verify client certificates with that CA")?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .context("cannot verify client certificates with that CA")?;
             builder.with_client_cert_verifier(verifier)
         }
     };

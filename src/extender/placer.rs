@@ -117,7 +117,8 @@ impl AdvisorPlacer {
                 ),
             });
         }
-        if let (Some(fraction), Some(kept)) = (ask.min_job_fraction, job_member.predicted_slowdown())
+        if let (Some(fraction), Some(kept)) =
+            (ask.min_job_fraction, job_member.predicted_slowdown())
         {
             if kept < fraction {
                 return Ok(SlotOutcome::DoesNotFit {

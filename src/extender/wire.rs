@@ -24,7 +24,12 @@ pub struct ExtenderArgs {
     pub pod: Option<Pod>,
     #[serde(rename = "Nodes", alias = "nodes", default)]
     pub nodes: Option<List<Node>>,
-    #[serde(rename = "NodeNames", alias = "nodenames", alias = "nodeNames", default)]
+    #[serde(
+        rename = "NodeNames",
+        alias = "nodenames",
+        alias = "nodeNames",
+        default
+    )]
     pub node_names: Option<Vec<String>>,
 }
 

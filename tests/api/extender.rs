@@ -104,7 +104,8 @@ fn seed_cluster(app: &TestApp) -> BTreeMap<&'static str, Vec<Vec<&'static str>>>
             }
         }
     }
-    app.cluster.set_node("other-model", gpus(1, "Some-Other-GPU"));
+    app.cluster
+        .set_node("other-model", gpus(1, "Some-Other-GPU"));
     layout
         .into_iter()
         .map(|(node, (count, mut occupied))| {
@@ -138,7 +139,9 @@ async fn expected(app: &mut TestApp, residents: &[&str]) -> (f64, bool, f64) {
     if residents.is_empty() {
         return (job.exclusive_throughput, true, 1.0);
     }
-    let kept = job.predicted_throughput.expect("the default model predicts each member")
+    let kept = job
+        .predicted_throughput
+        .expect("the default model predicts each member")
         / job.exclusive_throughput;
     let before = match residents.len() {
         1 => after.members[0].exclusive_throughput,
@@ -151,7 +154,11 @@ async fn expected(app: &mut TestApp, residents: &[&str]) -> (f64, bool, f64) {
                 .predicted_throughput_sum
         }
     };
-    (after.predicted_throughput_sum - before, after.fits_memory, kept)
+    (
+        after.predicted_throughput_sum - before,
+        after.fits_memory,
+        kept,
+    )
 }
 
 fn names(nodes: &[&str]) -> Value {
@@ -163,7 +170,15 @@ async fn prioritize_scores_each_node_by_its_best_gpus_gain_monotonically_from_on
     let (mut app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
     let addr = app.extender_addr.expect("extender on");
     let layout = seed_cluster(&app);
-    let candidates = ["empty", "one-busy", "two-busy", "mixed", "no-memory", "other-model", "unknown"];
+    let candidates = [
+        "empty",
+        "one-busy",
+        "two-busy",
+        "mixed",
+        "no-memory",
+        "other-model",
+        "unknown",
+    ];
     let args = json!({
         "Pod": pod(json!({"coloc.io/workload": JOB})),
         "Nodes": null,
@@ -175,7 +190,12 @@ async fn prioritize_scores_each_node_by_its_best_gpus_gain_monotonically_from_on
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["Host"].as_str().unwrap().to_string(), p["Score"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["Host"].as_str().unwrap().to_string(),
+                p["Score"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(scores.len(), candidates.len(), "{body}");
     // The best GPU of each node that fits, by Predict.
@@ -189,10 +209,19 @@ async fn prioritize_scores_each_node_by_its_best_gpus_gain_monotonically_from_on
             }
         }
     }
-    assert!(!best.contains_key("no-memory"), "17 GB + the job never fits 16 GB");
+    assert!(
+        !best.contains_key("no-memory"),
+        "17 GB + the job never fits 16 GB"
+    );
     assert_eq!(scores["no-memory"], 0);
-    assert_eq!(scores["other-model"], 0, "no model for that GPU model: neutral");
-    assert_eq!(scores["unknown"], 0, "a node coloc knows nothing of: neutral");
+    assert_eq!(
+        scores["other-model"], 0,
+        "no model for that GPU model: neutral"
+    );
+    assert_eq!(
+        scores["unknown"], 0,
+        "a node coloc knows nothing of: neutral"
+    );
     let top = best.values().cloned().fold(f64::NEG_INFINITY, f64::max);
     let bottom = best.values().cloned().fold(f64::INFINITY, f64::min);
     for (node, gain) in &best {
@@ -206,12 +235,17 @@ async fn prioritize_scores_each_node_by_its_best_gpus_gain_monotonically_from_on
         }
         for (other, other_gain) in &best {
             if gain > other_gain {
-                assert!(score >= scores[*other], "{node} ({gain}) vs {other} ({other_gain}): {scores:?}");
+                assert!(
+                    score >= scores[*other],
+                    "{node} ({gain}) vs {other} ({other_gain}): {scores:?}"
+                );
             }
         }
     }
     assert_eq!(
-        best.iter().max_by(|a, b| a.1.total_cmp(b.1)).map(|(n, _)| *n),
+        best.iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(n, _)| *n),
         Some("empty"),
         "an empty GPU keeps the job's whole throughput: {best:?}"
     );
@@ -223,7 +257,15 @@ async fn filter_drops_nodes_whose_every_gpu_breaks_the_jobs_floor_or_memory_with
     let addr = app.extender_addr.unwrap();
     let layout = seed_cluster(&app);
     let floor = 0.9;
-    let candidates = ["empty", "one-busy", "two-busy", "mixed", "no-memory", "other-model", "unknown"];
+    let candidates = [
+        "empty",
+        "one-busy",
+        "two-busy",
+        "mixed",
+        "no-memory",
+        "other-model",
+        "unknown",
+    ];
     let args = json!({
         "Pod": pod(json!({"coloc.io/workload": JOB, "coloc.io/min-job-fraction": floor.to_string()})),
         "Nodes": null,
@@ -250,8 +292,13 @@ async fn filter_drops_nodes_whose_every_gpu_breaks_the_jobs_floor_or_memory_with
         assert_eq!(failed.contains_key(*node), !any_fits, "{node}: {body}");
     }
     let reason = failed["no-memory"].as_str().unwrap();
-    assert!(reason.starts_with("coloc: no GPU on this node fits") && reason.contains("GB"), "{reason}");
-    assert!(passed.contains(&"empty") && passed.contains(&"other-model") && passed.contains(&"unknown"));
+    assert!(
+        reason.starts_with("coloc: no GPU on this node fits") && reason.contains("GB"),
+        "{reason}"
+    );
+    assert!(
+        passed.contains(&"empty") && passed.contains(&"other-model") && passed.contains(&"unknown")
+    );
     assert_eq!(passed.len() + failed.len(), candidates.len());
     assert_eq!(body["FailedAndUnresolvableNodes"], json!({}));
 }
@@ -268,11 +315,24 @@ async fn the_nodes_form_reads_gpus_from_the_node_objects_and_returns_the_passing
     full["metadata"]["labels"]["nvidia.com/gpu.count"] = json!("1");
     let mut cpu = free.clone();
     cpu["metadata"]["name"] = json!("cpu-node-1");
-    for key in ["nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/gpu.replicas"] {
-        cpu["metadata"]["labels"].as_object_mut().unwrap().remove(key);
+    for key in [
+        "nvidia.com/gpu.count",
+        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.replicas",
+    ] {
+        cpu["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove(key);
     }
-    cpu["status"]["capacity"].as_object_mut().unwrap().remove("nvidia.com/gpu");
-    cpu["status"]["allocatable"].as_object_mut().unwrap().remove("nvidia.com/gpu");
+    cpu["status"]["capacity"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nvidia.com/gpu");
+    cpu["status"]["allocatable"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nvidia.com/gpu");
     for (i, workload) in ["w05", "w05", "w04"].iter().enumerate() {
         app.cluster.set_pod(
             &format!("resident-{i}"),
@@ -292,11 +352,17 @@ async fn the_nodes_form_reads_gpus_from_the_node_objects_and_returns_the_passing
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["NodeNames"], Value::Null);
     let items = body["Nodes"]["items"].as_array().unwrap();
-    let passed: Vec<&str> = items.iter().map(|n| n["metadata"]["name"].as_str().unwrap()).collect();
+    let passed: Vec<&str> = items
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(passed, ["gpu-node-1", "cpu-node-1"], "{body}");
     // The nodes come back whole, as kube-scheduler sent them.
     assert_eq!(items[0]["status"]["nodeInfo"]["kubeletVersion"], "v1.33.4");
-    assert!(body["FailedNodes"]["gpu-node-2"].as_str().unwrap().contains("GB"));
+    assert!(body["FailedNodes"]["gpu-node-2"]
+        .as_str()
+        .unwrap()
+        .contains("GB"));
 
     let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
     assert_eq!(status, 200);
@@ -315,22 +381,47 @@ async fn pods_coloc_knows_nothing_about_and_coloc_failures_leave_scheduling_unha
     let (app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
     let addr = app.extender_addr.unwrap();
     seed_cluster(&app);
-    let candidates = ["empty", "one-busy", "two-busy", "mixed", "no-memory", "unknown"];
+    let candidates = [
+        "empty",
+        "one-busy",
+        "two-busy",
+        "mixed",
+        "no-memory",
+        "unknown",
+    ];
     let cases = [
-        ("no annotation", json!({"kubectl.kubernetes.io/restartedAt": "2026-11-23T17:40:11Z"})),
-        ("unknown workload", json!({"coloc.io/workload": "never-registered"})),
-        ("malformed floor", json!({"coloc.io/workload": JOB, "coloc.io/min-job-fraction": "most"})),
+        (
+            "no annotation",
+            json!({"kubectl.kubernetes.io/restartedAt": "2026-11-23T17:40:11Z"}),
+        ),
+        (
+            "unknown workload",
+            json!({"coloc.io/workload": "never-registered"}),
+        ),
+        (
+            "malformed floor",
+            json!({"coloc.io/workload": JOB, "coloc.io/min-job-fraction": "most"}),
+        ),
     ];
     for (case, annotations) in cases {
         let args = json!({"Pod": pod(annotations), "Nodes": null, "NodeNames": names(&candidates)});
         let (status, body) = post(addr, "/coloc/filter", &args, "").await;
         assert_eq!(status, 200, "{case}: {body}");
-        assert_eq!(body["NodeNames"], names(&candidates), "{case}: every node passes");
+        assert_eq!(
+            body["NodeNames"],
+            names(&candidates),
+            "{case}: every node passes"
+        );
         assert_eq!(body["FailedNodes"], json!({}), "{case}");
         assert_eq!(body["Error"], "", "{case}");
         let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
         assert_eq!(status, 200, "{case}");
-        let scores: Vec<i64> = body.as_array().unwrap().iter().map(|p| p["Score"].as_i64().unwrap()).collect();
+        let scores: Vec<i64> = body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["Score"].as_i64().unwrap())
+            .collect();
         assert_eq!(scores, vec![0; candidates.len()], "{case}: neutral scores");
     }
     // Not the extender's JSON at all: refused, and kube-scheduler (ignorable) goes on.
@@ -352,10 +443,21 @@ async fn with_require_token_the_extender_asks_for_a_reader_token() {
     let args = json!({"Pod": pod(json!({})), "Nodes": null, "NodeNames": ["a"]});
     let (status, _) = post(addr, "/coloc/filter", &args, "").await;
     assert_eq!(status, 401);
-    let (status, _) = post(addr, "/coloc/filter", &args, "Authorization: Bearer wrong-token-0123456789\r\n").await;
+    let (status, _) = post(
+        addr,
+        "/coloc/filter",
+        &args,
+        "Authorization: Bearer wrong-token-0123456789\r\n",
+    )
+    .await;
     assert_eq!(status, 401);
-    let (status, body) =
-        post(addr, "/coloc/filter", &args, "Authorization: Bearer reader-token-0123456789\r\n").await;
+    let (status, body) = post(
+        addr,
+        "/coloc/filter",
+        &args,
+        "Authorization: Bearer reader-token-0123456789\r\n",
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(body["NodeNames"], json!(["a"]));
 }

@@ -20,7 +20,13 @@ fn fixture(name: &str) -> Value {
 }
 
 /// The recorded pod, renamed, with its workload, phase, node and GPU annotations.
-fn pod(name: &str, workload: Option<&str>, phase: &str, node: Option<&str>, gpu: Option<(&str, &str)>) -> Value {
+fn pod(
+    name: &str,
+    workload: Option<&str>,
+    phase: &str,
+    node: Option<&str>,
+    gpu: Option<(&str, &str)>,
+) -> Value {
     let mut pod = fixture("pod-pending.json");
     pod["metadata"]["name"] = json!(name);
     pod["metadata"]["uid"] = json!(format!("uid-{name}"));
@@ -72,7 +78,8 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
     let client = kube::Client::new(service, "default");
     let cluster = Arc::new(ClusterView::new());
     let stop = CancellationToken::new();
-    let watcher = tokio::spawn(ClusterWatcher::new(client, None, cluster.clone()).run(stop.clone()));
+    let watcher =
+        tokio::spawn(ClusterWatcher::new(client, None, cluster.clone()).run(stop.clone()));
     let mut handle = pin!(handle);
     // Watches the test never answers (kept open, as a quiet API server would).
     let mut quiet = Vec::new();
@@ -99,23 +106,59 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
                 let items = match pod_lists {
                     // A running resident on gpu-node-1, one not yet bound, one coloc ignores.
                     1 => vec![
-                        pod("a", Some("w01"), "Running", Some("gpu-node-1"), Some(("coloc.io/gpu", "gpu-0"))),
+                        pod(
+                            "a",
+                            Some("w01"),
+                            "Running",
+                            Some("gpu-node-1"),
+                            Some(("coloc.io/gpu", "gpu-0")),
+                        ),
                         pod("b", Some("w02"), "Pending", None, None),
-                        pod("c", None, "Running", Some("gpu-node-1"), Some(("coloc.io/gpu", "gpu-0"))),
+                        pod(
+                            "c",
+                            None,
+                            "Running",
+                            Some("gpu-node-1"),
+                            Some(("coloc.io/gpu", "gpu-0")),
+                        ),
                     ],
                     // After 410 Gone: what the cluster holds now.
                     _ => vec![
-                        pod("b", Some("w02"), "Running", Some("gpu-node-1"), Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;")))),
-                        pod("d", Some("w05"), "Running", Some("gpu-node-2"), Some(("coloc.io/gpu", "gpu-7"))),
-                        pod("e", Some("w06"), "Succeeded", Some("gpu-node-2"), Some(("coloc.io/gpu", "gpu-7"))),
+                        pod(
+                            "b",
+                            Some("w02"),
+                            "Running",
+                            Some("gpu-node-1"),
+                            Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;"))),
+                        ),
+                        pod(
+                            "d",
+                            Some("w05"),
+                            "Running",
+                            Some("gpu-node-2"),
+                            Some(("coloc.io/gpu", "gpu-7")),
+                        ),
+                        pod(
+                            "e",
+                            Some("w06"),
+                            "Succeeded",
+                            Some("gpu-node-2"),
+                            Some(("coloc.io/gpu", "gpu-7")),
+                        ),
                     ],
                 };
                 let version = if pod_lists == 1 { "100" } else { "200" };
                 send.send_response(Response::new(list("PodList", version, items)));
             }
             ("/api/v1/pods", true) => {
-                let version = query_value(&query, "resourceVersion").unwrap_or("").to_string();
-                assert_eq!(query_value(&query, "allowWatchBookmarks"), Some("true"), "{query}");
+                let version = query_value(&query, "resourceVersion")
+                    .unwrap_or("")
+                    .to_string();
+                assert_eq!(
+                    query_value(&query, "allowWatchBookmarks"),
+                    Some("true"),
+                    "{query}"
+                );
                 pod_watch_versions.push(version);
                 match pod_watch_versions.len() {
                     1 => send.send_response(Response::new(events(vec![
@@ -149,7 +192,11 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
             other => panic!("unexpected request {other:?}: {}", request.uri()),
         }
     }
-    assert_eq!(pod_watch_versions, ["100", "150", "200"], "the bookmark is resumed from");
+    assert_eq!(
+        pod_watch_versions,
+        ["100", "150", "200"],
+        "the bookmark is resumed from"
+    );
     assert_eq!(pod_lists, 2, "410 Gone makes the watcher relist");
     let key = |node: &str, gpu: &str| (node.to_string(), gpu.to_string());
     assert_eq!(
@@ -166,7 +213,10 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
         .into()
     );
     let node = cluster.node("gpu-node-1").expect("nodes are listed too");
-    assert_eq!((node.count, node.gpu_model.as_deref()), (8, Some("Test-GPU-16GB")));
+    assert_eq!(
+        (node.count, node.gpu_model.as_deref()),
+        (8, Some("Test-GPU-16GB"))
+    );
     stop.cancel();
     watcher.await.unwrap();
 }
