@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     advisor::Advisor,
-    client,
+    client, cluster_client,
     domain::GpuName,
     import,
     settings::{Settings, SettingsSources},
@@ -63,6 +63,28 @@ pub enum Command {
         connection: client::Connection,
         #[command(flatten)]
         args: client::RankArgs,
+    },
+    /// Which GPU should a new job go to? GPUs from --gpu-state FILE.json, or the occupancy
+    /// the server keeps; best first, with why each GPU ranked where it did.
+    Place {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(flatten)]
+        args: cluster_client::PlaceArgs,
+    },
+    /// The GPUs of the occupancy the server keeps.
+    Gpus {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: cluster_client::GpusCommand,
+    },
+    /// Jobs in the occupancy the server keeps: assign one to a GPU, release it.
+    Jobs {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: cluster_client::JobsCommand,
     },
     /// Report a colocated run to a running server.
     Report {
@@ -194,6 +216,13 @@ pub struct ImportKaceArgs {
     /// Total memory of that GPU model, GB.
     #[arg(long, default_value_t = import::KACE_GPU_MEMORY_GB)]
     pub gpu_memory_gb: f64,
+    /// Import through this running server's API (e.g. http://127.0.0.1:50051; token from
+    /// COLOC_TOKEN, an operator's) instead of writing a database file that no server holds.
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// CA certificate (PEM) of the server's TLS certificate, with --addr.
+    #[arg(long, requires = "addr")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result<Settings> {
@@ -333,6 +362,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => client::workloads(&connection, command).await,
         Command::Rank { connection, args } => client::rank(&connection, args).await,
         Command::Report { connection, args } => client::report(&connection, args).await,
+        Command::Place { connection, args } => cluster_client::place(&connection, args).await,
+        Command::Gpus {
+            connection,
+            command,
+        } => cluster_client::gpus(&connection, command).await,
+        Command::Jobs {
+            connection,
+            command,
+        } => cluster_client::jobs(&connection, command).await,
         Command::Model { connection, args } => client::model(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
@@ -344,6 +382,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(&settings.log.level, settings.log.format);
             let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
                 .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
+            // Writes the file directly: never behind a running server's back.
+            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
@@ -383,6 +423,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
+            if let Some(addr) = &args.addr {
+                let connection = client::Connection {
+                    addr: addr.clone(),
+                    token: std::env::var("COLOC_TOKEN").ok(),
+                    ca_cert: args.ca_cert.clone(),
+                    json: false,
+                };
+                let summary =
+                    client::import_kace(&connection, &args.dir, &gpu, args.gpu_memory_gb).await?;
+                print_import_summary(&gpu, &summary);
+                return Ok(());
+            }
+            // Writes the file directly: never behind a running server's back.
+            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
             let store = Store::open(&settings.database.url)
                 .await
                 .context("cannot open the database")?;
@@ -397,6 +451,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
+    if args.json {
+        crate::progress::hide();
+    }
     use crate::{eval, model::ModelKind};
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,
@@ -460,15 +517,15 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
     );
     for model in &summary.models {
         match model {
-            Ok(outcome) => println!(
+            Ok(model) => println!(
                 "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}: {} ({})",
-                outcome.model.version,
-                outcome.model.params.kind().as_str(),
-                outcome.model.metrics.observations,
-                outcome.model.metrics.r2,
-                outcome.model.metrics.mse,
-                outcome.model.status.as_str(),
-                outcome.model.reason
+                model.version,
+                model.kind,
+                model.observations,
+                model.r2,
+                model.mse,
+                model.status,
+                model.reason
             ),
             Err(reason) => println!("model: not trained: {reason}"),
         }

@@ -130,7 +130,7 @@ pub struct ModelArgs {
 
 type Authorize =
     Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
-type Client = ColocationAdvisorClient<InterceptedService<Channel, Authorize>>;
+pub(crate) type Client = ColocationAdvisorClient<InterceptedService<Channel, Authorize>>;
 
 impl Connection {
     /// The server's URL: `addr` as given, or with the scheme its TLS setting implies.
@@ -162,7 +162,7 @@ impl Connection {
             .with_context(|| format!("cannot reach coloc at {}", self.addr))
     }
 
-    async fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) async fn client(&self) -> anyhow::Result<Client> {
         let token: Option<MetadataValue<_>> = match &self.token {
             Some(token) => Some(
                 format!("Bearer {token}")
@@ -186,7 +186,7 @@ impl Connection {
     }
 }
 
-fn status_error(status: tonic::Status) -> anyhow::Error {
+pub(crate) fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", status.code(), status.message())
 }
 
@@ -221,7 +221,7 @@ fn workload_json(w: &pb::Workload) -> Value {
 }
 
 /// Prints rows as an aligned table under `headers`.
-fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -242,7 +242,7 @@ fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -489,6 +489,7 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: args.gpu,
             members,
             observed_at: None,
@@ -599,4 +600,182 @@ pub async fn health(connection: &Connection) -> anyhow::Result<()> {
     }
     println!("SERVING");
     Ok(())
+}
+
+/// `coloc import kace DIR --addr URL`: the same import as the direct one, through a running
+/// server's API, so that the server learns of everything at once. Workloads are registered
+/// with their profiles (a taken name is compared and its profile replaced only when it
+/// differs), pairs are reported as runs at time 0 (a repeated import, by either path, is
+/// recognised run by run), and models are trained (the KACE baseline first, then the
+/// server's default kind) only when something changed.
+pub async fn import_kace(
+    connection: &Connection,
+    dir: &std::path::Path,
+    gpu: &crate::domain::GpuName,
+    gpu_memory_gb: f64,
+) -> anyhow::Result<crate::import::ImportSummary> {
+    use crate::import::{prepare, ImportSummary, ModelLine};
+
+    let prepared = prepare(dir, gpu, gpu_memory_gb)?;
+    let mut client = connection.client().await?;
+    let (mut registered, mut updated, mut unchanged) = (0, 0, 0);
+    let progress = crate::progress::bar(
+        (prepared.workloads.len() + prepared.observations.len()) as u64,
+        "import",
+    );
+    for workload in &prepared.workloads {
+        progress.inc(1);
+        let profile = workload
+            .profile
+            .as_ref()
+            .expect("imported workloads carry a profile");
+        let pb_profile = pb::Profile {
+            gpu: gpu.to_string(),
+            kernel: Some(pb::KernelMetrics {
+                threads: profile.kernel.threads,
+                compute_throughput_pct: profile.kernel.compute_throughput_pct,
+                dram_throughput_pct: profile.kernel.dram_throughput_pct,
+                memory_throughput_pct: profile.kernel.memory_throughput_pct,
+                registers: profile.kernel.registers,
+                static_shared_memory_bytes: profile.kernel.static_shared_memory_bytes,
+            }),
+            system: Some(pb::SystemMetrics {
+                exclusive_throughput: profile.system.exclusive_throughput,
+                throughput_unit: profile.system.throughput_unit.clone(),
+                sm_busy_pct: profile.system.sm_busy_pct,
+                mem_busy_pct: profile.system.mem_busy_pct,
+                memory_gb: profile.system.memory_gb,
+            }),
+            source: pb::ProfileSource::Imported as i32,
+            gpu_memory_gb,
+            ..Default::default()
+        };
+        let request = pb::RegisterWorkloadRequest {
+            name: workload.name.to_string(),
+            mode: match workload.mode {
+                crate::domain::WorkloadMode::Training => pb::WorkloadMode::Training,
+                crate::domain::WorkloadMode::Inference => pb::WorkloadMode::Inference,
+            } as i32,
+            model: workload.model.clone(),
+            batch_size: workload.batch_size,
+            labels: workload.labels.clone().into_iter().collect(),
+            profile: Some(pb_profile.clone()),
+            ..Default::default()
+        };
+        match client.register_workload(request).await {
+            Ok(_) => registered += 1,
+            Err(status) if status.code() == tonic::Code::AlreadyExists => {
+                let stored = client
+                    .get_workload(pb::GetWorkloadRequest {
+                        name: workload.name.to_string(),
+                    })
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
+                let same = stored.profiles.iter().any(|p| {
+                    p.gpu == pb_profile.gpu
+                        && p.kernel == pb_profile.kernel
+                        && p.system == pb_profile.system
+                });
+                if same {
+                    unchanged += 1;
+                } else {
+                    client
+                        .put_profile(pb::PutProfileRequest {
+                            name: workload.name.to_string(),
+                            profile: Some(pb_profile),
+                        })
+                        .await
+                        .map_err(status_error)?;
+                    updated += 1;
+                }
+            }
+            Err(status) => return Err(status_error(status)),
+        }
+    }
+    let mut observations_new = 0;
+    for run in &prepared.observations {
+        progress.inc(1);
+        let answer = client
+            .report_colocation(pb::ReportColocationRequest {
+                gpu: gpu.to_string(),
+                members: run
+                    .members
+                    .iter()
+                    .map(|m| pb::ColocatedMember {
+                        workload: m.workload.to_string(),
+                        throughput: m.throughput,
+                        job_id: m.job_id.clone(),
+                    })
+                    .collect(),
+                observed_at: Some(prost_types::Timestamp {
+                    seconds: run.observed_at_ms / 1000,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        observations_new += usize::from(answer.created);
+    }
+    let line = |m: &pb::Model| ModelLine {
+        version: m.version,
+        kind: m.kind.clone(),
+        observations: m.observations,
+        r2: m.r2,
+        mse: m.mse,
+        status: match pb::ModelStatus::try_from(m.status) {
+            Ok(pb::ModelStatus::Promoted) => "promoted",
+            Ok(pb::ModelStatus::Rejected) => "rejected",
+            _ => "unspecified",
+        }
+        .to_string(),
+        reason: m.reason.clone(),
+    };
+    progress.finish_and_clear();
+    let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
+    let current = client
+        .get_model(pb::GetModelRequest {
+            gpu: gpu.to_string(),
+            version: 0,
+        })
+        .await;
+    let models = match current {
+        Ok(current) if nothing_changed => vec![Ok(line(current.get_ref()))],
+        _ => {
+            let training = crate::progress::spinner("training models");
+            let mut models = Vec::new();
+            for kind in ["kace-linear", ""] {
+                let trained = client
+                    .train(pb::TrainRequest {
+                        gpu: gpu.to_string(),
+                        kind: kind.into(),
+                    })
+                    .await;
+                models.push(match trained {
+                    Ok(answer) => Ok(line(
+                        answer
+                            .get_ref()
+                            .model
+                            .as_ref()
+                            .unwrap_or(&pb::Model::default()),
+                    )),
+                    Err(status) => Err(status.message().to_string()),
+                });
+            }
+            training.finish_and_clear();
+            models
+        }
+    };
+    Ok(ImportSummary {
+        workloads_registered: registered,
+        workloads_updated: updated,
+        workloads_unchanged: unchanged,
+        incomplete_workloads: prepared.incomplete_workloads,
+        observations_new,
+        observations_total: prepared.observations.len(),
+        pairs_skipped: prepared.pairs_skipped,
+        models,
+    })
 }

@@ -5,9 +5,10 @@
 //! A map of the house. Data flows down this list; a module imports only modules below it
 //! (no cycles):
 //!
-//! - The binary's front: `cli` (commands, flags) and `client` (the operator CLI's gRPC
-//!   calls). The load generator (`coloc bench`) is a module of the binary, `src/loadgen`,
-//!   never compiled into this library.
+//! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
+//!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load
+//!   generator (`coloc bench`) is a module of the binary, `src/loadgen`, never compiled
+//!   into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
@@ -23,12 +24,14 @@
 //! - `dataset`: KACE-format files read into domain values (import, eval, replay, benches).
 //! - `model`: features and model kinds, fitting and scoring.
 //! - Leaves: `domain` (validated values), `settings` (typed, layered settings), `proto`
-//!   (generated types), `telemetry` (logging).
+//!   (generated types), `telemetry` (logging), `progress` (terminal progress bars for the
+//!   offline tools).
 
 pub mod advisor;
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
 pub mod eval;
@@ -37,6 +40,7 @@ pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod profiler;
+pub mod progress;
 pub mod proto;
 pub mod settings;
 pub mod startup;

@@ -30,12 +30,15 @@ use crate::{
         ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings,
         MIN_TRAINING_RUNS,
     },
-    store::Store,
+    store::{DatabaseLock, Store},
     trainer::Trainer,
     worker::Worker,
 };
 
 pub struct App {
+    /// This server's claim on the database file, for as long as it runs: tools that would
+    /// write the file behind its back, and a second server, are refused.
+    database_lock: DatabaseLock,
     /// Closed last, after every task that writes to it has stopped.
     store: Store,
     listener: TcpListener,
@@ -64,6 +67,7 @@ impl App {
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
         let listen = settings.server.listen;
         let options = advisor_options(settings)?;
+        let database_lock = DatabaseLock::acquire(&settings.database.url)?;
         let store = Store::open(&settings.database.url)
             .await
             .context("cannot open the database")?;
@@ -159,6 +163,7 @@ impl App {
             .with_context(|| format!("cannot listen on {listen}"))?;
         let local_addr = listener.local_addr()?;
         Ok(Self {
+            database_lock,
             store,
             listener,
             local_addr,
@@ -340,6 +345,7 @@ impl App {
             }
         }
         self.store.close().await;
+        drop(self.database_lock);
         tracing::info!("store closed");
         served?;
         tracing::info!("stopped");

@@ -21,6 +21,9 @@ pub enum Error {
     /// Rank's target is not registered.
     #[error("target workload {0:?} not found")]
     UnknownTarget(String),
+    /// The job Place is asked to place is not registered.
+    #[error("workload {0:?} to place not found; register it first")]
+    UnknownPlaceWorkload(String),
     /// A reported run names a workload that is not registered.
     #[error("workload {0:?} not found; register it before reporting runs with it")]
     UnknownReportedWorkload(String),
@@ -70,6 +73,10 @@ pub enum Error {
     LaunchSpecsDisabled,
     #[error("program {0:?} is not in profiler.allowed_programs")]
     ProgramNotAllowed(String),
+    /// An assignment the occupancy's rules refuse: the job runs elsewhere, the GPU is known
+    /// as another model or node, or it is full.
+    #[error(transparent)]
+    Occupancy(crate::store::OccupancyConflict),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -79,6 +86,7 @@ impl From<StoreError> for Error {
         match error {
             StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
             StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
+            StoreError::Occupancy(conflict) => Self::Occupancy(conflict),
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }

@@ -4,6 +4,8 @@
 
 mod catalog;
 mod error;
+mod occupancy;
+mod place;
 mod rank;
 mod stats;
 mod training;
@@ -25,6 +27,11 @@ use crate::{
 
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
+pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
+pub use place::{
+    place_in, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
+    DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
+};
 pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, MAX_CANDIDATES,
@@ -431,6 +438,40 @@ impl Advisor {
         } else {
             work.run()
         }
+    }
+
+    /// Place: the GPUs a new job may go to, best first (see `place.rs`). In-process callers
+    /// (the simulator, the Kubernetes extender) call this directly with a [`PlaceQuery`].
+    pub async fn place(&self, query: PlaceQuery) -> Result<PlaceAnswer> {
+        let mut query = query;
+        query.validate()?;
+        if query.gpus.is_empty() {
+            query.gpus = self.stored_gpus(&GpuFilter {
+                nodes: std::mem::take(&mut query.nodes),
+                gpu: query.gpu_filter.take(),
+            });
+        }
+        let work = self.place_work(query)?;
+        if work.is_large() {
+            let span = tracing::Span::current();
+            tokio::task::spawn_blocking(move || span.in_scope(|| work.run()))
+                .await
+                .map_err(|e| Error::Internal(anyhow::Error::new(e).context("place panicked")))?
+        } else {
+            work.run()
+        }
+    }
+
+    /// Resolves the GPU models, models, profile tables and residents of a Place request
+    /// under one short catalog read.
+    fn place_work(&self, query: PlaceQuery) -> Result<place::PlaceWork> {
+        let default_gpu = if query.gpus.iter().any(|g| g.gpu.is_none()) {
+            Some(self.resolve_gpu(None)?)
+        } else {
+            None
+        };
+        let models = self.models.load();
+        place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)
     }
 
     /// Predict: one explicit set.

@@ -30,8 +30,10 @@ impl Role {
 
 const SERVICE_PREFIX: &str = "/coloc.v1.ColocationAdvisor/";
 /// Methods a `reader` may call; every other advisor method needs `operator`.
-const READ_METHODS: [&str; 6] = [
+const READ_METHODS: [&str; 8] = [
     "Rank",
+    "Place",
+    "ListGpus",
     "Predict",
     "GetWorkload",
     "ListWorkloads",

@@ -3,7 +3,8 @@
 
 use crate::{
     advisor::{
-        MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
+        GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
+        PlaceSkipCode, Placement, PredictQuery, PredictResult, RankQuery, RankResult,
         RankedCandidate, SkipCode, Skipped,
     },
     domain::{
@@ -13,7 +14,7 @@ use crate::{
     },
     model::ModelKind,
     proto as pb,
-    store::{ModelStatus, StoredModel, WorkloadRecord},
+    store::{Assigned, ClusterGpu, ModelStatus, StoredModel, WorkloadRecord},
 };
 
 pub fn timestamp(ms: i64) -> prost_types::Timestamp {
@@ -258,17 +259,19 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
     }
 }
 
+fn objective(raw: i32) -> Result<Objective, ValidationError> {
+    match pb::Objective::try_from(raw) {
+        Ok(pb::Objective::ThroughputSum) => Ok(Objective::ThroughputSum),
+        Ok(pb::Objective::NormalizedSum) => Ok(Objective::NormalizedSum),
+        Err(_) => Err(ValidationError::new(
+            "objective",
+            format!("objective {raw} is not a known value"),
+        )),
+    }
+}
+
 pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
-    let objective = match pb::Objective::try_from(raw.objective) {
-        Ok(pb::Objective::ThroughputSum) => Objective::ThroughputSum,
-        Ok(pb::Objective::NormalizedSum) => Objective::NormalizedSum,
-        Err(_) => {
-            return Err(ValidationError::new(
-                "objective",
-                format!("objective {} is not a known value", raw.objective),
-            ))
-        }
-    };
+    let objective = objective(raw.objective)?;
     if raw.top_k < 0 {
         return Err(ValidationError::new(
             "top_k",
@@ -448,5 +451,206 @@ pub fn model_to_pb(model: &StoredModel, context: &ModelContext) -> pb::Model {
         rolling_error: rolling.map(|r| r.0),
         rolling_error_samples: rolling.map_or(0, |r| r.1 as u64),
         history: Vec::new(),
+    }
+}
+
+/// A free-text label such as a node name: at most 253 characters (a DNS name), no control
+/// characters.
+fn label(field: &str, raw: &str) -> Result<(), ValidationError> {
+    if raw.chars().count() > 253 || raw.chars().any(char::is_control) {
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must be at most 253 characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// An id of the scheduler's (a job, a GPU): present, and a label.
+fn id(field: &str, raw: &str) -> Result<(), ValidationError> {
+    if raw.is_empty() {
+        return Err(ValidationError::new(
+            field,
+            format!("{field} must not be empty"),
+        ));
+    }
+    label(field, raw)
+}
+
+/// An optional id: empty means "not given".
+pub fn optional_id<'a>(field: &str, raw: &'a str) -> Result<Option<&'a str>, ValidationError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    label(field, raw)?;
+    Ok(Some(raw))
+}
+
+pub fn job_id(raw: String) -> Result<String, ValidationError> {
+    id("job_id", &raw)?;
+    Ok(raw)
+}
+
+pub fn gpu_filter(nodes: Vec<String>, gpu: &str) -> Result<GpuFilter, ValidationError> {
+    for (i, node) in nodes.iter().enumerate() {
+        label(&format!("nodes[{i}]"), node)?;
+    }
+    Ok(GpuFilter {
+        nodes,
+        gpu: optional_gpu("gpu", gpu)?,
+    })
+}
+
+pub fn job_assignment(raw: pb::AssignJobRequest) -> Result<JobAssignment, ValidationError> {
+    id("gpu_id", &raw.gpu_id)?;
+    label("node", &raw.node)?;
+    let assignment = JobAssignment {
+        job_id: job_id(raw.job_id)?,
+        gpu_id: raw.gpu_id,
+        node: raw.node,
+        gpu: optional_gpu("gpu", &raw.gpu)?,
+        workload: workload_name("workload", &raw.workload)?,
+        lease_secs: u64::from(raw.lease_secs),
+    };
+    assignment.validate()?;
+    Ok(assignment)
+}
+
+pub fn assigned_to_pb(assigned: Assigned) -> pb::AssignJobResponse {
+    pb::AssignJobResponse {
+        created: assigned.outcome == crate::store::AssignOutcome::Assigned,
+        expires_at: assigned.expires_at_ms.map(timestamp),
+        gpu: assigned.gpu.to_string(),
+    }
+}
+
+pub fn cluster_gpu_to_pb(gpu: ClusterGpu) -> pb::ClusterGpu {
+    pb::ClusterGpu {
+        id: gpu.id.to_string(),
+        node: gpu.node.to_string(),
+        gpu: gpu.gpu.to_string(),
+        jobs: gpu
+            .jobs
+            .into_iter()
+            .map(|j| pb::ClusterJob {
+                job_id: j.job_id.to_string(),
+                workload: j.workload.as_str().to_owned(),
+                assigned_at: Some(timestamp(j.assigned_at_ms)),
+                expires_at: j.expires_at_ms.map(timestamp),
+            })
+            .collect(),
+    }
+}
+
+fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
+    let field = |name: &str| format!("gpus[{i}].{name}");
+    id(&field("id"), &raw.id)?;
+    label(&field("node"), &raw.node)?;
+    for (j, resident) in raw.residents.iter().enumerate() {
+        WorkloadName::check(&format!("gpus[{i}].residents[{j}]"), resident)?;
+    }
+    Ok(GpuState {
+        id: raw.id,
+        node: raw.node,
+        gpu: optional_gpu(&field("gpu"), &raw.gpu)?,
+        memory_gb: optional_memory(&field("memory_gb"), raw.memory_gb)?,
+        residents: raw.residents,
+    })
+}
+
+/// 0 means "no cap"; anything else (NaN included) is checked by `PlaceQuery::validate`.
+fn optional_fraction(value: f64) -> Option<f64> {
+    (value != 0.0).then_some(value)
+}
+
+pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError> {
+    if raw.top_k < 0 {
+        return Err(ValidationError::new(
+            "top_k",
+            format!("top_k must not be negative, got {}", raw.top_k),
+        ));
+    }
+    let filter = gpu_filter(raw.nodes, &raw.gpu)?;
+    let query = PlaceQuery {
+        workload: workload_name("workload", &raw.workload)?,
+        gpus: raw
+            .gpus
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| gpu_state(i, g))
+            .collect::<Result<_, _>>()?,
+        nodes: filter.nodes,
+        gpu_filter: filter.gpu,
+        objective: objective(raw.objective)?,
+        min_job_fraction: optional_fraction(raw.min_job_fraction),
+        min_resident_fraction: optional_fraction(raw.min_resident_fraction),
+        max_jobs_per_gpu: match raw.max_jobs_per_gpu {
+            0 => crate::advisor::DEFAULT_MAX_JOBS_PER_GPU,
+            n => n as usize,
+        },
+        top_k: raw.top_k as usize,
+        include_oversubscribed: raw.include_oversubscribed,
+        cautious: raw.cautious,
+    };
+    query.validate()?;
+    Ok(query)
+}
+
+fn placement_to_pb(placement: Placement) -> pb::Placement {
+    pb::Placement {
+        gpu_id: placement.gpu_id,
+        node: placement.node,
+        gpu: placement.gpu.to_string(),
+        gain: placement.gain,
+        value_before: placement.value_before,
+        value_after: placement.value_after,
+        members: placement.members.into_iter().map(member_to_pb).collect(),
+        fits_memory: placement.fits_memory,
+        memory_gb: placement.memory_gb,
+        gpu_memory_gb: placement.gpu_memory_gb,
+        model_version: placement.model_version,
+    }
+}
+
+fn place_skip_to_pb(code: PlaceSkipCode) -> pb::PlaceSkipReason {
+    match code {
+        PlaceSkipCode::ExceedsGpuMemory => pb::PlaceSkipReason::PlaceExceedsGpuMemory,
+        PlaceSkipCode::JobSlowdown => pb::PlaceSkipReason::PlaceJobSlowdown,
+        PlaceSkipCode::ResidentSlowdown => pb::PlaceSkipReason::PlaceResidentSlowdown,
+        PlaceSkipCode::TooManyJobs => pb::PlaceSkipReason::PlaceTooManyJobs,
+        PlaceSkipCode::UnknownWorkload => pb::PlaceSkipReason::PlaceUnknownWorkload,
+        PlaceSkipCode::NoModel => pb::PlaceSkipReason::PlaceNoModel,
+        PlaceSkipCode::JobNotProfiled => pb::PlaceSkipReason::PlaceJobNotProfiled,
+        PlaceSkipCode::ResidentNotProfiled => pb::PlaceSkipReason::PlaceResidentNotProfiled,
+        PlaceSkipCode::GpuMemoryUnknown => pb::PlaceSkipReason::PlaceGpuMemoryUnknown,
+    }
+}
+
+pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
+    pb::PlaceResponse {
+        placements: answer.placements.into_iter().map(placement_to_pb).collect(),
+        skipped: answer
+            .skipped
+            .into_iter()
+            .map(|s| pb::SkippedGpu {
+                gpu_id: s.gpu_id,
+                reason: s.reason,
+                code: place_skip_to_pb(s.code) as i32,
+                workload: s
+                    .workload
+                    .map(|w| w.as_str().to_owned())
+                    .unwrap_or_default(),
+                predicted_fraction: s.predicted_fraction,
+            })
+            .collect(),
+        models: answer
+            .models
+            .into_iter()
+            .map(|m| pb::ModelUsed {
+                gpu: m.gpu.to_string(),
+                version: m.version,
+                kind: m.kind.as_str().to_string(),
+            })
+            .collect(),
     }
 }

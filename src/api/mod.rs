@@ -127,6 +127,48 @@ impl ColocationAdvisor for AdvisorService {
         Ok(Response::new(convert::predict_to_pb(result)))
     }
 
+    async fn place(
+        &self,
+        request: Request<pb::PlaceRequest>,
+    ) -> Result<Response<pb::PlaceResponse>, Status> {
+        let query = convert::place_query(request.into_inner()).map_err(invalid)?;
+        let answer = self.advisor.place(query).await?;
+        Ok(Response::new(convert::place_to_pb(answer)))
+    }
+
+    async fn assign_job(
+        &self,
+        request: Request<pb::AssignJobRequest>,
+    ) -> Result<Response<pb::AssignJobResponse>, Status> {
+        let assignment = convert::job_assignment(request.into_inner()).map_err(invalid)?;
+        let assigned = self.advisor.assign_job(assignment).await?;
+        Ok(Response::new(convert::assigned_to_pb(assigned)))
+    }
+
+    async fn release_job(
+        &self,
+        request: Request<pb::ReleaseJobRequest>,
+    ) -> Result<Response<pb::ReleaseJobResponse>, Status> {
+        let job_id = convert::job_id(request.into_inner().job_id).map_err(invalid)?;
+        let released = self.advisor.release_job(job_id).await?;
+        Ok(Response::new(pb::ReleaseJobResponse { released }))
+    }
+
+    async fn list_gpus(
+        &self,
+        request: Request<pb::ListGpusRequest>,
+    ) -> Result<Response<pb::ListGpusResponse>, Status> {
+        let request = request.into_inner();
+        let filter = convert::gpu_filter(request.nodes, &request.gpu).map_err(invalid)?;
+        let (page, next_page_token) =
+            self.advisor
+                .list_gpus(request.page_size, &request.page_token, &filter)?;
+        Ok(Response::new(pb::ListGpusResponse {
+            gpus: page.into_iter().map(convert::cluster_gpu_to_pb).collect(),
+            next_page_token,
+        }))
+    }
+
     async fn report_colocation(
         &self,
         request: Request<pb::ReportColocationRequest>,
@@ -136,10 +178,20 @@ impl ColocationAdvisor for AdvisorService {
             self.advisor.stats().report(ReportOutcome::Rejected);
             status
         };
-        // An empty gpu means the default, as everywhere.
-        let gpu = self.gpu(&request.gpu).map_err(rejected)?;
-        let observation =
+        // An empty gpu means the GPU's model when gpu_id names a GPU of the occupancy,
+        // else the default, as everywhere.
+        let requested =
+            convert::optional_gpu("gpu", &request.gpu).map_err(|e| rejected(invalid(e)))?;
+        let gpu_id = convert::optional_id("gpu_id", &request.gpu_id)
+            .map_err(|e| rejected(invalid(e)))?
+            .map(str::to_owned);
+        let gpu = self
+            .advisor
+            .gpu_of_run(requested, gpu_id.as_deref())
+            .map_err(|e| rejected(e.into()))?;
+        let mut observation =
             convert::observation(request, gpu, now_ms()).map_err(|e| rejected(invalid(e)))?;
+        observation.gpu_id = gpu_id.unwrap_or_default();
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

@@ -6,7 +6,7 @@
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::advisor::Error;
+use crate::{advisor::Error, store::OccupancyConflict};
 
 /// The gRPC code of each cause.
 pub fn code(error: &Error) -> Code {
@@ -14,9 +14,14 @@ pub fn code(error: &Error) -> Code {
         Error::InvalidRequest(_) | Error::AmbiguousGpuModel => Code::InvalidArgument,
         Error::UnknownWorkload(_)
         | Error::UnknownTarget(_)
+        | Error::UnknownPlaceWorkload(_)
         | Error::UnknownReportedWorkload(_)
         | Error::UnknownModelVersion { .. } => Code::NotFound,
-        Error::WorkloadExists(_) => Code::AlreadyExists,
+        Error::WorkloadExists(_)
+        | Error::Occupancy(OccupancyConflict::JobAssignedElsewhere { .. }) => Code::AlreadyExists,
+        Error::Occupancy(
+            OccupancyConflict::GpuMismatch { .. } | OccupancyConflict::GpuFull { .. },
+        ) => Code::FailedPrecondition,
         Error::NoGpuModelKnown
         | Error::NoModelForGpu(_)
         | Error::TargetNotProfiled { .. }

@@ -21,6 +21,9 @@ pub struct Observation {
     pub members: Vec<ColocatedMember>,
     /// 0 when unknown (imported datasets).
     pub observed_at_ms: i64,
+    /// The scheduler's id of the GPU it ran on (as in AssignJob); empty when not said. Not
+    /// part of the run's identity (fingerprint).
+    pub gpu_id: String,
 }
 
 impl Observation {
@@ -87,6 +90,7 @@ impl Observation {
             gpu,
             members,
             observed_at_ms,
+            gpu_id: String::new(),
         })
     }
 

@@ -257,9 +257,11 @@ pub fn random_targets(
 /// Runs every policy on every case. Model fits are CPU work: call from a blocking context.
 pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<CaseResult>> {
     let mut results = Vec::new();
+    let progress = crate::progress::bar((data.cases.len() * policies.len()) as u64, "eval");
     for (c, case) in data.cases.iter().enumerate() {
         let only = case.holdout.as_deref();
         for &policy in policies {
+            progress.inc(1);
             let pair_scores: Vec<f64> = match policy {
                 Policy::Random => Vec::new(),
                 Policy::SmallestMemory => case

@@ -40,9 +40,11 @@ pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
         None => None,
         Some(raw) => match raw.parse::<f64>() {
             Ok(fraction) if fraction > 0.0 && fraction <= 1.0 => Some(fraction),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "annotation {MIN_JOB_FRACTION_ANNOTATION} must be a number in (0, 1], got {raw:?}"
-            )),
+            ))
+            }
         },
     };
     Ok(Some(PodAsk {

@@ -1,5 +1,8 @@
 //! `coloc import`: loading datasets measured elsewhere into the store, through the same
-//! advisor operations the RPCs use, then training.
+//! advisor operations the RPCs use, then training. [`prepare`] reads and validates a
+//! dataset into what gets written; [`import_kace`] writes it into a database file directly
+//! (no server may hold it), and `client::import_kace` sends the same through a running
+//! server's API.
 
 use std::path::Path;
 
@@ -29,19 +32,50 @@ pub struct ImportSummary {
     pub observations_total: usize,
     pub pairs_skipped: usize,
     /// The models fitted after the import, the one served last; or the one kept.
-    pub models: Vec<Result<TrainOutcome, String>>,
+    pub models: Vec<Result<ModelLine, String>>,
 }
 
-/// Imports a KACE-format dataset on `gpu`: every complete workload (registered, or its
-/// profile replaced), every pair of two imported workloads as an observation (a repeated
-/// import adds nothing), then trains. Everything is read and validated before anything is
-/// written.
-pub async fn import_kace(
-    advisor: &Advisor,
-    dir: &Path,
-    gpu: &GpuName,
-    gpu_memory_gb: f64,
-) -> anyhow::Result<ImportSummary> {
+/// One model version, as the import summary shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLine {
+    pub version: u64,
+    pub kind: String,
+    pub observations: u64,
+    pub r2: f64,
+    pub mse: f64,
+    pub status: String,
+    pub reason: String,
+}
+
+impl From<&TrainOutcome> for ModelLine {
+    fn from(outcome: &TrainOutcome) -> Self {
+        let model = &outcome.model;
+        Self {
+            version: model.version,
+            kind: model.params.kind().as_str().to_string(),
+            observations: model.metrics.observations as u64,
+            r2: model.metrics.r2,
+            mse: model.metrics.mse,
+            status: model.status.as_str().to_string(),
+            reason: model.reason.clone(),
+        }
+    }
+}
+
+/// A dataset read, checked and turned into what an import writes.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Each with its profile on the import's GPU model.
+    pub workloads: Vec<NewWorkload>,
+    /// Every pair of two imported workloads, at time 0 (so that a repeated import, by
+    /// either path, is recognised run by run).
+    pub observations: Vec<Observation>,
+    pub pairs_skipped: usize,
+    pub incomplete_workloads: Vec<String>,
+}
+
+/// Reads the KACE-format dataset in `dir` for `gpu` and validates everything, writing nothing.
+pub fn prepare(dir: &Path, gpu: &GpuName, gpu_memory_gb: f64) -> anyhow::Result<Prepared> {
     let dataset = KaceDataset::read(dir)?;
     let measured_at_ms = now_ms();
     let mut workloads = Vec::with_capacity(dataset.workloads.len());
@@ -96,10 +130,36 @@ pub async fn import_kace(
         )?);
     }
 
+    Ok(Prepared {
+        workloads,
+        observations,
+        pairs_skipped,
+        incomplete_workloads: dataset.incomplete_workloads,
+    })
+}
+
+/// Imports a KACE-format dataset on `gpu`: every complete workload (registered, or its
+/// profile replaced), every pair of two imported workloads as an observation (a repeated
+/// import adds nothing), then trains. Everything is read and validated before anything is
+/// written.
+pub async fn import_kace(
+    advisor: &Advisor,
+    dir: &Path,
+    gpu: &GpuName,
+    gpu_memory_gb: f64,
+) -> anyhow::Result<ImportSummary> {
+    let Prepared {
+        workloads,
+        observations,
+        pairs_skipped,
+        incomplete_workloads,
+    } = prepare(dir, gpu, gpu_memory_gb)?;
     let mut registered = 0;
     let mut updated = 0;
     let mut unchanged = 0;
+    let progress = crate::progress::bar(workloads.len() as u64, "workloads");
     for workload in workloads {
+        progress.inc(1);
         let name = workload.name.clone();
         let profile = workload
             .profile
@@ -122,6 +182,7 @@ pub async fn import_kace(
             Err(e) => return Err(e.into()),
         }
     }
+    progress.finish_and_clear();
     let observations_new = advisor
         .store()
         .insert_observations(&observations, ObservationSource::Imported, now_ms())
@@ -131,25 +192,33 @@ pub async fn import_kace(
     // version for comparison), then the server's model kind, which is the one served.
     let nothing_changed = registered == 0 && updated == 0 && observations_new == 0;
     let models = match advisor.current_model(gpu) {
-        Ok(current) if nothing_changed => vec![Ok(TrainOutcome {
+        Ok(current) if nothing_changed => vec![Ok(ModelLine::from(&TrainOutcome {
             model: current,
             promoted: true,
             unusable_observations: 0,
-        })],
+        }))],
         _ => {
+            let training = crate::progress::spinner("training models");
             let mut models = Vec::new();
             if advisor.default_kind() != ModelKind::KaceLinear {
                 let baseline = advisor
                     .train(gpu, Some(ModelKind::KaceLinear), Trigger::Import)
                     .await;
-                models.push(baseline.map_err(|e| e.to_string()));
+                models.push(
+                    baseline
+                        .as_ref()
+                        .map(ModelLine::from)
+                        .map_err(|e| e.to_string()),
+                );
             }
+            let served = advisor.train(gpu, None, Trigger::Import).await;
             models.push(
-                advisor
-                    .train(gpu, None, Trigger::Import)
-                    .await
+                served
+                    .as_ref()
+                    .map(ModelLine::from)
                     .map_err(|e| e.to_string()),
             );
+            training.finish_and_clear();
             models
         }
     };
@@ -157,7 +226,7 @@ pub async fn import_kace(
         workloads_registered: registered,
         workloads_updated: updated,
         workloads_unchanged: unchanged,
-        incomplete_workloads: dataset.incomplete_workloads,
+        incomplete_workloads,
         observations_new,
         observations_total: observations.len(),
         pairs_skipped,

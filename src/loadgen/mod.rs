@@ -134,7 +134,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => None,
     };
     let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
+    if args.json {
+        coloc::progress::hide();
+    }
+    let progress = coloc::progress::bar(args.scenarios.len() as u64, "scenarios");
     for scenario in &args.scenarios {
+        progress.inc(1);
         let (on_peer, name) = match scenario.strip_prefix("peer_") {
             Some(rest) => (true, rest),
             None => (false, scenario.as_str()),
@@ -156,7 +161,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             (true, Some(channels), Some(peer)) => (channels, Some(peer.child.id())),
             _ => bail!("scenario {scenario:?} needs --peer-python"),
         };
-        if !args.json {
+        if !progress.is_hidden() {
+            progress.set_message(scenario.clone());
+        } else if !args.json {
             eprintln!(
                 "running {scenario} for {:.0} s ...",
                 args.warmup + args.duration
@@ -165,6 +172,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let result = run_scenario(target, call, &args, pid).await?;
         report.scenarios.insert(scenario.clone(), result);
     }
+    progress.finish_and_clear();
     drop(peer);
     if let Some((task, stop)) = server {
         stop.cancel();

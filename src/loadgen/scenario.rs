@@ -137,6 +137,7 @@ pub(super) async fn run_scenario(
                         };
                         let at = clock.fetch_add(1, Ordering::Relaxed);
                         let request = pb::ReportColocationRequest {
+                            gpu_id: String::new(),
                             gpu: GPU.into(),
                             members: vec![member(&mut rng), member(&mut rng)],
                             observed_at: Some(prost_types::Timestamp {

@@ -147,7 +147,9 @@ pub async fn calibrate(
         measured: Vec::new(),
         failed: Vec::new(),
     };
+    let progress = crate::progress::bar(pairs.len() as u64, "pairs");
     for (i, j) in pairs {
+        progress.inc(1);
         let (a, launch_a) = &workloads[i];
         let (b, launch_b) = &workloads[j];
         let mut spec_a = launch_run_spec(settings, launch_a, settings.system_timeout_secs);

@@ -6,9 +6,11 @@
 
 pub mod backup;
 mod jobs;
+mod lock;
 mod models;
 mod observation_writer;
 mod observations;
+mod occupancy;
 mod workloads;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -21,11 +23,16 @@ use sqlx::{
 };
 
 pub use jobs::ClaimedJob;
+pub use lock::{DatabaseLock, LockError};
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, Prediction, StoredObservation};
+pub use occupancy::{
+    AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
+};
 pub use workloads::WorkloadRecord;
 
 use observation_writer::ObservationWriter;
+use occupancy::OccupancyWriter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -41,6 +48,9 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// An assignment the occupancy's rules refuse (nothing was written).
+    #[error(transparent)]
+    Occupancy(#[from] OccupancyConflict),
     #[error("the store is closed")]
     Closed,
     #[error("the observation writer stopped before answering")]
@@ -61,6 +71,7 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 pub struct Store {
     pool: SqlitePool,
     observation_writer: Arc<ObservationWriter>,
+    occupancy_writer: Arc<OccupancyWriter>,
 }
 
 impl Store {
@@ -88,9 +99,11 @@ impl Store {
             .await?;
         sqlx::migrate!().run(&pool).await?;
         let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone()));
+        let occupancy_writer = Arc::new(OccupancyWriter::spawn(pool.clone()).await?);
         Ok(Self {
             pool,
             observation_writer,
+            occupancy_writer,
         })
     }
 
@@ -100,7 +113,32 @@ impl Store {
         // Acknowledged reports still queued are written before the pool closes.
         self.observation_writer.stop().await;
         tracing::info!(task = "observation writer", "task exited");
+        self.occupancy_writer.stop().await;
         self.pool.close().await;
+    }
+
+    /// Records a job on a GPU (or renews its lease); answered once committed.
+    pub async fn assign_cluster_job(
+        &self,
+        assignment: Assignment,
+        now_ms: i64,
+    ) -> Result<Assigned, StoreError> {
+        self.occupancy_writer.assign(assignment, now_ms).await
+    }
+
+    /// Forgets a job; false when it was not running (unknown, released or expired).
+    pub async fn release_cluster_job(
+        &self,
+        job_id: String,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.occupancy_writer.release(job_id, now_ms).await
+    }
+
+    /// The committed occupancy, from memory. Hold the guard briefly: the writer waits for it
+    /// to publish a batch.
+    pub fn occupancy(&self) -> std::sync::RwLockReadGuard<'_, Occupancy> {
+        self.occupancy_writer.view()
     }
 
     pub fn pool(&self) -> &SqlitePool {

@@ -47,7 +47,7 @@ pub(super) async fn insert_one(
     let fingerprint = observation.fingerprint();
     let inserted = sqlx::query_scalar::<_, i64>(
         "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, fingerprint, \
-         predicted_sum, predicted_by_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+         predicted_sum, predicted_by_version, gpu_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
     )
     .bind(observation.gpu.as_str())
@@ -57,6 +57,7 @@ pub(super) async fn insert_one(
     .bind(&fingerprint)
     .bind(prediction.map(|p| p.0))
     .bind(prediction.map(|p| p.1 as i64))
+    .bind(&observation.gpu_id)
     .fetch_optional(&mut **tx)
     .await?;
     let Some(id) = inserted else {

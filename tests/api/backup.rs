@@ -13,6 +13,7 @@ use crate::helpers::{database_url, spawn_app_in, trained_app, GPU};
 
 fn run(a: &str, b: &str, t: f64, at: i64) -> pb::ReportColocationRequest {
     pb::ReportColocationRequest {
+        gpu_id: String::new(),
         gpu: GPU.into(),
         members: [a, b]
             .iter()

@@ -1,7 +1,7 @@
 //! The kube-scheduler extender over real HTTP: documents shaped as kube-scheduler sends
 //! them (a real Pod and real Nodes as the API serves them, `NodeNames` and `Nodes`
 //! forms), answered from the trained advisor and the residents the cluster view holds.
-//! The expected gains come from the Predict RPC; pods coloc knows nothing about, unknown
+//! The expected gains come from the Place RPC; pods coloc knows nothing about, unknown
 //! workloads and failures must leave scheduling unharmed.
 
 use std::{collections::BTreeMap, net::SocketAddr};
@@ -117,48 +117,44 @@ fn seed_cluster(app: &TestApp) -> BTreeMap<&'static str, Vec<Vec<&'static str>>>
         .collect()
 }
 
-/// What Predict says about placing the job beside `residents`: (gain, fits memory, the
-/// fraction of its exclusive throughput the job keeps).
-async fn expected(app: &mut TestApp, residents: &[&str]) -> (f64, bool, f64) {
-    let mut with_job: Vec<String> = residents.iter().map(|r| r.to_string()).collect();
-    with_job.push(JOB.into());
-    if residents.is_empty() {
-        with_job.push(JOB.into());
-    }
-    let predict = |workloads: Vec<String>| pb::PredictRequest {
-        workloads,
-        ..Default::default()
-    };
-    let after = app
+/// What the Place RPC says about the job on every GPU of the layout: per node, the best
+/// gain among its GPUs where the job may go (`None`: it may go on none of them).
+async fn place_expectations(
+    app: &mut TestApp,
+    layout: &BTreeMap<&'static str, Vec<Vec<&'static str>>>,
+    floor: Option<f64>,
+) -> BTreeMap<&'static str, Option<f64>> {
+    let gpus = layout
+        .iter()
+        .flat_map(|(node, gpus)| {
+            gpus.iter()
+                .enumerate()
+                .map(move |(i, residents)| pb::GpuState {
+                    id: format!("{node}/{i}"),
+                    node: node.to_string(),
+                    residents: residents.iter().map(|r| r.to_string()).collect(),
+                    ..Default::default()
+                })
+        })
+        .collect();
+    let answer = app
         .client
-        .predict(predict(with_job))
+        .place(pb::PlaceRequest {
+            workload: JOB.into(),
+            gpus,
+            min_job_fraction: floor.unwrap_or(0.0),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
-    let job = after.members.last().unwrap();
-    if residents.is_empty() {
-        return (job.exclusive_throughput, true, 1.0);
+    let mut best: BTreeMap<&'static str, Option<f64>> = layout.keys().map(|n| (*n, None)).collect();
+    for placement in answer.placements {
+        let node = layout.keys().find(|n| **n == placement.node).unwrap();
+        let entry = best.get_mut(node).unwrap();
+        *entry = Some(entry.map_or(placement.gain, |g: f64| g.max(placement.gain)));
     }
-    let kept = job
-        .predicted_throughput
-        .expect("the default model predicts each member")
-        / job.exclusive_throughput;
-    let before = match residents.len() {
-        1 => after.members[0].exclusive_throughput,
-        _ => {
-            app.client
-                .predict(predict(residents.iter().map(|r| r.to_string()).collect()))
-                .await
-                .unwrap()
-                .into_inner()
-                .predicted_throughput_sum
-        }
-    };
-    (
-        after.predicted_throughput_sum - before,
-        after.fits_memory,
-        kept,
-    )
+    best
 }
 
 fn names(nodes: &[&str]) -> Value {
@@ -198,17 +194,12 @@ async fn prioritize_scores_each_node_by_its_best_gpus_gain_monotonically_from_on
         })
         .collect();
     assert_eq!(scores.len(), candidates.len(), "{body}");
-    // The best GPU of each node that fits, by Predict.
-    let mut best: BTreeMap<&str, f64> = BTreeMap::new();
-    for (node, gpus) in &layout {
-        for residents in gpus {
-            let (gain, fits, _) = expected(&mut app, residents).await;
-            if fits {
-                let entry = best.entry(node).or_insert(f64::NEG_INFINITY);
-                *entry = entry.max(gain);
-            }
-        }
-    }
+    // The best GPU of each node where the job may go, by the Place RPC.
+    let best: BTreeMap<&str, f64> = place_expectations(&mut app, &layout, None)
+        .await
+        .into_iter()
+        .filter_map(|(node, gain)| Some((node, gain?)))
+        .collect();
     assert!(
         !best.contains_key("no-memory"),
         "17 GB + the job never fits 16 GB"
@@ -282,12 +273,13 @@ async fn filter_drops_nodes_whose_every_gpu_breaks_the_jobs_floor_or_memory_with
         .map(|n| n.as_str().unwrap())
         .collect();
     let failed = body["FailedNodes"].as_object().unwrap();
-    for (node, gpus) in &layout {
-        let mut any_fits = false;
-        for residents in gpus {
-            let (_, fits, kept) = expected(&mut app, residents).await;
-            any_fits |= fits && kept >= floor;
-        }
+    let expected = place_expectations(&mut app, &layout, Some(floor)).await;
+    assert!(
+        expected.values().any(Option::is_none),
+        "the floor refuses some node: {expected:?}"
+    );
+    for node in layout.keys() {
+        let any_fits = expected[node].is_some();
         assert_eq!(passed.contains(node), any_fits, "{node}: {body}");
         assert_eq!(failed.contains_key(*node), !any_fits, "{node}: {body}");
     }

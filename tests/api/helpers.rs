@@ -280,6 +280,7 @@ async fn register_and_report_all_pairs(
             };
             app.client
                 .report_colocation(pb::ReportColocationRequest {
+                    gpu_id: String::new(),
                     gpu: GPU.into(),
                     members: vec![member(a, ta), member(b, tb)],
                     observed_at: Some(prost_types::Timestamp {

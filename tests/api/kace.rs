@@ -9,7 +9,7 @@ use crate::helpers::{database_url, kace_dir, spawn_app_in};
 
 const V100: &str = "Tesla V100-SXM2-32GB";
 
-fn import(dir: &TempDir) -> String {
+pub fn import(dir: &TempDir) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["import", "kace"])
         .arg(kace_dir())
@@ -123,4 +123,79 @@ async fn importing_the_kace_data_twice_adds_no_rows_and_ranks_real_workloads() {
             "{skipped:?}"
         );
     }
+}
+
+/// Runs the coloc binary without blocking the test's runtime, which also serves the app.
+async fn coloc(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env_remove("COLOC_TOKEN")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn importing_into_a_running_service_goes_through_its_api_and_rank_works_at_once() {
+    let mut app = spawn_app_in(Arc::new(TempDir::new().unwrap())).await;
+    let kace = kace_dir();
+    let addr = app.addr.to_string();
+
+    // Writing the file behind the running server's back is refused, and writes nothing.
+    let direct = coloc(&[
+        "import",
+        "kace",
+        kace.to_str().unwrap(),
+        "--database",
+        &database_url(&app.dir),
+    ])
+    .await;
+    assert!(!direct.status.success());
+    let error = String::from_utf8_lossy(&direct.stderr);
+    assert!(error.contains("held by a running coloc serve"), "{error}");
+    assert!(error.contains("--addr"), "{error}");
+    assert_eq!(app.count("workloads").await, 0);
+
+    // Through the API: the same summary as the direct import.
+    let first = coloc(&["import", "kace", kace.to_str().unwrap(), "--addr", &addr]).await;
+    let out = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        out.contains("29 registered, 0 updated, 0 unchanged"),
+        "{out}"
+    );
+    assert!(out.contains("181 new of 181 pairs"), "{out}");
+    assert!(
+        out.contains("(kace-linear)") && out.contains("(member-ridge-gbt)"),
+        "{out}"
+    );
+
+    // The running server knows everything at once: no restart.
+    let ranked = app
+        .client
+        .rank(pb::RankRequest {
+            target: "whisper-large-v2_batch16-inf".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ranked.ranked.len() >= 20, "{}", ranked.ranked.len());
+    assert_eq!(ranked.model_version, 2);
+
+    // Idempotent: a second import adds nothing and trains nothing.
+    let second = coloc(&["import", "kace", kace.to_str().unwrap(), "--addr", &addr]).await;
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        out.contains("0 registered, 0 updated, 29 unchanged"),
+        "{out}"
+    );
+    assert!(out.contains("0 new of 181 pairs"), "{out}");
+    assert_eq!(app.count("observations").await, 181);
+    assert_eq!(app.count("models").await, 2);
 }

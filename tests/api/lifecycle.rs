@@ -81,6 +81,7 @@ fn drifting_report(workloads: &[(String, pb::Profile)], k: usize) -> pb::ReportC
         job_id: String::new(),
     };
     pb::ReportColocationRequest {
+        gpu_id: String::new(),
         gpu: GPU.into(),
         members: vec![member(name), member(other)],
         observed_at: Some(prost_types::Timestamp {
@@ -290,6 +291,7 @@ async fn outliers_are_flagged_kept_and_left_out_of_training() {
         .into_inner();
     app.client
         .report_colocation(pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: GPU.into(),
             members: vec![
                 pb::ColocatedMember {
@@ -456,6 +458,7 @@ async fn retraining_from_reported_kace_runs_never_promotes_a_worse_model() {
     let report = |i: usize| {
         let pair = &dataset.pairs[i];
         pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: KACE_GPU.into(),
             members: vec![
                 pb::ColocatedMember {

@@ -472,6 +472,7 @@ async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
     let status = app
         .client
         .report_colocation(pb::ReportColocationRequest {
+            gpu_id: String::new(),
             gpu: GPU.into(),
             members: vec![
                 pb::ColocatedMember {

@@ -1,0 +1,350 @@
+//! The cluster commands of the operator CLI: `coloc place` (which GPU for a new job, from a
+//! JSON file of GPUs or the occupancy the server keeps), `coloc gpus list` and
+//! `coloc jobs assign|release`. They talk gRPC to a running server through the same
+//! connection flags as the other operator commands (`client`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{
+    client::{print_json, print_table, status_error, Connection, ObjectiveArg},
+    proto as pb,
+};
+
+#[derive(Debug, Args)]
+pub struct PlaceArgs {
+    /// The new job's workload.
+    pub workload: String,
+    /// A JSON array of the candidate GPUs: `[{"id": "gpu-0", "node": "n1", "gpu": "Tesla
+    /// V100-SXM2-32GB", "memory_gb": 32, "residents": ["bert-base-cased_batch8-inf"]}]`
+    /// (node, gpu, memory_gb and residents optional). Without it, the occupancy the server
+    /// keeps (AssignJob) is used.
+    #[arg(long)]
+    pub gpu_state: Option<PathBuf>,
+    /// How many GPUs to show (0 = all that qualify).
+    #[arg(long, default_value_t = 5)]
+    pub top: i32,
+    #[arg(long, value_enum, default_value = "throughput")]
+    pub objective: ObjectiveArg,
+    /// The lowest fraction of its exclusive throughput the new job may keep (0-1; 0 = no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_job_fraction: f64,
+    /// The lowest fraction every resident may keep (0-1; 0 = no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_resident_fraction: f64,
+    /// Jobs a GPU may hold with the new one (0 = the server's default, 4).
+    #[arg(long, default_value_t = 0)]
+    pub max_jobs_per_gpu: u32,
+    /// Also rank GPUs whose memory would overflow.
+    #[arg(long)]
+    pub include_oversubscribed: bool,
+    /// Score with the pessimistic end of the prediction intervals.
+    #[arg(long)]
+    pub cautious: bool,
+    /// Without --gpu-state: only GPUs on these nodes (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// Without --gpu-state: only GPUs of this GPU model.
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpusCommand {
+    /// Every GPU of the occupancy the server keeps, with its running jobs (all pages).
+    List {
+        /// Only GPUs on these nodes (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// Only GPUs of this GPU model.
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Record that a job runs on a GPU (again: renew its lease).
+    Assign {
+        job_id: String,
+        gpu_id: String,
+        #[arg(long)]
+        workload: String,
+        #[arg(long, default_value = "")]
+        node: String,
+        /// GPU model; empty = the server's default.
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// Seconds until the job expires unless assigned again or released (0 = never).
+        #[arg(long, default_value_t = 0)]
+        lease: u32,
+    },
+    /// Forget a job.
+    Release { job_id: String },
+}
+
+/// One GPU of a --gpu-state file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuStateFile {
+    id: String,
+    #[serde(default)]
+    node: String,
+    #[serde(default)]
+    gpu: String,
+    #[serde(default)]
+    memory_gb: f64,
+    #[serde(default)]
+    residents: Vec<String>,
+}
+
+fn read_gpu_state(path: &PathBuf) -> anyhow::Result<Vec<pb::GpuState>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let gpus: Vec<GpuStateFile> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON array of GPUs", path.display()))?;
+    Ok(gpus
+        .into_iter()
+        .map(|g| pb::GpuState {
+            id: g.id,
+            node: g.node,
+            gpu: g.gpu,
+            memory_gb: g.memory_gb,
+            residents: g.residents,
+        })
+        .collect())
+}
+
+fn percent(fraction: Option<f64>) -> String {
+    fraction.map_or("-".into(), |f| format!("{:.0} %", f * 100.0))
+}
+
+pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<()> {
+    let gpus = match &args.gpu_state {
+        Some(path) => read_gpu_state(path)?,
+        None => Vec::new(),
+    };
+    let mut client = connection.client().await?;
+    let response = client
+        .place(pb::PlaceRequest {
+            workload: args.workload,
+            gpus,
+            objective: match args.objective {
+                ObjectiveArg::Throughput => pb::Objective::ThroughputSum,
+                ObjectiveArg::Normalized => pb::Objective::NormalizedSum,
+            } as i32,
+            min_job_fraction: args.min_job_fraction,
+            min_resident_fraction: args.min_resident_fraction,
+            max_jobs_per_gpu: args.max_jobs_per_gpu,
+            top_k: args.top,
+            include_oversubscribed: args.include_oversubscribed,
+            cautious: args.cautious,
+            nodes: args.nodes,
+            gpu: args.gpu,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        let member = |m: &pb::MemberPrediction| {
+            json!({
+                "workload": m.workload, "exclusive_throughput": m.exclusive_throughput,
+                "predicted_throughput": m.predicted_throughput,
+                "predicted_slowdown": m.predicted_slowdown,
+            })
+        };
+        return print_json(&json!({
+            "placements": response.placements.iter().map(|p| json!({
+                "gpu_id": p.gpu_id, "node": p.node, "gpu": p.gpu, "gain": p.gain,
+                "value_before": p.value_before, "value_after": p.value_after,
+                "fits_memory": p.fits_memory, "memory_gb": p.memory_gb,
+                "gpu_memory_gb": p.gpu_memory_gb, "model_version": p.model_version,
+                "members": p.members.iter().map(member).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "skipped": response.skipped.iter().map(|s| json!({
+                "gpu_id": s.gpu_id, "code": s.code().as_str_name(), "reason": s.reason,
+                "workload": s.workload, "predicted_fraction": s.predicted_fraction,
+            })).collect::<Vec<_>>(),
+            "models": response.models.iter().map(|m| json!({
+                "gpu": m.gpu, "version": m.version, "kind": m.kind,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    for model in &response.models {
+        println!(
+            "GPU model {}: model version {} ({})",
+            model.gpu, model.version, model.kind
+        );
+    }
+    let rows: Vec<Vec<String>> = response
+        .placements
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let residents: Vec<&str> = p.members[1..].iter().map(|m| m.workload.as_str()).collect();
+            let worst = p.members[1..]
+                .iter()
+                .filter_map(|m| m.predicted_slowdown)
+                .min_by(f64::total_cmp);
+            vec![
+                (i + 1).to_string(),
+                p.gpu_id.clone(),
+                p.node.clone(),
+                if residents.is_empty() {
+                    "(empty)".into()
+                } else {
+                    residents.join(" ")
+                },
+                format!("{:.2}", p.gain),
+                format!("{:.2} -> {:.2}", p.value_before, p.value_after),
+                percent(p.members[0].predicted_slowdown),
+                percent(worst),
+                format!(
+                    "{:.1}/{:.0}{}",
+                    p.memory_gb,
+                    p.gpu_memory_gb,
+                    if p.fits_memory { "" } else { " !" }
+                ),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "#",
+            "GPU",
+            "NODE",
+            "RESIDENTS",
+            "GAIN",
+            "VALUE",
+            "JOB KEEPS",
+            "WORST RESIDENT KEEPS",
+            "MEMORY GB",
+        ],
+        &rows,
+    );
+    for skipped in &response.skipped {
+        println!("skipped {}: {}", skipped.gpu_id, skipped.reason);
+    }
+    Ok(())
+}
+
+pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Result<()> {
+    let GpusCommand::List { nodes, gpu } = command;
+    let mut client = connection.client().await?;
+    let mut gpus = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_gpus(pb::ListGpusRequest {
+                page_size: 1000,
+                page_token,
+                nodes: nodes.clone(),
+                gpu: gpu.clone(),
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        gpus.extend(page.gpus);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    if connection.json {
+        return print_json(&json!(gpus
+            .iter()
+            .map(|g| json!({
+                "id": g.id, "node": g.node, "gpu": g.gpu,
+                "jobs": g.jobs.iter().map(|j| json!({
+                    "job_id": j.job_id, "workload": j.workload,
+                    "assigned_at": j.assigned_at.as_ref().map(|t| t.seconds),
+                    "expires_at": j.expires_at.as_ref().map(|t| t.seconds),
+                })).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>()));
+    }
+    let rows: Vec<Vec<String>> = gpus
+        .iter()
+        .map(|g| {
+            vec![
+                g.id.clone(),
+                g.node.clone(),
+                g.gpu.clone(),
+                g.jobs
+                    .iter()
+                    .map(|j| format!("{}={}", j.job_id, j.workload))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "NODE", "GPU", "JOBS"], &rows);
+    Ok(())
+}
+
+pub async fn jobs(connection: &Connection, command: JobsCommand) -> anyhow::Result<()> {
+    let mut client = connection.client().await?;
+    match command {
+        JobsCommand::Assign {
+            job_id,
+            gpu_id,
+            workload,
+            node,
+            gpu,
+            lease,
+        } => {
+            let response = client
+                .assign_job(pb::AssignJobRequest {
+                    job_id: job_id.clone(),
+                    gpu_id: gpu_id.clone(),
+                    node,
+                    gpu,
+                    workload,
+                    lease_secs: lease,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if connection.json {
+                return print_json(&json!({
+                    "created": response.created, "gpu": response.gpu,
+                    "expires_at": response.expires_at.map(|t| t.seconds),
+                }));
+            }
+            println!(
+                "job {job_id} {} on GPU {gpu_id} ({})",
+                if response.created {
+                    "assigned"
+                } else {
+                    "renewed"
+                },
+                response.gpu
+            );
+        }
+        JobsCommand::Release { job_id } => {
+            let response = client
+                .release_job(pb::ReleaseJobRequest {
+                    job_id: job_id.clone(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if connection.json {
+                return print_json(&json!({ "released": response.released }));
+            }
+            println!(
+                "job {job_id} {}",
+                if response.released {
+                    "released"
+                } else {
+                    "was not running"
+                }
+            );
+        }
+    }
+    Ok(())
+}

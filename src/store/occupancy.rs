@@ -1,0 +1,699 @@
+//! The cluster's occupancy as schedulers tell coloc (AssignJob / ReleaseJob): which job
+//! runs on which GPU, so that Place can answer without the whole cluster in each request.
+//!
+//! Durable and fast: one writer task takes every assignment and release, checks each
+//! against its own copy of the occupancy, writes the queued ones in one `BEGIN IMMEDIATE`
+//! transaction (one fsync for all, as the observation writer does) and answers each caller
+//! only once that transaction committed. Readers are served from a second copy, which the
+//! writer brings up to date after each commit; they never query the database.
+//!
+//! Rules (README, "Occupancy"): assigning a job id again to the same GPU and workload
+//! renews its lease; to another GPU or workload it is refused until released. Releasing an
+//! unknown (or already released, or expired) job is not an error: `released` is false. A GPU
+//! becomes known with its first job and stays known (empty) after its last is released; its
+//! node and GPU model never change. A job with a lease expires by itself: readers ignore it
+//! from that moment, and the writer deletes it with its next batch.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, RwLock},
+};
+
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::StoreError;
+use crate::domain::{GpuName, WorkloadName, MAX_MEMBERS};
+
+/// The most operations one transaction writes.
+const MAX_BATCH: usize = 512;
+const QUEUE_CAPACITY: usize = 4 * MAX_BATCH;
+
+/// One job on a GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterJob {
+    pub job_id: Arc<str>,
+    pub workload: WorkloadName,
+    pub assigned_at_ms: i64,
+    /// `None` = no lease: the job stays until released.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl ClusterJob {
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        self.expires_at_ms.is_none_or(|at| at > now_ms)
+    }
+}
+
+/// One GPU of the cluster and its jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterGpu {
+    pub id: Arc<str>,
+    pub node: Arc<str>,
+    pub gpu: GpuName,
+    pub jobs: Vec<ClusterJob>,
+}
+
+/// The occupancy: GPUs by id (ordered, for paging) and where each job runs.
+#[derive(Debug, Default, Clone)]
+pub struct Occupancy {
+    gpus: BTreeMap<Arc<str>, ClusterGpu>,
+    jobs: HashMap<Arc<str>, Arc<str>>,
+}
+
+impl Occupancy {
+    pub fn gpus(&self) -> impl Iterator<Item = &ClusterGpu> {
+        self.gpus.values()
+    }
+
+    /// GPUs whose id comes after `after`, in id order.
+    pub fn gpus_after<'a>(&'a self, after: Option<&str>) -> impl Iterator<Item = &'a ClusterGpu> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        self.gpus
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(_, gpu)| gpu)
+    }
+
+    pub fn gpu(&self, id: &str) -> Option<&ClusterGpu> {
+        self.gpus.get(id)
+    }
+
+    /// The job and its GPU, live or not.
+    fn job(&self, job_id: &str) -> Option<(&ClusterGpu, &ClusterJob)> {
+        let gpu = self.gpus.get(self.jobs.get(job_id)?)?;
+        let job = gpu.jobs.iter().find(|j| &*j.job_id == job_id)?;
+        Some((gpu, job))
+    }
+
+    fn apply(&mut self, effect: Effect) -> Effect {
+        match effect {
+            Effect::AddGpu(gpu) => {
+                let id = gpu.id.clone();
+                self.gpus.insert(id.clone(), gpu);
+                Effect::RemoveGpu(id)
+            }
+            Effect::RemoveGpu(id) => {
+                let gpu = self.gpus.remove(&id).expect("undo of an added GPU");
+                Effect::AddGpu(gpu)
+            }
+            Effect::PutJob { gpu_id, job } => {
+                let undo = self.remove_job(&job.job_id);
+                let gpu = self.gpus.get_mut(&gpu_id).expect("GPU added first");
+                self.jobs.insert(job.job_id.clone(), gpu_id.clone());
+                let job_id = job.job_id.clone();
+                gpu.jobs.push(job);
+                undo.unwrap_or(Effect::RemoveJob(job_id))
+            }
+            Effect::RemoveJob(job_id) => self
+                .remove_job(&job_id)
+                .expect("only known jobs are removed"),
+        }
+    }
+
+    /// Removes a job; the effect that puts it back.
+    fn remove_job(&mut self, job_id: &str) -> Option<Effect> {
+        let gpu_id = self.jobs.remove(job_id)?;
+        let gpu = self.gpus.get_mut(&gpu_id)?;
+        let at = gpu.jobs.iter().position(|j| &*j.job_id == job_id)?;
+        let job = gpu.jobs.remove(at);
+        Some(Effect::PutJob { gpu_id, job })
+    }
+
+    /// The jobs expired at `now_ms`.
+    fn expired(&self, now_ms: i64) -> Vec<Arc<str>> {
+        self.gpus
+            .values()
+            .flat_map(|g| &g.jobs)
+            .filter(|j| !j.is_live(now_ms))
+            .map(|j| j.job_id.clone())
+            .collect()
+    }
+
+    fn next_expiry(&self) -> Option<i64> {
+        self.gpus
+            .values()
+            .flat_map(|g| &g.jobs)
+            .filter_map(|j| j.expires_at_ms)
+            .min()
+    }
+}
+
+/// A change to the occupancy, as applied to both copies (and undone on a failed commit).
+#[derive(Debug, Clone)]
+enum Effect {
+    AddGpu(ClusterGpu),
+    RemoveGpu(Arc<str>),
+    PutJob { gpu_id: Arc<str>, job: ClusterJob },
+    RemoveJob(Arc<str>),
+}
+
+/// AssignJob in store terms; the workload was checked to be registered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub job_id: String,
+    pub gpu_id: String,
+    pub node: String,
+    pub gpu: GpuName,
+    pub workload: WorkloadName,
+    /// `None` = no lease.
+    pub lease_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignOutcome {
+    /// A new job on the GPU.
+    Assigned,
+    /// The same job on the same GPU again: its lease was renewed.
+    Renewed,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assigned {
+    pub outcome: AssignOutcome,
+    pub gpu: GpuName,
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Why an assignment was refused (nothing was written).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OccupancyConflict {
+    #[error("job {job_id:?} already runs {workload} on GPU {gpu_id:?}; release it first")]
+    JobAssignedElsewhere {
+        job_id: String,
+        gpu_id: String,
+        workload: String,
+    },
+    #[error("GPU {gpu_id:?} is known as a {known_gpu:?} on node {known_node:?}, not a {gpu:?} on node {node:?}")]
+    GpuMismatch {
+        gpu_id: String,
+        known_gpu: String,
+        known_node: String,
+        gpu: String,
+        node: String,
+    },
+    #[error("GPU {gpu_id:?} already runs {MAX_MEMBERS} jobs, the most one GPU may hold")]
+    GpuFull { gpu_id: String },
+}
+
+#[derive(Debug)]
+enum Op {
+    Assign(Assignment),
+    Release(String),
+}
+
+type Reply = Result<Outcome, StoreError>;
+
+#[derive(Debug)]
+enum Outcome {
+    Assigned(Assigned),
+    Released(bool),
+}
+
+#[derive(Debug)]
+struct Request {
+    op: Op,
+    now_ms: i64,
+    reply_tx: oneshot::Sender<Reply>,
+}
+
+/// The handle the store keeps: the writer's queue and the readers' copy.
+#[derive(Debug)]
+pub(super) struct OccupancyWriter {
+    request_tx: mpsc::Sender<Request>,
+    shutdown: CancellationToken,
+    view: Arc<RwLock<Occupancy>>,
+    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl OccupancyWriter {
+    /// Loads the stored occupancy and starts the writer on `pool`.
+    pub(super) async fn spawn(pool: SqlitePool) -> Result<Self, StoreError> {
+        let state = load(&pool).await?;
+        let view = Arc::new(RwLock::new(state.clone()));
+        let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(pool, state, view.clone(), request_rx, shutdown.clone()));
+        Ok(Self {
+            request_tx,
+            shutdown,
+            view,
+            task: tokio::sync::Mutex::new(Some(task)),
+        })
+    }
+
+    pub(super) fn view(&self) -> std::sync::RwLockReadGuard<'_, Occupancy> {
+        // Every change is applied whole under the lock, so a poisoned one is still usable.
+        self.view.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn send(&self, op: Op, now_ms: i64) -> Reply {
+        if self.shutdown.is_cancelled() {
+            return Err(StoreError::Closed);
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if self
+            .request_tx
+            .send(Request {
+                op,
+                now_ms,
+                reply_tx,
+            })
+            .await
+            .is_err()
+        {
+            return Err(if self.shutdown.is_cancelled() {
+                StoreError::Closed
+            } else {
+                StoreError::WriterStopped
+            });
+        }
+        reply_rx.await.unwrap_or(Err(StoreError::WriterStopped))
+    }
+
+    pub(super) async fn assign(
+        &self,
+        assignment: Assignment,
+        now_ms: i64,
+    ) -> Result<Assigned, StoreError> {
+        match self.send(Op::Assign(assignment), now_ms).await? {
+            Outcome::Assigned(assigned) => Ok(assigned),
+            Outcome::Released(_) => unreachable!("an assignment is answered as one"),
+        }
+    }
+
+    pub(super) async fn release(&self, job_id: String, now_ms: i64) -> Result<bool, StoreError> {
+        match self.send(Op::Release(job_id), now_ms).await? {
+            Outcome::Released(released) => Ok(released),
+            Outcome::Assigned(_) => unreachable!("a release is answered as one"),
+        }
+    }
+
+    /// Refuses new operations, writes the queued ones, and waits for the writer.
+    pub(super) async fn stop(&self) {
+        self.shutdown.cancel();
+        if let Some(handle) = self.task.lock().await.take() {
+            match handle.await {
+                Ok(()) => tracing::info!(task = "occupancy writer", "task exited"),
+                Err(error) => tracing::error!(%error, "occupancy writer panicked"),
+            }
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct GpuRow {
+    id: String,
+    node: String,
+    gpu: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    job_id: String,
+    gpu_id: String,
+    workload: String,
+    assigned_at_ms: i64,
+    expires_at_ms: Option<i64>,
+}
+
+async fn load(pool: &SqlitePool) -> Result<Occupancy, StoreError> {
+    let mut occupancy = Occupancy::default();
+    let gpus: Vec<GpuRow> = sqlx::query_as("SELECT id, node, gpu FROM cluster_gpus")
+        .fetch_all(pool)
+        .await?;
+    for row in gpus {
+        let gpu = GpuName::parse("gpu", &row.gpu).map_err(|e| StoreError::Corrupt(e.message))?;
+        let id: Arc<str> = row.id.into();
+        occupancy.gpus.insert(
+            id.clone(),
+            ClusterGpu {
+                id,
+                node: row.node.into(),
+                gpu,
+                jobs: Vec::new(),
+            },
+        );
+    }
+    let jobs: Vec<JobRow> = sqlx::query_as(
+        "SELECT job_id, gpu_id, workload, assigned_at_ms, expires_at_ms FROM cluster_jobs ORDER BY rowid",
+    )
+    .fetch_all(pool)
+    .await?;
+    for row in jobs {
+        let workload = WorkloadName::parse("workload", &row.workload)
+            .map_err(|e| StoreError::Corrupt(e.message))?;
+        let gpu_id: Arc<str> = row.gpu_id.into();
+        if !occupancy.gpus.contains_key(&gpu_id) {
+            return Err(StoreError::Corrupt(format!(
+                "job {} names unknown GPU {gpu_id}",
+                row.job_id
+            )));
+        }
+        occupancy.apply(Effect::PutJob {
+            gpu_id,
+            job: ClusterJob {
+                job_id: row.job_id.into(),
+                workload,
+                assigned_at_ms: row.assigned_at_ms,
+                expires_at_ms: row.expires_at_ms,
+            },
+        });
+    }
+    Ok(occupancy)
+}
+
+async fn run(
+    pool: SqlitePool,
+    mut state: Occupancy,
+    view: Arc<RwLock<Occupancy>>,
+    mut request_rx: mpsc::Receiver<Request>,
+    shutdown: CancellationToken,
+) {
+    let mut closing = false;
+    let mut next_expiry = state.next_expiry();
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = shutdown.cancelled(), if !closing => {
+                request_rx.close();
+                closing = true;
+                continue;
+            }
+            request = request_rx.recv() => match request {
+                Some(request) => request,
+                None => break,
+            },
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match request_rx.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        write_batch(&pool, &mut state, &view, batch, &mut next_expiry).await;
+    }
+}
+
+/// What one operation does, decided against the writer's copy.
+fn plan(state: &Occupancy, op: &Op, now_ms: i64) -> Result<(Vec<Effect>, Outcome), StoreError> {
+    match op {
+        Op::Release(job_id) => Ok(match state.job(job_id) {
+            Some((_, job)) if job.is_live(now_ms) => (
+                vec![Effect::RemoveJob(job.job_id.clone())],
+                Outcome::Released(true),
+            ),
+            // Expired: gone already for every reader; the sweep deletes it.
+            _ => (Vec::new(), Outcome::Released(false)),
+        }),
+        Op::Assign(a) => {
+            let expires_at_ms = a.lease_ms.map(|lease| now_ms.saturating_add(lease));
+            let mut effects = Vec::new();
+            let mut outcome = AssignOutcome::Assigned;
+            if let Some((gpu, job)) = state.job(&a.job_id) {
+                if job.is_live(now_ms) {
+                    if *gpu.id != *a.gpu_id || job.workload != a.workload {
+                        return Err(StoreError::Occupancy(
+                            OccupancyConflict::JobAssignedElsewhere {
+                                job_id: a.job_id.clone(),
+                                gpu_id: gpu.id.to_string(),
+                                workload: job.workload.to_string(),
+                            },
+                        ));
+                    }
+                    outcome = AssignOutcome::Renewed;
+                }
+            }
+            match state.gpu(&a.gpu_id) {
+                Some(gpu) => {
+                    if gpu.gpu != a.gpu || *gpu.node != *a.node {
+                        return Err(StoreError::Occupancy(OccupancyConflict::GpuMismatch {
+                            gpu_id: a.gpu_id.clone(),
+                            known_gpu: gpu.gpu.to_string(),
+                            known_node: gpu.node.to_string(),
+                            gpu: a.gpu.to_string(),
+                            node: a.node.clone(),
+                        }));
+                    }
+                    let live = gpu.jobs.iter().filter(|j| j.is_live(now_ms)).count();
+                    if outcome == AssignOutcome::Assigned && live >= MAX_MEMBERS {
+                        return Err(StoreError::Occupancy(OccupancyConflict::GpuFull {
+                            gpu_id: a.gpu_id.clone(),
+                        }));
+                    }
+                }
+                None => effects.push(Effect::AddGpu(ClusterGpu {
+                    id: a.gpu_id.as_str().into(),
+                    node: a.node.as_str().into(),
+                    gpu: a.gpu.clone(),
+                    jobs: Vec::new(),
+                })),
+            }
+            let assigned_at_ms = match (outcome, state.job(&a.job_id)) {
+                (AssignOutcome::Renewed, Some((_, job))) => job.assigned_at_ms,
+                _ => now_ms,
+            };
+            effects.push(Effect::PutJob {
+                gpu_id: a.gpu_id.as_str().into(),
+                job: ClusterJob {
+                    job_id: a.job_id.as_str().into(),
+                    workload: a.workload.clone(),
+                    assigned_at_ms,
+                    expires_at_ms,
+                },
+            });
+            Ok((
+                effects,
+                Outcome::Assigned(Assigned {
+                    outcome,
+                    gpu: a.gpu.clone(),
+                    expires_at_ms,
+                }),
+            ))
+        }
+    }
+}
+
+async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) -> sqlx::Result<()> {
+    match effect {
+        Effect::AddGpu(gpu) => {
+            sqlx::query("INSERT INTO cluster_gpus (id, node, gpu) VALUES (?1, ?2, ?3)")
+                .bind(&*gpu.id)
+                .bind(&*gpu.node)
+                .bind(gpu.gpu.as_str())
+                .execute(&mut **tx)
+                .await?;
+        }
+        Effect::RemoveGpu(id) => {
+            sqlx::query("DELETE FROM cluster_gpus WHERE id = ?1")
+                .bind(&**id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Effect::PutJob { gpu_id, job } => {
+            sqlx::query(
+                "INSERT OR REPLACE INTO cluster_jobs (job_id, gpu_id, workload, assigned_at_ms, expires_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .bind(&*job.job_id)
+            .bind(&**gpu_id)
+            .bind(job.workload.as_str())
+            .bind(job.assigned_at_ms)
+            .bind(job.expires_at_ms)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Effect::RemoveJob(job_id) => {
+            sqlx::query("DELETE FROM cluster_jobs WHERE job_id = ?1")
+                .bind(&**job_id)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Plans every operation of the batch against the writer's copy (applying each as it
+/// goes, so later ones see earlier ones), writes the effects in one transaction, and
+/// answers every caller after the commit; a failed transaction undoes the copy and fails
+/// every operation that would have written.
+async fn write_batch(
+    pool: &SqlitePool,
+    state: &mut Occupancy,
+    view: &RwLock<Occupancy>,
+    batch: Vec<Request>,
+    next_expiry: &mut Option<i64>,
+) {
+    let now_ms = batch.iter().map(|r| r.now_ms).max().unwrap_or_default();
+    let mut effects: Vec<Effect> = Vec::new();
+    let mut undo: Vec<Effect> = Vec::new();
+    // Expired jobs go with this batch.
+    if next_expiry.is_some_and(|at| at <= now_ms) {
+        for job_id in state.expired(now_ms) {
+            let effect = Effect::RemoveJob(job_id);
+            undo.push(state.apply(effect.clone()));
+            effects.push(effect);
+        }
+    }
+    let mut replies: Vec<(oneshot::Sender<Reply>, Result<Outcome, StoreError>, bool)> =
+        Vec::with_capacity(batch.len());
+    for request in batch {
+        match plan(state, &request.op, request.now_ms) {
+            Ok((planned, outcome)) => {
+                let writes = !planned.is_empty();
+                for effect in planned {
+                    undo.push(state.apply(effect.clone()));
+                    effects.push(effect);
+                }
+                replies.push((request.reply_tx, Ok(outcome), writes));
+            }
+            Err(error) => replies.push((request.reply_tx, Err(error), false)),
+        }
+    }
+    if !effects.is_empty() {
+        let written = async {
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            for effect in &effects {
+                write_effect(&mut tx, effect).await?;
+            }
+            tx.commit().await
+        }
+        .await;
+        if let Err(error) = written {
+            tracing::error!(error = %error, operations = replies.len(), "occupancy batch failed");
+            for effect in undo.into_iter().rev() {
+                state.apply(effect);
+            }
+            let error = Arc::new(StoreError::Database(error));
+            for (reply_tx, outcome, writes) in replies {
+                let outcome = if writes {
+                    Err(StoreError::Batch(error.clone()))
+                } else {
+                    outcome
+                };
+                let _ = reply_tx.send(outcome);
+            }
+            return;
+        }
+        let mut published = view.write().unwrap_or_else(|e| e.into_inner());
+        for effect in effects {
+            published.apply(effect);
+        }
+        *next_expiry = state.next_expiry();
+    }
+    for (reply_tx, outcome, _) in replies {
+        // A caller that gave up waiting is told nothing; its operation stands.
+        let _ = reply_tx.send(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    fn assignment(job: &str, gpu_id: &str, lease_ms: Option<i64>) -> Assignment {
+        Assignment {
+            job_id: job.into(),
+            gpu_id: gpu_id.into(),
+            node: "n1".into(),
+            gpu: GpuName::parse("gpu", "Test GPU 16GB").unwrap(),
+            workload: WorkloadName::parse("workload", "w01").unwrap(),
+            lease_ms,
+        }
+    }
+
+    fn live_jobs(store: &Store, gpu_id: &str, now_ms: i64) -> Vec<String> {
+        store
+            .occupancy()
+            .gpu(gpu_id)
+            .unwrap()
+            .jobs
+            .iter()
+            .filter(|j| j.is_live(now_ms))
+            .map(|j| j.job_id.to_string())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_lease_ran_out_is_gone_for_readers_and_deleted_with_the_next_write() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let assigned = store
+            .assign_cluster_job(assignment("j1", "g1", Some(1_000)), 10_000)
+            .await
+            .unwrap();
+        assert_eq!(assigned.expires_at_ms, Some(11_000));
+        store
+            .assign_cluster_job(assignment("j2", "g1", None), 10_000)
+            .await
+            .unwrap();
+        // A renewal before it runs out moves the expiry.
+        let renewed = store
+            .assign_cluster_job(assignment("j1", "g1", Some(1_000)), 10_500)
+            .await
+            .unwrap();
+        assert_eq!(renewed.outcome, AssignOutcome::Renewed);
+        assert_eq!(live_jobs(&store, "g1", 11_400), ["j2", "j1"]);
+        assert_eq!(live_jobs(&store, "g1", 11_500), ["j2"]);
+        // Released after it expired: it was not running.
+        assert!(!store
+            .release_cluster_job("j1".into(), 11_500)
+            .await
+            .unwrap());
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM cluster_jobs")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(rows, 1, "the release's batch swept the expired job");
+        // The id may now go anywhere.
+        let moved = store
+            .assign_cluster_job(assignment("j1", "g2", None), 11_600)
+            .await
+            .unwrap();
+        assert_eq!(moved.outcome, AssignOutcome::Assigned);
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT job_id, gpu_id FROM cluster_jobs ORDER BY job_id")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(
+            rows,
+            [("j1".into(), "g2".into()), ("j2".into(), "g1".into())]
+        );
+        assert_eq!(live_jobs(&store, "g1", 11_600), ["j2"]);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_gpu_holds_at_most_sixteen_jobs_and_a_refused_one_writes_nothing() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        for i in 0..MAX_MEMBERS {
+            store
+                .assign_cluster_job(assignment(&format!("j{i}"), "g1", None), 1)
+                .await
+                .unwrap();
+        }
+        let error = store
+            .assign_cluster_job(assignment("one-more", "g1", None), 1)
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            StoreError::Occupancy(OccupancyConflict::GpuFull { .. })
+        ));
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM cluster_jobs")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(rows, MAX_MEMBERS as i64);
+        store.close().await;
+    }
+}
