@@ -18,7 +18,13 @@ Checks:
   * the Service selects the pod and exposes 50051 (grpc) and 50052 (metrics);
   * the gpu-profiler overlay: nvidia.com/gpu: 1, a GPU nodeSelector and toleration,
     COLOC__PROFILER__BACKEND=nvml and absolute COLOC__PROFILER__ALLOWED_PROGRAMS; the base
-    asks for no GPU.
+    asks for no GPU;
+  * the scheduler-extender overlay: the KubeSchedulerConfiguration in the second
+    scheduler's ConfigMap (known ExtenderConfig fields only, ignorable, nodeCacheCapable
+    with coloc's watcher on, the verbs and URL coloc serves: the Service's extender port,
+    extender.url_prefix, HTTPS iff extender TLS), the scheduler Deployment mounting it, the
+    advisor's ServiceAccount with get/list/watch on pods and nodes only, and the extender
+    port open only to the scheduler's pods.
 """
 
 import ipaddress
@@ -67,7 +73,7 @@ def check_example_toml(root):
     for key in sorted(defaults.keys() & example.keys()):
         if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
             fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
-    order = ["server", "database", "model", "profiler", "trainer", "metrics", "auth", "log"]
+    order = ["server", "database", "model", "profiler", "trainer", "metrics", "extender", "auth", "log"]
     if list(example_doc) != order:
         fail(path, f"sections {list(example_doc)}, expected {order}")
     # Every key needs its one-line comment right above it.
@@ -98,10 +104,13 @@ def check_render(name, path, defaults):
             fail(where, f"a {d.get('kind')} without metadata.name")
         by_kind.setdefault(d.get("kind"), []).append(d)
 
-    deployments = by_kind.get("Deployment", [])
+    deployments = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] == "coloc"]
+    others = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] != "coloc"]
     if len(deployments) != 1:
-        fail(where, f"{len(deployments)} Deployments, expected exactly 1")
+        fail(where, f"{len(deployments)} Deployments named coloc, expected exactly 1")
         return
+    if others and name != "scheduler-extender":
+        fail(where, f"Deployments {[d['metadata']['name'] for d in others]} besides coloc")
     dep = deployments[0]
     spec = dep["spec"]
     if spec.get("replicas") != 1:
@@ -234,8 +243,9 @@ def check_render(name, path, defaults):
         if policy["spec"].get("policyTypes") != ["Ingress"]:
             fail(where, "the NetworkPolicy should restrict Ingress only")
         allowed = [p.get("port") for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])]
-        if sorted(map(str, allowed)) != ["grpc", "metrics"]:
-            fail(where, f"NetworkPolicy opens ports {allowed}, expected exactly grpc and metrics")
+        expected_ports = ["grpc", "metrics"] + (["extender"] if name == "scheduler-extender" else [])
+        if sorted(map(str, allowed)) != sorted(expected_ports):
+            fail(where, f"NetworkPolicy opens ports {allowed}, expected exactly {expected_ports}")
 
     gpu = str(((res.get("limits") or {}).get("nvidia.com/gpu")) or "")
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
@@ -253,7 +263,124 @@ def check_render(name, path, defaults):
             fail(where, f"COLOC__PROFILER__ALLOWED_PROGRAMS must be absolute globs: {programs}")
     elif name == "base" and gpu:
         fail(where, "the base asks for a GPU; only the gpu-profiler overlay should")
+    if name == "scheduler-extender":
+        check_scheduler_extender(where, by_kind, dep, others, effective if config is not None else {})
+    elif (effective if config is not None else {}).get("extender.listen"):
+        fail(where, "the extender is on outside the scheduler-extender overlay")
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
+
+
+# k8s.io/kube-scheduler/config/v1 Extender: its JSON fields.
+EXTENDER_FIELDS = {
+    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
+    "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
+    "ignorable",
+}
+
+
+def check_scheduler_extender(where, by_kind, advisor, others, effective):
+    """The second scheduler and its extender block against what coloc serves."""
+    pod = advisor["spec"]["template"]["spec"]
+    coloc = {c["name"]: c for c in pod["containers"]}["coloc"]
+    listen = str(effective.get("extender.listen", ""))
+    if not listen:
+        return fail(where, "extender.listen is not set: the extender is off")
+    port = int(listen.rsplit(":", 1)[1])
+    ports = {p.get("name"): p["containerPort"] for p in coloc.get("ports", [])}
+    if ports.get("extender") != port:
+        fail(where, f"container port extender {ports.get('extender')} != extender.listen port {port}")
+    if not is_loopback(listen) and not (
+        effective.get("extender.tls_client_ca_file") or effective.get("extender.require_token")
+        or str(effective.get("server.allow_unauthenticated_non_loopback")).lower() == "true"
+    ):
+        fail(where, f"extender.listen {listen} unauthenticated: the service would refuse to start")
+    watching = str(effective.get("extender.watch_cluster")).lower() == "true"
+    # The watcher's identity and rights.
+    account = pod.get("serviceAccountName")
+    if watching:
+        if account != "coloc" or pod.get("automountServiceAccountToken") is not True:
+            fail(where, "the watcher needs serviceAccountName coloc with its token mounted")
+        roles = {r["metadata"]["name"]: r for r in by_kind.get("ClusterRole", [])}
+        bound = [
+            b for b in by_kind.get("ClusterRoleBinding", [])
+            if any(s.get("kind") == "ServiceAccount" and s.get("name") == account
+                   and s.get("namespace") == advisor["metadata"].get("namespace")
+                   for s in b.get("subjects", []))
+        ]
+        if len(bound) != 1 or bound[0]["roleRef"]["name"] not in roles:
+            fail(where, f"the ServiceAccount {account} should be bound to one rendered ClusterRole")
+        else:
+            rules = roles[bound[0]["roleRef"]["name"]].get("rules", [])
+            for rule in rules:
+                if rule.get("apiGroups") != [""] or not set(rule.get("resources", [])) <= {"pods", "nodes"} \
+                        or not set(rule.get("verbs", [])) <= {"get", "list", "watch"}:
+                    fail(where, f"the watcher's role grants more than get/list/watch pods, nodes: {rule}")
+            granted = {r for rule in rules for r in rule.get("resources", [])}
+            if granted != {"pods", "nodes"}:
+                fail(where, f"the watcher's role covers {sorted(granted)}, expected pods and nodes")
+    # The scheduler and its configuration.
+    schedulers = [d for d in others if d["metadata"]["name"] == "coloc-scheduler"]
+    if len(schedulers) != 1 or len(others) != 1:
+        return fail(where, "expected exactly one other Deployment, coloc-scheduler")
+    spod = schedulers[0]["spec"]["template"]["spec"]
+    container = spod["containers"][0]
+    args = (container.get("command") or []) + (container.get("args") or [])
+    config_path = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+    if not config_path:
+        return fail(where, f"kube-scheduler runs without --config: {args}")
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spod.get("volumes", [])}
+    directory, file_name = config_path.rsplit("/", 1)
+    volume = volumes.get(mounts.get(directory, ""), {})
+    cm_name = (volume.get("configMap") or {}).get("name")
+    cms = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
+    text = (cms.get(cm_name, {}).get("data") or {}).get(file_name)
+    if text is None:
+        return fail(where, f"--config {config_path} is not a file of a rendered ConfigMap")
+    config = yaml.safe_load(text)
+    if (config.get("apiVersion"), config.get("kind")) != ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"):
+        fail(where, f"{config.get('apiVersion')}/{config.get('kind')} is not a v1 KubeSchedulerConfiguration")
+    names = [p.get("schedulerName") for p in config.get("profiles", [])]
+    if names != ["coloc-scheduler"]:
+        fail(where, f"profiles {names}, expected one named coloc-scheduler")
+    extenders = config.get("extenders") or []
+    if len(extenders) != 1:
+        return fail(where, f"{len(extenders)} extenders, expected coloc alone")
+    ext = extenders[0]
+    unknown = set(ext) - EXTENDER_FIELDS
+    if unknown:
+        fail(where, f"extender fields {sorted(unknown)} are not kube-scheduler's")
+    if ext.get("ignorable") is not True:
+        fail(where, "the extender must be ignorable: coloc may never stop scheduling")
+    if ext.get("nodeCacheCapable") is True and not watching:
+        fail(where, "nodeCacheCapable sends node names only: coloc needs extender.watch_cluster")
+    if (ext.get("filterVerb"), ext.get("prioritizeVerb")) != ("filter", "prioritize"):
+        fail(where, f"verbs {ext.get('filterVerb')}/{ext.get('prioritizeVerb')}, coloc serves filter/prioritize")
+    if not isinstance(ext.get("weight"), int) or ext["weight"] < 1:
+        fail(where, f"weight {ext.get('weight')} must be a positive integer")
+    https = bool(effective.get("extender.tls_cert_file"))
+    if bool(ext.get("enableHTTPS")) != https:
+        fail(where, f"enableHTTPS {ext.get('enableHTTPS')} but coloc's extender TLS is {'on' if https else 'off'}")
+    services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+    service = services.get("coloc")
+    sport = next((p["port"] for p in (service or {}).get("spec", {}).get("ports", []) if p.get("name") == "extender"), None)
+    namespace = advisor["metadata"].get("namespace")
+    url = f"{'https' if https else 'http'}://coloc.{namespace}.svc:{sport}{effective.get('extender.url_prefix', '')}"
+    if ext.get("urlPrefix") != url:
+        fail(where, f"urlPrefix {ext.get('urlPrefix')}, coloc's extender is at {url}")
+    # Only the scheduler's pods may reach the extender port.
+    scheduler_labels = schedulers[0]["spec"]["template"]["metadata"]["labels"]
+    for policy in by_kind.get("NetworkPolicy", []):
+        for rule in policy["spec"].get("ingress", []):
+            if any(p.get("port") == "extender" for p in rule.get("ports", [])):
+                sources = rule.get("from") or []
+                ok = sources and all(
+                    set(((src.get("podSelector") or {}).get("matchLabels") or {}).items()) <= set(scheduler_labels.items())
+                    and (src.get("podSelector") or {}).get("matchLabels") and "namespaceSelector" not in src
+                    for src in sources
+                )
+                if not ok:
+                    fail(where, f"the extender port is open beyond the scheduler's pods: {sources}")
 
 
 def check_service_monitor(root):

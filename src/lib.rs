@@ -13,7 +13,8 @@
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
 //!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
-//!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus), and the
+//!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
+//!   `extender` (the kube-scheduler extender and its cluster watcher, over the advisor), and the
 //!   background tasks `worker` (profiling jobs) and `trainer` (retraining).
 //! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
 //!   from; ranking; the model lifecycle.
@@ -34,6 +35,7 @@ pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
 pub mod eval;
+pub mod extender;
 pub mod import;
 pub mod metrics;
 pub mod model;

@@ -29,6 +29,7 @@ pub const MIN_TRAINING_RUNS: usize = 12;
 pub struct Settings {
     pub server: ServerSettings,
     pub metrics: MetricsSettings,
+    pub extender: ExtenderSettings,
     pub auth: AuthSettings,
     pub database: DatabaseSettings,
     pub model: ModelSettings,
@@ -130,6 +131,36 @@ pub struct MetricsSettings {
     /// Address of the Prometheus endpoint (`/metrics`); empty = off.
     #[serde(with = "optional_address")]
     pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExtenderSettings {
+    /// Address of the kube-scheduler extender (HTTP, `POST <url_prefix>/filter` and
+    /// `/prioritize`); empty = off.
+    #[serde(with = "optional_address")]
+    pub listen: Option<SocketAddr>,
+    /// Path the verbs live under, e.g. "/coloc"; "" = at the root.
+    pub url_prefix: String,
+    /// PEM certificate chain and private key: both set = HTTPS; "" = plain HTTP.
+    #[serde(with = "empty_path_is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(with = "empty_path_is_none")]
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA: callers must present a client certificate it signed (kube-scheduler's
+    /// extender tlsConfig certFile/keyFile); "" = none asked.
+    #[serde(with = "empty_path_is_none")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Requests need a bearer token from auth.tokens_file (kube-scheduler sends none; for
+    /// a proxy that adds one).
+    pub require_token: bool,
+    /// Larger request bodies are refused (a full NodeList of 5,000 nodes is ~25 MB).
+    pub max_request_bytes: usize,
+    /// Watch pods and nodes (in-cluster credentials or kubeconfig) to know each GPU's
+    /// residents and each node's GPUs.
+    pub watch_cluster: bool,
+    /// The namespace whose pods are watched; "" = all namespaces.
+    pub watch_namespace: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -358,6 +389,17 @@ shutdown_grace_secs = 20
 [metrics]
 listen = "127.0.0.1:50052"
 
+[extender]
+listen = ""
+url_prefix = ""
+tls_cert_file = ""
+tls_key_file = ""
+tls_client_ca_file = ""
+require_token = false
+max_request_bytes = 67108864
+watch_cluster = false
+watch_namespace = ""
+
 [auth]
 tokens_file = ""
 
@@ -501,6 +543,7 @@ impl Settings {
                 message: "TLS needs both server.tls_cert_file and server.tls_key_file".into(),
             });
         }
+        self.validate_extender()?;
         if self.server.max_request_bytes < 1024 {
             return Err(SettingsError::Invalid {
                 key: "server.max_request_bytes",
@@ -521,6 +564,65 @@ impl Settings {
                 message: e.to_string(),
             }
         })?;
+        Ok(())
+    }
+
+    fn validate_extender(&self) -> Result<(), SettingsError> {
+        let extender = &self.extender;
+        if extender.tls_cert_file.is_none() != extender.tls_key_file.is_none() {
+            return Err(SettingsError::Invalid {
+                key: "extender.tls_cert_file",
+                message: "HTTPS needs both extender.tls_cert_file and extender.tls_key_file".into(),
+            });
+        }
+        if extender.tls_client_ca_file.is_some() && extender.tls_cert_file.is_none() {
+            return Err(SettingsError::Invalid {
+                key: "extender.tls_client_ca_file",
+                message: "client certificates need HTTPS: set extender.tls_cert_file and \
+                          extender.tls_key_file"
+                    .into(),
+            });
+        }
+        if extender.require_token && self.auth.tokens_file.is_none() {
+            return Err(SettingsError::Invalid {
+                key: "extender.require_token",
+                message: "tokens come from auth.tokens_file, which is not set".into(),
+            });
+        }
+        if !extender.url_prefix.is_empty()
+            && (!extender.url_prefix.starts_with('/') || extender.url_prefix.ends_with('/'))
+        {
+            return Err(SettingsError::Invalid {
+                key: "extender.url_prefix",
+                message: format!(
+                    "{:?} must be empty or start with / and not end with one, like \"/coloc\"",
+                    extender.url_prefix
+                ),
+            });
+        }
+        if extender.max_request_bytes < 1024 {
+            return Err(SettingsError::Invalid {
+                key: "extender.max_request_bytes",
+                message: "must be at least 1024".into(),
+            });
+        }
+        if let Some(listen) = extender.listen {
+            let authenticated = extender.tls_client_ca_file.is_some() || extender.require_token;
+            if !listen.ip().is_loopback()
+                && !authenticated
+                && !self.server.allow_unauthenticated_non_loopback
+            {
+                return Err(SettingsError::Invalid {
+                    key: "extender.listen",
+                    message: format!(
+                        "{listen} is reachable from the network but callers are not checked: set \
+                         extender.tls_client_ca_file (kube-scheduler's client certificate) or \
+                         extender.require_token, or server.allow_unauthenticated_non_loopback = \
+                         true to accept that"
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -846,6 +948,41 @@ mod tests {
         ] {
             assert!(printed.contains(line), "{line} not in\n{printed}");
         }
+    }
+
+    #[test]
+    fn the_extender_is_off_by_default_and_refuses_an_unchecked_network_address() {
+        let defaults = Settings::load(SettingsSources {
+            environment: env(&[]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(defaults.extender.listen, None);
+        assert!(!defaults.extender.watch_cluster);
+        let error = Settings::load(SettingsSources {
+            environment: env(&[("COLOC__EXTENDER__LISTEN", "0.0.0.0:50053")]),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("extender.listen"), "{error}");
+        let error = Settings::load(SettingsSources {
+            environment: env(&[("COLOC__EXTENDER__REQUIRE_TOKEN", "true")]),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("extender.require_token"),
+            "{error}"
+        );
+        let loopback = Settings::load(SettingsSources {
+            environment: env(&[
+                ("COLOC__EXTENDER__LISTEN", "127.0.0.1:50053"),
+                ("COLOC__EXTENDER__URL_PREFIX", "/coloc"),
+            ]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(loopback.extender.url_prefix, "/coloc");
     }
 
     #[test]

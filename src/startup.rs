@@ -2,7 +2,7 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
-//! profiling worker (its running job goes back to pending), the retraining task, the
+//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the retraining task, the
 //! metrics endpoint, the observation writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
@@ -17,6 +17,11 @@ use crate::{
     advisor::{Advisor, AdvisorOptions, LifecyclePolicy},
     api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
     domain::{now_ms, GpuName},
+    extender::{
+        http::{tls_acceptor, ServeOptions},
+        placer::AdvisorPlacer,
+        ClusterView, ClusterWatcher, Extender,
+    },
     metrics::Metrics,
     model::{ModelKind, MIN_TRAINING_ROWS},
     profiler::Backend,
@@ -40,6 +45,13 @@ pub struct App {
     local_addr: SocketAddr,
     /// The metrics endpoint's listener; `None` when metrics.listen is empty.
     metrics_listener: Option<TcpListener>,
+    /// The scheduler extender's listener and how it serves; `None` when extender.listen
+    /// is empty.
+    extender: Option<(TcpListener, ServeOptions)>,
+    /// What the extender knows of the cluster (kept by the watcher when it runs).
+    cluster: Arc<ClusterView>,
+    /// The pod and node watcher; `None` unless extender.watch_cluster.
+    watcher: Option<ClusterWatcher>,
     tls: Option<ServerTlsConfig>,
     tokens: Option<Tokens>,
     max_request_bytes: usize,
@@ -129,6 +141,27 @@ impl App {
                     .with_context(|| format!("cannot listen on {address} (metrics.listen)"))?,
             ),
         };
+        let extender = match settings.extender.listen {
+            None => None,
+            Some(address) => Some((
+                TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("cannot listen on {address} (extender.listen)"))?,
+                extender_options(settings, tokens.as_ref())?,
+            )),
+        };
+        let cluster = Arc::new(ClusterView::new());
+        let watcher = if settings.extender.watch_cluster {
+            let client = kube::Client::try_default().await.context(
+                "extender.watch_cluster is on but no Kubernetes credentials were found \
+                 (in-cluster service account or kubeconfig)",
+            )?;
+            let namespace =
+                Some(settings.extender.watch_namespace.clone()).filter(|n| !n.is_empty());
+            Some(ClusterWatcher::new(client, namespace, cluster.clone()))
+        } else {
+            None
+        };
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -139,6 +172,9 @@ impl App {
             listener,
             local_addr,
             metrics_listener,
+            extender,
+            cluster,
+            watcher,
             tls,
             tokens,
             max_request_bytes: settings.server.max_request_bytes,
@@ -159,6 +195,18 @@ impl App {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Where the scheduler extender listens, when it is on.
+    pub fn extender_addr(&self) -> Option<SocketAddr> {
+        self.extender
+            .as_ref()
+            .and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// What the extender knows of the cluster (embedders and tests may feed it).
+    pub fn cluster(&self) -> Arc<ClusterView> {
+        self.cluster.clone()
     }
 
     pub fn advisor(&self) -> Arc<Advisor> {
@@ -197,6 +245,21 @@ impl App {
         let worker_stop = CancellationToken::new();
         let trainer_stop = CancellationToken::new();
         let metrics_stop = CancellationToken::new();
+        let extender_stop = CancellationToken::new();
+        let watcher_stop = CancellationToken::new();
+        let extender = self.extender.map(|(listener, options)| {
+            let extender = Arc::new(Extender::new(
+                Arc::new(AdvisorPlacer::new(self.advisor.clone())),
+                self.cluster.clone(),
+            ));
+            spawn_owned(
+                "scheduler extender",
+                crate::extender::http::serve(listener, extender, options, extender_stop.clone()),
+            )
+        });
+        let watcher = self
+            .watcher
+            .map(|watcher| spawn_owned("cluster watcher", watcher.run(watcher_stop.clone())));
         let worker = self
             .worker
             .map(|worker| spawn_owned("profiling worker", worker.run(worker_stop.clone())));
@@ -288,6 +351,8 @@ impl App {
         shutdown.cancel();
         let _ = write_health.await;
         for (stop, task) in [
+            (extender_stop, extender),
+            (watcher_stop, watcher),
             (worker_stop, worker),
             (trainer_stop, trainer),
             (metrics_stop, metrics_server),
@@ -392,6 +457,43 @@ where
             }
             Err(error) => tracing::warn!(task = name, %error, "task cancelled"),
         }
+    })
+}
+
+/// How the extender serves, from the settings: TLS (and client CA) read now, so a bad
+/// file fails before any port is bound.
+fn extender_options(settings: &Settings, tokens: Option<&Tokens>) -> anyhow::Result<ServeOptions> {
+    let extender = &settings.extender;
+    let read = |key_name: &str, path: &std::path::Path| {
+        std::fs::read(path).with_context(|| {
+            format!(
+                "setting {key_name} is invalid: cannot read {}",
+                path.display()
+            )
+        })
+    };
+    let tls = match (&extender.tls_cert_file, &extender.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let client_ca = match &extender.tls_client_ca_file {
+                Some(path) => Some(read("extender.tls_client_ca_file", path)?),
+                None => None,
+            };
+            Some(
+                tls_acceptor(
+                    &read("extender.tls_cert_file", cert)?,
+                    &read("extender.tls_key_file", key)?,
+                    client_ca.as_deref(),
+                )
+                .context("settings extender.tls_* are invalid")?,
+            )
+        }
+        _ => None,
+    };
+    Ok(ServeOptions {
+        url_prefix: extender.url_prefix.clone(),
+        max_request_bytes: extender.max_request_bytes,
+        tokens: tokens.filter(|_| extender.require_token).cloned(),
+        tls,
     })
 }
 

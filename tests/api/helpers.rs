@@ -26,6 +26,10 @@ pub fn kace_dir() -> PathBuf {
 pub struct TestApp {
     pub addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    /// The scheduler extender, when the settings turn it on.
+    pub extender_addr: Option<SocketAddr>,
+    /// What the extender knows of the cluster (tests feed it as the watcher would).
+    pub cluster: Arc<coloc::extender::ClusterView>,
     pub client: ColocationAdvisorClient<Channel>,
     pub dir: Arc<TempDir>,
     /// The server's advisor, to drive a profiling worker beside it.
@@ -66,6 +70,8 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
     let app = App::build(&settings).await.unwrap();
     let addr = app.local_addr();
     let metrics_addr = app.metrics_addr();
+    let extender_addr = app.extender_addr();
+    let cluster = app.cluster();
     let advisor = app.advisor();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -78,6 +84,8 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
     TestApp {
         addr,
         metrics_addr,
+        extender_addr,
+        cluster,
         client,
         dir,
         advisor,
@@ -314,7 +322,15 @@ pub fn true_kept_fraction(own: &pb::Profile, other: &pb::Profile) -> f64 {
 /// Registers `n` profiled workloads and reports every pair among them with each member's
 /// throughput following [`true_kept_fraction`]; then trains the default kind.
 pub async fn slowdown_app(n: usize) -> (TestApp, Vec<(String, pb::Profile)>) {
-    let mut app = spawn_app().await;
+    slowdown_app_with_config(n, "").await
+}
+
+/// [`slowdown_app`] with `config` (TOML) as the server's settings file.
+pub async fn slowdown_app_with_config(
+    n: usize,
+    config: &str,
+) -> (TestApp, Vec<(String, pb::Profile)>) {
+    let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), config).await;
     let exclusive = |p: &pb::Profile| p.system.as_ref().unwrap().exclusive_throughput;
     let workloads = register_and_report_all_pairs(
         &mut app,

@@ -1,0 +1,423 @@
+//! The extender's decisions: which candidate nodes pass filter and how prioritize scores
+//! them, from coloc's placement answer for the pod's workload on each node's GPUs.
+//!
+//! Each node offers its occupied GPUs (residents from the [`ClusterView`]) and, when it
+//! has free ones, one empty GPU; GPUs with the same model, memory and residents are asked
+//! about once (a cluster repeats the same sets on many GPUs). A node passes filter when a
+//! GPU fits, or when coloc cannot judge it (no GPUs known, no model for its GPU model, a
+//! resident without a profile): coloc never blocks what it does not know. A node whose
+//! every GPU is refused (memory, a throughput cap, too many jobs) goes to `FailedNodes`
+//! with the reasons. Its score is its best GPU's gain, mapped within the request to 1..10
+//! (nodes that cannot be judged score 0). A pod without `coloc.io/workload`, an unknown
+//! workload, a malformed annotation or any failure of coloc answers neutrally (every node
+//! passes, every score 0) and is logged: kube-scheduler fails the pod's whole cycle on a
+//! filter error.
+
+use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
+
+use k8s_openapi::{
+    api::core::v1::{Node, Pod},
+    List,
+};
+
+use super::{
+    cluster::ClusterView,
+    node::{node_gpus, NodeGpus},
+    pod::{pod_ask, PodAsk},
+    wire::{
+        ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY,
+        MIN_EXTENDER_PRIORITY,
+    },
+};
+
+/// One GPU to place the job on: its model (as the node names it), memory when the node
+/// says, and the workloads already running there (sorted; repeats are copies).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSlot {
+    pub gpu_model: Option<String>,
+    pub memory_gb: Option<f64>,
+    pub residents: Vec<String>,
+}
+
+/// The question put to coloc: where would this job go best, among these GPUs?
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementAsk {
+    pub workload: String,
+    pub min_job_fraction: Option<f64>,
+    pub slots: Vec<GpuSlot>,
+}
+
+/// Coloc's answer for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SlotOutcome {
+    /// The job fits; the set's predicted objective rises by `gain`.
+    Fits { gain: f64 },
+    /// The job does not fit (memory, a cap, too many jobs): the node may be filtered out.
+    DoesNotFit { reason: String },
+    /// Coloc cannot judge this GPU (no model for its GPU model, a resident without a
+    /// profile): neutral.
+    Unscored { reason: String },
+}
+
+/// Why no GPU could be judged at all: every node is answered neutrally.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    #[error("workload {0:?} is not registered with coloc")]
+    UnknownWorkload(String),
+    #[error("coloc cannot place now: {0}")]
+    Unavailable(String),
+}
+
+pub type PlaceFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<SlotOutcome>, PlacementError>> + Send + 'a>>;
+
+/// What the extender needs of coloc: one outcome per slot, in the slots' order. The
+/// service's implementation calls the advisor's Place in-process.
+pub trait Placer: Send + Sync + 'static {
+    fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a>;
+}
+
+/// A node's verdict for the pod.
+#[derive(Debug, Clone, PartialEq)]
+enum Verdict {
+    /// Coloc cannot judge the node: it passes, score 0.
+    Neutral,
+    Fits {
+        best_gain: f64,
+    },
+    DoesNotFit {
+        reason: String,
+    },
+}
+
+/// Answers kube-scheduler's filter and prioritize calls.
+pub struct Extender {
+    placer: Arc<dyn Placer>,
+    cluster: Arc<ClusterView>,
+}
+
+/// The candidates of a call, in the order they came.
+struct Candidates {
+    names: Vec<String>,
+    gpus: Vec<Option<NodeGpus>>,
+}
+
+impl Extender {
+    pub fn new(placer: Arc<dyn Placer>, cluster: Arc<ClusterView>) -> Self {
+        Self { placer, cluster }
+    }
+
+    pub fn cluster(&self) -> &Arc<ClusterView> {
+        &self.cluster
+    }
+
+    fn candidates(&self, args: &ExtenderArgs) -> Candidates {
+        match (&args.nodes, &args.node_names) {
+            (Some(list), _) => {
+                let names: Vec<String> = list
+                    .items
+                    .iter()
+                    .map(|n| n.metadata.name.clone().unwrap_or_default())
+                    .collect();
+                let gpus = list
+                    .items
+                    .iter()
+                    .zip(&names)
+                    .map(|(node, name)| node_gpus(node).or_else(|| self.cluster.node(name)))
+                    .collect();
+                Candidates { names, gpus }
+            }
+            (None, Some(names)) => Candidates {
+                gpus: names.iter().map(|name| self.cluster.node(name)).collect(),
+                names: names.clone(),
+            },
+            (None, None) => Candidates {
+                names: Vec::new(),
+                gpus: Vec::new(),
+            },
+        }
+    }
+
+    /// Each candidate's verdict; `None` = answer neutrally for all (logged here).
+    async fn verdicts(&self, pod: Option<&Pod>, candidates: &Candidates) -> Option<Vec<Verdict>> {
+        let pod_name = pod
+            .and_then(|p| p.metadata.name.as_deref())
+            .unwrap_or("")
+            .to_string();
+        let ask = match pod.map(pod_ask) {
+            None | Some(Ok(None)) => return None,
+            Some(Ok(Some(ask))) => ask,
+            Some(Err(reason)) => {
+                tracing::warn!(pod = %pod_name, %reason, "extender: neutral answer");
+                return None;
+            }
+        };
+        let (placement, node_slots) = self.slots(&ask, candidates);
+        if placement.slots.is_empty() {
+            return Some(vec![Verdict::Neutral; candidates.names.len()]);
+        }
+        let outcomes = match self.placer.place(&placement).await {
+            Ok(outcomes) if outcomes.len() == placement.slots.len() => outcomes,
+            Ok(outcomes) => {
+                tracing::error!(pod = %pod_name, asked = placement.slots.len(), answered = outcomes.len(),
+                    "extender: placement answered a different number of GPUs; neutral answer");
+                return None;
+            }
+            Err(error) => {
+                tracing::warn!(pod = %pod_name, workload = %ask.workload, %error, "extender: neutral answer");
+                return None;
+            }
+        };
+        Some(
+            node_slots
+                .iter()
+                .map(|slots| verdict(slots.iter().map(|&i| &outcomes[i])))
+                .collect(),
+        )
+    }
+
+    /// The distinct GPUs of all candidates, and which of them each node offers.
+    fn slots(&self, ask: &PodAsk, candidates: &Candidates) -> (PlacementAsk, Vec<Vec<usize>>) {
+        let mut placement = PlacementAsk {
+            workload: ask.workload.clone(),
+            min_job_fraction: ask.min_job_fraction,
+            slots: Vec::new(),
+        };
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut slot_of = |gpus: &NodeGpus, residents: Vec<&str>, placement: &mut PlacementAsk| {
+            let mut residents: Vec<String> = residents.into_iter().map(str::to_string).collect();
+            residents.sort_unstable();
+            let mut key = String::with_capacity(64);
+            key.push_str(gpus.gpu_model.as_deref().unwrap_or(""));
+            key.push('\u{1f}');
+            if let Some(memory) = gpus.memory_gb {
+                key.push_str(&memory.to_bits().to_string());
+            }
+            for resident in &residents {
+                key.push('\u{1f}');
+                key.push_str(resident);
+            }
+            *index.entry(key).or_insert_with(|| {
+                placement.slots.push(GpuSlot {
+                    gpu_model: gpus.gpu_model.clone(),
+                    memory_gb: gpus.memory_gb,
+                    residents,
+                });
+                placement.slots.len() - 1
+            })
+        };
+        let node_slots = candidates
+            .names
+            .iter()
+            .zip(&candidates.gpus)
+            .map(|(name, gpus)| {
+                let Some(gpus) = gpus else {
+                    return Vec::new();
+                };
+                let mut slots = Vec::new();
+                let mut occupied = 0u32;
+                self.cluster.with_occupied_gpus(name, |_, residents| {
+                    occupied += 1;
+                    slots.push(slot_of(gpus, residents, &mut placement));
+                });
+                if gpus.count > occupied {
+                    slots.push(slot_of(gpus, Vec::new(), &mut placement));
+                }
+                slots
+            })
+            .collect();
+        (placement, node_slots)
+    }
+
+    /// kube-scheduler's filter call.
+    pub async fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
+        let candidates = self.candidates(&args);
+        let verdicts = self.verdicts(args.pod.as_ref(), &candidates).await;
+        let passes: Vec<bool> = match &verdicts {
+            None => vec![true; candidates.names.len()],
+            Some(verdicts) => verdicts
+                .iter()
+                .map(|v| !matches!(v, Verdict::DoesNotFit { .. }))
+                .collect(),
+        };
+        let mut result = ExtenderFilterResult::default();
+        if let Some(verdicts) = &verdicts {
+            for (name, verdict) in candidates.names.iter().zip(verdicts) {
+                if let Verdict::DoesNotFit { reason } = verdict {
+                    result.failed_nodes.insert(name.clone(), reason.clone());
+                }
+            }
+        }
+        if let Some(list) = args.nodes {
+            result.nodes = Some(List {
+                items: list
+                    .items
+                    .into_iter()
+                    .zip(&passes)
+                    .filter(|(_, pass)| **pass)
+                    .map(|(node, _)| node)
+                    .collect::<Vec<Node>>(),
+                metadata: list.metadata,
+            });
+        }
+        if args.node_names.is_some() {
+            result.node_names = Some(
+                candidates
+                    .names
+                    .into_iter()
+                    .zip(&passes)
+                    .filter(|(_, pass)| **pass)
+                    .map(|(name, _)| name)
+                    .collect(),
+            );
+        }
+        result
+    }
+
+    /// kube-scheduler's prioritize call.
+    pub async fn prioritize(&self, args: ExtenderArgs) -> HostPriorityList {
+        let candidates = self.candidates(&args);
+        let gains: Vec<Option<f64>> = match self.verdicts(args.pod.as_ref(), &candidates).await {
+            None => vec![None; candidates.names.len()],
+            Some(verdicts) => verdicts
+                .into_iter()
+                .map(|v| match v {
+                    Verdict::Fits { best_gain } => Some(best_gain),
+                    _ => None,
+                })
+                .collect(),
+        };
+        candidates
+            .names
+            .into_iter()
+            .zip(scores(&gains))
+            .map(|(host, score)| HostPriority { host, score })
+            .collect()
+    }
+}
+
+/// A node's verdict from its GPUs' outcomes.
+fn verdict<'a>(outcomes: impl Iterator<Item = &'a SlotOutcome>) -> Verdict {
+    let mut best: Option<f64> = None;
+    let mut unscored = false;
+    let mut reasons: Vec<&str> = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            SlotOutcome::Fits { gain } => best = Some(best.map_or(*gain, |b| b.max(*gain))),
+            SlotOutcome::Unscored { .. } => unscored = true,
+            SlotOutcome::DoesNotFit { reason } => reasons.push(reason),
+        }
+    }
+    match (best, unscored, reasons.is_empty()) {
+        (Some(best_gain), _, _) => Verdict::Fits { best_gain },
+        (None, true, _) | (None, false, true) => Verdict::Neutral,
+        (None, false, false) => {
+            reasons.sort_unstable();
+            reasons.dedup();
+            Verdict::DoesNotFit {
+                reason: format!("coloc: no GPU on this node fits: {}", reasons.join("; ")),
+            }
+        }
+    }
+}
+
+/// Gains mapped to scores within one request: the nodes that fit get 1..10, linear in
+/// their best GPU's gain (all 10 when they tie); nodes that cannot be judged get 0.
+pub fn scores(gains: &[Option<f64>]) -> Vec<i64> {
+    let finite = gains.iter().flatten().filter(|g| g.is_finite());
+    let (low, high) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), g| {
+        (lo.min(*g), hi.max(*g))
+    });
+    let steps = (MAX_EXTENDER_PRIORITY - MIN_EXTENDER_PRIORITY - 1) as f64;
+    gains
+        .iter()
+        .map(|gain| match gain {
+            Some(g) if g.is_finite() => {
+                if high > low {
+                    MIN_EXTENDER_PRIORITY + 1 + ((g - low) / (high - low) * steps).round() as i64
+                } else {
+                    MAX_EXTENDER_PRIORITY
+                }
+            }
+            _ => MIN_EXTENDER_PRIORITY,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coloc that fails every placement (the store or the model broken).
+    struct Failing;
+
+    impl Placer for Failing {
+        fn place<'a>(&'a self, _: &'a PlacementAsk) -> PlaceFuture<'a> {
+            Box::pin(async {
+                Err(PlacementError::Unavailable(
+                    "the model cannot be read".into(),
+                ))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_coloc_passes_every_node_with_neutral_scores() {
+        let cluster = Arc::new(ClusterView::new());
+        for node in ["a", "b"] {
+            cluster.set_node(
+                node,
+                Some(NodeGpus {
+                    count: 2,
+                    gpu_model: None,
+                    memory_gb: None,
+                }),
+            );
+        }
+        let extender = Extender::new(Arc::new(Failing), cluster);
+        let args: ExtenderArgs = serde_json::from_value(serde_json::json!({
+            "Pod": {"metadata": {"name": "p", "annotations": {"coloc.io/workload": "w"}}},
+            "Nodes": null,
+            "NodeNames": ["a", "b"],
+        }))
+        .unwrap();
+        let filtered = extender.filter(args.clone()).await;
+        assert_eq!(filtered.node_names, Some(vec!["a".into(), "b".into()]));
+        assert!(filtered.failed_nodes.is_empty() && filtered.error.is_empty());
+        let scores = extender.prioritize(args).await;
+        assert_eq!(
+            scores.iter().map(|p| p.score).collect::<Vec<_>>(),
+            [0, 0],
+            "{scores:?}"
+        );
+    }
+
+    #[test]
+    fn scores_are_monotone_in_the_gain_and_span_one_to_ten() {
+        let gains = [Some(3.0), None, Some(-1.0), Some(7.0), Some(5.0)];
+        assert_eq!(scores(&gains), [6, 0, 1, 10, 8]);
+        assert_eq!(scores(&[Some(2.0), Some(2.0)]), [10, 10]);
+        assert_eq!(scores(&[None, None]), [0, 0]);
+    }
+
+    #[test]
+    fn a_node_fails_only_when_every_gpu_is_refused() {
+        let refused = SlotOutcome::DoesNotFit {
+            reason: "memory".into(),
+        };
+        let unscored = SlotOutcome::Unscored {
+            reason: "no model".into(),
+        };
+        let fits = SlotOutcome::Fits { gain: 2.0 };
+        assert_eq!(
+            verdict([&refused, &fits].into_iter()),
+            Verdict::Fits { best_gain: 2.0 }
+        );
+        assert_eq!(verdict([&refused, &unscored].into_iter()), Verdict::Neutral);
+        assert!(matches!(
+            verdict([&refused, &refused].into_iter()),
+            Verdict::DoesNotFit { reason } if reason == "coloc: no GPU on this node fits: memory"
+        ));
+        assert_eq!(verdict(std::iter::empty()), Verdict::Neutral);
+    }
+}

@@ -1,0 +1,139 @@
+//! The cluster watcher (kube-rs): keeps the [`ClusterView`] in step with the API server.
+//! Pods that carry `coloc.io/workload` become residents of their GPUs while bound and
+//! running, and are released when they finish or are deleted; nodes give their GPU
+//! inventory (for `nodeCacheCapable` calls, which send names only). Each watch starts with
+//! a full list that replaces what was known (a restart resyncs), and kube-rs relists by
+//! itself when a watch is dropped or expires (410 Gone), with backoff between failures.
+//! Off unless `extender.watch_cluster` is on.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    runtime::{
+        watcher::{self, Event},
+        WatchStreamExt,
+    },
+    Api, Client,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    cluster::ClusterView,
+    node::{node_gpus, NodeGpus},
+    pod::{residency, Residency},
+};
+
+/// Watches pods (in one namespace, or all) and nodes into a [`ClusterView`].
+pub struct ClusterWatcher {
+    client: Client,
+    namespace: Option<String>,
+    cluster: Arc<ClusterView>,
+}
+
+fn pod_key(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        )
+    })
+}
+
+/// Applies one pod event; `relist` buffers a list until it is complete.
+pub fn apply_pod_event(
+    cluster: &ClusterView,
+    relist: &mut Option<Vec<(String, Residency)>>,
+    event: Event<Pod>,
+) {
+    match event {
+        Event::Init => *relist = Some(Vec::new()),
+        Event::InitApply(pod) => {
+            if let (Some(buffer), Some(resident)) = (relist.as_mut(), residency(&pod)) {
+                buffer.push((pod_key(&pod), resident));
+            }
+        }
+        Event::InitDone => {
+            let pods = relist.take().unwrap_or_default();
+            tracing::info!(residents = pods.len(), "cluster watcher: pods listed");
+            cluster.replace_pods(pods);
+        }
+        Event::Apply(pod) => cluster.set_pod(&pod_key(&pod), residency(&pod)),
+        Event::Delete(pod) => cluster.set_pod(&pod_key(&pod), None),
+    }
+}
+
+/// Applies one node event; `relist` buffers a list until it is complete.
+pub fn apply_node_event(
+    cluster: &ClusterView,
+    relist: &mut Option<Vec<(String, NodeGpus)>>,
+    event: Event<Node>,
+) {
+    let name = |node: &Node| node.metadata.name.clone().unwrap_or_default();
+    match event {
+        Event::Init => *relist = Some(Vec::new()),
+        Event::InitApply(node) => {
+            if let (Some(buffer), Some(gpus)) = (relist.as_mut(), node_gpus(&node)) {
+                buffer.push((name(&node), gpus));
+            }
+        }
+        Event::InitDone => {
+            let nodes = relist.take().unwrap_or_default();
+            tracing::info!(gpu_nodes = nodes.len(), "cluster watcher: nodes listed");
+            cluster.replace_nodes(nodes);
+        }
+        Event::Apply(node) => cluster.set_node(&name(&node), node_gpus(&node)),
+        Event::Delete(node) => cluster.set_node(&name(&node), None),
+    }
+}
+
+impl ClusterWatcher {
+    pub fn new(client: Client, namespace: Option<String>, cluster: Arc<ClusterView>) -> Self {
+        Self {
+            client,
+            namespace,
+            cluster,
+        }
+    }
+
+    /// The pod event stream, with kube-rs's backoff between failed attempts.
+    pub fn pod_events(&self) -> impl Stream<Item = Result<Event<Pod>, watcher::Error>> + Send {
+        let api: Api<Pod> = match &self.namespace {
+            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
+            None => Api::all(self.client.clone()),
+        };
+        watcher::watcher(api, watcher::Config::default()).default_backoff()
+    }
+
+    pub fn node_events(&self) -> impl Stream<Item = Result<Event<Node>, watcher::Error>> + Send {
+        let api: Api<Node> = Api::all(self.client.clone());
+        watcher::watcher(api, watcher::Config::default()).default_backoff()
+    }
+
+    /// Runs until `shutdown` (or both streams end).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let pods = self.pod_events();
+        let nodes = self.node_events();
+        tokio::pin!(pods);
+        tokio::pin!(nodes);
+        let (mut pod_relist, mut node_relist) = (None, None);
+        let (mut pods_open, mut nodes_open) = (true, true);
+        while pods_open || nodes_open {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = pods.next(), if pods_open => match event {
+                    Some(Ok(event)) => apply_pod_event(&self.cluster, &mut pod_relist, event),
+                    Some(Err(error)) => tracing::warn!(%error, "cluster watcher: pod watch failed; retrying"),
+                    None => pods_open = false,
+                },
+                event = nodes.next(), if nodes_open => match event {
+                    Some(Ok(event)) => apply_node_event(&self.cluster, &mut node_relist, event),
+                    Some(Err(error)) => tracing::warn!(%error, "cluster watcher: node watch failed; retrying"),
+                    None => nodes_open = false,
+                },
+            }
+        }
+    }
+}
