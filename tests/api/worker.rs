@@ -372,7 +372,9 @@ async fn a_time_limit_kills_the_whole_process_group() {
     let mut app = app("").await;
     let pid_file = app.dir.path().join("grandchild.pid");
     let mut spec = launch(&["hang", pid_file.to_str().unwrap()]);
-    spec.timeout_secs = 1;
+    // Long enough for the child to start its grandchild on a loaded machine (with 1 s the
+    // child was sometimes killed before the grandchild existed, and the test saw nothing).
+    spec.timeout_secs = 3;
     app.client
         .register_workload(register("w", Some(spec)))
         .await
