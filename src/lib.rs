@@ -40,6 +40,7 @@ pub mod model;
 pub mod profiler;
 pub mod progress;
 pub mod proto;
+pub mod report_plot;
 pub mod settings;
 pub mod startup;
 pub mod store;

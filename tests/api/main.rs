@@ -17,6 +17,7 @@ mod kace;
 mod lifecycle;
 mod limits;
 mod logging;
+mod model_report;
 mod ncu;
 mod occupancy;
 mod operations;
