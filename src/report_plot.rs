@@ -203,7 +203,9 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .fold(at(last.at_ms), f64::max)
         .max(f64::EPSILON)
         * 1.03;
-    let y_top = rolling.iter().flatten().fold(0.01f64, |a, &b| a.max(b)) * 100.0 * 1.25;
+    // Headroom: the data stays in the lower 60 %, the promotions' labels above it and the
+    // legend at the top.
+    let y_top = rolling.iter().flatten().fold(0.01f64, |a, &b| a.max(b)) * 100.0 * 1.7;
     let mut errors = ChartBuilder::on(&right)
         .caption(
             format!("rolling error (last {window} runs of the serving version)"),
@@ -231,7 +233,18 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
             .filter(|(r, _)| r.version == version)
             .filter_map(|(r, e)| e.map(|e| (at(r.at_ms), e * 100.0)))
             .collect();
-        errors.draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?;
+        let promoted = report
+            .promotions
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map_or(
+                "served without a promotion (pinned)".to_string(),
+                |&(_, ms)| format!("promoted {}", utc(ms)),
+            );
+        errors
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+            .label(format!("v{version}, {promoted}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
         errors.draw_series(points.iter().map(|&p| Circle::new(p, 2, color.filled())))?;
     }
     let marker = RGBColor(90, 90, 90);
@@ -242,14 +255,14 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         )))?;
         if i == 0 {
             series
-                .label("promotion (version fitted and served)")
+                .label("a promotion (the new version serves from then on)")
                 .legend(move |(x, y)| {
                     PathElement::new([(x + 8, y - 6), (x + 8, y + 6)], marker.stroke_width(2))
                 });
         }
         errors.draw_series(std::iter::once(Text::new(
             format!("v{version} promoted"),
-            (x, y_top * 0.97),
+            (x + x_end * 0.006, y_top * 0.66),
             ("sans-serif", 14).into_font().color(&marker),
         )))?;
     }
@@ -299,6 +312,40 @@ mod tests {
         let rolling = rolling_errors(&[run(1, 10.0, 0.0), run(1, 12.0, 10.0)], 5);
         assert_eq!(rolling[0], None);
         assert!((rolling[1].unwrap() - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_report_with_promotions_is_drawn() {
+        // Two days of runs; v2 and v3 promoted during them.
+        let hour = 3_600_000;
+        let start = 1_795_000_000_000;
+        let runs: Vec<Run> = (0..600)
+            .map(|i| {
+                let version = 1 + (i >= 200) as u64 + (i >= 420) as u64;
+                let observed = 80.0 + (i % 37) as f64 * 4.0;
+                let bias = [1.25, 0.92, 1.03][version as usize - 1];
+                Run {
+                    at_ms: start + i * hour / 12,
+                    predicted: observed * bias + ((i * 7919) % 23) as f64 - 11.0,
+                    observed,
+                    version,
+                }
+            })
+            .collect();
+        let report = Report {
+            gpu: "A100-SXM4-40GB".into(),
+            promotions: vec![
+                (1, start - 24 * hour),
+                (2, start + 200 * hour / 12 - 60_000),
+                (3, start + 420 * hour / 12 - 60_000),
+            ],
+            runs,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.png");
+        draw(&path, &report, 50).unwrap();
+        let png = std::fs::read(&path).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     }
 
     #[test]

@@ -169,6 +169,7 @@ async fn the_cli_draws_the_report_into_a_png() {
     assert!(out.contains("rolling error now 33.3 %"), "{out}");
 
     let png = std::fs::read(&path).unwrap();
+
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "the PNG signature");
     assert_eq!(&png[12..16], b"IHDR");
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
@@ -184,7 +185,7 @@ async fn the_cli_draws_the_report_into_a_png() {
 #[tokio::test]
 async fn a_server_without_reported_runs_says_so_and_draws_nothing() {
     // Trained on runs stored before any model served: none has a prediction.
-    let (app, _) = trained_app_with(4, "kace-linear").await;
+    let (app, _) = trained_app_with(5, "kace-linear").await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("report.png");
     let (code, _, err) = coloc(&app, &["model", "report", "--plot", path.to_str().unwrap()]).await;
