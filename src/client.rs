@@ -1,7 +1,8 @@
 //! The operator CLI: `coloc workloads|rank|predict|report|train|models|model|health` talk
 //! gRPC to a running server (`--addr`, `COLOC_ADDR`; bearer token from `COLOC_TOKEN`;
 //! `--ca-cert` for TLS) and print readable tables, or with `--json` the answer in the API's
-//! canonical JSON mapping (what grpcurl prints). A failed RPC exits with 64 + its gRPC code,
+//! canonical JSON mapping (what grpcurl prints); `coloc model report --plot` draws a PNG
+//! (`report_plot`). A failed RPC exits with 64 + its gRPC code,
 //! as grpcurl does.
 
 use std::{path::PathBuf, sync::OnceLock};

@@ -6,7 +6,8 @@
 //! (no cycles):
 //!
 //! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
-//!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load
+//!   calls), `report_plot` (the picture of `coloc model report --plot`; plain data in, no
+//!   proto types) and `cluster_client` (its placement commands: place, gpus, jobs). The load
 //!   generator (`coloc bench`) is a module of the binary, `src/loadgen`, never compiled
 //!   into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
