@@ -737,6 +737,17 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
     }
 }
 
+pub fn predicted_run_to_pb(run: &PredictedRun) -> pb::ReportedRun {
+    pb::ReportedRun {
+        observation_id: run.id as u64,
+        reported_at: Some(timestamp(run.recorded_at_ms)),
+        observed_at: Some(timestamp(run.observed_at_ms)),
+        predicted_sum: run.predicted_sum,
+        observed_sum: run.observed_sum,
+        predicted_by_version: run.predicted_by_version,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
@@ -813,16 +824,5 @@ mod tests {
         );
         // The best are kept.
         assert_eq!(answer.ranked[0].predicted_throughput_sum, 20_000.0);
-    }
-}
-
-pub fn predicted_run_to_pb(run: &PredictedRun) -> pb::ReportedRun {
-    pb::ReportedRun {
-        observation_id: run.id as u64,
-        reported_at: Some(timestamp(run.recorded_at_ms)),
-        observed_at: Some(timestamp(run.observed_at_ms)),
-        predicted_sum: run.predicted_sum,
-        observed_sum: run.observed_sum,
-        predicted_by_version: run.predicted_by_version,
     }
 }

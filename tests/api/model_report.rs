@@ -195,4 +195,15 @@ async fn a_server_without_reported_runs_says_so_and_draws_nothing() {
         "{err}"
     );
     assert!(!path.exists(), "no empty picture");
+
+    // A bare server knows no GPU model: FAILED_PRECONDITION, said in words.
+    let bare = crate::helpers::spawn_app().await;
+    let (code, _, err) = coloc(
+        &bare,
+        &["model", "report", "--plot", path.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 64 + 9, "{err}");
+    assert!(err.contains("no GPU model is known yet"), "{err}");
+    assert!(!path.exists());
 }
