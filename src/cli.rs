@@ -172,6 +172,9 @@ pub enum EvalCommand {
     /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
     /// break-even rule, judged on the measured pairs (README, "Trustworthy defaults").
     Objectives(EvalObjectivesArgs),
+    /// The KACE artifact's unseen-workload protocol on runs of three or more jobs per GPU
+    /// (run-set files such as kace-3way/runs.csv and kace-4way/runs.csv).
+    Nway(EvalNwayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -184,6 +187,37 @@ pub struct EvalObjectivesArgs {
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalNwayArgs {
+    /// Run-set files (run_id, workload1..N, w1throughput..wNthroughput, optionally
+    /// in_recorded_eval_subset).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// The KACE-format dataset with every member's profile, and the pairs that the
+    /// "pairs+runs" training adds.
+    #[arg(long, value_name = "DIR")]
+    pub profiles: PathBuf,
+    /// Only these model kinds (default: every kind); baselines are always scored.
+    #[arg(long = "model", value_name = "KIND")]
+    pub models: Vec<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
+    /// Also measure how often the default model's 80 % intervals hold held-out runs (the
+    /// pairs' unseen-workload protocol and these runs').
+    #[arg(long)]
+    pub coverage: bool,
+    /// Print the numbers as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every prediction of the default model kind (or --predictions-model) to this CSV.
+    #[arg(long, value_name = "FILE.csv")]
+    pub predictions_out: Option<PathBuf>,
+    /// The model kind whose predictions --predictions-out writes.
+    #[arg(long, value_name = "KIND")]
+    pub predictions_model: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +236,9 @@ pub struct EvalKaceArgs {
     /// The model kind whose predictions --predictions-out writes.
     #[arg(long, value_name = "KIND")]
     pub predictions_model: Option<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
 }
 
 #[derive(Debug, Args)]
@@ -310,7 +347,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
     /// Scenarios, in order: health, rank_N (N named candidates), rank_all (every
-    /// workload, top 10), report, peer_rank_N (needs --peer-python).
+    /// workload, top 10), report, peer_rank_N (needs --peer-python), place_N (Place over N
+    /// GPUs sent with the request, top 10), place_stored_N (the same N GPUs put into the
+    /// server's occupancy first; the occupancy keeps them, so run sizes in increasing order),
+    /// occupancy (AssignJob then ReleaseJob of new jobs).
     #[arg(
         long,
         value_delimiter = ',',
@@ -358,6 +398,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Eval(EvalCommand::Kace(args)) => run_eval(args).await,
         Command::Eval(EvalCommand::Objectives(args)) => run_eval_objectives(args).await,
+        Command::Eval(EvalCommand::Nway(args)) => run_eval_nway(args).await,
         Command::Backup(args) => {
             let settings = load_settings(&args.common, None)?;
             let started = std::time::Instant::now();
@@ -509,7 +550,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(summary) => summary,
                 Err(error) => {
                     if let Some(path) = created {
-                        for suffix in ["", "-wal", "-shm", "-journal"] {
+                        for suffix in ["", "-wal", "-shm", "-journal", ".lock"] {
                             let mut file = path.clone().into_os_string();
                             file.push(suffix);
                             let _ = std::fs::remove_file(file);
@@ -538,6 +579,112 @@ fn new_database_file(url: &str) -> Option<PathBuf> {
     (!path.exists()).then_some(path)
 }
 
+fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<crate::model::ModelKind> {
+    use crate::model::ModelKind;
+    ModelKind::parse(raw).with_context(|| {
+        let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("{flag} {raw:?} is not one of {known:?}")
+    })
+}
+
+async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
+    use crate::{eval, model::ModelKind};
+    let predictions_kind = match &args.predictions_model {
+        None => ModelKind::DEFAULT,
+        Some(raw) => parse_model_kind("--predictions-model", raw)?,
+    };
+    let kinds: Vec<ModelKind> = if args.models.is_empty() {
+        ModelKind::ALL.to_vec()
+    } else {
+        args.models
+            .iter()
+            .map(|raw| parse_model_kind("--model", raw))
+            .collect::<anyhow::Result<_>>()?
+    };
+    if args.predictions_out.is_some() && !kinds.contains(&predictions_kind) {
+        anyhow::bail!(
+            "--predictions-out writes {}, which --model leaves out",
+            predictions_kind.as_str()
+        );
+    }
+    let mut policies: Vec<eval::Policy> = kinds.into_iter().map(eval::Policy::Model).collect();
+    if args.candidates {
+        policies.extend(eval::Policy::candidates());
+    }
+    policies.extend([
+        eval::Policy::Random,
+        eval::Policy::SmallestMemory,
+        eval::Policy::LargestExclusive,
+    ]);
+    let mut writer = match &args.predictions_out {
+        Some(path) => Some(eval::nway_predictions_writer(path)?),
+        None => None,
+    };
+    let mut rows = Vec::new();
+    let mut coverage_rows = Vec::new();
+    for (k, path) in args.runs.iter().enumerate() {
+        let (path, profiles, run_policies) =
+            (path.clone(), args.profiles.clone(), policies.clone());
+        let with_coverage = args.coverage;
+        let (data, cases, results, run_coverage) =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let runs = eval::nway::read_runs(&path)?;
+                let size = runs.first().map_or(0, |r| r.members.len());
+                let data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
+                let cases = data.cases();
+                let results = eval::nway::evaluate(&data, &cases, &run_policies)?;
+                let mut run_coverage = Vec::new();
+                if with_coverage {
+                    // The pairs are the same for every file: measured once.
+                    if k == 0 {
+                        run_coverage.push(eval::nway::pair_coverage(&data)?);
+                    }
+                    run_coverage.push(eval::nway::coverage(&data, &cases)?);
+                }
+                Ok((data, cases, results, run_coverage))
+            })
+            .await??;
+        coverage_rows.extend(run_coverage);
+        if let Some(writer) = writer.as_mut() {
+            eval::write_nway_predictions(
+                writer,
+                &data,
+                &cases,
+                &results,
+                eval::Policy::Model(predictions_kind),
+            )?;
+        }
+        rows.extend(eval::nway::summarize(&data, &cases, &policies, &results));
+    }
+    if let Some(mut writer) = writer {
+        writer.flush()?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "rows": rows, "coverage": coverage_rows })
+            )?
+        );
+    } else {
+        eval::print_nway_table(&rows, &policies, &mut std::io::stdout().lock())?;
+        for c in &coverage_rows {
+            println!(
+                "80 % interval coverage, {}, {}: members {:.3} ({} of {}), sums {:.3} ({} of {})",
+                c.protocol,
+                c.policy,
+                c.member_fraction(),
+                c.members_inside,
+                c.members,
+                c.sum_fraction(),
+                c.sums_inside,
+                c.sums
+            );
+        }
+    }
+    Ok(())
+}
+
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
     if args.json {
         crate::progress::hide();
@@ -545,10 +692,7 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
     use crate::{eval, model::ModelKind};
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,
-        Some(raw) => ModelKind::parse(raw).with_context(|| {
-            let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
-            format!("--predictions-model {raw:?} is not one of {known:?}")
-        })?,
+        Some(raw) => parse_model_kind("--predictions-model", raw)?,
     };
     let mut policies: Vec<eval::Policy> = vec![eval::Policy::Model(ModelKind::DEFAULT)];
     policies.extend(
@@ -557,6 +701,9 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
             .filter(|k| *k != ModelKind::DEFAULT)
             .map(eval::Policy::Model),
     );
+    if args.candidates {
+        policies.extend(eval::Policy::candidates());
+    }
     policies.extend([
         eval::Policy::Random,
         eval::Policy::SmallestMemory,

@@ -50,6 +50,8 @@ pub struct RankQuery {
     pub min_benefit: f64,
     /// Rank candidates predicted below break-even too.
     pub include_below_break_even: bool,
+    /// The fraction holds for the low end of the target's 80 % interval.
+    pub cautious: bool,
 }
 
 impl RankQuery {
@@ -136,6 +138,8 @@ pub struct MemberPrediction {
     pub exclusive_throughput: f64,
     pub throughput_unit: std::sync::Arc<str>,
     pub predicted_throughput: Option<f64>,
+    /// The 80 % interval of `predicted_throughput`, where the model carries intervals.
+    pub predicted_interval: Option<(f64, f64)>,
 }
 
 impl MemberPrediction {
@@ -143,6 +147,16 @@ impl MemberPrediction {
     pub fn predicted_speed_fraction(&self) -> Option<f64> {
         self.predicted_throughput
             .map(|t| t / self.exclusive_throughput)
+    }
+
+    /// The 80 % interval of the speed fraction (colocated / exclusive).
+    pub fn speed_fraction_interval(&self) -> Option<(f64, f64)> {
+        self.predicted_interval.map(|(lo, hi)| {
+            (
+                lo / self.exclusive_throughput,
+                hi / self.exclusive_throughput,
+            )
+        })
     }
 }
 
@@ -196,6 +210,8 @@ pub struct PredictResult {
     pub fits_memory: bool,
     /// The model predicts only sums: member throughputs are split by exclusive throughput.
     pub members_estimated: bool,
+    /// The 80 % interval of the sum, where the model carries intervals.
+    pub sum_interval: Option<(f64, f64)>,
 }
 
 /// The order of a ranking: higher score first, ties by name so that answers are stable.
@@ -220,6 +236,7 @@ fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec
             exclusive_throughput: entry.features.exclusive_throughput(),
             throughput_unit: entry.throughput_unit.clone(),
             predicted_throughput: members.map(|m| m[i]),
+            predicted_interval: None,
         })
         .collect()
 }
@@ -429,6 +446,25 @@ impl RankWork {
 
         let members_estimated = !model.params.kind().predicts_members();
         let floor = query.normalized_floor();
+        // Cautious needs intervals; a model without them answers with the point prediction.
+        let cautious = query.cautious
+            && query.min_target_fraction.is_some()
+            && model
+                .params
+                .interval(2, &SetPrediction::sum_only(1.0))
+                .is_some();
+        let interval_of = |prediction: &PairScore| {
+            prediction.members.and_then(|m| {
+                model.params.interval(
+                    2,
+                    &SetPrediction {
+                        sum: prediction.sum,
+                        members: Some(m.to_vec()),
+                    },
+                )
+            })
+        };
+
         let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
         let predictions = score_pairs(&model, &table, target, &entries);
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
@@ -436,15 +472,27 @@ impl RankWork {
             let entry = scored[i].0;
             if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
             {
-                let kept = members[0] / target.features.exclusive_throughput();
+                let target_throughput = if cautious {
+                    interval_of(&prediction)
+                        .and_then(|i| i.members)
+                        .map_or(members[0], |bounds| bounds[0].0)
+                } else {
+                    members[0]
+                };
+                let kept = target_throughput / target.features.exclusive_throughput();
                 if kept < fraction {
                     skipped.push(Skipped {
                         workload: entry.name.to_string(),
                         code: SkipCode::TargetSlowdown,
                         reason: format!(
-                            "predicted to leave the target {:.0} % of its exclusive throughput, \
+                            "predicted to leave the target {:.0} % of its exclusive throughput{}, \
                              below the {:.0} % asked for",
                             kept * 100.0,
+                            if cautious {
+                                " at the low end of its 80 % interval"
+                            } else {
+                                ""
+                            },
                             fraction * 100.0
                         ),
                     });
@@ -506,16 +554,22 @@ impl RankWork {
             .into_iter()
             .map(|s| {
                 let (entry, memory, fits) = scored[s.index];
+                let mut members = member_predictions(
+                    &[target, entry],
+                    s.prediction.members.as_ref().map(|m| &m[..]),
+                );
+                if let Some(bounds) = interval_of(&s.prediction).and_then(|i| i.members) {
+                    for (member, bound) in members.iter_mut().zip(bounds) {
+                        member.predicted_interval = Some(bound);
+                    }
+                }
                 RankedCandidate {
                     workload: entry.name.clone(),
                     predicted_throughput_sum: s.prediction.sum,
                     predicted_normalized_sum: s.normalized,
                     fits_memory: fits,
                     memory_gb: memory,
-                    members: member_predictions(
-                        &[target, entry],
-                        s.prediction.members.as_ref().map(|m| &m[..]),
-                    ),
+                    members,
                 }
             })
             .collect();
@@ -579,14 +633,22 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
+    let interval = model.params.interval(entries.len(), &prediction);
+    let mut member_answers = member_predictions(&entries, members);
+    if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
+        for (answer, bound) in member_answers.iter_mut().zip(bounds) {
+            answer.predicted_interval = Some(*bound);
+        }
+    }
     Ok(PredictResult {
         gpu: gpu.clone(),
         model_version: model.version,
         predicted_throughput_sum: prediction.sum,
         predicted_normalized_sum: normalized_sum(&entries, members),
-        members: member_predictions(&entries, members),
+        members: member_answers,
         memory_gb: memory,
         fits_memory: memory <= limit,
         members_estimated,
+        sum_interval: interval.map(|i| i.sum),
     })
 }

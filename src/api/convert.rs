@@ -323,6 +323,7 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         min_target_fraction: min_target_fraction.map(|(_, fraction)| fraction),
         min_benefit: raw.min_benefit,
         include_below_break_even: raw.include_below_break_even,
+        cautious: raw.cautious,
     };
     query.validate()?;
     Ok(query)
@@ -333,6 +334,10 @@ fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
     pb::MemberPrediction {
         predicted_slowdown: member.predicted_speed_fraction(),
         predicted_speed_fraction: member.predicted_speed_fraction(),
+        predicted_throughput_low: member.predicted_interval.map(|i| i.0),
+        predicted_throughput_high: member.predicted_interval.map(|i| i.1),
+        predicted_speed_fraction_low: member.speed_fraction_interval().map(|i| i.0),
+        predicted_speed_fraction_high: member.speed_fraction_interval().map(|i| i.1),
         workload: member.workload.as_str().to_owned(),
         exclusive_throughput: member.exclusive_throughput,
         throughput_unit: member.throughput_unit.to_string(),
@@ -447,6 +452,8 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
         model_version: result.model_version,
         gpu: result.gpu.to_string(),
         members_estimated: result.members_estimated,
+        predicted_throughput_sum_low: result.sum_interval.map(|i| i.0),
+        predicted_throughput_sum_high: result.sum_interval.map(|i| i.1),
     }
 }
 
@@ -768,6 +775,7 @@ mod tests {
             exclusive_throughput: 10.0,
             throughput_unit: unit.clone(),
             predicted_throughput: Some(5.0),
+            predicted_interval: None,
         };
         let result = RankResult {
             gpu: GpuName::parse("gpu", "GPU").unwrap(),

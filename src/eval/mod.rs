@@ -7,6 +7,7 @@
 //! test pair containing it with the best score; score(target) = the picked pair's actual
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
+pub mod nway;
 mod objectives;
 mod plot;
 mod report;
@@ -23,7 +24,10 @@ pub use objectives::{
     evaluate_objectives, print_objectives, ObjectiveFigures, ObjectivePolicy, ObjectiveReport,
 };
 pub use plot::draw;
-pub use report::{print_table, write_predictions};
+pub use report::{
+    nway_predictions_writer, print_nway_table, print_table, write_nway_predictions,
+    write_predictions,
+};
 
 use crate::{
     advisor::rank_order,
@@ -36,6 +40,8 @@ use crate::{
 pub enum Policy {
     /// A model kind: the best predicted throughput sum.
     Model(ModelKind),
+    /// `member-ridge-gbt` with the options of `model::MEMBER_CANDIDATES[i]`.
+    Candidate(usize),
     /// The expected score of a uniformly random pick.
     Random,
     /// The partner with the smallest summed memory (a rule baseline of the paper).
@@ -48,10 +54,33 @@ impl Policy {
     pub fn name(self) -> String {
         match self {
             Self::Model(kind) => kind.as_str().to_string(),
+            Self::Candidate(i) => format!("cand:{}", model::MEMBER_CANDIDATES[i].0),
             Self::Random => "random".into(),
             Self::SmallestMemory => "smallest-memory".into(),
             Self::LargestExclusive => "largest-exclusive".into(),
         }
+    }
+}
+
+impl Policy {
+    /// Fits the policy's model (model kinds and candidates only).
+    pub fn fit(self, rows: &[TrainingRow]) -> Result<model::ModelParams, model::FitError> {
+        match self {
+            // The served fit without its interval calibration, which ranking does not use.
+            Self::Model(ModelKind::MemberRidgeGbt) => {
+                model::fit_member(rows, model::MemberOptions::CHOSEN)
+            }
+            Self::Model(kind) => model::fit(kind, rows).map(|(params, _)| params),
+            Self::Candidate(i) => model::fit_member(rows, model::MEMBER_CANDIDATES[i].1),
+            _ => unreachable!("{} fits no model", self.name()),
+        }
+    }
+
+    /// Every candidate of `member-ridge-gbt`'s options.
+    pub fn candidates() -> Vec<Policy> {
+        (0..model::MEMBER_CANDIDATES.len())
+            .map(Policy::Candidate)
+            .collect()
     }
 }
 
@@ -291,12 +320,12 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
                             .sum()
                     })
                     .collect(),
-                Policy::Model(kind) => {
+                Policy::Model(_) | Policy::Candidate(_) => {
                     let rows: Vec<TrainingRow> = case.train.iter().map(|&i| data.row(i)).collect();
-                    let (params, _) = model::fit(kind, &rows).with_context(|| {
+                    let params = policy.fit(&rows).with_context(|| {
                         format!(
                             "fitting {} on case {c} ({} rows)",
-                            kind.as_str(),
+                            policy.name(),
                             rows.len()
                         )
                     })?;

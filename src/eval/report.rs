@@ -5,7 +5,10 @@ use std::{io::Write, path::Path};
 
 use anyhow::Context;
 
-use super::{CaseResult, EvalData, Policy, Summary};
+use super::{
+    nway::{NwayCase, NwayData, NwayResult, NwayRow},
+    CaseResult, EvalData, Policy, Summary,
+};
 
 /// Prints the summary as an aligned text table.
 pub fn print_table(summary: &Summary, out: &mut impl Write) -> std::io::Result<()> {
@@ -75,4 +78,86 @@ pub fn write_predictions(
     }
     writer.flush()?;
     Ok(())
+}
+
+/// Prints the N-way summary: per set, scope and training, each policy's mean over targets
+/// and, below it, its worst target.
+pub fn print_nway_table(
+    rows: &[NwayRow],
+    policies: &[Policy],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} ({} runs), {}",
+                r.set,
+                r.scope.as_str(),
+                r.candidates,
+                r.training.as_str()
+            )
+        })
+        .collect();
+    let width = labels.iter().map(String::len).max().unwrap_or(0).max(6);
+    write!(out, "{:width$}", "")?;
+    for policy in policies {
+        write!(out, "  {:>17}", policy.name())?;
+    }
+    writeln!(out)?;
+    for (row, label) in rows.iter().zip(&labels) {
+        for (what, values) in [
+            (label.as_str(), &row.mean),
+            ("  worst target", &row.worst),
+            ("  selection targets (even)", &row.selection),
+            ("  report targets (odd)", &row.report),
+        ] {
+            write!(out, "{what:width$}")?;
+            for policy in policies {
+                write!(out, "  {:>17.4}", values[&policy.name()])?;
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes every N-way prediction `policy` scored, one row per candidate run and case:
+/// `set,scope,training,target,run_id,predicted_sum`.
+pub fn write_nway_predictions(
+    writer: &mut csv::Writer<std::fs::File>,
+    data: &NwayData,
+    cases: &[NwayCase],
+    results: &[NwayResult],
+    policy: Policy,
+) -> anyhow::Result<()> {
+    for result in results.iter().filter(|r| r.policy == policy) {
+        let case = &cases[result.case];
+        for (&i, score) in case.candidates.iter().zip(&result.run_scores) {
+            writer.write_record([
+                data.label.as_str(),
+                case.scope.as_str(),
+                case.training.as_str(),
+                &case.target,
+                &data.runs[i].id.to_string(),
+                &format!("{score:?}"),
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens an N-way predictions file and writes its header.
+pub fn nway_predictions_writer(path: &Path) -> anyhow::Result<csv::Writer<std::fs::File>> {
+    let mut writer =
+        csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    writer.write_record([
+        "set",
+        "scope",
+        "training",
+        "target",
+        "run_id",
+        "predicted_sum",
+    ])?;
+    Ok(writer)
 }

@@ -4,14 +4,18 @@
 //! running server (`--addr`), and measures each scenario with C concurrent clients for T
 //! seconds: Health/Check (the floor any RPC pays on this machine, in the same run), Rank
 //! over N named candidates, Rank over every workload, ReportColocation, and Rank on the
-//! Python comparison peer (benches/peer/) trained on the same data. It reports RPC/s,
+//! Python comparison peer (benches/peer/) trained on the same data, Place over a cluster of
+//! N GPUs sent with the request (`place_N`) or kept by the server (`place_stored_N`), and
+//! AssignJob/ReleaseJob (`occupancy`). It reports RPC/s,
 //! latency percentiles (hdrhistogram), CPU used and the ratios to Health/Check.
 //!
 //! A tool beside the service, not part of it: a module of the `coloc` binary that the
-//! service's library never compiles. Its parts: `synthetic` (the store), `scenario` (the
+//! service's library never compiles. Its parts: `synthetic` (the store), `cluster` (the
+//! GPUs and jobs of the Place scenarios), `scenario` (the
 //! clients and their calls), `peer` (the Python comparison), `process` (CPU and memory of
 //! a process), `report` (tables, JSON, ratios).
 
+mod cluster;
 mod peer;
 mod process;
 mod report;
@@ -151,10 +155,25 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 clock: clock.clone(),
             },
             "rank_all" => Call::Rank(Arc::new(rank_pool(&names, None, 10, args.seed))),
-            _ => match name.strip_prefix("rank_").and_then(|n| n.parse().ok()) {
-                Some(n) => Call::Rank(Arc::new(rank_pool(&names, Some(n), args.top_k, args.seed))),
-                None => bail!("unknown scenario {scenario:?}"),
+            "occupancy" => Call::Occupancy {
+                names: names.clone(),
+                jobs: Arc::new(AtomicI64::new(0)),
             },
+            _ => {
+                let size = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse().ok());
+                if let Some(n) = size("rank_") {
+                    Call::Rank(Arc::new(rank_pool(&names, Some(n), args.top_k, args.seed)))
+                } else if let Some(n) = size("place_stored_") {
+                    let gpus = cluster::cluster(&names, n, args.seed);
+                    store_cluster(&channels, &gpus).await?;
+                    Call::Place(Arc::new(cluster::place_pool(&names, &[], args.seed)))
+                } else if let Some(n) = size("place_") {
+                    let gpus = cluster::cluster(&names, n, args.seed);
+                    Call::Place(Arc::new(cluster::place_pool(&names, &gpus, args.seed)))
+                } else {
+                    bail!("unknown scenario {scenario:?}")
+                }
+            }
         };
         let (target, pid) = match (on_peer, &peer_channels, &peer) {
             (false, _, _) => (&channels, None),
@@ -179,4 +198,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         task.await??;
     }
     print_report(&report, &args)
+}
+
+/// Puts the cluster's jobs into the server's occupancy (AssignJob, 64 at a time), before a
+/// `place_stored_N` scenario is measured.
+async fn store_cluster(
+    channels: &[tonic::transport::Channel],
+    gpus: &[pb::GpuState],
+) -> anyhow::Result<()> {
+    let assignments = cluster::assignments(gpus);
+    for chunk in assignments.chunks(64) {
+        let mut calls = tokio::task::JoinSet::new();
+        for (i, request) in chunk.iter().cloned().enumerate() {
+            let mut client = ColocationAdvisorClient::new(channels[i % channels.len()].clone());
+            calls.spawn(async move { client.assign_job(request).await });
+        }
+        while let Some(answer) = calls.join_next().await {
+            answer?.context("assigning the cluster's jobs")?;
+        }
+    }
+    Ok(())
 }

@@ -68,6 +68,8 @@ impl<U: Message + Default + Send + 'static> Codec for PreEncoded<U> {
 }
 
 const RANK_PATH: &str = "/coloc.v1.ColocationAdvisor/Rank";
+const PLACE_PATH: &str = "/coloc.v1.ColocationAdvisor/Place";
+const OCCUPANCY_GPU: &str = "bench-occupancy-gpu";
 
 /// What one scenario sends.
 #[derive(Clone)]
@@ -78,6 +80,13 @@ pub(super) enum Call {
     Report {
         names: Arc<Vec<String>>,
         clock: Arc<AtomicI64>,
+    },
+    /// Encoded `PlaceRequest`s.
+    Place(Arc<Vec<Bytes>>),
+    /// AssignJob of a new job, then ReleaseJob of it, one RPC per call.
+    Occupancy {
+        names: Arc<Vec<String>>,
+        jobs: Arc<AtomicI64>,
     },
 }
 
@@ -127,6 +136,44 @@ pub(super) async fn run_scenario(
                         match raw.ready().await {
                             Ok(()) => raw.unary(request, path, codec).await.is_ok(),
                             Err(_) => false,
+                        }
+                    }
+                    Call::Place(pool) => {
+                        let request = tonic::Request::new(pool[i % pool.len()].clone());
+                        let path = http::uri::PathAndQuery::from_static(PLACE_PATH);
+                        let codec = PreEncoded::<pb::PlaceResponse>::default();
+                        match raw.ready().await {
+                            Ok(()) => raw.unary(request, path, codec).await.is_ok(),
+                            Err(_) => false,
+                        }
+                    }
+                    Call::Occupancy { names, jobs } => {
+                        // Even calls assign a new job, odd calls release the one before.
+                        let job = if (i - task) % 2 == 0 {
+                            jobs.fetch_add(1, Ordering::Relaxed)
+                        } else {
+                            jobs.load(Ordering::Relaxed)
+                        };
+                        let job_id = format!("bench-{task}-{}", (i - task) / 2);
+                        if (i - task) % 2 == 0 {
+                            advisor
+                                .assign_job(pb::AssignJobRequest {
+                                    job_id,
+                                    gpu_id: format!("bench-gpu-{}", job % 4096),
+                                    node: String::new(),
+                                    // Its own GPU model, so that these GPUs stay out of
+                                    // the place_stored scenarios' view.
+                                    gpu: OCCUPANCY_GPU.into(),
+                                    workload: names[rng.random_range(0..names.len())].clone(),
+                                    lease_secs: 0,
+                                })
+                                .await
+                                .is_ok_and(|r| r.into_inner().created)
+                        } else {
+                            advisor
+                                .release_job(pb::ReleaseJobRequest { job_id })
+                                .await
+                                .is_ok_and(|r| r.into_inner().released)
                         }
                     }
                     Call::Report { names, clock } => {

@@ -23,121 +23,101 @@ use smartcore::{
 };
 
 use super::{
+    intervals::{self, Intervals, SetInterval},
+    member_terms::{
+        clamp_log_ratio, member_throughput, ridge_features, EXCLUSIVE_THROUGHPUT, RIDGE_FEATURES,
+    },
     pair_scorer::{PairScorer, TreeNode},
-    Features, FitError, SetPrediction, TrainingRow, FEATURE_NAMES, NUM_FEATURES,
+    Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
 };
 
-pub(super) const EXCLUSIVE_THROUGHPUT: usize = 6;
+pub use super::member_terms::ridge_feature_names;
+
 pub const RIDGE_ALPHA: f64 = 1.0;
 pub const BOOSTER_TREES: usize = 500;
 pub const BOOSTER_DEPTH: usize = 2;
 pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
-/// Predicted and observed ratios are kept within [e^-7, e^3] (0.1 % to 20x of exclusive):
-/// far outside anything measured, and it keeps a wild extrapolation finite.
-const LOG_RATIO_RANGE: (f64, f64) = (-7.0, 3.0);
 
-const RIDGE_FEATURES: usize = 2 * NUM_FEATURES;
-const BOOSTER_FEATURES: usize = 2 * NUM_FEATURES;
+/// The most booster features a member has: its own metrics, the others' summed metrics,
+/// and with [`MemberOptions::crowding`] the number of others and the others' largest metrics.
+const MAX_BOOSTER_FEATURES: usize = 3 * NUM_FEATURES + 1;
 
-/// ln(1 + x) for the metrics (all >= 0), as the logarithm of the sum: it differs from
-/// `ln_1p` by about one unit in the last place of the result (3.6e-15 at x = 1e8; below
-/// 3e-16 for small x, in absolute terms, which is what the linear terms see) and costs half
-/// as much (glibc's `log` is table-driven, its `log1p` is not). Rank takes nine per
-/// candidate.
-#[inline]
-fn ln1p(x: f64) -> f64 {
-    (1.0 + x).ln()
+/// Variants of the model's fit. A stored model keeps the options it was fitted with (models
+/// stored before the options existed read as all off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct MemberOptions {
+    /// The trees also see how crowded the GPU is: the number of other members, and the
+    /// element-wise largest of their metrics. In a pair these equal 1 and the partner's
+    /// metrics, so pair answers are scored by the same pair scorer.
+    #[serde(default)]
+    pub crowding: bool,
+    /// The trees fit the ridge half's residuals and the model predicts ridge + trees
+    /// (one log ratio), instead of averaging the two halves' throughputs.
+    #[serde(default)]
+    pub stacked: bool,
+    /// Each member's row weighs as its share of the set's exclusive throughput times the
+    /// number of members, in the trees' loss: the sum that ranking compares is dominated by
+    /// the members with large throughput.
+    #[serde(default)]
+    pub weighted: bool,
 }
 
-/// Ridge features of a member: ln(1 + own metric) for all ten metrics, ln(1 + own + others)
-/// for the nine that are not throughputs, and the set's summed memory.
-fn ridge_features(own: &Features, others: &Features) -> [f64; RIDGE_FEATURES] {
-    let mut f = [0.0; RIDGE_FEATURES];
-    for (slot, value) in f.iter_mut().zip(own.0) {
-        *slot = ln1p(value);
-    }
-    let mut k = NUM_FEATURES;
-    for i in (0..NUM_FEATURES).filter(|&i| i != EXCLUSIVE_THROUGHPUT) {
-        f[k] = ln1p(own.0[i] + others.0[i]);
-        k += 1;
-    }
-    f[k] = own.memory_gb() + others.memory_gb();
-    f
-}
+impl MemberOptions {
+    /// What `Train` fits: chosen by the rule fixed before comparing (README, "N-way").
+    pub const CHOSEN: MemberOptions = MemberOptions {
+        crowding: true,
+        stacked: false,
+        weighted: false,
+    };
 
-/// The ridge half split by what its terms depend on, for the pair scorer: the terms of a
-/// member's own metrics, and those of the set's summed metrics (equal for both members).
-#[derive(Debug, Clone)]
-pub(super) struct RidgeParts {
-    pub intercept: f64,
-    own: [f64; NUM_FEATURES],
-    /// Per metric (the exclusive throughput has none), then the set's memory.
-    set: [f64; NUM_FEATURES],
-    memory: f64,
-}
-
-impl RidgeParts {
-    pub fn new(intercept: f64, coefficients: &[f64]) -> Self {
-        let mut own = [0.0; NUM_FEATURES];
-        own.copy_from_slice(&coefficients[..NUM_FEATURES]);
-        let mut set = [0.0; NUM_FEATURES];
-        let mut k = NUM_FEATURES;
-        for (i, slot) in set.iter_mut().enumerate() {
-            if i != EXCLUSIVE_THROUGHPUT {
-                *slot = coefficients[k];
-                k += 1;
-            }
-        }
-        Self {
-            intercept,
-            own,
-            set,
-            memory: coefficients[k],
+    pub fn booster_features(self) -> usize {
+        if self.crowding {
+            MAX_BOOSTER_FEATURES
+        } else {
+            2 * NUM_FEATURES
         }
     }
+}
 
-    pub fn own_terms(&self, own: &Features) -> f64 {
-        own.0.iter().zip(&self.own).map(|(x, c)| ln1p(*x) * c).sum()
-    }
-
-    pub fn set_terms(&self, a: &Features, b: &Features) -> f64 {
-        let mut sum = self.memory * (a.memory_gb() + b.memory_gb());
-        for i in (0..NUM_FEATURES).filter(|&i| i != EXCLUSIVE_THROUGHPUT) {
-            sum += self.set[i] * ln1p(a.0[i] + b.0[i]);
+/// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
+pub const CANDIDATES: [(&str, MemberOptions); 7] = {
+    const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
+        MemberOptions {
+            crowding,
+            stacked,
+            weighted,
         }
-        sum
     }
+    [
+        ("plain", o(false, false, false)),
+        ("crowding", o(true, false, false)),
+        ("stacked", o(false, true, false)),
+        ("weighted", o(false, false, true)),
+        ("crowding+stacked", o(true, true, false)),
+        ("crowding+weighted", o(true, false, true)),
+        ("crowding+stacked+weighted", o(true, true, true)),
+    ]
+};
+
+/// A member's view of its set: its own metrics, the others' sum and largest, their number.
+#[derive(Debug, Clone, Copy)]
+struct MemberView<'a> {
+    own: &'a Features,
+    others: Features,
+    others_max: Features,
+    n_others: usize,
 }
 
-/// A member's predicted throughput from the two halves' predicted log ratios.
-#[inline]
-pub(super) fn member_throughput(linear: f64, boosted: f64, own: &Features) -> f64 {
-    let ratio = 0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp());
-    ratio * own.0[EXCLUSIVE_THROUGHPUT]
-}
-
-/// Names of the ridge features, for GetModel.
-pub fn ridge_feature_names() -> Vec<String> {
-    let mut names: Vec<String> = FEATURE_NAMES
-        .iter()
-        .map(|n| format!("ln1p_own_{n}"))
-        .collect();
-    names.extend(
-        FEATURE_NAMES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != EXCLUSIVE_THROUGHPUT)
-            .map(|(_, n)| format!("ln1p_set_{n}")),
-    );
-    names.push("set_memory_gb".into());
-    names
-}
-
-/// Booster features of a member: its own metrics, then the others' summed metrics.
-fn booster_features(own: &Features, others: &Features) -> [f64; BOOSTER_FEATURES] {
-    let mut f = [0.0; BOOSTER_FEATURES];
-    f[..NUM_FEATURES].copy_from_slice(&own.0);
-    f[NUM_FEATURES..].copy_from_slice(&others.0);
+/// Booster features of a member: its own metrics, then the others' summed metrics, then
+/// (crowding) their number and largest metrics.
+fn booster_features(view: &MemberView, options: MemberOptions) -> [f64; MAX_BOOSTER_FEATURES] {
+    let mut f = [0.0; MAX_BOOSTER_FEATURES];
+    f[..NUM_FEATURES].copy_from_slice(&view.own.0);
+    f[NUM_FEATURES..2 * NUM_FEATURES].copy_from_slice(&view.others.0);
+    if options.crowding {
+        f[2 * NUM_FEATURES] = view.n_others as f64;
+        f[2 * NUM_FEATURES + 1..].copy_from_slice(&view.others_max.0);
+    }
     f
 }
 
@@ -176,6 +156,12 @@ pub struct MemberRidgeGbt {
     pub ridge_intercept: f64,
     pub ridge_coefficients: Vec<f64>,
     pub booster: Booster,
+    #[serde(default)]
+    pub options: MemberOptions,
+    /// 80 % intervals calibrated at fit time on held-out profiles (models stored before
+    /// intervals existed have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Intervals>,
     #[serde(skip)]
     scorer: LazyScorer,
 }
@@ -197,42 +183,84 @@ impl PartialEq for LazyScorer {
     }
 }
 
-/// Column-major copy of row vectors, as forust-ml's `Matrix` expects.
-fn column_major<const N: usize>(rows: &[[f64; N]]) -> Vec<f64> {
-    let mut data = Vec::with_capacity(rows.len() * N);
-    for j in 0..N {
+/// Column-major copy of the first `width` columns of row vectors, as forust-ml's `Matrix`
+/// expects.
+fn column_major<const N: usize>(rows: &[[f64; N]], width: usize) -> Vec<f64> {
+    let mut data = Vec::with_capacity(rows.len() * width);
+    for j in 0..width {
         data.extend(rows.iter().map(|r| r[j]));
     }
     data
 }
 
-fn clamp_log_ratio(value: f64) -> f64 {
-    value.clamp(LOG_RATIO_RANGE.0, LOG_RATIO_RANGE.1)
-}
-
 impl MemberRidgeGbt {
     /// Fits both learners on one row per member of every training set.
+    /// What `Train` fits: the chosen options, with calibrated intervals.
     pub fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
+        Self::fit_calibrated(rows, MemberOptions::CHOSEN)
+    }
+
+    /// Fits with `options`, and calibrates the model's intervals by cross-validation with
+    /// whole profiles held out (each profile's runs in one of [`intervals::FOLDS`] folds, so
+    /// the residuals are those of workloads the fold's model never saw); at most
+    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part in the calibration.
+    pub fn fit_calibrated(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+        let mut model = Self::fit_with(rows, options)?;
+        let stride = rows.len().div_ceil(CALIBRATION_ROWS).max(1);
+        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
+        let folds = profile_folds(&sample);
+        if folds.len() > 1 {
+            let calibrated = intervals::cross_validated(&sample, &folds, |train| {
+                Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
+            })?;
+            if calibrated.bands.iter().any(Option::is_some) {
+                model.intervals = Some(calibrated);
+            }
+        }
+        Ok(model)
+    }
+
+    /// The interval of a prediction of this model for a set of `size` members.
+    pub fn interval(&self, size: usize, prediction: &SetPrediction) -> Option<SetInterval> {
+        self.intervals.as_ref()?.apply(size, prediction)
+    }
+
+    /// Fits with `options`, without intervals (the evaluation's candidates, and the
+    /// calibration's own refits).
+    pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+        let width = options.booster_features();
         let mut ridge_x: Vec<[f64; RIDGE_FEATURES]> = Vec::new();
-        let mut booster_x: Vec<[f64; BOOSTER_FEATURES]> = Vec::new();
+        let mut booster_x: Vec<[f64; MAX_BOOSTER_FEATURES]> = Vec::new();
         let mut y: Vec<f64> = Vec::new();
+        let mut weights: Vec<f64> = Vec::new();
         for row in rows {
-            for ((own, others), &throughput) in row
-                .members
-                .iter()
-                .zip(others_of(&row.members))
-                .zip(&row.throughputs)
-            {
-                ridge_x.push(ridge_features(own, &others));
-                booster_x.push(booster_features(own, &others));
-                let ratio = throughput / own.0[EXCLUSIVE_THROUGHPUT];
+            let set_exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
+            for (view, &throughput) in views_of(&row.members).iter().zip(&row.throughputs) {
+                ridge_x.push(ridge_features(view.own, &view.others));
+                booster_x.push(booster_features(view, options));
+                let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
+                let ratio = throughput / exclusive;
                 y.push(clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln()));
+                weights.push(if set_exclusive > 0.0 {
+                    exclusive / set_exclusive * row.members.len() as f64
+                } else {
+                    1.0
+                });
             }
         }
 
         let (ridge_intercept, ridge_coefficients) = fit_ridge(&ridge_x, &y)?;
+        let target: Vec<f64> = if options.stacked {
+            ridge_x
+                .iter()
+                .zip(&y)
+                .map(|(x, y)| y - ridge_linear(ridge_intercept, &ridge_coefficients, x))
+                .collect()
+        } else {
+            y
+        };
 
-        let data = column_major(&booster_x);
+        let data = column_major(&booster_x, width);
         let mut booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(BOOSTER_TREES)
@@ -245,17 +273,19 @@ impl MemberRidgeGbt {
             .set_nbins(256)
             .set_parallel(false)
             .set_seed(0);
-        booster
-            .fit_unweighted(
-                &Matrix::new(&data, booster_x.len(), BOOSTER_FEATURES),
-                &y,
-                None,
-            )
-            .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
+        let matrix = Matrix::new(&data, booster_x.len(), width);
+        if options.weighted {
+            booster.fit(&matrix, &target, &weights, None)
+        } else {
+            booster.fit_unweighted(&matrix, &target, None)
+        }
+        .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
         let model = Self {
             ridge_intercept,
             ridge_coefficients,
             booster: Booster(Arc::new(booster)),
+            options,
+            intervals: None,
             scorer: LazyScorer::default(),
         };
         if !model.is_finite() {
@@ -272,35 +302,35 @@ impl MemberRidgeGbt {
         self.ridge_coefficients.len() == RIDGE_FEATURES
     }
 
-    /// Predicted colocated throughput of each (own, others) member.
-    fn predict_members(&self, members: &[(&Features, Features)]) -> Vec<f64> {
-        let booster_x: Vec<[f64; BOOSTER_FEATURES]> = members
+    /// Predicted colocated throughput of each member view.
+    fn predict_members(&self, members: &[MemberView]) -> Vec<f64> {
+        let width = self.options.booster_features();
+        let booster_x: Vec<[f64; MAX_BOOSTER_FEATURES]> = members
             .iter()
-            .map(|(own, others)| booster_features(own, others))
+            .map(|view| booster_features(view, self.options))
             .collect();
-        let data = column_major(&booster_x);
-        let boosted = self.booster.0.predict(
-            &Matrix::new(&data, booster_x.len(), BOOSTER_FEATURES),
-            false,
-        );
+        let data = column_major(&booster_x, width);
+        let boosted = self
+            .booster
+            .0
+            .predict(&Matrix::new(&data, booster_x.len(), width), false);
         members
             .iter()
             .zip(boosted)
-            .map(|((own, others), boosted)| {
-                let linear = ridge_features(own, others)
-                    .iter()
-                    .zip(&self.ridge_coefficients)
-                    .fold(self.ridge_intercept, |acc, (x, c)| acc + x * c);
-                member_throughput(linear, boosted, own)
+            .map(|(view, boosted)| {
+                let linear = ridge_linear(
+                    self.ridge_intercept,
+                    &self.ridge_coefficients,
+                    &ridge_features(view.own, &view.others),
+                );
+                member_throughput(linear, boosted, view.own, self.options.stacked)
             })
             .collect()
     }
 
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
         let owned: Vec<Features> = members.iter().map(|m| **m).collect();
-        let inputs: Vec<(&Features, Features)> =
-            members.iter().copied().zip(others_of(&owned)).collect();
-        let predicted = self.predict_members(&inputs);
+        let predicted = self.predict_members(&views_of(&owned));
         SetPrediction {
             sum: predicted.iter().sum(),
             members: Some(predicted),
@@ -336,6 +366,7 @@ impl MemberRidgeGbt {
                     &trees,
                     self.ridge_intercept,
                     &self.ridge_coefficients,
+                    self.options,
                 )
             })
             .as_ref()
@@ -356,10 +387,16 @@ impl MemberRidgeGbt {
         target: &Features,
         candidates: &[&Features],
     ) -> Vec<SetPrediction> {
-        let mut inputs: Vec<(&Features, Features)> = Vec::with_capacity(2 * candidates.len());
+        let view = |own, other: &Features| MemberView {
+            own,
+            others: *other,
+            others_max: *other,
+            n_others: 1,
+        };
+        let mut inputs: Vec<MemberView> = Vec::with_capacity(2 * candidates.len());
         for candidate in candidates {
-            inputs.push((target, **candidate));
-            inputs.push((*candidate, *target));
+            inputs.push(view(target, candidate));
+            inputs.push(view(candidate, target));
         }
         let predicted = self.predict_members(&inputs);
         predicted
@@ -372,20 +409,60 @@ impl MemberRidgeGbt {
     }
 }
 
-/// For each member, the element-wise sum of the other members' metrics. Summed directly
-/// (not as total minus own) so that in a pair the "others" are exactly the partner.
-fn others_of(members: &[Features]) -> Vec<Features> {
+/// Rows that calibrate a model's intervals at most (the calibration refits the model
+/// [`intervals::FOLDS`] times on them).
+pub const CALIBRATION_ROWS: usize = 20_000;
+
+/// Folds that hold out whole profiles: each distinct profile (by its exact metrics) goes
+/// to fold (its rank in first-seen order) mod [`intervals::FOLDS`]; a run is held out in
+/// the fold of each of its members.
+fn profile_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
+    let mut profiles: Vec<[u64; NUM_FEATURES]> = Vec::new();
+    let groups: Vec<Vec<usize>> = rows
+        .iter()
+        .map(|row| {
+            row.members
+                .iter()
+                .map(|m| {
+                    let key = m.0.map(f64::to_bits);
+                    let rank = profiles.iter().position(|p| *p == key).unwrap_or_else(|| {
+                        profiles.push(key);
+                        profiles.len() - 1
+                    });
+                    rank % intervals::FOLDS
+                })
+                .collect()
+        })
+        .collect();
+    intervals::folds_by_group(&groups)
+}
+
+/// Each member's view of its set. The others' metrics are summed directly (not as total
+/// minus own) so that in a pair the "others" are exactly the partner.
+fn views_of(members: &[Features]) -> Vec<MemberView<'_>> {
     (0..members.len())
         .map(|i| {
-            Features::sum(
-                members
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, m)| m),
-            )
+            let others = || members.iter().enumerate().filter(move |(j, _)| *j != i);
+            let mut others_max = Features::default();
+            for (k, (_, m)) in others().enumerate() {
+                for (slot, v) in others_max.0.iter_mut().zip(m.0) {
+                    *slot = if k == 0 { v } else { slot.max(v) };
+                }
+            }
+            MemberView {
+                own: &members[i],
+                others: Features::sum(others().map(|(_, m)| m)),
+                others_max,
+                n_others: members.len() - 1,
+            }
         })
         .collect()
+}
+
+fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES]) -> f64 {
+    x.iter()
+        .zip(coefficients)
+        .fold(intercept, |acc, (x, c)| acc + x * c)
 }
 
 /// Ridge regression (smartcore, standardised columns, Cholesky) on the columns that vary;
@@ -536,6 +613,85 @@ mod tests {
             }
         }
         assert!(compared > 10_000, "{compared}");
+    }
+
+    /// Pairs and triples under the same interference law: trees that split on the number of
+    /// co-runners and on the others' largest metrics.
+    fn mixed_rows(workloads: &[Features]) -> Vec<TrainingRow> {
+        let mut rows = rows(workloads);
+        for (i, a) in workloads.iter().enumerate() {
+            for (b, c) in workloads[i..].iter().zip(workloads[i..].iter().skip(1)) {
+                let members = vec![*a, *b, *c];
+                let throughputs = (0..3)
+                    .map(|k| {
+                        let others = Features::sum(
+                            members
+                                .iter()
+                                .enumerate()
+                                .filter(|(j, _)| *j != k)
+                                .map(|(_, m)| m),
+                        );
+                        members[k].0[6] * true_ratio(&members[k], &others)
+                    })
+                    .collect();
+                rows.push(TrainingRow {
+                    members,
+                    throughputs,
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn with_crowding_features_the_pair_scorer_still_matches_walking_every_tree() {
+        let mut state = 21;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit_with(&mixed_rows(&seen), MemberOptions::CHOSEN).unwrap();
+        let crowding_splits = model
+            .booster
+            .0
+            .trees
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .filter(|n| !n.is_leaf && n.split_feature >= 2 * NUM_FEATURES)
+            .count();
+        assert!(crowding_splits > 0, "no tree uses the crowding features");
+        let scorer = model.pair_scorer().expect("depth-2 trees compile");
+        let probes: Vec<Features> = (0..30)
+            .map(|_| workload(&mut state))
+            .chain(seen.clone())
+            .collect();
+        let refs: Vec<&Features> = probes.iter().collect();
+        for target in probes.iter().step_by(5) {
+            let fast = scorer.predict_pairs(target, &refs);
+            let reference = model.predict_pairs_reference(target, &refs);
+            for (a, b) in fast.iter().zip(&reference) {
+                assert!(
+                    (a.sum - b.sum).abs() <= 1e-12 * b.sum.abs(),
+                    "{} vs {}",
+                    a.sum,
+                    b.sum
+                );
+            }
+            // And the general path agrees: a pair is a set of two.
+            let set = model.predict_set(&[target, &probes[0]]);
+            let pair = model.predict_pairs_reference(target, &[&probes[0]]);
+            assert!((set.sum - pair[0].sum).abs() <= 1e-12 * set.sum.abs());
+        }
+    }
+
+    #[test]
+    fn models_stored_before_the_options_read_as_the_plain_model() {
+        let mut state = 9;
+        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit_with(&rows(&seen), MemberOptions::default()).unwrap();
+        let mut json: serde_json::Value = serde_json::to_value(&model).unwrap();
+        json.as_object_mut().unwrap().remove("options");
+        let back: MemberRidgeGbt = serde_json::from_value(json).unwrap();
+        assert_eq!(back.options, MemberOptions::default());
+        let probe = [&seen[1], &seen[2], &seen[3]];
+        assert_eq!(back.predict_set(&probe), model.predict_set(&probe));
     }
 
     #[test]

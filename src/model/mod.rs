@@ -1,11 +1,24 @@
 //! The model layer: turns profiles of a colocated set into a predicted throughput. Model
-//! kinds live behind [`ModelParams`]; the advisor and the API only ever call
-//! [`ModelParams::predict_pairs`], [`ModelParams::predict_set`] and [`fit`], so a new kind
-//! or larger sets plug in here without touching them.
+//! kinds live behind [`ModelParams`]. What the rest of coloc calls, and so the layer's
+//! contract:
+//! - [`fit`] (the trainer and `coloc eval`) and [`evaluate`];
+//! - [`ModelParams::predict_set`] (Predict, Rank's general path, `coloc eval`) and
+//!   [`ModelParams::predict_pairs`];
+//! - [`ModelParams::pair_scorer`], Rank's fast path for pairs: the advisor's catalog keeps
+//!   each profile's [`ProfileCode`] under the serving model
+//!   ([`PairScorer::code`]), and Rank folds the target into [`TargetTables`]
+//!   ([`PairScorer::target_tables`]) and scores each candidate with [`PairScorer::score`].
+//!   Only `member-ridge-gbt` has one; the advisor falls back to `predict_set` without it;
+//! - [`ModelParams::coefficients`], [`ModelParams::is_servable`], [`ModelKind`].
+//!
+//! Inside, imports run one way: `member` (the fitter) uses `pair_scorer`, and both use
+//! `member_terms` and `features`; nothing here imports the service.
 
 mod features;
+pub mod intervals;
 mod kace_linear;
 mod member;
+mod member_terms;
 mod pair_scorer;
 pub mod validation;
 
@@ -13,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
-pub use member::MemberRidgeGbt;
+pub use member::{MemberOptions, MemberRidgeGbt, CANDIDATES as MEMBER_CANDIDATES};
 pub use pair_scorer::{PairScorer, ProfileCode, TargetTables};
 
 /// Fewer observations than this cannot pin down the ten coefficients and the intercept of
@@ -157,6 +170,20 @@ impl ModelParams {
         }
     }
 
+    /// The 80 % interval of `prediction` (of a set of `size` members), for models that
+    /// carry calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
+    /// cautious mode reads the pessimistic end of each member's throughput.
+    pub fn interval(
+        &self,
+        size: usize,
+        prediction: &SetPrediction,
+    ) -> Option<intervals::SetInterval> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.interval(size, prediction),
+            Self::KaceLinear(_) => None,
+        }
+    }
+
     /// The compiled pair scorer, for kinds that have one (Rank's fast path).
     pub fn pair_scorer(&self) -> Option<&PairScorer> {
         match self {
@@ -194,6 +221,19 @@ impl ModelParams {
             ),
         }
     }
+}
+
+/// Fits `member-ridge-gbt` with other options (the candidates `coloc eval` compares).
+pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelParams, FitError> {
+    if rows.len() < MIN_TRAINING_ROWS {
+        return Err(FitError::TooFewObservations {
+            have: rows.len(),
+            need: MIN_TRAINING_ROWS,
+        });
+    }
+    Ok(ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_with(
+        rows, options,
+    )?))
 }
 
 /// Fits a model of `kind` on `rows` and measures it in-sample. CPU-bound: call it off the

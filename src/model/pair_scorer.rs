@@ -19,7 +19,8 @@
 use std::{fmt, sync::Arc};
 
 use super::{
-    member::{member_throughput, RidgeParts},
+    member::MemberOptions,
+    member_terms::{member_throughput, RidgeParts},
     Features, SetPrediction, NUM_FEATURES,
 };
 
@@ -165,6 +166,7 @@ pub struct PairScorer {
     offsets: [usize; NUM_FEATURES + 1],
     roles: [RoleLeaves; 2],
     ridge: RidgeParts,
+    stacked: bool,
     tables: TablesCache,
 }
 
@@ -206,10 +208,11 @@ impl PairScorer {
         trees: &[Vec<TreeNode>],
         ridge_intercept: f64,
         ridge_coefficients: &[f64],
+        options: MemberOptions,
     ) -> Option<Self> {
         let mut paths: Vec<LeafPath> = Vec::new();
         for tree in trees {
-            collect_leaves(tree, 0, &mut Vec::new(), &mut paths)?;
+            collect_leaves(tree, 0, options, &mut Vec::new(), &mut paths)?;
         }
         let mut thresholds: [Vec<f64>; NUM_FEATURES] = Default::default();
         for (_, path) in &paths {
@@ -274,6 +277,7 @@ impl PairScorer {
             offsets,
             roles,
             ridge: RidgeParts::new(ridge_intercept, ridge_coefficients),
+            stacked: options.stacked,
             tables: TablesCache::new(),
         })
     }
@@ -372,8 +376,8 @@ impl PairScorer {
             self.ridge.intercept + code.ridge_own + set,
         ];
         [
-            member_throughput(linear[0], boosted[0], target),
-            member_throughput(linear[1], boosted[1], candidate),
+            member_throughput(linear[0], boosted[0], target, self.stacked),
+            member_throughput(linear[1], boosted[1], candidate, self.stacked),
         ]
     }
 
@@ -400,6 +404,7 @@ type LeafPath = (f64, Vec<(usize, f64, bool)>);
 fn collect_leaves(
     tree: &[TreeNode],
     node: usize,
+    options: MemberOptions,
     path: &mut Vec<(usize, f64, bool)>,
     out: &mut Vec<LeafPath>,
 ) -> Option<()> {
@@ -408,14 +413,35 @@ fn collect_leaves(
         out.push((n.value, path.clone()));
         return Some(());
     }
-    if n.feature >= 2 * NUM_FEATURES || !n.threshold.is_finite() || path.len() >= 2 {
+    if !n.threshold.is_finite() {
         return None;
     }
-    path.push((n.feature, n.threshold, true));
-    collect_leaves(tree, n.left, path, out)?;
+    // The crowding features, as a pair sees them: one other member, whose metrics are the
+    // others' largest.
+    const COUNT: usize = 2 * NUM_FEATURES;
+    let feature = match n.feature {
+        f if f < COUNT => f,
+        COUNT if options.crowding => {
+            let left = 1.0 < n.threshold;
+            return collect_leaves(
+                tree,
+                if left { n.left } else { n.right },
+                options,
+                path,
+                out,
+            );
+        }
+        f if options.crowding && f <= COUNT + NUM_FEATURES => NUM_FEATURES + (f - COUNT - 1),
+        _ => return None,
+    };
+    if path.len() >= 2 {
+        return None;
+    }
+    path.push((feature, n.threshold, true));
+    collect_leaves(tree, n.left, options, path, out)?;
     path.pop();
-    path.push((n.feature, n.threshold, false));
-    collect_leaves(tree, n.right, path, out)?;
+    path.push((feature, n.threshold, false));
+    collect_leaves(tree, n.right, options, path, out)?;
     path.pop();
     Some(())
 }

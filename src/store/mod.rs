@@ -315,7 +315,10 @@ pub fn is_corruption(error: &anyhow::Error) -> bool {
 /// is left, and the pool opens a fresh one.
 async fn release_check(connection: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
     use sqlx::Connection;
-    // The rollback a dropped transaction queued runs before the ping answers.
+    if !connection.is_in_transaction() {
+        return Ok(true);
+    }
+    // A dropped transaction's rollback may still be queued: it runs before the ping answers.
     connection.ping().await?;
     if connection.is_in_transaction() {
         tracing::warn!("a connection was left inside a transaction; closing it");

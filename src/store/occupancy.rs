@@ -535,13 +535,15 @@ async fn write_batch(
     let now_ms = batch.iter().map(|r| r.now_ms).max().unwrap_or_default();
     let mut effects: Vec<Effect> = Vec::new();
     let mut undo: Vec<Effect> = Vec::new();
-    // Expired jobs go with this batch.
+    // Expired jobs go with this batch. The next expiry is then found again (a scan of
+    // every job); between sweeps it only moves earlier, with new leases.
     if next_expiry.is_some_and(|at| at <= now_ms) {
         for job_id in state.expired(now_ms) {
             let effect = Effect::RemoveJob(job_id);
             undo.push(state.apply(effect.clone()));
             effects.push(effect);
         }
+        *next_expiry = state.next_expiry();
     }
     let mut replies: Vec<(oneshot::Sender<Reply>, Result<Outcome, StoreError>, bool)> =
         Vec::with_capacity(batch.len());
@@ -572,6 +574,7 @@ async fn write_batch(
             for effect in undo.into_iter().rev() {
                 state.apply(effect);
             }
+            *next_expiry = state.next_expiry();
             let error = Arc::new(StoreError::Database(error));
             for (reply_tx, outcome, writes) in replies {
                 let outcome = if writes {
@@ -585,9 +588,13 @@ async fn write_batch(
         }
         let mut published = view.write().unwrap_or_else(|e| e.into_inner());
         for effect in effects {
+            if let Effect::PutJob { job, .. } = &effect {
+                if let Some(at) = job.expires_at_ms {
+                    *next_expiry = Some(next_expiry.map_or(at, |next| next.min(at)));
+                }
+            }
             published.apply(effect);
         }
-        *next_expiry = state.next_expiry();
     }
     for (reply_tx, outcome, _) in replies {
         // A caller that gave up waiting is told nothing; its operation stands.

@@ -106,3 +106,44 @@ async fn grpcurl_describe_documents_every_rpc_message_and_field() {
         }
     }
 }
+
+#[tokio::test]
+async fn grpcurl_assigns_a_job_and_places_against_the_occupancy() {
+    let (app, _) = trained_app(6).await;
+    let assigned = grpcurl(
+        &app,
+        &[
+            "-d",
+            r#"{"job_id": "j1", "gpu_id": "gpu-1", "node": "n1", "workload": "w01", "lease_secs": 60}"#,
+        ],
+        &["coloc.v1.ColocationAdvisor/AssignJob"],
+    )
+    .await;
+    let assigned: serde_json::Value = serde_json::from_str(&assigned).unwrap();
+    assert_eq!(assigned["created"], true);
+    assert!(assigned["expiresAt"].is_string(), "{assigned}");
+
+    let placed = grpcurl(
+        &app,
+        &[
+            "-d",
+            r#"{"workload": "w02", "gpus": [{"id": "x", "residents": ["w03"]}, {"id": "y"}]}"#,
+        ],
+        &["coloc.v1.ColocationAdvisor/Place"],
+    )
+    .await;
+    let placed: serde_json::Value = serde_json::from_str(&placed).unwrap();
+    assert_eq!(placed["placements"].as_array().unwrap().len(), 2);
+
+    let stored = grpcurl(
+        &app,
+        &["-d", r#"{"workload": "w02"}"#],
+        &["coloc.v1.ColocationAdvisor/Place"],
+    )
+    .await;
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    let placement = &stored["placements"][0];
+    assert_eq!(placement["gpuId"], "gpu-1");
+    assert_eq!(placement["members"][1]["workload"], "w01");
+    assert!(placement["gain"].is_number(), "{placement}");
+}

@@ -78,6 +78,46 @@ async fn predict_accepts_copies_and_larger_sets_and_checks_memory() {
 }
 
 #[tokio::test]
+async fn predict_carries_80_percent_intervals_around_the_sum_and_every_member() {
+    let (mut app, _) = trained_app(8).await;
+    for set in [&["w01", "w04"][..], &["w03", "w04", "w05"]] {
+        let answer = app.client.predict(predict(set)).await.unwrap().into_inner();
+        let (lo, hi) = (
+            answer.predicted_throughput_sum_low.expect("a sum interval"),
+            answer
+                .predicted_throughput_sum_high
+                .expect("a sum interval"),
+        );
+        let sum = answer.predicted_throughput_sum;
+        assert!(lo <= sum && sum <= hi && lo < hi, "{lo} {sum} {hi}");
+        for m in &answer.members {
+            let t = m.predicted_throughput.unwrap();
+            let (lo, hi) = (
+                m.predicted_throughput_low.unwrap(),
+                m.predicted_throughput_high.unwrap(),
+            );
+            assert!(lo <= t && t <= hi, "{lo} {t} {hi}");
+            let s = m.predicted_speed_fraction.unwrap();
+            let (slo, shi) = (
+                m.predicted_speed_fraction_low.unwrap(),
+                m.predicted_speed_fraction_high.unwrap(),
+            );
+            assert!((slo - lo / m.exclusive_throughput).abs() < 1e-12 && slo <= s && s <= shi);
+        }
+    }
+    // kace-linear carries no intervals: the fields stay absent.
+    let (mut app, _) = trained_app_with(6, "kace-linear").await;
+    let answer = app
+        .client
+        .predict(predict(&["w01", "w04"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.predicted_throughput_sum_low, None);
+    assert_eq!(answer.members[0].predicted_throughput_low, None);
+}
+
+#[tokio::test]
 async fn predict_rejects_bad_sets() {
     let (mut app, _) = trained_app(6).await;
     app.client

@@ -564,3 +564,92 @@ async fn an_invalid_argument_names_the_bad_field_in_a_bad_request_detail() {
     let violations = status.get_details_bad_request().unwrap().field_violations;
     assert_eq!(violations[0].field, "members[1].throughput");
 }
+
+#[tokio::test]
+async fn cautious_min_target_speed_fraction_holds_for_the_low_end_of_the_targets_interval() {
+    let (mut app, _) = slowdown_app(8).await;
+    let unlimited = app.client.rank(rank("w03")).await.unwrap().into_inner();
+    // Every ranked member carries its 80 % interval around the prediction.
+    let mut low_ends: Vec<(String, f64)> = Vec::new();
+    for c in &unlimited.ranked {
+        for m in &c.members {
+            let (lo, t, hi) = (
+                m.predicted_throughput_low.unwrap(),
+                m.predicted_throughput.unwrap(),
+                m.predicted_throughput_high.unwrap(),
+            );
+            assert!(lo <= t && t <= hi && lo < hi, "{lo} {t} {hi}");
+        }
+        low_ends.push((
+            c.workload.clone(),
+            c.members[0].predicted_speed_fraction_low.unwrap(),
+        ));
+    }
+    let mut fractions: Vec<f64> = low_ends.iter().map(|k| k.1).collect();
+    fractions.sort_by(f64::total_cmp);
+    let limit = (fractions[3] + fractions[4]) / 2.0;
+    let cautious = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: limit,
+            cautious: true,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut passed: Vec<&str> = cautious
+        .ranked
+        .iter()
+        .map(|c| c.workload.as_str())
+        .collect();
+    let mut expected: Vec<&str> = low_ends
+        .iter()
+        .filter(|k| k.1 >= limit)
+        .map(|k| k.0.as_str())
+        .collect();
+    passed.sort();
+    expected.sort();
+    assert_eq!(passed, expected);
+    // The plain limit keeps at least as many: the prediction is above its low end.
+    let plain = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: limit,
+            ..rank("w03")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        plain.ranked.len() > cautious.ranked.len(),
+        "{} vs {}",
+        plain.ranked.len(),
+        cautious.ranked.len()
+    );
+    let reason = &cautious
+        .skipped
+        .iter()
+        .find(|s| s.code() == pb::SkipReason::TargetSlowdown)
+        .unwrap()
+        .reason;
+    assert!(reason.contains("low end of its 80 % interval"), "{reason}");
+
+    // A model without intervals (kace-linear) answers with the point prediction.
+    let (mut app, _) = trained_app_with(6, "kace-linear").await;
+    let answer = app
+        .client
+        .rank(pb::RankRequest {
+            min_target_speed_fraction: 0.01,
+            cautious: true,
+            include_below_break_even: true,
+            ..rank("w00")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.ranked.is_empty());
+    assert!(answer.ranked[0].members[0]
+        .predicted_throughput_low
+        .is_none());
+}

@@ -104,6 +104,10 @@ pub enum NcuError {
     ZeroTotalDuration,
     #[error("the duration-weighted means overflow: the values are too large to be real")]
     NotFinite,
+    /// The aggregate is finite but beyond the physical bounds every profile is held to
+    /// (the same bounds as RegisterWorkload and the importer).
+    #[error("the aggregated kernel metrics are beyond any real GPU: {}", .0.message)]
+    Implausible(crate::domain::ValidationError),
     #[error("unreadable ncu CSV: {0}")]
     Csv(#[from] csv::Error),
     #[error("cannot read {path}: {source}")]

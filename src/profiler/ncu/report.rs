@@ -150,7 +150,7 @@ impl NcuTable {
                 .filter(|mean| mean.is_finite())
                 .ok_or(NcuError::NotFinite)
         };
-        Ok(KernelMetrics {
+        let metrics = KernelMetrics {
             threads: mean(|k| k.value(Metric::Threads))?,
             compute_throughput_pct: mean(|k| k.value(Metric::SmThroughput))?,
             dram_throughput_pct: mean(|k| k.value(Metric::DramThroughput))?,
@@ -161,7 +161,9 @@ impl NcuTable {
             static_shared_memory_bytes: mean(|k| {
                 Some(k.value(Metric::GridSize)? * k.value(Metric::StaticSharedPerBlock)?)
             })?,
-        })
+        };
+        metrics.validate().map_err(NcuError::Implausible)?;
+        Ok(metrics)
     }
 
     pub fn summary(&self) -> NcuSummary {

@@ -1,0 +1,119 @@
+//! The terms of `member-ridge-gbt` that both its fitter ([`super::member`]) and Rank's pair
+//! scorer ([`super::pair_scorer`]) compute: the ridge half's features, the split of the
+//! ridge half into own and set terms, and how the two halves' log ratios become a member's
+//! throughput. A leaf of the model layer: it imports only the feature vector, so the fitter
+//! imports the scorer and never the other way round.
+
+use super::{Features, FEATURE_NAMES, NUM_FEATURES};
+
+/// Index of the exclusive throughput among a profile's metrics.
+pub(super) const EXCLUSIVE_THROUGHPUT: usize = 6;
+/// Predicted and observed ratios are kept within [e^-7, e^3] (0.1 % to 20x of exclusive):
+/// far outside anything measured, and it keeps a wild extrapolation finite.
+const LOG_RATIO_RANGE: (f64, f64) = (-7.0, 3.0);
+
+pub(super) const RIDGE_FEATURES: usize = 2 * NUM_FEATURES;
+
+/// ln(1 + x) for the metrics (all >= 0), as the logarithm of the sum: it differs from
+/// `ln_1p` by about one unit in the last place of the result (3.6e-15 at x = 1e8; below
+/// 3e-16 for small x, in absolute terms, which is what the linear terms see) and costs half
+/// as much (glibc's `log` is table-driven, its `log1p` is not). Rank takes nine per
+/// candidate.
+#[inline]
+pub(super) fn ln1p(x: f64) -> f64 {
+    (1.0 + x).ln()
+}
+
+/// Ridge features of a member: ln(1 + own metric) for all ten metrics, ln(1 + own + others)
+/// for the nine that are not throughputs, and the set's summed memory.
+pub(super) fn ridge_features(own: &Features, others: &Features) -> [f64; RIDGE_FEATURES] {
+    let mut f = [0.0; RIDGE_FEATURES];
+    for (slot, value) in f.iter_mut().zip(own.0) {
+        *slot = ln1p(value);
+    }
+    let mut k = NUM_FEATURES;
+    for i in (0..NUM_FEATURES).filter(|&i| i != EXCLUSIVE_THROUGHPUT) {
+        f[k] = ln1p(own.0[i] + others.0[i]);
+        k += 1;
+    }
+    f[k] = own.memory_gb() + others.memory_gb();
+    f
+}
+
+/// The ridge half split by what its terms depend on, for the pair scorer: the terms of a
+/// member's own metrics, and those of the set's summed metrics (equal for both members).
+#[derive(Debug, Clone)]
+pub(super) struct RidgeParts {
+    pub intercept: f64,
+    own: [f64; NUM_FEATURES],
+    /// Per metric (the exclusive throughput has none), then the set's memory.
+    set: [f64; NUM_FEATURES],
+    memory: f64,
+}
+
+impl RidgeParts {
+    pub fn new(intercept: f64, coefficients: &[f64]) -> Self {
+        let mut own = [0.0; NUM_FEATURES];
+        own.copy_from_slice(&coefficients[..NUM_FEATURES]);
+        let mut set = [0.0; NUM_FEATURES];
+        let mut k = NUM_FEATURES;
+        for (i, slot) in set.iter_mut().enumerate() {
+            if i != EXCLUSIVE_THROUGHPUT {
+                *slot = coefficients[k];
+                k += 1;
+            }
+        }
+        Self {
+            intercept,
+            own,
+            set,
+            memory: coefficients[k],
+        }
+    }
+
+    pub fn own_terms(&self, own: &Features) -> f64 {
+        own.0.iter().zip(&self.own).map(|(x, c)| ln1p(*x) * c).sum()
+    }
+
+    pub fn set_terms(&self, a: &Features, b: &Features) -> f64 {
+        let mut sum = self.memory * (a.memory_gb() + b.memory_gb());
+        for i in (0..NUM_FEATURES).filter(|&i| i != EXCLUSIVE_THROUGHPUT) {
+            sum += self.set[i] * ln1p(a.0[i] + b.0[i]);
+        }
+        sum
+    }
+}
+
+/// A member's predicted throughput from the two halves' predicted log ratios: their
+/// throughputs averaged, or (`stacked`, trees fitted on the ridge half's residuals) the
+/// ratio of their sum.
+#[inline]
+pub(super) fn member_throughput(linear: f64, boosted: f64, own: &Features, stacked: bool) -> f64 {
+    let ratio = if stacked {
+        clamp_log_ratio(linear + boosted).exp()
+    } else {
+        0.5 * (clamp_log_ratio(linear).exp() + clamp_log_ratio(boosted).exp())
+    };
+    ratio * own.0[EXCLUSIVE_THROUGHPUT]
+}
+
+/// Names of the ridge features, for GetModel.
+pub fn ridge_feature_names() -> Vec<String> {
+    let mut names: Vec<String> = FEATURE_NAMES
+        .iter()
+        .map(|n| format!("ln1p_own_{n}"))
+        .collect();
+    names.extend(
+        FEATURE_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != EXCLUSIVE_THROUGHPUT)
+            .map(|(_, n)| format!("ln1p_set_{n}")),
+    );
+    names.push("set_memory_gb".into());
+    names
+}
+
+pub(super) fn clamp_log_ratio(value: f64) -> f64 {
+    value.clamp(LOG_RATIO_RANGE.0, LOG_RATIO_RANGE.1)
+}
