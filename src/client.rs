@@ -1,7 +1,8 @@
 //! The operator CLI: `coloc workloads|rank|predict|report|train|models|model|health` talk
 //! gRPC to a running server (`--addr`, `COLOC_ADDR`; bearer token from `COLOC_TOKEN`;
 //! `--ca-cert` for TLS) and print readable tables, or with `--json` the answer in the API's
-//! canonical JSON mapping (what grpcurl prints). A failed RPC exits with 64 + its gRPC code,
+//! canonical JSON mapping (what grpcurl prints); `coloc model report --plot` draws a PNG
+//! (`report_plot`). A failed RPC exits with 64 + its gRPC code,
 //! as grpcurl does.
 
 use std::{path::PathBuf, sync::OnceLock};
@@ -226,6 +227,21 @@ pub enum ModelCommand {
     Unpin {
         #[arg(long, default_value = "")]
         gpu: String,
+    },
+    /// Draw predicted vs observed throughput of the reported runs, the rolling error over
+    /// time and each promotion into a PNG (GetModelReport).
+    Report {
+        /// The PNG to write.
+        #[arg(long)]
+        plot: PathBuf,
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// The newest this many reported runs; 0 = the server's default (10000).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+        /// Runs in the rolling error's window (the server's trainer.drift_window is 50).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+        window: u32,
     },
 }
 
@@ -721,6 +737,12 @@ pub async fn model(connection: &Connection, args: ModelArgs) -> anyhow::Result<(
 pub async fn model_command(connection: &Connection, command: ModelCommand) -> anyhow::Result<()> {
     let mut client = connection.client().await?;
     let model = match command {
+        ModelCommand::Report {
+            plot,
+            gpu,
+            limit,
+            window,
+        } => return model_report(&mut client, connection.json, &plot, gpu, limit, window).await,
         ModelCommand::Pin { version, gpu } => client
             .pin_model(pb::PinModelRequest { gpu, version })
             .await
@@ -741,6 +763,71 @@ pub async fn model_command(connection: &Connection, command: ModelCommand) -> an
         model.version,
         model.kind,
         if model.pinned { ", pinned" } else { "" }
+    );
+    Ok(())
+}
+
+/// `coloc model report --plot FILE.png`.
+async fn model_report(
+    client: &mut Client,
+    json: bool,
+    plot: &std::path::Path,
+    gpu: String,
+    limit: u32,
+    window: u32,
+) -> anyhow::Result<()> {
+    let report = client
+        .get_model_report(pb::GetModelReportRequest { gpu, limit })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if report.runs.is_empty() {
+        bail!(
+            "GPU {}: no reported runs with a prediction yet, so there is nothing to draw \
+             ({} not written). Runs are predicted when they are reported \
+             (ReportColocation, `coloc report`) while a model serves; imported runs have none.",
+            report.gpu,
+            plot.display()
+        );
+    }
+    let ms = |t: &Option<prost_types::Timestamp>| {
+        t.as_ref()
+            .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+    };
+    let picture = crate::report_plot::Report {
+        gpu: report.gpu.clone(),
+        runs: report
+            .runs
+            .iter()
+            .map(|r| crate::report_plot::Run {
+                at_ms: ms(&r.reported_at),
+                predicted: r.predicted_sum,
+                observed: r.observed_sum,
+                version: r.predicted_by_version,
+            })
+            .collect(),
+        promotions: report
+            .models
+            .iter()
+            .filter(|m| m.status == pb::ModelStatus::Promoted as i32)
+            .map(|m| (m.version, ms(&m.trained_at)))
+            .collect(),
+    };
+    crate::report_plot::draw(plot, &picture, window as usize)?;
+    if json {
+        return print_canonical(&report, "coloc.v1.ModelReport");
+    }
+    let last = crate::report_plot::rolling_errors(&picture.runs, window as usize)
+        .last()
+        .copied()
+        .flatten();
+    println!(
+        "GPU {}: {} reported runs, {} promotions; rolling error now {}; wrote {}",
+        report.gpu,
+        report.runs.len(),
+        picture.promotions.len(),
+        last.map_or("-".to_string(), |e| format!("{:.1} %", e * 100.0)),
+        plot.display()
     );
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! (no cycles):
 //!
 //! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
-//!   calls) and `cluster_client` (its placement commands: place, gpus, jobs). The load
+//!   calls), `report_plot` (the picture of `coloc model report --plot`; plain data in, no
+//!   proto types) and `cluster_client` (its placement commands: place, gpus, jobs). The load
 //!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
 //!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
@@ -42,6 +43,7 @@ pub mod model;
 pub mod profiler;
 pub mod progress;
 pub mod proto;
+pub mod report_plot;
 pub mod settings;
 pub mod startup;
 pub mod store;

@@ -15,7 +15,7 @@ use crate::{
         validation::{self, LabelledRow, Procedure},
         ModelKind, TrainingRow, MIN_TRAINING_ROWS,
     },
-    store::{Comparison, ModelStatus, NewModel, StoredModel},
+    store::{Comparison, ModelStatus, NewModel, PredictedRun, StoredModel},
 };
 
 /// What started a training.
@@ -343,6 +343,19 @@ impl Advisor {
     /// A GPU model's versions, newest first.
     pub async fn models(&self, gpu: &GpuName, limit: u32) -> Result<Vec<StoredModel>> {
         Ok(self.store.models(gpu, limit).await?)
+    }
+
+    /// How the models did on reported runs: the newest `limit` runs a model predicted
+    /// (oldest first) and every version (oldest first, at most 1000).
+    pub async fn model_report(
+        &self,
+        gpu: &GpuName,
+        limit: usize,
+    ) -> Result<(Vec<PredictedRun>, Vec<StoredModel>)> {
+        let runs = self.store.predicted_runs(gpu, limit).await?;
+        let mut models = self.store.models(gpu, 1000).await?;
+        models.reverse();
+        Ok((runs, models))
     }
 
     /// Serves a stored version whatever training decides, until unpinned.

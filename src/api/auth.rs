@@ -30,7 +30,7 @@ impl Role {
 
 const SERVICE_PREFIX: &str = "/coloc.v1.ColocationAdvisor/";
 /// Methods a `reader` may call; every other advisor method needs `operator`.
-const READ_METHODS: [&str; 8] = [
+const READ_METHODS: [&str; 9] = [
     "Rank",
     "Place",
     "ListGpus",
@@ -39,6 +39,7 @@ const READ_METHODS: [&str; 8] = [
     "ListWorkloads",
     "GetModel",
     "ListModels",
+    "GetModelReport",
 ];
 
 /// The role a method needs; `None` for services outside the advisor (health, reflection).

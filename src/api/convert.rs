@@ -14,7 +14,7 @@ use crate::{
     },
     model::ModelKind,
     proto as pb,
-    store::{Assigned, ClusterGpu, ModelStatus, StoredModel, WorkloadRecord},
+    store::{Assigned, ClusterGpu, ModelStatus, PredictedRun, StoredModel, WorkloadRecord},
 };
 
 pub fn timestamp(ms: i64) -> prost_types::Timestamp {
@@ -741,6 +741,17 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 kind: m.kind.as_str().to_string(),
             })
             .collect(),
+    }
+}
+
+pub fn predicted_run_to_pb(run: &PredictedRun) -> pb::ReportedRun {
+    pb::ReportedRun {
+        observation_id: run.id as u64,
+        reported_at: Some(timestamp(run.recorded_at_ms)),
+        observed_at: Some(timestamp(run.observed_at_ms)),
+        predicted_sum: run.predicted_sum,
+        observed_sum: run.observed_sum,
+        predicted_by_version: run.predicted_by_version,
     }
 }
 

@@ -12,6 +12,10 @@ use tonic::{Request, Response, Status};
 
 /// Versions GetModel shows as history.
 const HISTORY_LENGTH: u32 = 10;
+/// GetModelReport: runs when the request names no limit, and the most it returns (about
+/// 50 bytes a run: well inside a 4 MiB message).
+const REPORT_RUNS_DEFAULT: u32 = 10_000;
+const REPORT_RUNS_MAX: u32 = 50_000;
 
 use crate::{
     advisor::{Advisor, ReportOutcome, Trigger},
@@ -271,6 +275,28 @@ impl ColocationAdvisor for AdvisorService {
         let context = self.context(&gpu).await?;
         let models = self.advisor.models(&gpu, limit).await?;
         Ok(Response::new(pb::ListModelsResponse {
+            models: models
+                .iter()
+                .map(|m| convert::model_to_pb(m, &context))
+                .collect(),
+        }))
+    }
+
+    async fn get_model_report(
+        &self,
+        request: Request<pb::GetModelReportRequest>,
+    ) -> Result<Response<pb::ModelReport>, Status> {
+        let request = request.into_inner();
+        let gpu = self.gpu(&request.gpu)?;
+        let limit = match request.limit {
+            0 => REPORT_RUNS_DEFAULT,
+            n => n.min(REPORT_RUNS_MAX),
+        };
+        let (runs, models) = self.advisor.model_report(&gpu, limit as usize).await?;
+        let context = self.context(&gpu).await?;
+        Ok(Response::new(pb::ModelReport {
+            gpu: gpu.as_str().to_string(),
+            runs: runs.iter().map(convert::predicted_run_to_pb).collect(),
             models: models
                 .iter()
                 .map(|m| convert::model_to_pb(m, &context))

@@ -27,7 +27,7 @@ use sqlx::{
 pub use jobs::ClaimedJob;
 pub use lock::{DatabaseLock, LockError};
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
-pub use observations::{ObservationSource, Prediction, StoredObservation};
+pub use observations::{ObservationSource, PredictedRun, Prediction, StoredObservation};
 pub use occupancy::{
     AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
 };

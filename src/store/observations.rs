@@ -32,6 +32,17 @@ pub struct StoredObservation {
     pub members: Vec<(String, f64)>,
 }
 
+/// A reported run with the prediction the serving model made for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictedRun {
+    pub id: i64,
+    pub observed_at_ms: i64,
+    pub recorded_at_ms: i64,
+    pub predicted_sum: f64,
+    pub observed_sum: f64,
+    pub predicted_by_version: u64,
+}
+
 /// What the model in use predicted for a reported set: (sum, model version).
 pub type Prediction = (f64, u64);
 
@@ -209,6 +220,46 @@ impl Store {
         .bind(window as i64)
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// The newest `limit` runs of `gpu` that a model predicted when they were reported,
+    /// oldest first, each with its observed throughput sum.
+    pub async fn predicted_runs(
+        &self,
+        gpu: &GpuName,
+        limit: usize,
+    ) -> Result<Vec<PredictedRun>, StoreError> {
+        let rows = sqlx::query_as::<_, (i64, i64, i64, f64, f64, i64)>(
+            "SELECT o.id, o.observed_at_ms, o.recorded_at_ms, o.predicted_sum, \
+               COALESCE((SELECT SUM(m.throughput) FROM observation_members m \
+                         WHERE m.observation_id = o.id), 0.0), \
+               o.predicted_by_version \
+             FROM observations o \
+             WHERE o.gpu = ?1 AND o.predicted_sum IS NOT NULL \
+               AND o.predicted_by_version IS NOT NULL \
+             ORDER BY o.id DESC LIMIT ?2",
+        )
+        .bind(gpu.as_str())
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut runs: Vec<PredictedRun> = rows
+            .into_iter()
+            .map(
+                |(id, observed_at_ms, recorded_at_ms, predicted_sum, observed_sum, version)| {
+                    PredictedRun {
+                        id,
+                        observed_at_ms,
+                        recorded_at_ms,
+                        predicted_sum,
+                        observed_sum,
+                        predicted_by_version: version as u64,
+                    }
+                },
+            )
+            .collect();
+        runs.reverse();
+        Ok(runs)
     }
 
     /// The newest `limit` stored runs on `gpu` (all for 0), oldest first.

@@ -19,6 +19,7 @@ mod kubernetes_watch;
 mod lifecycle;
 mod limits;
 mod logging;
+mod model_report;
 mod ncu;
 mod occupancy;
 mod operations;
