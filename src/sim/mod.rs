@@ -184,6 +184,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     let mut first_seed: Vec<(String, Outcome)> = Vec::new();
     let simulating = Instant::now();
+    if args.json {
+        coloc::progress::hide();
+    }
+    let progress = coloc::progress::bar((args.seeds.len() * policies.len()) as u64, "simulations");
     for &seed in &args.seeds {
         let jobs = assign(&pods, &world.truth, seed, args.ls_cap);
         // The policies are independent: one thread each, on every core there is.
@@ -191,8 +195,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             let handles: Vec<_> = policies
                 .iter()
                 .map(|name| {
-                    let (world, jobs, cluster) = (&world, &jobs, &cluster);
-                    scope.spawn(move || run_policy(world, name, jobs, cluster, seed))
+                    let (world, jobs, cluster, progress) = (&world, &jobs, &cluster, &progress);
+                    scope.spawn(move || {
+                        let result = run_policy(world, name, jobs, cluster, seed);
+                        progress.inc(1);
+                        result
+                    })
                 })
                 .collect();
             handles
@@ -208,6 +216,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             }
         }
     }
+    progress.finish_and_clear();
     let simulated = simulating.elapsed();
 
     let mut setup = BTreeMap::new();
