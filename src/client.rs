@@ -115,6 +115,10 @@ pub enum WorkloadsCommand {
         args: Vec<String>,
         #[arg(long)]
         working_dir: Option<String>,
+        /// A GPU model to profile it on (one job each, run by an agent of that model),
+        /// repeatable; none = every GPU model with a live agent, else model.default_gpu.
+        #[arg(long = "profile-on")]
+        profile_on: Vec<String>,
     },
     Delete {
         name: String,
@@ -460,6 +464,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             program,
             args,
             working_dir,
+            profile_on,
         } => {
             let labels = labels
                 .iter()
@@ -487,6 +492,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                     labels,
                     profile: None,
                     launch,
+                    profile_on_gpus: profile_on,
                 })
                 .await
                 .map_err(status_error)?

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 
 use crate::{
-    advisor::{Advisor, AdvisorOptions, LifecyclePolicy},
+    advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
     api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
     domain::{now_ms, GpuName},
     extender::{
@@ -517,10 +517,15 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
         no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
-            "waiting: this server runs no profiler (profiler.backend = \"off\"); send the \
-             profile with PutProfile, or run a server with profiler.backend = \"nvml\""
+            "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
+             agent` on a GPU node, send the profile with PutProfile, or run a server with \
+             profiler.backend = \"nvml\""
                 .to_string()
         }),
+        agents: AgentPolicy {
+            lease_ms: settings.agents.lease_secs as i64 * 1000,
+            live_ms: settings.agents.live_secs as i64 * 1000,
+        },
     })
 }
 
