@@ -169,7 +169,7 @@ pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, Validat
     Ok(profile)
 }
 
-fn profile_to_pb(profile: &Profile) -> pb::Profile {
+pub fn profile_to_pb(profile: &Profile) -> pb::Profile {
     let k = &profile.kernel;
     let s = &profile.system;
     pb::Profile {
@@ -254,7 +254,7 @@ fn profile_on_gpus(raw: Vec<String>) -> Result<Vec<GpuName>, ValidationError> {
     Ok(gpus)
 }
 
-fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
+pub fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
     let spec = LaunchSpec {
         program: raw.program,
         args: raw.args,
@@ -268,7 +268,7 @@ fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
     Ok(spec)
 }
 
-fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
+pub fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
     pb::LaunchSpec {
         program: spec.program,
         args: spec.args,

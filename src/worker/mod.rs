@@ -377,8 +377,13 @@ impl<Q: JobQueue> Worker<Q> {
 
     /// Runs jobs until `shutdown`; a running job is stopped and put back to pending.
     pub async fn run(self, shutdown: CancellationToken) {
-        tracing::info!(backend = self.backend.name(), "profiling worker started");
         let idle = Duration::from_millis(self.settings.poll_interval_ms);
+        self.run_with_pause(shutdown, idle).await
+    }
+
+    /// [`run`](Self::run), looking for a job every `idle` while there is none.
+    pub async fn run_with_pause(self, shutdown: CancellationToken, idle: Duration) {
+        tracing::info!(backend = self.backend.name(), "profiling worker started");
         while !shutdown.is_cancelled() {
             let pause = match self.run_once(&shutdown).await {
                 Ok(RunOutcome::Idle | RunOutcome::Waiting { .. }) => idle,
