@@ -604,3 +604,91 @@ async fn agents_list_json_is_what_grpcurl_prints() {
     assert_eq!(ours["agents"][0]["agentId"], "a");
     assert_eq!(ours["agents"][0]["gpuMemoryGb"], 16.0);
 }
+
+/// A store written before agents existed (every migration but the agents one applied, a job
+/// running and one pending) opens with its jobs intact: one job per workload for any GPU
+/// model, the running one back in the queue, and an agent can claim them.
+#[tokio::test]
+async fn jobs_stored_before_agents_existed_survive_the_migration() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let earlier = dir.path().join("earlier-migrations");
+    std::fs::create_dir(&earlier).unwrap();
+    let migrations = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&migrations)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().contains("_agents"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    for file in &files {
+        std::fs::copy(file, earlier.join(file.file_name().unwrap())).unwrap();
+    }
+    {
+        let url = format!("{}?mode=rwc", crate::helpers::database_url(&dir));
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(earlier.as_path())
+            .await
+            .unwrap()
+            .run(&pool)
+            .await
+            .unwrap();
+        for (id, name, state) in [(1, "was-running", "running"), (2, "was-pending", "pending")] {
+            sqlx::query(
+                "INSERT INTO workloads (id, name, mode, model, batch_size, state, created_at_ms, \
+                 updated_at_ms) VALUES (?1, ?2, 'inference', 'fake', 1, 'pending_profile', 1, 1)",
+            )
+            .bind(id)
+            .bind(name)
+            .execute(&pool)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO profiling_jobs (workload_id, state, attempts, created_at_ms, \
+                 updated_at_ms) VALUES (?1, ?2, 1, 1, 1)",
+            )
+            .bind(id)
+            .bind(state)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let app = spawn_app_with_config(dir, "[agents]\nlease_secs = 5\n").await;
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM profiling_jobs WHERE gpu = '' AND state = 'pending' \
+             AND claim_holder = '' AND lease_expires_ms = 0"
+        )
+        .await,
+        2
+    );
+    // The cut-off attempt of the running job is not counted; the pending one keeps its own.
+    assert_eq!(
+        app.query_i64("SELECT attempts FROM profiling_jobs WHERE workload_id = 1")
+            .await,
+        0
+    );
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    let mut claimed = Vec::new();
+    while let Some(job) = agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: "a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+    {
+        claimed.push((job.workload, job.gpu, job.claim));
+    }
+    assert_eq!(
+        claimed,
+        [
+            ("was-running".to_string(), String::new(), 1),
+            ("was-pending".to_string(), String::new(), 1)
+        ]
+    );
+}
