@@ -318,7 +318,8 @@ impl Metrics {
         for (agent, counts) in stats.agent_jobs() {
             for (outcome, count) in JobOutcome::ALL.iter().zip(counts) {
                 catch_up(
-                    self.agent_jobs.with_label_values(&[&agent, outcome.as_str()]),
+                    self.agent_jobs
+                        .with_label_values(&[&agent, outcome.as_str()]),
                     count,
                 );
             }

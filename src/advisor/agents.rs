@@ -101,7 +101,13 @@ impl Advisor {
     pub async fn renew_lease(&self, job_id: i64, claim: i64, progress: &str) -> Result<i64> {
         Ok(self
             .store
-            .renew_lease(job_id, claim, self.agent_policy.lease_ms, progress, now_ms())
+            .renew_lease(
+                job_id,
+                claim,
+                self.agent_policy.lease_ms,
+                progress,
+                now_ms(),
+            )
             .await?)
     }
 
@@ -178,9 +184,10 @@ impl Advisor {
                     .await,
                 JobOutcome::WillRetry,
             ),
-            AgentFailure::Final { error } => {
-                (self.store.fail_job(&job, error, now).await, JobOutcome::Failed)
-            }
+            AgentFailure::Final { error } => (
+                self.store.fail_job(&job, error, now).await,
+                JobOutcome::Failed,
+            ),
         };
         match submitted {
             Ok(Submitted::Applied(())) => {

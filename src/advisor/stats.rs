@@ -118,7 +118,10 @@ impl Stats {
     /// Each agent's submitted outcomes, by agent id, in [`JobOutcome::ALL`]'s order.
     pub fn agent_jobs(&self) -> Vec<(String, [u64; 7])> {
         let agents = self.agent_jobs.lock().unwrap_or_else(|e| e.into_inner());
-        agents.iter().map(|(id, counts)| (id.clone(), *counts)).collect()
+        agents
+            .iter()
+            .map(|(id, counts)| (id.clone(), *counts))
+            .collect()
     }
 
     pub fn reports(&self, outcome: ReportOutcome) -> u64 {

@@ -68,7 +68,8 @@ impl RemoteQueue {
         loop {
             match queue.announce().await {
                 Ok(lease_secs) => {
-                    queue.renew_every = Duration::from_millis(u64::from(lease_secs.max(1)) * 1000 / 3);
+                    queue.renew_every =
+                        Duration::from_millis(u64::from(lease_secs.max(1)) * 1000 / 3);
                     return Ok(queue);
                 }
                 Err(QueueError::Unavailable(error)) => {
@@ -87,7 +88,9 @@ impl RemoteQueue {
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
         if let Some(value) = &self.authorization {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         request
     }
@@ -114,8 +117,7 @@ fn claimed(job: pb::ProfilingJob) -> Result<ClaimedJob, QueueError> {
     Ok(ClaimedJob {
         id: i64::try_from(job.job_id).map_err(|_| refused("an odd job id".into()))?,
         claim: i64::try_from(job.claim).map_err(|_| refused("an odd claim".into()))?,
-        workload: WorkloadName::parse("workload", &job.workload)
-            .map_err(|e| refused(e.message))?,
+        workload: WorkloadName::parse("workload", &job.workload).map_err(|e| refused(e.message))?,
         gpu: if job.gpu.is_empty() {
             None
         } else {

@@ -140,7 +140,11 @@ impl ProfilingAgents for AgentsService {
         let (job_id, claim, progress) = (|| {
             agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
-            Ok((job_id, claim, text("progress", raw.progress, MAX_SHORT_TEXT)?))
+            Ok((
+                job_id,
+                claim,
+                text("progress", raw.progress, MAX_SHORT_TEXT)?,
+            ))
         })()
         .map_err(invalid)?;
         let expires = self.advisor.renew_lease(job_id, claim, &progress).await?;

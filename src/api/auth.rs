@@ -34,12 +34,12 @@ impl Role {
 
     /// Whether a token of this role may call a method that needs `required`.
     fn may(self, required: Role) -> bool {
-        match (self, required) {
-            (Self::Operator, _) => true,
-            (Self::Reader, Self::Reader) => true,
-            (Self::Agent, Self::Agent | Self::Reader) => true,
-            _ => false,
-        }
+        matches!(
+            (self, required),
+            (Self::Operator, _)
+                | (Self::Reader, Self::Reader)
+                | (Self::Agent, Self::Agent | Self::Reader)
+        )
     }
 }
 
@@ -286,6 +286,18 @@ mod tests {
             Some(Role::Operator)
         );
         assert_eq!(required_role("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(
+            required_role("/coloc.v1.ProfilingAgents/ClaimProfilingJob"),
+            Some(Role::Agent)
+        );
+        assert_eq!(
+            required_role("/coloc.v1.ProfilingAgents/ListAgents"),
+            Some(Role::Reader)
+        );
+        // An agent may run jobs and read; never write to the advisor. Operators may do all.
+        assert!(Role::Agent.may(Role::Agent) && Role::Agent.may(Role::Reader));
+        assert!(!Role::Agent.may(Role::Operator) && !Role::Reader.may(Role::Agent));
+        assert!(Role::Operator.may(Role::Agent));
     }
 
     #[test]

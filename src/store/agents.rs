@@ -77,9 +77,13 @@ impl Store {
 
     /// Every agent, by id.
     pub async fn agents(&self) -> Result<Vec<AgentRecord>, StoreError> {
-        Ok(sqlx::query_as::<_, AgentRecord>(sqlx::AssertSqlSafe(format!("{AGENT_SELECT} ORDER BY a.id")))
+        Ok(
+            sqlx::query_as::<_, AgentRecord>(sqlx::AssertSqlSafe(format!(
+                "{AGENT_SELECT} ORDER BY a.id"
+            )))
             .fetch_all(&self.pool)
-            .await?)
+            .await?,
+        )
     }
 
     /// The workload of a profiling job; `None` when the job does not exist.

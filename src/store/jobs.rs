@@ -95,11 +95,7 @@ async fn claim_miss<T>(
         "pending" => "the lease expired and the job is back in the queue".to_string(),
         other => format!("the job is {other}"),
     };
-    Err(StoreError::ClaimLost {
-        job_id,
-        claim,
-        now,
-    })
+    Err(StoreError::ClaimLost { job_id, claim, now })
 }
 
 /// The agent holding `job_id` is idle again.
@@ -512,7 +508,8 @@ impl Store {
                     profile_gpu: profile.gpu.as_str().to_string(),
                 });
             }
-            let mut record = put_profile_in(&mut tx, job.workload.as_str(), profile, now_ms).await?;
+            let mut record =
+                put_profile_in(&mut tx, job.workload.as_str(), profile, now_ms).await?;
             sqlx::query(
                 "UPDATE profiling_jobs SET state = 'done', claim_holder = '', \
                  lease_expires_ms = 0, updated_at_ms = ?2 WHERE id = ?1",

@@ -53,8 +53,12 @@ pub trait JobQueue: Send + Sync {
     async fn renew(&self, job: &ClaimedJob, progress: &str) -> Result<(), QueueError>;
     async fn complete(&self, job: &ClaimedJob, measured: &Measurement) -> Result<(), QueueError>;
     /// Back to pending, uncounted, for `wait`.
-    async fn release(&self, job: &ClaimedJob, reason: &str, wait: Duration)
-        -> Result<(), QueueError>;
+    async fn release(
+        &self,
+        job: &ClaimedJob,
+        reason: &str,
+        wait: Duration,
+    ) -> Result<(), QueueError>;
     /// A failed attempt, retried after `wait`.
     async fn retry(
         &self,
@@ -281,8 +285,10 @@ impl<Q: JobQueue> Worker<Q> {
             Err(ProfileError::Unavailable(reason)) => {
                 let wait = Duration::from_millis(self.settings.poll_interval_ms);
                 let why = format!("waiting for the profiler: {reason}");
-                self.settle("releasing the job", shutdown, || queue.release(&job, &why, wait))
-                    .await?;
+                self.settle("releasing the job", shutdown, || {
+                    queue.release(&job, &why, wait)
+                })
+                .await?;
                 RunOutcome::Waiting { workload, reason }
             }
             Err(ProfileError::Permanent(error)) => {

@@ -158,11 +158,23 @@ async fn two_agents_profile_each_workload_on_their_own_gpu_model() {
     assert_eq!(
         gpus,
         [
-            ("agent-16", GPU_16, 16.0, "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"),
-            ("agent-24", GPU_24, 24.0, "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"),
+            (
+                "agent-16",
+                GPU_16,
+                16.0,
+                "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"
+            ),
+            (
+                "agent-24",
+                GPU_24,
+                24.0,
+                "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"
+            ),
         ]
     );
-    assert!(agents.iter().all(|a| a.live && a.node == format!("node-of-{}", a.agent_id)));
+    assert!(agents
+        .iter()
+        .all(|a| a.live && a.node == format!("node-of-{}", a.agent_id)));
 
     let mut client = app.client.clone();
     // No GPU models named: every GPU model with a live agent, one job each.
@@ -189,16 +201,25 @@ async fn two_agents_profile_each_workload_on_their_own_gpu_model() {
     );
     assert_eq!(app.count("profiling_jobs").await, 4);
 
-    until(Duration::from_secs(20), "both workloads are profiled", || async {
-        workload(&app, "everywhere").await.profiles.len() == 2
-            && workload(&app, "small-only").await.profiles.len() == 1
-    })
+    until(
+        Duration::from_secs(20),
+        "both workloads are profiled",
+        || async {
+            workload(&app, "everywhere").await.profiles.len() == 2
+                && workload(&app, "small-only").await.profiles.len() == 1
+        },
+    )
     .await;
     let everywhere = workload(&app, "everywhere").await;
     let mut on: Vec<(String, f64)> = everywhere
         .profiles
         .iter()
-        .map(|p| (p.gpu.clone(), p.system.as_ref().unwrap().exclusive_throughput))
+        .map(|p| {
+            (
+                p.gpu.clone(),
+                p.system.as_ref().unwrap().exclusive_throughput,
+            )
+        })
         .collect();
     on.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(on, [(GPU_16.to_string(), 30.0), (GPU_24.to_string(), 30.0)]);
@@ -238,8 +259,14 @@ async fn two_agents_profile_each_workload_on_their_own_gpu_model() {
     let table = String::from_utf8(listed.stdout).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].starts_with("ID"), "{table}");
-    assert!(lines[1].starts_with("agent-16") && lines[1].contains(GPU_16), "{table}");
-    assert!(lines[2].starts_with("agent-24") && lines[2].contains(GPU_24), "{table}");
+    assert!(
+        lines[1].starts_with("agent-16") && lines[1].contains(GPU_16),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("agent-24") && lines[2].contains(GPU_24),
+        "{table}"
+    );
 
     // Per-agent metrics.
     let metrics = reqwest_metrics(&app).await;
@@ -283,9 +310,11 @@ fn kill_hard(pid: u32) {
 async fn an_agent_killed_mid_job_loses_it_to_the_next_agent_after_its_lease() {
     let app = app(1).await;
     let mut first = spawn_agent(&app, "first", GPU_24);
-    until(Duration::from_secs(15), "the first agent announced", || async {
-        live_agents(&app).await.len() == 1
-    })
+    until(
+        Duration::from_secs(15),
+        "the first agent announced",
+        || async { live_agents(&app).await.len() == 1 },
+    )
     .await;
     let pid_file = app.dir.path().join("workload.pid");
     app.client
@@ -313,13 +342,18 @@ async fn an_agent_killed_mid_job_loses_it_to_the_next_agent_after_its_lease() {
     );
 
     let mut second = spawn_agent(&app, "second", GPU_24);
-    until(Duration::from_secs(20), "the second agent profiled it", || async {
-        workload(&app, "w").await.state() == pb::WorkloadState::Profiled
-    })
+    until(
+        Duration::from_secs(20),
+        "the second agent profiled it",
+        || async { workload(&app, "w").await.state() == pb::WorkloadState::Profiled },
+    )
     .await;
     // Claimed twice (the second claim only after the first lease ran out), stored once.
     assert_eq!(app.query_i64("SELECT claims FROM profiling_jobs").await, 2);
-    assert_eq!(app.query_i64("SELECT attempts FROM profiling_jobs").await, 2);
+    assert_eq!(
+        app.query_i64("SELECT attempts FROM profiling_jobs").await,
+        2
+    );
     assert_eq!(app.count("profiles").await, 1);
     let log = agent_log(&app, "second");
     assert!(log.contains("profiled"), "{log}");
@@ -372,7 +406,9 @@ async fn a_slow_agent_whose_lease_expired_is_refused_and_the_job_is_done_once() 
         let mut agents = agents.clone();
         async move {
             agents
-                .claim_profiling_job(pb::ClaimProfilingJobRequest { agent_id: id.into() })
+                .claim_profiling_job(pb::ClaimProfilingJobRequest {
+                    agent_id: id.into(),
+                })
                 .await
                 .unwrap()
                 .into_inner()
@@ -380,7 +416,10 @@ async fn a_slow_agent_whose_lease_expired_is_refused_and_the_job_is_done_once() 
         }
     };
     let slow_job = claim("slow").await.expect("a job for the slow agent");
-    assert_eq!((slow_job.workload.as_str(), slow_job.gpu.as_str()), ("w", GPU_16));
+    assert_eq!(
+        (slow_job.workload.as_str(), slow_job.gpu.as_str()),
+        ("w", GPU_16)
+    );
     // While the slow agent's lease runs, nobody else gets the job.
     assert!(claim("fast").await.is_none());
     // The slow agent does not renew; once its lease ran out, the job is the fast one's.
@@ -440,7 +479,10 @@ async fn a_slow_agent_whose_lease_expired_is_refused_and_the_job_is_done_once() 
         .unwrap()
         .into_inner();
     assert!(!stored.duplicate);
-    assert_eq!(stored.workload.unwrap().state(), pb::WorkloadState::Profiled);
+    assert_eq!(
+        stored.workload.unwrap().state(),
+        pb::WorkloadState::Profiled
+    );
     let after = app.dump_store().await;
     let again = agents
         .submit_profile(submit("fast", &fast_job, measured_profile(GPU_16, 99.0)))
@@ -451,7 +493,10 @@ async fn a_slow_agent_whose_lease_expired_is_refused_and_the_job_is_done_once() 
     assert_eq!(app.dump_store().await, after);
     let w = workload(&app, "w").await;
     assert_eq!(w.profiles.len(), 1);
-    assert_eq!(w.profiles[0].system.as_ref().unwrap().exclusive_throughput, 12.0);
+    assert_eq!(
+        w.profiles[0].system.as_ref().unwrap().exclusive_throughput,
+        12.0
+    );
     // The late slow agent is still refused after the job is done.
     let late = agents
         .submit_profile(submit("slow", &slow_job, measured_profile(GPU_16, 11.0)))
@@ -472,9 +517,14 @@ async fn agents_must_announce_and_send_valid_requests() {
     expect_code(unknown, Code::NotFound);
     let mut bad_memory = announce("a", GPU_16);
     bad_memory.gpu_memory_gb = f64::NAN;
-    expect_code(agents.announce_agent(bad_memory).await, Code::InvalidArgument);
     expect_code(
-        agents.announce_agent(announce("bad id with spaces", GPU_16)).await,
+        agents.announce_agent(bad_memory).await,
+        Code::InvalidArgument,
+    );
+    expect_code(
+        agents
+            .announce_agent(announce("bad id with spaces", GPU_16))
+            .await,
         Code::InvalidArgument,
     );
     expect_code(
@@ -553,7 +603,10 @@ async fn an_agent_token_may_run_jobs_but_not_write_to_the_advisor() {
             .await,
         Code::PermissionDenied,
     );
-    assert!(message.contains("needs an agent or operator token"), "{message}");
+    assert!(
+        message.contains("needs an agent or operator token"),
+        "{message}"
+    );
     expect_code(
         agents.list_agents(pb::ListAgentsRequest {}).await,
         Code::Unauthenticated,
@@ -594,7 +647,9 @@ async fn agents_list_json_is_what_grpcurl_prints() {
         match value {
             Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
             Value::Array(items) => Value::Array(items.into_iter().map(doubles).collect()),
-            Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, doubles(v))).collect()),
+            Value::Object(map) => {
+                Value::Object(map.into_iter().map(|(k, v)| (k, doubles(v))).collect())
+            }
             other => other,
         }
     }
