@@ -73,7 +73,7 @@ def check_example_toml(root):
     for key in sorted(defaults.keys() & example.keys()):
         if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
             fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
-    order = ["server", "database", "model", "profiler", "trainer", "metrics", "extender", "auth", "log"]
+    order = ["server", "database", "model", "profiler", "agents", "trainer", "metrics", "extender", "auth", "log"]
     if list(example_doc) != order:
         fail(path, f"sections {list(example_doc)}, expected {order}")
     # Every key needs its one-line comment right above it.
@@ -261,13 +261,62 @@ def check_render(name, path, defaults):
         programs = [p for p in (env.get("COLOC__PROFILER__ALLOWED_PROGRAMS") or "").split(",") if p]
         if not programs or not all(p.startswith("/") for p in programs):
             fail(where, f"COLOC__PROFILER__ALLOWED_PROGRAMS must be absolute globs: {programs}")
-    elif name == "base" and gpu:
-        fail(where, "the base asks for a GPU; only the gpu-profiler overlay should")
+    elif name in ("base", "agents") and gpu:
+        fail(where, f"the advisor asks for a GPU in {name}; only the gpu-profiler overlay should")
+    daemonsets = by_kind.get("DaemonSet", [])
+    if name == "agents":
+        check_agents(where, daemonsets, defaults, effective if config is not None else {})
+    elif daemonsets:
+        fail(where, "a DaemonSet outside the agents overlay")
     if name == "scheduler-extender":
         check_scheduler_extender(where, by_kind, dep, others, effective if config is not None else {})
     elif (effective if config is not None else {}).get("extender.listen"):
         fail(where, "the extender is on outside the scheduler-extender overlay")
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
+
+
+def check_agents(where, daemonsets, defaults, advisor_settings):
+    """The agents overlay: a DaemonSet running `coloc agent` on GPU nodes with one GPU each
+    and the NVIDIA runtime, talking to the advisor's Service; the advisor without a GPU and
+    without an in-process profiler."""
+    if len(daemonsets) != 1:
+        fail(where, f"{len(daemonsets)} DaemonSets, expected the agents' 1")
+        return
+    pod = daemonsets[0]["spec"]["template"]["spec"]
+    containers = pod.get("containers", [])
+    if len(containers) != 1:
+        fail(where, "the agent pod should run one container")
+        return
+    c = containers[0]
+    args = (c.get("command") or []) + (c.get("args") or [])
+    if args[:2] != ["coloc", "agent"]:
+        fail(where, f"the DaemonSet does not run `coloc agent`: {args}")
+    limits = (c.get("resources") or {}).get("limits") or {}
+    if str(limits.get("nvidia.com/gpu", "")) != "1":
+        fail(where, "the agent must ask for nvidia.com/gpu: 1")
+    if not any(k.startswith("nvidia.com/gpu") for k in (pod.get("nodeSelector") or {})):
+        fail(where, "the agent has no nvidia.com/gpu nodeSelector")
+    if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations") or []):
+        fail(where, "the agent has no toleration for nvidia.com/gpu")
+    if pod.get("runtimeClassName") != "nvidia":
+        fail(where, "the agent must run with runtimeClassName: nvidia")
+    csc = c.get("securityContext") or {}
+    if csc.get("readOnlyRootFilesystem") is not True or csc.get("allowPrivilegeEscalation") is not False:
+        fail(where, "the agent container must be read-only and without privilege escalation")
+    env = {e["name"]: e for e in c.get("env", [])}
+    if not (env.get("COLOC_ADDR") or {}).get("value", "").endswith(":50051"):
+        fail(where, "COLOC_ADDR must name the advisor's gRPC port")
+    if "secretKeyRef" not in ((env.get("COLOC_TOKEN") or {}).get("valueFrom") or {}):
+        fail(where, "COLOC_TOKEN must come from a Secret")
+    for k, e in env.items():
+        if k.startswith("COLOC__"):
+            key = k[len("COLOC__"):].lower().replace("__", ".")
+            if defaults and key not in defaults:
+                fail(where, f"agent env {k} names no setting ({key})")
+    if (env.get("COLOC__PROFILER__BACKEND") or {}).get("value") != "nvml":
+        fail(where, "the agent's COLOC__PROFILER__BACKEND must be nvml")
+    if advisor_settings.get("profiler.backend", "off") != "off":
+        fail(where, "the advisor profiles in-process beside agents; its backend should be off")
 
 
 # k8s.io/kube-scheduler/config/v1 Extender: its JSON fields.

@@ -41,6 +41,18 @@ pub enum Command {
     /// Run pairs of profiled workloads together on the profiling GPU and store what they
     /// achieved as training data (needs an NVIDIA GPU and launch specs).
     Calibrate(CalibrateArgs),
+    /// Run a profiling agent on this GPU node: announce it to the service at --addr, then
+    /// claim the profiling jobs of this GPU model, measure them (profiler.* settings) and
+    /// submit the profiles (README, "Profiling agents"). The token, an agent's or an
+    /// operator's, comes from COLOC_TOKEN.
+    Agent(AgentArgs),
+    /// Profiling agents known to a running server.
+    Agents {
+        #[command(flatten)]
+        connection: client::Connection,
+        #[command(subcommand)]
+        command: client::AgentsCommand,
+    },
     /// Print the effective settings (defaults, file, environment) as TOML.
     Config(ConfigArgs),
     /// Copy the database, consistently, while the service runs (SQLite's VACUUM INTO), and
@@ -152,6 +164,22 @@ pub struct NcuArgs {
 pub struct ConfigArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub connection: client::Connection,
+    /// TOML settings file (its profiler.* section; COLOC__PROFILER__* variables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The agent's id, unique in the cluster; default NODE-gpuINDEX.
+    #[arg(long, env = "COLOC_AGENT_ID")]
+    pub id: Option<String>,
+    /// The node's name; default the host name (Kubernetes: the downward API's
+    /// spec.nodeName in NODE_NAME).
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -521,6 +549,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Predict { connection, args } => client::predict(&connection, args).await,
         Command::Train { connection, args } => client::train(&connection, args).await,
         Command::Health { connection } => client::health(&connection).await,
+        Command::Agents {
+            connection,
+            command,
+        } => client::agents(&connection, command).await,
+        Command::Agent(args) => {
+            let settings = load_settings(
+                &CommonArgs {
+                    config: args.config.clone(),
+                    database: None,
+                },
+                None,
+            )?;
+            telemetry::init(&settings.log.level, settings.log.format);
+            let node = args.node.clone().unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "node".into())
+            });
+            let id = args
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("{node}-gpu{}", settings.profiler.gpu_index));
+            let channel = args.connection.lazy_channel()?;
+            let cancel = CancellationToken::new();
+            let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+            let ran = crate::agent::run(
+                channel,
+                args.connection.token.clone(),
+                crate::agent::AgentIdentity { id, node },
+                settings.profiler,
+                cancel,
+            )
+            .await;
+            signals.abort();
+            tracing::info!("agent stopped");
+            ran
+        }
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
             let mut settings = load_settings(&args.common, None)?;

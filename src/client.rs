@@ -115,6 +115,10 @@ pub enum WorkloadsCommand {
         args: Vec<String>,
         #[arg(long)]
         working_dir: Option<String>,
+        /// A GPU model to profile it on (one job each, run by an agent of that model),
+        /// repeatable; none = every GPU model with a live agent, else model.default_gpu.
+        #[arg(long = "profile-on")]
+        profile_on: Vec<String>,
     },
     Delete {
         name: String,
@@ -270,6 +274,25 @@ impl Connection {
         }
     }
 
+    /// A channel that connects on first use and again after the server went away (an
+    /// agent outlives restarts of the service).
+    pub fn lazy_channel(&self) -> anyhow::Result<Channel> {
+        let mut endpoint = Endpoint::from_shared(self.url()).with_context(|| {
+            format!(
+                "--addr {:?} is not a URL like http://127.0.0.1:50051",
+                self.addr
+            )
+        })?;
+        if let Some(ca) = &self.ca_cert {
+            let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+            endpoint = endpoint
+                .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))?;
+        }
+        Ok(endpoint
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_lazy())
+    }
+
     pub async fn channel(&self) -> anyhow::Result<Channel> {
         let mut endpoint = Endpoint::from_shared(self.url()).with_context(|| {
             format!(
@@ -310,6 +333,88 @@ impl Connection {
             authorize,
         ))
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Every agent that announced itself: id, node, GPU model, last seen, job in hand.
+    List,
+}
+
+/// `coloc agents list`.
+pub async fn agents(connection: &Connection, command: AgentsCommand) -> anyhow::Result<()> {
+    let AgentsCommand::List = command;
+    let channel = connection.channel().await?;
+    let token: Option<MetadataValue<_>> = match &connection.token {
+        Some(token) => Some(
+            format!("Bearer {token}")
+                .parse()
+                .context("COLOC_TOKEN is not a valid header value")?,
+        ),
+        None => None,
+    };
+    let mut client = pb::profiling_agents_client::ProfilingAgentsClient::new(channel);
+    let mut request = tonic::Request::new(pb::ListAgentsRequest {});
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", token);
+    }
+    let answer = client
+        .list_agents(request)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        return print_canonical(&answer, "coloc.v1.ListAgentsResponse");
+    }
+    let now = crate::domain::now_ms();
+    let rows: Vec<[String; 6]> = answer
+        .agents
+        .iter()
+        .map(|a| {
+            let seen_ms = a
+                .last_seen
+                .as_ref()
+                .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+            [
+                a.agent_id.clone(),
+                a.node.clone(),
+                a.gpu.clone(),
+                format!(
+                    "{}s ago{}",
+                    (now - seen_ms).max(0) / 1000,
+                    if a.live { "" } else { " (not live)" }
+                ),
+                if a.job_id == 0 {
+                    String::new()
+                } else {
+                    format!("{}={}", a.job_id, a.job_workload)
+                },
+                a.ncu_version.clone(),
+            ]
+        })
+        .collect();
+    let header = ["ID", "NODE", "GPU", "LAST SEEN", "JOB", "NCU"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    println!("{}", line(&header.map(String::from)));
+    for row in &rows {
+        println!("{}", line(row));
+    }
+    Ok(())
 }
 
 pub(crate) fn status_error(status: tonic::Status) -> anyhow::Error {
@@ -460,6 +565,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             program,
             args,
             working_dir,
+            profile_on,
         } => {
             let labels = labels
                 .iter()
@@ -487,6 +593,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                     labels,
                     profile: None,
                     launch,
+                    profile_on_gpus: profile_on,
                 })
                 .await
                 .map_err(status_error)?

@@ -26,6 +26,11 @@ pub struct Metrics {
     handled: IntCounterVec,
     handling_seconds: HistogramVec,
     jobs: IntGaugeVec,
+    /// Per profiling agent: when it was last heard from, whether it holds a job, and what
+    /// it submitted.
+    agent_last_seen: GaugeVec,
+    agent_busy: IntGaugeVec,
+    agent_jobs: IntCounterVec,
     model_version: GaugeVec,
     model_age: GaugeVec,
     model_trained: GaugeVec,
@@ -106,6 +111,24 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
+        let agent_last_seen = gauge(
+            "coloc_agent_last_seen_timestamp_seconds",
+            "When each profiling agent was last heard from (Unix time)",
+            &["agent", "node", "gpu"],
+        );
+        let agent_busy = IntGaugeVec::new(
+            Opts::new(
+                "coloc_agent_busy",
+                "1 while a profiling agent holds a job, else 0",
+            ),
+            &["agent"],
+        )
+        .expect("valid metric");
+        let agent_jobs = counter(
+            "coloc_agent_jobs_total",
+            "Outcomes profiling agents submitted, by agent and outcome",
+            &["agent", "outcome"],
+        );
         let model_version = gauge(
             "coloc_model_version",
             "Version of the model serving each GPU model",
@@ -170,6 +193,9 @@ impl Metrics {
             Box::new(handled.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(handling_seconds.clone()),
             Box::new(jobs.clone()),
+            Box::new(agent_last_seen.clone()),
+            Box::new(agent_busy.clone()),
+            Box::new(agent_jobs.clone()),
             Box::new(model_version.clone()),
             Box::new(model_age.clone()),
             Box::new(model_trained.clone()),
@@ -193,6 +219,9 @@ impl Metrics {
             handled,
             handling_seconds,
             jobs,
+            agent_last_seen,
+            agent_busy,
+            agent_jobs,
             model_version,
             model_age,
             model_trained,
@@ -274,6 +303,26 @@ impl Metrics {
                 self.job_outcomes.with_label_values(&[outcome.as_str()]),
                 stats.jobs(outcome),
             );
+        }
+        self.agent_last_seen.reset();
+        self.agent_busy.reset();
+        for agent in advisor.agents().await? {
+            let record = &agent.record;
+            self.agent_last_seen
+                .with_label_values(&[&record.id, &record.node, &record.gpu])
+                .set(record.last_seen_ms as f64 / 1000.0);
+            self.agent_busy
+                .with_label_values(&[&record.id])
+                .set(i64::from(record.job_id.is_some()));
+        }
+        for (agent, counts) in stats.agent_jobs() {
+            for (outcome, count) in JobOutcome::ALL.iter().zip(counts) {
+                catch_up(
+                    self.agent_jobs
+                        .with_label_values(&[&agent, outcome.as_str()]),
+                    count,
+                );
+            }
         }
         catch_up(
             self.log_lines_dropped.clone(),

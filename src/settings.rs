@@ -34,8 +34,20 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub model: ModelSettings,
     pub profiler: ProfilerSettings,
+    pub agents: AgentsSettings,
     pub trainer: TrainerSettings,
     pub log: LogSettings,
+}
+
+/// Profiling agents, as the service sees them (README, "Profiling agents").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsSettings {
+    /// A claimed job's lease: an agent that does not renew it within this long loses the
+    /// job, which goes back to the queue. Agents renew every third of it.
+    pub lease_secs: u64,
+    /// An agent seen within this long is live: new workloads are routed to its GPU model.
+    pub live_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -80,6 +92,11 @@ pub struct ProfilerSettings {
     pub replay_gpu_memory_gb: f64,
     /// NVML index of the dedicated profiling GPU (also its CUDA_VISIBLE_DEVICES).
     pub gpu_index: u32,
+    /// A recording of NVML readings (tests/fixtures/nvml/README.md's format) that the nvml
+    /// backend replays instead of asking the driver: demos and tests without a GPU. ""
+    /// = the real NVML.
+    #[serde(with = "empty_path_is_none")]
+    pub nvml_recording: Option<PathBuf>,
     /// Nsight Compute: a path, or a name looked up in PATH.
     pub ncu_path: PathBuf,
     /// Glob patterns of programs a launch spec may name; empty = launch specs are refused.
@@ -416,6 +433,7 @@ replay_dir = ""
 replay_gpu = "Tesla V100-SXM2-32GB"
 replay_gpu_memory_gb = 32.0
 gpu_index = 0
+nvml_recording = ""
 ncu_path = "ncu"
 allowed_programs = []
 env_allowlist = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME", "PYTHONPATH", "VIRTUAL_ENV"]
@@ -428,6 +446,10 @@ output_limit_bytes = 4194304
 poll_interval_ms = 1000
 ncu_launch_skip = 50
 ncu_launch_count = 200
+
+[agents]
+lease_secs = 30
+live_secs = 90
 
 [trainer]
 interval_secs = 600
@@ -655,6 +677,17 @@ impl Settings {
             if value == 0 {
                 return invalid(key, "must be greater than 0".into());
             }
+        }
+        let a = &self.agents;
+        // A day at most: the lease is also how long a dead agent's job waits.
+        if !(1..=86_400).contains(&a.lease_secs) {
+            return invalid("agents.lease_secs", "must be 1 to 86400 seconds".into());
+        }
+        if a.live_secs < a.lease_secs || a.live_secs > 86_400 * 7 {
+            return invalid(
+                "agents.live_secs",
+                "must be at least agents.lease_secs and at most a week".into(),
+            );
         }
         Ok(())
     }

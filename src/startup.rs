@@ -14,8 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 
 use crate::{
-    advisor::{Advisor, AdvisorOptions, LifecyclePolicy},
-    api::{AdvisorService, AuthLayer, ColocationAdvisorServer, RpcLayer, Tokens},
+    advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
+    api::{
+        AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, ProfilingAgentsServer,
+        RpcLayer, Tokens,
+    },
     domain::{now_ms, GpuName},
     extender::{
         http::{tls_acceptor, ServeOptions},
@@ -225,6 +228,11 @@ impl App {
         health_reporter
             .set_serving::<ColocationAdvisorServer<AdvisorService>>()
             .await;
+        // SERVING with or without agents: jobs for a GPU model no agent serves wait, and
+        // their workloads say so.
+        health_reporter
+            .set_serving::<ProfilingAgentsServer<AgentsService>>()
+            .await;
         // Both reflection versions (grpcurl 1.8.6 speaks only v1alpha), each describing every
         // service served, health and reflection included.
         let reflection = || {
@@ -309,6 +317,8 @@ impl App {
             self.max_concurrent_heavy_rpcs,
         ))
         .max_decoding_message_size(self.max_request_bytes);
+        let agents_service = ProfilingAgentsServer::new(AgentsService::new(self.advisor.clone()))
+            .max_decoding_message_size(self.max_request_bytes);
         let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))
@@ -317,12 +327,16 @@ impl App {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(advisor_service)
+            .add_service(agents_service)
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {
                     api_shutdown.cancelled().await;
                     stopping_reporter
                         .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
+                        .await;
+                    stopping_reporter
+                        .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
                         .await;
                     stopping_reporter
                         .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -517,10 +531,15 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
         no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
-            "waiting: this server runs no profiler (profiler.backend = \"off\"); send the \
-             profile with PutProfile, or run a server with profiler.backend = \"nvml\""
+            "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
+             agent` on a GPU node, send the profile with PutProfile, or run a server with \
+             profiler.backend = \"nvml\""
                 .to_string()
         }),
+        agents: AgentPolicy {
+            lease_ms: settings.agents.lease_secs as i64 * 1000,
+            live_ms: settings.agents.live_secs as i64 * 1000,
+        },
     })
 }
 

@@ -73,6 +73,23 @@ pub enum Error {
     Occupancy(crate::store::OccupancyConflict),
     #[error("program {program:?} is not allowed by profiler.allowed_programs: {reason}")]
     ProgramNotAllowed { program: String, reason: String },
+    /// A profiling agent that never announced itself.
+    #[error("agent {0:?} is not known; announce it first (AnnounceAgent)")]
+    UnknownAgent(String),
+    /// A claimed profiling job that no longer exists (its workload was deleted).
+    #[error("profiling job {0} not found; its workload was deleted")]
+    UnknownJob(i64),
+    /// A renewal or submission from a holder that lost the job: its lease expired and the
+    /// job went back to the queue or to another claim. The holder must drop the job.
+    #[error("the claim on profiling job {job_id} was lost: {now}")]
+    ClaimLost { job_id: i64, now: String },
+    /// A submitted profile of another GPU model than the job asked for.
+    #[error("profiling job {job_id} is for GPU model {job_gpu:?}; the profile was measured on {profile_gpu:?}")]
+    WrongGpuForJob {
+        job_id: i64,
+        job_gpu: String,
+        profile_gpu: String,
+    },
     /// The store cannot write now (disk full, read-only or failing volume): the same call
     /// may succeed once the fault is gone. Health says NOT_SERVING meanwhile.
     #[error("the database cannot be written right now; retry later")]
@@ -87,6 +104,18 @@ impl From<StoreError> for Error {
             StoreError::WorkloadNotFound(name) => Self::UnknownWorkload(name),
             StoreError::WorkloadExists(name) => Self::WorkloadExists(name),
             StoreError::Occupancy(conflict) => Self::Occupancy(conflict),
+            StoreError::AgentNotFound(id) => Self::UnknownAgent(id),
+            StoreError::JobNotFound(id) => Self::UnknownJob(id),
+            StoreError::ClaimLost { job_id, now, .. } => Self::ClaimLost { job_id, now },
+            StoreError::WrongGpuForJob {
+                job_id,
+                job_gpu,
+                profile_gpu,
+            } => Self::WrongGpuForJob {
+                job_id,
+                job_gpu,
+                profile_gpu,
+            },
             fault if fault.is_storage_fault() => Self::StorageUnavailable(fault),
             other => Self::Internal(anyhow::Error::new(other)),
         }

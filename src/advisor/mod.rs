@@ -2,6 +2,7 @@
 //! catalog of profiles and the current model of each GPU model, and keeps the three in
 //! step: writes go to the store first and reach memory only once committed.
 
+mod agents;
 mod catalog;
 mod error;
 mod occupancy;
@@ -25,9 +26,10 @@ use crate::{
         WorkloadState,
     },
     model::ModelKind,
-    store::{ClaimedJob, ObservationSource, Store, StoredModel, WorkloadRecord},
+    store::{ClaimedJob, ObservationSource, Store, StoredModel, Submitted, WorkloadRecord},
 };
 
+pub use agents::{AgentFailure, AgentPolicy, AgentView};
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
@@ -59,6 +61,8 @@ pub struct AdvisorOptions {
     /// Why a workload waiting for a profile waits, when no profiling worker runs on this
     /// server (`profiler.backend = "off"`); `None` when one does.
     pub no_profiler_reason: Option<String>,
+    /// Leases of agents' claims, and when an agent counts as live.
+    pub agents: AgentPolicy,
 }
 
 /// How models are trained, judged and watched (README, "Model lifecycle"): the
@@ -107,6 +111,8 @@ pub struct Advisor {
     no_profiler_reason: Option<String>,
     /// The profiling job running now, by workload: DeleteWorkload cancels it.
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
+    /// Leases and liveness of profiling agents.
+    agent_policy: AgentPolicy,
 }
 
 impl Advisor {
@@ -119,6 +125,7 @@ impl Advisor {
             allowed_programs,
             lifecycle,
             no_profiler_reason,
+            agents: agent_policy,
         } = options;
         if let Some(reason) = &no_profiler_reason {
             store.explain_waiting_jobs(None, reason, now_ms()).await?;
@@ -155,6 +162,7 @@ impl Advisor {
             stats: Stats::default(),
             no_profiler_reason,
             running_jobs: std::sync::Mutex::new(HashMap::new()),
+            agent_policy,
         };
         advisor.load_rolling_errors().await?;
         Ok(advisor)
@@ -183,21 +191,24 @@ impl Advisor {
     }
 
     pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
+        let mut workload = workload;
         if let Some(launch) = &workload.launch {
             self.check_program(&launch.program)?;
         }
         let _writer = self.catalog_writer.lock().await;
         if let Some(profile) = &workload.profile {
             self.check_gpu_memory_known(profile)?;
+        } else if workload.profile_on.is_empty() {
+            workload.profile_on = self.default_profile_gpus().await?;
         }
         let mut record = self.store.register_workload(&workload, now_ms()).await?;
-        if let (WorkloadState::PendingProfile, Some(reason)) =
-            (record.state, &self.no_profiler_reason)
-        {
-            self.store
-                .explain_waiting_jobs(Some(record.name.as_str()), reason, now_ms())
-                .await?;
-            record.state_reason = reason.clone();
+        if record.state == WorkloadState::PendingProfile {
+            if let Some(reason) = self.unserved_reason(&workload.profile_on).await? {
+                self.store
+                    .explain_waiting_jobs(Some(record.name.as_str()), &reason, now_ms())
+                    .await?;
+                record.state_reason = reason;
+            }
         }
         self.write_catalog()
             .put_workload(&record.name, &record.profiles);
@@ -330,21 +341,25 @@ impl Advisor {
             .remove(workload);
     }
 
-    /// Stores a profiling job's result and makes the workload rankable at once.
+    /// Stores a profiling job's result and makes the workload rankable at once, once per
+    /// claim (a repeat is `Duplicate` and changes nothing).
     pub async fn complete_job(
         &self,
         job: &ClaimedJob,
         profile: &Profile,
         note: &str,
-    ) -> Result<WorkloadRecord> {
+    ) -> Result<Submitted<WorkloadRecord>> {
         let _writer = self.catalog_writer.lock().await;
-        let record = self
+        self.check_gpu_memory_known(profile)?;
+        let submitted = self
             .store
-            .complete_job(job.id, &job.workload, profile, note, now_ms())
+            .complete_job(job, profile, note, now_ms())
             .await?;
-        self.write_catalog()
-            .put_workload(&record.name, &record.profiles);
-        Ok(record)
+        if let Submitted::Applied(record) = &submitted {
+            self.write_catalog()
+                .put_workload(&record.name, &record.profiles);
+        }
+        Ok(submitted)
     }
 
     /// Stores a colocated run; every member must be a registered workload. When the

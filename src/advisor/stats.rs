@@ -1,5 +1,5 @@
 //! Counts of what the advisor did since the process started: reports by outcome, trainings
-//! by outcome, profiling jobs by outcome. Plain atomics, read by the metrics endpoint when
+//! by outcome, profiling jobs by outcome (in all, and per profiling agent). Plain atomics, read by the metrics endpoint when
 //! it is scraped, so that the advisor needs nothing of the metrics layer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,13 +34,17 @@ pub enum JobOutcome {
     Waiting,
     Cancelled,
     Interrupted,
+    /// The holder's lease expired (or the job was claimed again) before it finished.
+    LeaseLost,
 }
 
 #[derive(Debug, Default)]
 pub struct Stats {
     reports: [AtomicU64; 3],
     trainings: [AtomicU64; 3],
-    jobs: [AtomicU64; 6],
+    jobs: [AtomicU64; 7],
+    /// Outcomes submitted by each agent, by agent id.
+    agent_jobs: std::sync::Mutex<std::collections::BTreeMap<String, [u64; 7]>>,
 }
 
 impl ReportOutcome {
@@ -68,13 +72,14 @@ impl TrainingOutcome {
 }
 
 impl JobOutcome {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Profiled,
         Self::WillRetry,
         Self::Failed,
         Self::Waiting,
         Self::Cancelled,
         Self::Interrupted,
+        Self::LeaseLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -85,6 +90,7 @@ impl JobOutcome {
             Self::Waiting => "waiting",
             Self::Cancelled => "cancelled",
             Self::Interrupted => "interrupted",
+            Self::LeaseLost => "lease_lost",
         }
     }
 }
@@ -100,6 +106,22 @@ impl Stats {
 
     pub fn job(&self, outcome: JobOutcome) {
         self.jobs[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An outcome an agent submitted (counted in [`jobs`](Self::jobs) too).
+    pub fn agent_job(&self, agent: &str, outcome: JobOutcome) {
+        self.job(outcome);
+        let mut agents = self.agent_jobs.lock().unwrap_or_else(|e| e.into_inner());
+        agents.entry(agent.to_string()).or_default()[outcome as usize] += 1;
+    }
+
+    /// Each agent's submitted outcomes, by agent id, in [`JobOutcome::ALL`]'s order.
+    pub fn agent_jobs(&self) -> Vec<(String, [u64; 7])> {
+        let agents = self.agent_jobs.lock().unwrap_or_else(|e| e.into_inner());
+        agents
+            .iter()
+            .map(|(id, counts)| (id.clone(), *counts))
+            .collect()
     }
 
     pub fn reports(&self, outcome: ReportOutcome) -> u64 {

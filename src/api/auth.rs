@@ -1,6 +1,8 @@
 //! Bearer-token authorization for `coloc.v1.ColocationAdvisor`, as a tower layer in front
-//! of the router (it needs the method path, which tonic interceptors do not see). Two
-//! roles: `reader` may call the read-only methods, `operator` everything. Health and
+//! of the router (it needs the method path, which tonic interceptors do not see). Three
+//! roles: `reader` may call the read-only methods, `agent` the methods of
+//! `coloc.v1.ProfilingAgents` (what a profiling agent calls, and nothing else), `operator`
+//! everything. Health and
 //! reflection stay open, for probes and grpcurl. Tokens come from `auth.tokens_file` and
 //! are never logged.
 
@@ -16,6 +18,8 @@ use tonic::{body::Body, Status};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     Reader,
+    /// A profiling agent: the agent methods (and ListAgents), nothing of the advisor.
+    Agent,
     Operator,
 }
 
@@ -23,12 +27,24 @@ impl Role {
     fn as_str(self) -> &'static str {
         match self {
             Self::Reader => "reader",
+            Self::Agent => "agent",
             Self::Operator => "operator",
         }
+    }
+
+    /// Whether a token of this role may call a method that needs `required`.
+    fn may(self, required: Role) -> bool {
+        matches!(
+            (self, required),
+            (Self::Operator, _)
+                | (Self::Reader, Self::Reader)
+                | (Self::Agent, Self::Agent | Self::Reader)
+        )
     }
 }
 
 const SERVICE_PREFIX: &str = "/coloc.v1.ColocationAdvisor/";
+const AGENTS_PREFIX: &str = "/coloc.v1.ProfilingAgents/";
 /// Methods a `reader` may call; every other advisor method needs `operator`.
 const READ_METHODS: [&str; 9] = [
     "Rank",
@@ -44,6 +60,13 @@ const READ_METHODS: [&str; 9] = [
 
 /// The role a method needs; `None` for services outside the advisor (health, reflection).
 pub fn required_role(path: &str) -> Option<Role> {
+    if let Some(method) = path.strip_prefix(AGENTS_PREFIX) {
+        return Some(if method == "ListAgents" {
+            Role::Reader
+        } else {
+            Role::Agent
+        });
+    }
     let method = path.strip_prefix(SERVICE_PREFIX)?;
     Some(if READ_METHODS.contains(&method) {
         Role::Reader
@@ -82,9 +105,10 @@ impl Tokens {
             let role = match role {
                 "reader" => Role::Reader,
                 "operator" => Role::Operator,
+                "agent" => Role::Agent,
                 other => {
                     return Err(format!(
-                        "line {}: unknown role {other:?} (reader, operator)",
+                        "line {}: unknown role {other:?} (reader, agent, operator)",
                         number + 1
                     ))
                 }
@@ -128,12 +152,16 @@ impl Tokens {
             .roles
             .get(token)
             .ok_or_else(|| Status::unauthenticated("unknown token"))?;
-        if *role < required {
+        if !role.may(required) {
+            let needs = match required {
+                Role::Agent => "an agent or operator",
+                Role::Reader | Role::Operator => "an operator",
+            };
             return Err(Status::permission_denied(format!(
-                "a {} token may not call {}; it needs an {} token",
+                "a {} token may not call {}; it needs {needs} token",
                 role.as_str(),
-                path.trim_start_matches(SERVICE_PREFIX),
-                required.as_str()
+                path.trim_start_matches(SERVICE_PREFIX)
+                    .trim_start_matches(AGENTS_PREFIX),
             )));
         }
         Ok(())
@@ -258,6 +286,18 @@ mod tests {
             Some(Role::Operator)
         );
         assert_eq!(required_role("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(
+            required_role("/coloc.v1.ProfilingAgents/ClaimProfilingJob"),
+            Some(Role::Agent)
+        );
+        assert_eq!(
+            required_role("/coloc.v1.ProfilingAgents/ListAgents"),
+            Some(Role::Reader)
+        );
+        // An agent may run jobs and read; never write to the advisor. Operators may do all.
+        assert!(Role::Agent.may(Role::Agent) && Role::Agent.may(Role::Reader));
+        assert!(!Role::Agent.may(Role::Operator) && !Role::Reader.may(Role::Agent));
+        assert!(Role::Operator.may(Role::Agent));
     }
 
     #[test]

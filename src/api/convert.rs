@@ -169,7 +169,7 @@ pub fn profile(raw: Option<pb::Profile>, now_ms: i64) -> Result<Profile, Validat
     Ok(profile)
 }
 
-fn profile_to_pb(profile: &Profile) -> pb::Profile {
+pub fn profile_to_pb(profile: &Profile) -> pb::Profile {
     let k = &profile.kernel;
     let s = &profile.system;
     pb::Profile {
@@ -206,6 +206,14 @@ pub fn new_workload(
     NewWorkload::validate_text(&raw.model, raw.batch_size, &labels)?;
     let profile = raw.profile.map(|p| profile(Some(p), now_ms)).transpose()?;
     let launch = raw.launch.map(launch_spec).transpose()?;
+    let profile_on = profile_on_gpus(raw.profile_on_gpus)?;
+    if profile.is_some() && !profile_on.is_empty() {
+        return Err(ValidationError::new(
+            "profile_on_gpus",
+            "profile_on_gpus asks for profiling jobs, but the workload comes with a profile; \
+             send one or the other",
+        ));
+    }
     Ok(NewWorkload {
         name,
         mode,
@@ -214,10 +222,39 @@ pub fn new_workload(
         labels,
         profile,
         launch,
+        profile_on,
     })
 }
 
-fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
+/// The most GPU models a workload may ask to be profiled on.
+pub const MAX_PROFILE_ON_GPUS: usize = 64;
+
+/// RegisterWorkload's GPU models to profile on: valid names, each once, at most 64.
+fn profile_on_gpus(raw: Vec<String>) -> Result<Vec<GpuName>, ValidationError> {
+    if raw.len() > MAX_PROFILE_ON_GPUS {
+        return Err(ValidationError::new(
+            "profile_on_gpus",
+            format!(
+                "profile_on_gpus names {} GPU models; at most {MAX_PROFILE_ON_GPUS}",
+                raw.len()
+            ),
+        ));
+    }
+    let mut gpus: Vec<GpuName> = Vec::with_capacity(raw.len());
+    for (i, name) in raw.iter().enumerate() {
+        let gpu = GpuName::parse(&format!("profile_on_gpus[{i}]"), name)?;
+        if gpus.contains(&gpu) {
+            return Err(ValidationError::new(
+                format!("profile_on_gpus[{i}]"),
+                format!("profile_on_gpus names {name:?} twice"),
+            ));
+        }
+        gpus.push(gpu);
+    }
+    Ok(gpus)
+}
+
+pub fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
     let spec = LaunchSpec {
         program: raw.program,
         args: raw.args,
@@ -231,7 +268,7 @@ fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
     Ok(spec)
 }
 
-fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
+pub fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
     pb::LaunchSpec {
         program: spec.program,
         args: spec.args,

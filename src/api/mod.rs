@@ -1,8 +1,10 @@
-//! The gRPC face of the advisor: `coloc.v1.ColocationAdvisor`. Handlers convert the request
+//! The gRPC face of the advisor: `coloc.v1.ColocationAdvisor`, and `coloc.v1.ProfilingAgents`
+//! for profiling agents (`agents.rs`). Handlers convert the request
 //! into domain types, call the advisor, and convert the answer back; nothing else.
 
+mod agents;
 mod auth;
-mod convert;
+pub mod convert;
 mod middleware;
 mod status;
 
@@ -23,6 +25,7 @@ use crate::{
     proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
 };
 
+pub use agents::{AgentsService, ProfilingAgentsServer};
 pub use auth::{AuthLayer, Tokens};
 pub use convert::timestamp;
 pub use middleware::RpcLayer;

@@ -11,12 +11,19 @@ use crate::{advisor::Error, store::OccupancyConflict};
 /// The gRPC code of each cause.
 pub fn code(error: &Error) -> Code {
     match error {
-        Error::InvalidRequest(_) | Error::AmbiguousGpuModel => Code::InvalidArgument,
+        Error::InvalidRequest(_) | Error::AmbiguousGpuModel | Error::WrongGpuForJob { .. } => {
+            Code::InvalidArgument
+        }
         Error::UnknownWorkload(_)
         | Error::UnknownTarget(_)
         | Error::UnknownPlaceWorkload(_)
         | Error::UnknownReportedWorkload(_)
-        | Error::UnknownModelVersion { .. } => Code::NotFound,
+        | Error::UnknownModelVersion { .. }
+        | Error::UnknownAgent(_)
+        | Error::UnknownJob(_) => Code::NotFound,
+        // The holder lost the job to an expired lease: a concurrency conflict, settled by
+        // dropping the job (and claiming anew), not by retrying the same call.
+        Error::ClaimLost { .. } => Code::Aborted,
         Error::WorkloadExists(_)
         | Error::Occupancy(OccupancyConflict::JobAssignedElsewhere { .. }) => Code::AlreadyExists,
         Error::Occupancy(

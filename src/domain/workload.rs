@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{LaunchSpec, Profile, ValidationError, WorkloadName};
+use super::{GpuName, LaunchSpec, Profile, ValidationError, WorkloadName};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadMode {
@@ -73,6 +73,9 @@ pub struct NewWorkload {
     pub profile: Option<Profile>,
     /// How the profiling worker runs it, when it is to be profiled here.
     pub launch: Option<LaunchSpec>,
+    /// GPU models to profile it on (one job each) when it has no profile; empty = one job
+    /// any profiler may run. The advisor fills the default (README, "Profiling agents").
+    pub profile_on: Vec<GpuName>,
 }
 
 impl NewWorkload {

@@ -100,6 +100,7 @@ pub fn prepare(dir: &Path, gpu: &GpuName, gpu_memory_gb: f64) -> anyhow::Result<
             labels: [("source".to_string(), "kace".to_string())].into(),
             profile: Some(profile),
             launch: None,
+            profile_on: Vec::new(),
         });
     }
     let imported: std::collections::HashSet<&str> =

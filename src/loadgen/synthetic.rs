@@ -124,6 +124,7 @@ pub(super) async fn seed_store(store: &Store, data: &Synthetic) -> anyhow::Resul
             labels: Default::default(),
             profile: Some(profile.clone()),
             launch: None,
+            profile_on: Vec::new(),
         })
         .collect();
     store.register_workloads(&workloads, 0).await?;

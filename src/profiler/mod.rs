@@ -73,6 +73,16 @@ impl Backend {
                     .map_err(|e| anyhow::anyhow!(e.message))?,
                 settings.replay_gpu_memory_gb,
             )?),
+            ProfilerBackend::Nvml if settings.nvml_recording.is_some() => {
+                let path = settings.nvml_recording.as_deref().unwrap_or(Path::new(""));
+                let recorded = RecordedSampler::from_file(path).map_err(|e| {
+                    anyhow::anyhow!("setting profiler.nvml_recording is invalid: {e}")
+                })?;
+                Self::Nvml(NvmlBackend::new(
+                    settings.clone(),
+                    Some(Arc::new(recorded) as Arc<dyn GpuSampler>),
+                ))
+            }
             ProfilerBackend::Nvml => {
                 let sampler = match NvmlSampler::init(settings.gpu_index) {
                     Ok(sampler) => Some(Arc::new(sampler) as Arc<dyn GpuSampler>),
@@ -92,6 +102,22 @@ impl Backend {
             Self::Off => "off",
             Self::Replay(_) => "replay",
             Self::Nvml(_) => "nvml",
+        }
+    }
+
+    /// The GPU model this backend measures on and its memory (GB), when it can tell:
+    /// the replay backend's setting, NVML's (or the recording's) first GPU answer.
+    pub fn gpu(&self) -> Result<(GpuName, f64), String> {
+        match self {
+            Self::Off => Err("profiling is off (profiler.backend = \"off\")".into()),
+            Self::Replay(replay) => Ok((replay.gpu.clone(), replay.gpu_memory_gb)),
+            Self::Nvml(nvml) => {
+                let sampler = nvml.sampler().map_err(|e| e.to_string())?;
+                let info = sampler.info()?;
+                let gpu = GpuName::parse("gpu", info.name.trim())
+                    .map_err(|e| format!("NVML names the GPU oddly: {}", e.message))?;
+                Ok((gpu, gb_from_bytes(info.total_memory_bytes)))
+            }
         }
     }
 
@@ -464,4 +490,28 @@ pub fn launch_run_spec(
 /// Where Nsight Compute is, if anywhere.
 pub fn find_ncu(path: &str) -> Option<PathBuf> {
     runner::resolve_program(path)
+}
+
+/// Nsight Compute's version as `ncu --version` prints it (its last line), or "" when it
+/// is not installed or does not answer within 10 s.
+pub async fn ncu_version(path: &Path) -> String {
+    let Some(ncu) = find_ncu(&path.to_string_lossy()) else {
+        return String::new();
+    };
+    let asked = tokio::process::Command::new(ncu)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(10), asked).await {
+        Ok(Ok(output)) if output.status.success() => String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .chars()
+            .take(128)
+            .collect(),
+        _ => String::new(),
+    }
 }

@@ -4,6 +4,7 @@
 //! come back as domain errors rather than SQL text. Single reported runs go through the
 //! observation writer (group commit).
 
+mod agents;
 pub mod backup;
 pub mod fault;
 pub mod health;
@@ -24,7 +25,8 @@ use sqlx::{
     Sqlite, Transaction,
 };
 
-pub use jobs::ClaimedJob;
+pub use agents::{AgentRecord, NewAgent};
+pub use jobs::{ClaimedJob, JobClaimer, Submitted, IN_PROCESS_HOLDER};
 pub use lock::{DatabaseLock, LockError};
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, PredictedRun, Prediction, StoredObservation};
@@ -45,6 +47,28 @@ pub enum StoreError {
     WorkloadNotFound(String),
     #[error("workload {0:?} already exists")]
     WorkloadExists(String),
+    /// A job named by a claim no longer exists (its workload was deleted).
+    #[error("profiling job {0} not found (its workload was deleted?)")]
+    JobNotFound(i64),
+    /// A renewal or submission names a claim that is no longer the job's current one:
+    /// its lease expired and the job went back to the queue (or was claimed again).
+    #[error("profiling job {job_id}: claim {claim} is no longer held ({now})")]
+    ClaimLost {
+        job_id: i64,
+        claim: i64,
+        /// What became of the job, for the holder.
+        now: String,
+    },
+    /// A submitted profile was measured on another GPU model than the job asked for.
+    #[error("profiling job {job_id} is for GPU model {job_gpu:?}, but the profile was measured on {profile_gpu:?}")]
+    WrongGpuForJob {
+        job_id: i64,
+        job_gpu: String,
+        profile_gpu: String,
+    },
+    /// An agent that never announced itself (or announced with another id).
+    #[error("agent {0:?} is not known; announce it first")]
+    AgentNotFound(String),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
     /// The database file exists but holds nothing, and no write-ahead log either: not a

@@ -380,14 +380,24 @@ async fn register_in(
     match &workload.profile {
         Some(profile) => upsert_profile(tx, id, profile).await?,
         None => {
-            sqlx::query(
-                "INSERT INTO profiling_jobs (workload_id, state, created_at_ms, updated_at_ms) \
-                 VALUES (?1, 'pending', ?2, ?2)",
-            )
-            .bind(id)
-            .bind(now_ms)
-            .execute(&mut **tx)
-            .await?;
+            // One job per GPU model asked for; '' = any GPU model.
+            let gpus: Vec<&str> = if workload.profile_on.is_empty() {
+                vec![""]
+            } else {
+                workload.profile_on.iter().map(|g| g.as_str()).collect()
+            };
+            for gpu in gpus {
+                sqlx::query(
+                    "INSERT INTO profiling_jobs (workload_id, gpu, state, created_at_ms, \
+                     updated_at_ms) VALUES (?1, ?3, 'pending', ?2, ?2) \
+                     ON CONFLICT (workload_id, gpu) DO NOTHING",
+                )
+                .bind(id)
+                .bind(now_ms)
+                .bind(gpu)
+                .execute(&mut **tx)
+                .await?;
+            }
         }
     }
     fetch_workload(tx, workload.name.as_str())
@@ -417,10 +427,11 @@ pub(super) async fn put_profile_in(
     .await?;
     sqlx::query(
         "UPDATE profiling_jobs SET state = 'done', updated_at_ms = ?2 \
-         WHERE workload_id = ?1 AND state IN ('pending', 'failed')",
+         WHERE workload_id = ?1 AND state IN ('pending', 'failed') AND gpu IN ('', ?3)",
     )
     .bind(id)
     .bind(now_ms)
+    .bind(profile.gpu.as_str())
     .execute(&mut **tx)
     .await?;
     fetch_workload(tx, name)
@@ -428,7 +439,7 @@ pub(super) async fn put_profile_in(
         .ok_or_else(|| corrupt("a profiled workload vanished"))
 }
 
-async fn fetch_workload(
+pub(super) async fn fetch_workload(
     tx: &mut Transaction<'_, Sqlite>,
     name: &str,
 ) -> Result<Option<WorkloadRecord>, StoreError> {

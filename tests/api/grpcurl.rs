@@ -72,7 +72,10 @@ async fn grpcurl_lists_services_checks_health_and_ranks() {
 async fn grpcurl_describe_documents_every_rpc_message_and_field() {
     let app = crate::helpers::spawn_app().await;
     let pool = prost_reflect::DescriptorPool::decode(coloc::proto::FILE_DESCRIPTOR_SET).unwrap();
-    let mut symbols: Vec<String> = vec!["coloc.v1.ColocationAdvisor".into()];
+    let mut symbols: Vec<String> = vec![
+        "coloc.v1.ColocationAdvisor".into(),
+        "coloc.v1.ProfilingAgents".into(),
+    ];
     symbols.extend(
         pool.all_messages()
             .filter(|m| m.package_name() == "coloc.v1")

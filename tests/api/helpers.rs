@@ -215,6 +215,7 @@ pub fn register_request(name: &str, profile: Option<pb::Profile>) -> pb::Registe
         labels: [("team".to_string(), "vision".to_string())].into(),
         profile,
         launch: None,
+        profile_on_gpus: Vec::new(),
     }
 }
 

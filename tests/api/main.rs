@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod agents;
 mod backup;
 mod bounds;
 mod cli;

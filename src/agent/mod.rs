@@ -1,0 +1,68 @@
+//! `coloc agent`: a profiling agent on a GPU node, next to (not inside) the service. It
+//! announces itself (id, node, GPU model and memory from its backend, ncu version), then
+//! runs the same job loop as the in-process worker ([`crate::worker::Worker`]) over a
+//! gRPC job queue ([`RemoteQueue`]): claim a job of its GPU model, measure it alone while
+//! renewing the lease, submit the profile or the failure. The service keeps the queue and
+//! decides; the agent only measures.
+
+mod remote;
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+pub use remote::RemoteQueue;
+
+use crate::{
+    profiler::{self, Backend},
+    proto as pb,
+    settings::{ProfilerBackend, ProfilerSettings},
+    worker::Worker,
+};
+
+/// Who the agent is.
+#[derive(Debug, Clone)]
+pub struct AgentIdentity {
+    pub id: String,
+    pub node: String,
+}
+
+/// Runs the agent until `shutdown`: a running job is stopped and handed back (released)
+/// before it returns.
+pub async fn run(
+    channel: tonic::transport::Channel,
+    token: Option<String>,
+    identity: AgentIdentity,
+    settings: ProfilerSettings,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    if settings.backend == ProfilerBackend::Off {
+        anyhow::bail!(
+            "setting profiler.backend is \"off\": an agent measures with \"nvml\" (or \"replay\")"
+        );
+    }
+    let backend = Backend::from_settings(&settings).context("cannot set up the profiler")?;
+    let (gpu, gpu_memory_gb) = backend
+        .gpu()
+        .map_err(|e| anyhow::anyhow!("cannot tell this node's GPU model: {e}"))?;
+    let ncu_version = match settings.backend {
+        ProfilerBackend::Nvml => profiler::ncu_version(&settings.ncu_path).await,
+        _ => String::new(),
+    };
+    let announcement = pb::AnnounceAgentRequest {
+        agent_id: identity.id.clone(),
+        node: identity.node.clone(),
+        gpu: gpu.as_str().to_string(),
+        gpu_memory_gb,
+        ncu_version,
+        backend: backend.name().to_string(),
+    };
+    let queue = RemoteQueue::connect(channel, token, announcement, &shutdown).await?;
+    tracing::info!(agent = %identity.id, node = %identity.node, gpu = %gpu.as_str(), "agent announced; claiming jobs");
+    let poll = Duration::from_millis(settings.poll_interval_ms);
+    Worker::with_queue(queue, Arc::new(backend), settings)
+        .run_with_pause(shutdown, poll)
+        .await;
+    Ok(())
+}

