@@ -40,7 +40,7 @@ pub use rank::{
     RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
-pub use training::{TrainOutcome, Trigger};
+pub use training::{trimmed_mean, TrainOutcome, Trigger};
 
 /// Page size when the client asks for none, and the largest page served.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;

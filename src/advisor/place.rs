@@ -11,6 +11,10 @@
 //! any subset of that set that contains it (alone it runs at its exclusive throughput), so
 //! adding a job to a GPU never raises anyone's prediction. Sets repeat heavily in a real
 //! cluster; every distinct multiset of workloads is predicted once per request.
+//!
+//! Where the model carries 80 % intervals, each member's answer carries its interval (the
+//! model's for a set of that size, around the member's prediction), and `cautious` checks
+//! the caps on the low ends.
 
 use std::sync::Arc;
 
@@ -21,7 +25,7 @@ use super::{
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::ModelKind,
+    model::{ModelKind, SetPrediction},
     store::StoredModel,
 };
 
@@ -75,8 +79,9 @@ pub struct PlaceQuery {
     /// 0 = every GPU that qualifies.
     pub top_k: usize,
     pub include_oversubscribed: bool,
-    /// Score with the pessimistic end of the prediction interval. Until the models predict
-    /// intervals this is the point prediction.
+    /// Check `min_job_fraction` and `min_resident_fraction` on the low end of each
+    /// member's 80 % interval instead of its point prediction (a model without intervals
+    /// answers with the point prediction).
     pub cautious: bool,
 }
 
@@ -278,6 +283,9 @@ pub(super) struct PlaceWork {
 struct SetValue {
     sum: f64,
     members: Option<Vec<f64>>,
+    /// Each member's 80 % interval, where the model carries intervals (a lone job's is its
+    /// exclusive throughput, exactly).
+    bounds: Option<Vec<(f64, f64)>>,
 }
 
 /// Predictions of multisets of one GPU model's workloads, keyed by sorted table positions.
@@ -310,12 +318,14 @@ impl<'a> SetCache<'a> {
             [] => SetValue {
                 sum: 0.0,
                 members: Some(Vec::new()),
+                bounds: Some(Vec::new()),
             },
             [only] => {
                 let alone = self.exclusive(*only);
                 SetValue {
                     sum: alone,
                     members: Some(vec![alone]),
+                    bounds: Some(vec![(alone, alone)]),
                 }
             }
             _ => {
@@ -328,6 +338,7 @@ impl<'a> SetCache<'a> {
                     None => SetValue {
                         sum: raw.sum,
                         members: None,
+                        bounds: None,
                     },
                     Some(mut members) => {
                         // Without member j, member i sits at i (i < j) or i - 1 (i > j).
@@ -345,9 +356,22 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        SetValue {
+                        // The interval is the model's for a set of this size around the
+                        // member's prediction (the lowest over the subsets).
+                        let prediction = SetPrediction {
                             sum: members.iter().sum(),
                             members: Some(members),
+                        };
+                        let bounds = self
+                            .ready
+                            .model
+                            .params
+                            .interval(key.len(), &prediction)
+                            .and_then(|interval| interval.members);
+                        SetValue {
+                            sum: prediction.sum,
+                            members: prediction.members,
+                            bounds,
                         }
                     }
                 }
@@ -647,11 +671,22 @@ impl PlaceWork {
             let after = cache.value(&key);
             let value_after = objective_value(query.objective, &after, &key, cache);
 
-            // Each member's predicted throughput, the job first.
+            // Each member's predicted throughput as the caps read it: the point prediction,
+            // or with `cautious` the low end of its interval where the model has one.
+            let low_ends = if query.cautious {
+                after.bounds.as_ref()
+            } else {
+                None
+            };
             let predicted = |index: u32| -> Option<f64> {
                 let members = after.members.as_ref()?;
                 let position = key.binary_search(&index).expect("a member of the set");
-                Some(members[position])
+                Some(low_ends.map_or(members[position], |bounds| bounds[position].0))
+            };
+            let predicted_as = if low_ends.is_some() {
+                "predicted (the low end of its 80 % interval)"
+            } else {
+                "predicted"
             };
             let job_throughput = predicted(ready.job);
             if let (Some(cap), Some(t)) = (query.min_job_fraction, job_throughput) {
@@ -660,7 +695,7 @@ impl PlaceWork {
                     skipped.push(skip(
                         PlaceSkipCode::JobSlowdown,
                         format!(
-                            "predicted to leave the job {} of its exclusive throughput, {} \
+                            "{predicted_as} to leave the job {} of its exclusive throughput, {} \
                              points below the {} asked for",
                             percent(kept),
                             ((cap - kept) * 100.0).round(),
@@ -682,8 +717,8 @@ impl PlaceWork {
                     skipped.push(skip(
                         PlaceSkipCode::ResidentSlowdown,
                         format!(
-                            "predicted to leave resident {} {} of its exclusive throughput, {} \
-                             points below the {} asked for",
+                            "{predicted_as} to leave resident {} {} of its exclusive throughput, \
+                             {} points below the {} asked for",
                             name.as_str(),
                             percent(kept),
                             ((cap - kept) * 100.0).round(),
@@ -738,16 +773,13 @@ impl PlaceWork {
                 let entries = ready.table.entries();
                 let member = |index: u32| {
                     let entry = &entries[index as usize];
+                    let position = key.binary_search(&index).expect("a member of the set");
                     MemberPrediction {
                         workload: entry.name.clone(),
                         exclusive_throughput: entry.features.exclusive_throughput(),
                         throughput_unit: entry.throughput_unit.clone(),
-                        predicted_throughput: after
-                            .members
-                            .as_ref()
-                            .map(|m| m[key.binary_search(&index).expect("a member of the set")]),
-                        // Place does not use the N-way intervals yet (see `cautious`).
-                        predicted_interval: None,
+                        predicted_throughput: after.members.as_ref().map(|m| m[position]),
+                        predicted_interval: after.bounds.as_ref().map(|b| b[position]),
                     }
                 };
                 let mut members = Vec::with_capacity(own.len() + 1);
