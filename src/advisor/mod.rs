@@ -107,6 +107,8 @@ pub struct Advisor {
     no_profiler_reason: Option<String>,
     /// The profiling job running now, by workload: DeleteWorkload cancels it.
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
+    /// Place's set predictions, kept across requests.
+    placed_sets: Arc<place::PlacedSets>,
 }
 
 impl Advisor {
@@ -155,6 +157,7 @@ impl Advisor {
             stats: Stats::default(),
             no_profiler_reason,
             running_jobs: std::sync::Mutex::new(HashMap::new()),
+            placed_sets: Arc::new(place::PlacedSets::new(place::PLACED_SETS)),
         };
         advisor.load_rolling_errors().await?;
         Ok(advisor)
@@ -504,6 +507,12 @@ impl Advisor {
         }
     }
 
+    /// Forgets the set predictions Place keeps across requests (benchmarks measure a cold
+    /// request with it; answers never depend on it).
+    pub fn forget_placed_sets(&self) {
+        self.placed_sets.clear();
+    }
+
     /// Resolves the GPU models, models, profile tables and residents of a Place request
     /// under one short catalog read.
     fn place_work(&self, query: PlaceQuery) -> Result<place::PlaceWork> {
@@ -513,7 +522,10 @@ impl Advisor {
             None
         };
         let models = self.models.load();
-        place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)
+        let mut work =
+            place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)?;
+        work.shared = Some(self.placed_sets.clone());
+        Ok(work)
     }
 
     /// Predict: one explicit set.

@@ -316,6 +316,32 @@ impl MemberRidgeGbt {
             .collect()
     }
 
+    /// The predictions of many sets in one pass of the trees over all of their members
+    /// (equal to [`Self::predict_set`] set by set), in chunks on the caller's threads.
+    pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
+        use rayon::prelude::*;
+        sets.par_chunks(512)
+            .flat_map_iter(|chunk| {
+                let owned: Vec<Vec<Features>> = chunk
+                    .iter()
+                    .map(|set| set.iter().map(|m| **m).collect())
+                    .collect();
+                let views: Vec<MemberView> = owned.iter().flat_map(|m| views_of(m)).collect();
+                let mut predicted = self.predict_members(&views).into_iter();
+                owned
+                    .iter()
+                    .map(|members| {
+                        let members: Vec<f64> = predicted.by_ref().take(members.len()).collect();
+                        SetPrediction {
+                            sum: members.iter().sum(),
+                            members: Some(members),
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The predicted sum of each training row's set, in one pass of the trees over all of
     /// their members (equal to [`Self::predict_set`] row by row).
     pub fn predict_sums(&self, rows: &[TrainingRow]) -> Vec<f64> {
@@ -541,6 +567,26 @@ mod tests {
         let three = model.predict_set(&[&seen[0], &seen[1], &seen[2]]);
         assert_eq!(three.members.as_ref().unwrap().len(), 3);
         assert!(three.sum.is_finite() && three.sum > 0.0);
+    }
+
+    #[test]
+    fn set_batches_equal_each_set_predicted_alone_to_the_bit() {
+        let mut state = 9;
+        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit(&mixed_rows(&seen)).unwrap();
+        // 1,000+ sets of 2 to 5 members (more than one chunk of the batch).
+        let sets: Vec<Vec<&Features>> = (0..1_100)
+            .map(|k| {
+                (0..2 + k % 4)
+                    .map(|j| &seen[(k * 7 + j * 5) % seen.len()])
+                    .collect()
+            })
+            .collect();
+        let batch = model.predict_sets(&sets);
+        assert_eq!(batch.len(), sets.len());
+        for (set, predicted) in sets.iter().zip(&batch) {
+            assert_eq!(predicted, &model.predict_set(set));
+        }
     }
 
     #[test]

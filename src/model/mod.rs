@@ -173,6 +173,15 @@ impl ModelParams {
         }
     }
 
+    /// [`Self::predict_set`] of many sets at once (the trees walk them in one batch, on the
+    /// caller's threads): what Place uses for the sets of three and more a request needs.
+    pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.predict_sets(sets),
+            Self::KaceLinear(m) => sets.iter().map(|set| m.predict_set(set)).collect(),
+        }
+    }
+
     /// The 80 % interval of `prediction` (of a set of `size` members), for models that
     /// carry calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
     /// cautious mode reads the pessimistic end of each member's throughput.

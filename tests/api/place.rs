@@ -343,6 +343,63 @@ async fn members_carry_intervals_and_cautious_checks_the_caps_on_their_low_ends(
 }
 
 #[tokio::test]
+async fn set_predictions_kept_across_requests_follow_a_changed_profile() {
+    let (mut app, workloads) = slowdown_app(6).await;
+    let gpus = || vec![gpu("a", &["w01"]), gpu("b", &["w02", "w03"])];
+    let ask = |app: &mut crate::helpers::TestApp| {
+        let mut client = app.client.clone();
+        async move {
+            client
+                .place(place("w00", gpus()))
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let gain = |answer: &pb::PlaceResponse, id: &str| {
+        answer
+            .placements
+            .iter()
+            .find(|p| p.gpu_id == id)
+            .unwrap()
+            .gain
+    };
+    let first = ask(&mut app).await;
+    // Asked again, the kept predictions give the same answer to the bit.
+    let again = ask(&mut app).await;
+    assert_eq!(first, again);
+
+    // w01's profile changes: its pair with the job must be predicted afresh.
+    let mut profile = workloads[1].1.clone();
+    let kernel = profile.kernel.as_mut().unwrap();
+    kernel.compute_throughput_pct = (kernel.compute_throughput_pct * 0.3).max(1.0);
+    kernel.dram_throughput_pct = (kernel.dram_throughput_pct * 0.3).max(1.0);
+    profile.system.as_mut().unwrap().sm_busy_pct = 5.0;
+    app.client
+        .put_profile(pb::PutProfileRequest {
+            name: "w01".into(),
+            profile: Some(profile),
+        })
+        .await
+        .unwrap();
+    let after = ask(&mut app).await;
+    let predicted = pair_sum(&mut app, "w00", "w01").await;
+    let expected: f64 = predicted
+        .members
+        .iter()
+        .map(|m| m.predicted_throughput.unwrap().min(m.exclusive_throughput))
+        .sum::<f64>()
+        - predicted.members[1].exclusive_throughput;
+    assert!(
+        (gain(&after, "a") - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+        "{} vs {expected}",
+        gain(&after, "a")
+    );
+    assert_ne!(gain(&after, "a"), gain(&first, "a"), "a stale prediction");
+    assert_eq!(gain(&after, "b"), gain(&first, "b"));
+}
+
+#[tokio::test]
 async fn normalized_sum_scores_by_the_members_share_of_their_exclusive_throughput() {
     let (mut app, _) = slowdown_app(6).await;
     let mut request = place(
