@@ -451,6 +451,10 @@ pub struct BenchArgs {
     pub proto_dir: PathBuf,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The in-process server's `trainer.max_training_runs` for the training it is measured
+    /// on (0 = every stored run; the default is the service's).
+    #[arg(long)]
+    pub max_training_runs: Option<usize>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,

@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+
+use crate::advisor::trimmed_mean;
 use plotters::{
     prelude::*,
     style::{register_font, FontStyle},
@@ -46,8 +48,8 @@ fn relative_error(run: &Run) -> Option<f64> {
 }
 
 /// The rolling error after each run, as the server measures it for the serving model: the
-/// mean relative error of the last `window` runs (this one included) predicted by the same
-/// version, so that it starts afresh when another version serves. `None` for a run whose
+/// trimmed mean ([`trimmed_mean`], the server's own) of the relative errors of the last
+/// `window` runs (this one included) predicted by the same version, so that it starts afresh when another version serves. `None` for a run whose
 /// window has no run with an observed throughput.
 pub fn rolling_errors(runs: &[Run], window: usize) -> Vec<Option<f64>> {
     let window = window.max(1);
@@ -65,7 +67,7 @@ pub fn rolling_errors(runs: &[Run], window: usize) -> Vec<Option<f64>> {
                 recent.pop_front();
             }
         }
-        out.push((!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64));
+        out.push((!recent.is_empty()).then(|| trimmed_mean(&recent)));
     }
     out
 }
@@ -305,6 +307,16 @@ mod tests {
         for (got, want) in rolling.iter().zip(expected) {
             assert!((got.unwrap() - want).abs() < 1e-12, "{rolling:?}");
         }
+    }
+
+    #[test]
+    fn one_absurd_run_moves_the_rolling_error_no_more_than_it_moves_the_servers() {
+        // Nine runs 10 % off, then one predicted at 100x: the server trims the highest and
+        // lowest tenth, so the window's error stays 0.1 (a plain mean would say 10.0).
+        let mut runs: Vec<Run> = (0..9).map(|_| run(1, 110.0, 100.0)).collect();
+        runs.push(run(1, 10_000.0, 100.0));
+        let rolling = rolling_errors(&runs, 10);
+        assert!((rolling[9].unwrap() - 0.1).abs() < 1e-12, "{rolling:?}");
     }
 
     #[test]

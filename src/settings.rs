@@ -133,7 +133,7 @@ pub struct ServerSettings {
     pub tls_cert_file: Option<PathBuf>,
     #[serde(with = "empty_path_is_none")]
     pub tls_key_file: Option<PathBuf>,
-    /// Larger request messages are refused (RESOURCE_EXHAUSTED).
+    /// Larger request messages are refused (OUT_OF_RANGE).
     pub max_request_bytes: usize,
     /// Rank and Predict calls computed at once; more wait their turn, so memory stays
     /// bounded under a flood. 0 = twice the CPU cores (at least 4).

@@ -8,7 +8,15 @@
 //! Each entry also carries its [`ProfileCode`] under the GPU model's serving model, so Rank
 //! scores a candidate from numbers prepared when the profile or the model arrived.
 
-use std::{borrow::Borrow, collections::HashMap, hash::Hash, sync::Arc};
+use std::{
+    borrow::Borrow,
+    collections::HashMap,
+    hash::Hash,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 use foldhash::{HashMap as FastMap, HashSet as FastSet};
 
@@ -41,7 +49,14 @@ pub struct GpuProfiles {
     kernel_missing: FastSet<WorkloadName>,
     /// The model the entries' codes were computed under.
     scoring: Option<Arc<StoredModel>>,
+    /// Changes with every change of the entries (positions, profiles, codes): what Place's
+    /// set predictions, kept across requests by table position, are valid for.
+    generation: u64,
 }
+
+/// Generations are unique across every table of the process (a copy made by
+/// `Arc::make_mut` gets a new one as soon as it is changed).
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 impl GpuProfiles {
     pub fn get(&self, name: &WorkloadName) -> Option<&ProfileEntry> {
@@ -69,6 +84,15 @@ impl GpuProfiles {
         self.kernel_missing.contains(name)
     }
 
+    /// Identifies the entries as they are now (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn changed(&mut self) {
+        self.generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The version of the model the entries' codes belong to.
     pub fn scoring_version(&self) -> Option<u64> {
         self.scoring.as_ref().map(|m| m.version)
@@ -80,6 +104,7 @@ impl GpuProfiles {
     }
 
     fn upsert(&mut self, mut entry: ProfileEntry) {
+        self.changed();
         entry.code = self.code(&entry.features);
         match self.index.get(&entry.name) {
             Some(&i) => self.entries[i] = entry,
@@ -91,6 +116,7 @@ impl GpuProfiles {
     }
 
     fn remove(&mut self, name: &WorkloadName) {
+        self.changed();
         self.kernel_missing.remove(name);
         if let Some(i) = self.index.remove(name) {
             self.entries.swap_remove(i);
@@ -128,6 +154,7 @@ impl Catalog {
     /// computed again (a few microseconds each, on all cores).
     pub fn set_scoring_model(&mut self, model: Arc<StoredModel>) {
         let table = Arc::make_mut(self.gpus.entry(model.gpu.clone()).or_default());
+        table.changed();
         table.scoring = Some(model);
         let scorer = table.scoring.as_ref().and_then(|m| m.params.pair_scorer());
         use rayon::prelude::*;

@@ -42,7 +42,7 @@ pub use rank::{
     RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
-pub use training::{TrainOutcome, Trigger};
+pub use training::{trimmed_mean, TrainOutcome, Trigger};
 
 /// Page size when the client asks for none, and the largest page served.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -113,6 +113,8 @@ pub struct Advisor {
     running_jobs: std::sync::Mutex<HashMap<WorkloadName, CancellationToken>>,
     /// Leases and liveness of profiling agents.
     agent_policy: AgentPolicy,
+    /// Place's set predictions, kept across requests.
+    placed_sets: Arc<place::PlacedSets>,
 }
 
 impl Advisor {
@@ -163,6 +165,7 @@ impl Advisor {
             no_profiler_reason,
             running_jobs: std::sync::Mutex::new(HashMap::new()),
             agent_policy,
+            placed_sets: Arc::new(place::PlacedSets::new(place::PLACED_SETS)),
         };
         advisor.load_rolling_errors().await?;
         Ok(advisor)
@@ -519,6 +522,12 @@ impl Advisor {
         }
     }
 
+    /// Forgets the set predictions Place keeps across requests (benchmarks measure a cold
+    /// request with it; answers never depend on it).
+    pub fn forget_placed_sets(&self) {
+        self.placed_sets.clear();
+    }
+
     /// Resolves the GPU models, models, profile tables and residents of a Place request
     /// under one short catalog read.
     fn place_work(&self, query: PlaceQuery) -> Result<place::PlaceWork> {
@@ -528,7 +537,10 @@ impl Advisor {
             None
         };
         let models = self.models.load();
-        place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)
+        let mut work =
+            place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)?;
+        work.shared = Some(self.placed_sets.clone());
+        Ok(work)
     }
 
     /// Predict: one explicit set.

@@ -11,6 +11,10 @@
 //! any subset of that set that contains it (alone it runs at its exclusive throughput), so
 //! adding a job to a GPU never raises anyone's prediction. Sets repeat heavily in a real
 //! cluster; every distinct multiset of workloads is predicted once per request.
+//!
+//! Where the model carries 80 % intervals, each member's answer carries its interval (the
+//! model's for a set of that size, around the member's prediction), and `cautious` checks
+//! the caps on the low ends.
 
 use std::sync::Arc;
 
@@ -21,7 +25,7 @@ use super::{
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::ModelKind,
+    model::{ModelKind, SetPrediction},
     store::StoredModel,
 };
 
@@ -75,8 +79,9 @@ pub struct PlaceQuery {
     /// 0 = every GPU that qualifies.
     pub top_k: usize,
     pub include_oversubscribed: bool,
-    /// Score with the pessimistic end of the prediction interval. Until the models predict
-    /// intervals this is the point prediction.
+    /// Check `min_job_fraction` and `min_resident_fraction` on the low end of each
+    /// member's 80 % interval instead of its point prediction (a model without intervals
+    /// answers with the point prediction).
     pub cautious: bool,
 }
 
@@ -270,28 +275,112 @@ pub(super) struct PlaceWork {
     pub gpu_context: Vec<usize>,
     /// Every GPU's residents, one after another in the query's order.
     pub residents: Vec<Resident>,
+    /// Set predictions kept across requests (the service's), if any.
+    pub shared: Option<Arc<PlacedSets>>,
+}
+
+/// Set predictions kept across Place requests, keyed by (model version, profile table
+/// generation, the set's sorted table positions): a cluster asks about the same resident
+/// sets request after request (kube-scheduler's filter and prioritize for one pod, pods of
+/// the same workload), and a set's prediction depends on nothing else. Bounded by entries;
+/// a new model or any change of the GPU model's profiles makes older entries unreachable,
+/// and they age out.
+pub struct PlacedSets(quick_cache::sync::Cache<(u64, u64, Vec<u32>), Arc<SetValue>>);
+
+/// Set predictions [`PlacedSets`] keeps at most (a few hundred bytes each).
+pub const PLACED_SETS: usize = 200_000;
+
+impl PlacedSets {
+    pub fn new(entries: usize) -> Self {
+        Self(quick_cache::sync::Cache::new(entries.max(1)))
+    }
+
+    pub fn clear(&self) {
+        self.0.clear();
+    }
+}
+
+impl std::fmt::Debug for PlacedSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PlacedSets").field(&self.0.len()).finish()
+    }
 }
 
 /// A set's predictions: each member's (in the key's order, when the model predicts
 /// members) and the sum.
 #[derive(Debug, Clone)]
-struct SetValue {
+pub struct SetValue {
     sum: f64,
     members: Option<Vec<f64>>,
+    /// Each member's 80 % interval, where the model carries intervals (a lone job's is its
+    /// exclusive throughput, exactly).
+    bounds: Option<Vec<(f64, f64)>>,
 }
 
-/// Predictions of multisets of one GPU model's workloads, keyed by sorted table positions.
+/// Predictions of multisets of one GPU model's workloads, keyed by sorted table positions:
+/// this request's, backed by the ones kept across requests.
 struct SetCache<'a> {
     ready: &'a Ready,
     sets: FastMap<Vec<u32>, Arc<SetValue>>,
+    shared: Option<&'a PlacedSets>,
+    /// The model's own predictions of sets of three and more, made in one batch
+    /// ([`Self::prefetch`]) before the min-over-subsets rule reads them.
+    raw: FastMap<Vec<u32>, SetPrediction>,
 }
 
 impl<'a> SetCache<'a> {
-    fn new(ready: &'a Ready) -> Self {
+    fn new(ready: &'a Ready, shared: Option<&'a PlacedSets>) -> Self {
         Self {
             ready,
             sets: FastMap::default(),
+            shared,
+            raw: FastMap::default(),
         }
+    }
+
+    /// Predicts, in one batch, every set of three and more members that the values of
+    /// `keys` (sorted) will need and that is known neither here nor across requests: each
+    /// key and, through the min-over-subsets rule, its subsets. Walking the trees set by
+    /// set costs an allocation and a pass per set; a batch walks them once over all rows.
+    fn prefetch(&mut self, keys: &[Vec<u32>]) {
+        let mut needed: foldhash::HashSet<Vec<u32>> = Default::default();
+        let mut stack: Vec<Vec<u32>> = keys.iter().filter(|k| k.len() >= 3).cloned().collect();
+        while let Some(key) = stack.pop() {
+            if needed.contains(&key) || self.sets.contains_key(&key) {
+                continue;
+            }
+            if let Some(value) = self.shared.and_then(|s| s.0.get(&self.shared_key(&key))) {
+                self.sets.insert(key, value);
+                continue;
+            }
+            for j in 0..key.len() {
+                if key.len() > 3 {
+                    let mut without = key.clone();
+                    without.remove(j);
+                    stack.push(without);
+                }
+            }
+            needed.insert(key);
+        }
+        if needed.is_empty() {
+            return;
+        }
+        let needed: Vec<Vec<u32>> = needed.into_iter().collect();
+        let entries = self.ready.table.entries();
+        let sets: Vec<Vec<&crate::model::Features>> = needed
+            .iter()
+            .map(|key| key.iter().map(|&i| &entries[i as usize].features).collect())
+            .collect();
+        let predicted = self.ready.model.params.predict_sets(&sets);
+        self.raw.extend(needed.into_iter().zip(predicted));
+    }
+
+    fn shared_key(&self, key: &[u32]) -> (u64, u64, Vec<u32>) {
+        (
+            self.ready.model.version,
+            self.ready.table.generation(),
+            key.to_vec(),
+        )
     }
 
     fn exclusive(&self, index: u32) -> f64 {
@@ -306,28 +395,42 @@ impl<'a> SetCache<'a> {
         if let Some(value) = self.sets.get(key) {
             return value.clone();
         }
+        if key.len() >= 2 {
+            if let Some(value) = self.shared.and_then(|s| s.0.get(&self.shared_key(key))) {
+                self.sets.insert(key.to_vec(), value.clone());
+                return value;
+            }
+        }
         let value = match key {
             [] => SetValue {
                 sum: 0.0,
                 members: Some(Vec::new()),
+                bounds: Some(Vec::new()),
             },
             [only] => {
                 let alone = self.exclusive(*only);
                 SetValue {
                     sum: alone,
                     members: Some(vec![alone]),
+                    bounds: Some(vec![(alone, alone)]),
                 }
             }
             _ => {
-                let entries: Vec<_> = key
-                    .iter()
-                    .map(|&i| &self.ready.table.entries()[i as usize])
-                    .collect();
-                let raw = predict_entries(&self.ready.model, &self.ready.table, &entries);
+                let raw = match self.raw.remove(key) {
+                    Some(raw) => raw,
+                    None => {
+                        let entries: Vec<_> = key
+                            .iter()
+                            .map(|&i| &self.ready.table.entries()[i as usize])
+                            .collect();
+                        predict_entries(&self.ready.model, &self.ready.table, &entries)
+                    }
+                };
                 match raw.members {
                     None => SetValue {
                         sum: raw.sum,
                         members: None,
+                        bounds: None,
                     },
                     Some(mut members) => {
                         // Without member j, member i sits at i (i < j) or i - 1 (i > j).
@@ -345,15 +448,31 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        SetValue {
+                        // The interval is the model's for a set of this size around the
+                        // member's prediction (the lowest over the subsets).
+                        let prediction = SetPrediction {
                             sum: members.iter().sum(),
                             members: Some(members),
+                        };
+                        let bounds = self
+                            .ready
+                            .model
+                            .params
+                            .interval(key.len(), &prediction)
+                            .and_then(|interval| interval.members);
+                        SetValue {
+                            sum: prediction.sum,
+                            members: prediction.members,
+                            bounds,
                         }
                     }
                 }
             }
         };
         let value = Arc::new(value);
+        if let (Some(shared), true) = (self.shared, key.len() >= 2) {
+            shared.0.insert(self.shared_key(key), value.clone());
+        }
         self.sets.insert(key.to_vec(), value.clone());
         value
     }
@@ -491,6 +610,7 @@ impl PlaceWork {
             contexts,
             gpu_context,
             residents,
+            shared: None,
         })
     }
 
@@ -504,19 +624,61 @@ impl PlaceWork {
             contexts,
             gpu_context,
             residents,
+            shared,
         } = self;
         let needs_members = query.objective == Objective::NormalizedSum
             || query.min_job_fraction.is_some()
             || query.min_resident_fraction.is_some();
         let mut caches: Vec<Option<SetCache<'_>>> = contexts
             .iter()
-            .map(|c| c.ready.as_ref().ok().map(SetCache::new))
+            .map(|c| {
+                c.ready
+                    .as_ref()
+                    .ok()
+                    .map(|ready| SetCache::new(ready, shared.as_deref()))
+            })
             .collect();
         let mut used = vec![false; contexts.len()];
         let mut scored: Vec<Scored> = Vec::new();
         let mut skipped: Vec<SkippedGpu> = Vec::new();
         let mut next_resident = 0usize;
         let mut key: Vec<u32> = Vec::with_capacity(MAX_MEMBERS + 1);
+
+        // The distinct sets of three and more members the GPUs below will ask for (with
+        // the job and without it), predicted in one batch per GPU model first.
+        let mut wanted: Vec<FastMap<Vec<u32>, ()>> = vec![FastMap::default(); contexts.len()];
+        let mut start = 0usize;
+        for (gpu, &context_index) in query.gpus.iter().zip(&gpu_context) {
+            let own = &residents[start..start + gpu.residents.len()];
+            start += gpu.residents.len();
+            let Ok(ready) = &contexts[context_index].ready else {
+                continue;
+            };
+            if own.len() < 2 || own.len() + 1 > query.max_jobs_per_gpu {
+                continue;
+            }
+            let mut set: Vec<u32> = Vec::with_capacity(own.len() + 1);
+            for resident in own {
+                match resident {
+                    Resident::Entry(i) => set.push(*i),
+                    _ => break,
+                }
+            }
+            if set.len() < own.len() {
+                continue;
+            }
+            set.sort_unstable();
+            let mut with_job = set.clone();
+            let at = with_job.partition_point(|&i| i < ready.job);
+            with_job.insert(at, ready.job);
+            wanted[context_index].insert(with_job, ());
+            wanted[context_index].insert(set, ());
+        }
+        for (cache, wanted) in caches.iter_mut().zip(wanted) {
+            if let Some(cache) = cache {
+                cache.prefetch(&wanted.into_keys().collect::<Vec<_>>());
+            }
+        }
 
         for (gpu_index, (gpu, &context_index)) in query.gpus.iter().zip(&gpu_context).enumerate() {
             let resident_start = next_resident;
@@ -647,11 +809,22 @@ impl PlaceWork {
             let after = cache.value(&key);
             let value_after = objective_value(query.objective, &after, &key, cache);
 
-            // Each member's predicted throughput, the job first.
+            // Each member's predicted throughput as the caps read it: the point prediction,
+            // or with `cautious` the low end of its interval where the model has one.
+            let low_ends = if query.cautious {
+                after.bounds.as_ref()
+            } else {
+                None
+            };
             let predicted = |index: u32| -> Option<f64> {
                 let members = after.members.as_ref()?;
                 let position = key.binary_search(&index).expect("a member of the set");
-                Some(members[position])
+                Some(low_ends.map_or(members[position], |bounds| bounds[position].0))
+            };
+            let predicted_as = if low_ends.is_some() {
+                "predicted (the low end of its 80 % interval)"
+            } else {
+                "predicted"
             };
             let job_throughput = predicted(ready.job);
             if let (Some(cap), Some(t)) = (query.min_job_fraction, job_throughput) {
@@ -660,7 +833,7 @@ impl PlaceWork {
                     skipped.push(skip(
                         PlaceSkipCode::JobSlowdown,
                         format!(
-                            "predicted to leave the job {} of its exclusive throughput, {} \
+                            "{predicted_as} to leave the job {} of its exclusive throughput, {} \
                              points below the {} asked for",
                             percent(kept),
                             ((cap - kept) * 100.0).round(),
@@ -682,8 +855,8 @@ impl PlaceWork {
                     skipped.push(skip(
                         PlaceSkipCode::ResidentSlowdown,
                         format!(
-                            "predicted to leave resident {} {} of its exclusive throughput, {} \
-                             points below the {} asked for",
+                            "{predicted_as} to leave resident {} {} of its exclusive throughput, \
+                             {} points below the {} asked for",
                             name.as_str(),
                             percent(kept),
                             ((cap - kept) * 100.0).round(),
@@ -738,16 +911,13 @@ impl PlaceWork {
                 let entries = ready.table.entries();
                 let member = |index: u32| {
                     let entry = &entries[index as usize];
+                    let position = key.binary_search(&index).expect("a member of the set");
                     MemberPrediction {
                         workload: entry.name.clone(),
                         exclusive_throughput: entry.features.exclusive_throughput(),
                         throughput_unit: entry.throughput_unit.clone(),
-                        predicted_throughput: after
-                            .members
-                            .as_ref()
-                            .map(|m| m[key.binary_search(&index).expect("a member of the set")]),
-                        // Place does not use the N-way intervals yet (see `cautious`).
-                        predicted_interval: None,
+                        predicted_throughput: after.members.as_ref().map(|m| m[position]),
+                        predicted_interval: after.bounds.as_ref().map(|b| b[position]),
                     }
                 };
                 let mut members = Vec::with_capacity(own.len() + 1);

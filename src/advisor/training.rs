@@ -146,13 +146,18 @@ impl Advisor {
         let span = tracing::Span::current();
         let judged = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
+            // The comparison is made on a bounded sample; the model is fitted on every run
+            // (moved, not copied: on a large store the rows are most of the memory).
+            let compared = champion_procedure
+                .map(|champion| (champion, validation::comparison_sample(&rows, folds)));
+            let training: Vec<TrainingRow> = rows.into_iter().map(|r| r.row).collect();
             let job = || {
-                let training: Vec<TrainingRow> = rows.iter().map(|r| r.row.clone()).collect();
                 let (fitted, comparison) = rayon::join(
                     || model::fit(kind, &training),
                     || {
-                        champion_procedure.map(|champion| {
-                            validation::compare(&rows, folds, Procedure { kind, last_id }, champion)
+                        compared.as_ref().map(|(champion, sample)| {
+                            let challenger = Procedure { kind, last_id };
+                            validation::compare(sample, folds, challenger, *champion)
                         })
                     },
                 );

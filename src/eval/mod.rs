@@ -67,10 +67,7 @@ impl Policy {
     pub fn fit(self, rows: &[TrainingRow]) -> Result<model::ModelParams, model::FitError> {
         match self {
             // The served fit without its interval calibration, which ranking does not use.
-            Self::Model(ModelKind::MemberRidgeGbt) => {
-                model::fit_member(rows, model::MemberOptions::CHOSEN)
-            }
-            Self::Model(kind) => model::fit(kind, rows).map(|(params, _)| params),
+            Self::Model(kind) => model::fit_point(kind, rows),
             Self::Candidate(i) => model::fit_member(rows, model::MEMBER_CANDIDATES[i].1),
             _ => unreachable!("{} fits no model", self.name()),
         }

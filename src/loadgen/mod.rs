@@ -38,7 +38,7 @@ use coloc::{
 };
 
 use peer::start_peer;
-use process::rss_mb;
+use process::{peak_rss_mb, rss_mb};
 use report::{print_report, Report};
 use scenario::{connect, connect_when_ready, rank_pool, run_scenario, server_names, Call};
 use synthetic::{seed_store, synthetic};
@@ -93,7 +93,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     ("profiler.backend", "off".into()),
                     ("trainer.interval_secs", "0".into()),
                     ("server.max_request_bytes", (64u64 << 20).to_string()),
-                ],
+                ]
+                .into_iter()
+                .chain(
+                    args.max_training_runs
+                        .map(|runs| ("trainer.max_training_runs", runs.to_string())),
+                )
+                .collect(),
             })?;
             let started = Instant::now();
             let app = App::build(&settings).await?;
@@ -125,6 +131,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         setup("train_s", started.elapsed().as_secs_f64().into());
         setup("model_version", trained.champion_version.into());
         setup("rss_after_training_mb", rss_mb().into());
+        setup("peak_rss_mb", peak_rss_mb().into());
     }
 
     let names = Arc::new(names);

@@ -2,8 +2,17 @@
 //! /proc (this process, or the Python peer's).
 
 pub(super) fn rss_mb() -> Option<f64> {
+    status_mb("VmRSS:")
+}
+
+/// The largest resident memory this process has had so far.
+pub(super) fn peak_rss_mb() -> Option<f64> {
+    status_mb("VmHWM:")
+}
+
+fn status_mb(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }

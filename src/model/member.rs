@@ -1,7 +1,7 @@
 //! coloc's default model kind, `member-ridge-gbt`: it predicts each member of a colocated
 //! set, not only the set's sum. For a member it predicts ln(colocated / exclusive
 //! throughput) from its own ten metrics and the element-wise sum of the other members'
-//! metrics, twice — ridge regression (smartcore) on log-transformed features, and
+//! metrics, twice — ridge regression on log-transformed features ([`super::ridge`]), and
 //! gradient-boosted trees (forust-ml) on the raw metrics — and averages the two predicted
 //! throughputs. The set's sum is the sum over members, so the same model serves pairs and
 //! larger sets, and every answer carries each member's predicted slowdown.
@@ -13,22 +13,17 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
-use forust_ml::{data::Matrix, objective::ObjectiveType, GradientBooster};
+use forust_ml::{data::Matrix, objective::ObjectiveType, sampler::SampleMethod, GradientBooster};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use smartcore::{
-    linalg::basic::{arrays::Array, matrix::DenseMatrix},
-    linear::ridge_regression::{
-        RidgeRegression, RidgeRegressionParameters, RidgeRegressionSolverName,
-    },
-};
 
 use super::{
     intervals::{self, Intervals, SetInterval},
     member_terms::{
-        clamp_log_ratio, member_throughput, ridge_features, EXCLUSIVE_THROUGHPUT, RIDGE_FEATURES,
+        clamp_log_ratio, member_throughput, ridge_features, MemberOptions, EXCLUSIVE_THROUGHPUT,
+        MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
-    Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
+    ridge, Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
 };
 
 pub use super::member_terms::ridge_feature_names;
@@ -37,47 +32,10 @@ pub const RIDGE_ALPHA: f64 = 1.0;
 pub const BOOSTER_TREES: usize = 500;
 pub const BOOSTER_DEPTH: usize = 2;
 pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
-
-/// The most booster features a member has: its own metrics, the others' summed metrics,
-/// and with [`MemberOptions::crowding`] the number of others and the others' largest metrics.
-const MAX_BOOSTER_FEATURES: usize = 3 * NUM_FEATURES + 1;
-
-/// Variants of the model's fit. A stored model keeps the options it was fitted with (models
-/// stored before the options existed read as all off).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
-pub struct MemberOptions {
-    /// The trees also see how crowded the GPU is: the number of other members, and the
-    /// element-wise largest of their metrics. In a pair these equal 1 and the partner's
-    /// metrics, so pair answers are scored by the same pair scorer.
-    #[serde(default)]
-    pub crowding: bool,
-    /// The trees fit the ridge half's residuals and the model predicts ridge + trees
-    /// (one log ratio), instead of averaging the two halves' throughputs.
-    #[serde(default)]
-    pub stacked: bool,
-    /// Each member's row weighs as its share of the set's exclusive throughput times the
-    /// number of members, in the trees' loss: the sum that ranking compares is dominated by
-    /// the members with large throughput.
-    #[serde(default)]
-    pub weighted: bool,
-}
-
-impl MemberOptions {
-    /// What `Train` fits: chosen by the rule fixed before comparing (README, "N-way").
-    pub const CHOSEN: MemberOptions = MemberOptions {
-        crowding: true,
-        stacked: false,
-        weighted: false,
-    };
-
-    pub fn booster_features(self) -> usize {
-        if self.crowding {
-            MAX_BOOSTER_FEATURES
-        } else {
-            2 * NUM_FEATURES
-        }
-    }
-}
+/// Member rows each tree is grown on at most: above it, a random sample of this size per
+/// tree (2,000,000 member rows, a million stored pairs, fit in seconds; every store of
+/// KACE's size, hundreds of rows, is fitted on every row by every tree).
+pub const TREE_SAMPLE_ROWS: usize = 100_000;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
 pub const CANDIDATES: [(&str, MemberOptions); 7] = {
@@ -227,40 +185,64 @@ impl MemberRidgeGbt {
 
     /// Fits with `options`, without intervals (the evaluation's candidates, and the
     /// calibration's own refits).
+    ///
+    /// Memory and time stay bounded on large stores: the ridge half is fitted from sums
+    /// over the member rows ([`super::ridge`]), never a matrix of them; the trees' matrix
+    /// is built column-major in place; and above [`TREE_SAMPLE_ROWS`] member rows each
+    /// tree is grown on a random [`TREE_SAMPLE_ROWS`] of them (stochastic gradient
+    /// boosting: every row takes part, each tree sees a sample), on the caller's threads.
+    /// Below it the fit is exactly the full-batch one.
     pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
         let width = options.booster_features();
-        let mut ridge_x: Vec<[f64; RIDGE_FEATURES]> = Vec::new();
-        let mut booster_x: Vec<[f64; MAX_BOOSTER_FEATURES]> = Vec::new();
-        let mut y: Vec<f64> = Vec::new();
-        let mut weights: Vec<f64> = Vec::new();
+        let member_rows = || {
+            rows.iter().flat_map(|row| {
+                views_of(&row.members)
+                    .into_iter()
+                    .zip(row.throughputs.iter().copied())
+                    .map(|(view, throughput)| {
+                        let ratio = throughput / view.own.0[EXCLUSIVE_THROUGHPUT];
+                        let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln());
+                        (view, y)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let ridge = ridge::fit(RIDGE_ALPHA, || {
+            member_rows().map(|(view, y)| (ridge_features(view.own, &view.others), y))
+        })?;
+        let (ridge_intercept, ridge_coefficients) = (ridge.intercept, ridge.coefficients);
+
+        let n: usize = rows.iter().map(|r| r.members.len()).sum();
+        let mut data = vec![0.0; n * width];
+        let mut target = Vec::with_capacity(n);
+        let mut weights = Vec::with_capacity(if options.weighted { n } else { 0 });
         for row in rows {
             let set_exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
-            for (view, &throughput) in views_of(&row.members).iter().zip(&row.throughputs) {
-                ridge_x.push(ridge_features(view.own, &view.others));
-                booster_x.push(booster_features(view, options));
-                let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
-                let ratio = throughput / exclusive;
-                y.push(clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln()));
-                weights.push(if set_exclusive > 0.0 {
-                    exclusive / set_exclusive * row.members.len() as f64
-                } else {
-                    1.0
-                });
+            for view in views_of(&row.members) {
+                let i = target.len();
+                for (j, value) in booster_features(&view, options)[..width].iter().enumerate() {
+                    data[j * n + i] = *value;
+                }
+                if options.weighted {
+                    let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
+                    weights.push(if set_exclusive > 0.0 {
+                        exclusive / set_exclusive * row.members.len() as f64
+                    } else {
+                        1.0
+                    });
+                }
+                target.push(0.0);
             }
         }
+        for (i, (view, y)) in member_rows().enumerate() {
+            target[i] = if options.stacked {
+                let x = ridge_features(view.own, &view.others);
+                y - ridge_linear(ridge_intercept, &ridge_coefficients, &x)
+            } else {
+                y
+            };
+        }
 
-        let (ridge_intercept, ridge_coefficients) = fit_ridge(&ridge_x, &y)?;
-        let target: Vec<f64> = if options.stacked {
-            ridge_x
-                .iter()
-                .zip(&y)
-                .map(|(x, y)| y - ridge_linear(ridge_intercept, &ridge_coefficients, x))
-                .collect()
-        } else {
-            y
-        };
-
-        let data = column_major(&booster_x, width);
         let mut booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(BOOSTER_TREES)
@@ -273,7 +255,13 @@ impl MemberRidgeGbt {
             .set_nbins(256)
             .set_parallel(false)
             .set_seed(0);
-        let matrix = Matrix::new(&data, booster_x.len(), width);
+        if n > TREE_SAMPLE_ROWS {
+            booster = booster
+                .set_sample_method(SampleMethod::Random)
+                .set_subsample(TREE_SAMPLE_ROWS as f32 / n as f32)
+                .set_parallel(true);
+        }
+        let matrix = Matrix::new(&data, n, width);
         if options.weighted {
             booster.fit(&matrix, &target, &weights, None)
         } else {
@@ -325,6 +313,42 @@ impl MemberRidgeGbt {
                 );
                 member_throughput(linear, boosted, view.own, self.options.stacked)
             })
+            .collect()
+    }
+
+    /// The predictions of many sets in one pass of the trees over all of their members
+    /// (equal to [`Self::predict_set`] set by set), in chunks on the caller's threads.
+    pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
+        use rayon::prelude::*;
+        sets.par_chunks(512)
+            .flat_map_iter(|chunk| {
+                let owned: Vec<Vec<Features>> = chunk
+                    .iter()
+                    .map(|set| set.iter().map(|m| **m).collect())
+                    .collect();
+                let views: Vec<MemberView> = owned.iter().flat_map(|m| views_of(m)).collect();
+                let mut predicted = self.predict_members(&views).into_iter();
+                owned
+                    .iter()
+                    .map(|members| {
+                        let members: Vec<f64> = predicted.by_ref().take(members.len()).collect();
+                        SetPrediction {
+                            sum: members.iter().sum(),
+                            members: Some(members),
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The predicted sum of each training row's set, in one pass of the trees over all of
+    /// their members (equal to [`Self::predict_set`] row by row).
+    pub fn predict_sums(&self, rows: &[TrainingRow]) -> Vec<f64> {
+        let views: Vec<MemberView> = rows.iter().flat_map(|r| views_of(&r.members)).collect();
+        let mut predicted = self.predict_members(&views).into_iter();
+        rows.iter()
+            .map(|r| predicted.by_ref().take(r.members.len()).sum())
             .collect()
     }
 
@@ -417,18 +441,17 @@ pub const CALIBRATION_ROWS: usize = 20_000;
 /// to fold (its rank in first-seen order) mod [`intervals::FOLDS`]; a run is held out in
 /// the fold of each of its members.
 fn profile_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
-    let mut profiles: Vec<[u64; NUM_FEATURES]> = Vec::new();
+    // By hash, not by a scan of the profiles seen so far: a sample of a large store holds
+    // tens of thousands of distinct profiles.
+    let mut profiles: std::collections::HashMap<[u64; NUM_FEATURES], usize> = Default::default();
     let groups: Vec<Vec<usize>> = rows
         .iter()
         .map(|row| {
             row.members
                 .iter()
                 .map(|m| {
-                    let key = m.0.map(f64::to_bits);
-                    let rank = profiles.iter().position(|p| *p == key).unwrap_or_else(|| {
-                        profiles.push(key);
-                        profiles.len() - 1
-                    });
+                    let next = profiles.len();
+                    let rank = *profiles.entry(m.0.map(f64::to_bits)).or_insert(next);
                     rank % intervals::FOLDS
                 })
                 .collect()
@@ -463,35 +486,6 @@ fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES])
     x.iter()
         .zip(coefficients)
         .fold(intercept, |acc, (x, c)| acc + x * c)
-}
-
-/// Ridge regression (smartcore, standardised columns, Cholesky) on the columns that vary;
-/// a constant column gets coefficient 0 instead of a division by a zero deviation.
-fn fit_ridge(x: &[[f64; RIDGE_FEATURES]], y: &[f64]) -> Result<(f64, Vec<f64>), FitError> {
-    let varying: Vec<usize> = (0..RIDGE_FEATURES)
-        .filter(|&j| {
-            let first = x[0][j];
-            x.iter()
-                .any(|row| (row[j] - first).abs() > 1e-12 * first.abs().max(1.0))
-        })
-        .collect();
-    let rows: Vec<Vec<f64>> = x
-        .iter()
-        .map(|row| varying.iter().map(|&j| row[j]).collect())
-        .collect();
-    let matrix =
-        DenseMatrix::from_2d_vec(&rows).map_err(|e| FitError::Solver(format!("ridge: {e}")))?;
-    let parameters = RidgeRegressionParameters::default()
-        .with_alpha(RIDGE_ALPHA)
-        .with_normalize(true)
-        .with_solver(RidgeRegressionSolverName::Cholesky);
-    let fitted = RidgeRegression::fit(&matrix, &y.to_vec(), parameters)
-        .map_err(|e| FitError::Solver(format!("ridge: {e}")))?;
-    let mut coefficients = vec![0.0; RIDGE_FEATURES];
-    for (k, &j) in varying.iter().enumerate() {
-        coefficients[j] = *fitted.coefficients().get((k, 0));
-    }
-    Ok((*fitted.intercept(), coefficients))
 }
 
 #[cfg(test)]
@@ -573,6 +567,26 @@ mod tests {
         let three = model.predict_set(&[&seen[0], &seen[1], &seen[2]]);
         assert_eq!(three.members.as_ref().unwrap().len(), 3);
         assert!(three.sum.is_finite() && three.sum > 0.0);
+    }
+
+    #[test]
+    fn set_batches_equal_each_set_predicted_alone_to_the_bit() {
+        let mut state = 9;
+        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+        let model = MemberRidgeGbt::fit(&mixed_rows(&seen)).unwrap();
+        // 1,000+ sets of 2 to 5 members (more than one chunk of the batch).
+        let sets: Vec<Vec<&Features>> = (0..1_100)
+            .map(|k| {
+                (0..2 + k % 4)
+                    .map(|j| &seen[(k * 7 + j * 5) % seen.len()])
+                    .collect()
+            })
+            .collect();
+        let batch = model.predict_sets(&sets);
+        assert_eq!(batch.len(), sets.len());
+        for (set, predicted) in sets.iter().zip(&batch) {
+            assert_eq!(predicted, &model.predict_set(set));
+        }
     }
 
     #[test]

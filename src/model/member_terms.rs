@@ -1,10 +1,54 @@
 //! The terms of `member-ridge-gbt` that both its fitter ([`super::member`]) and Rank's pair
 //! scorer ([`super::pair_scorer`]) compute: the ridge half's features, the split of the
 //! ridge half into own and set terms, and how the two halves' log ratios become a member's
-//! throughput. A leaf of the model layer: it imports only the feature vector, so the fitter
-//! imports the scorer and never the other way round.
+//! throughput; and the options a model was fitted with, which both read. A leaf of the model
+//! layer: it imports only the feature vector, so the fitter imports the scorer and never the
+//! other way round.
+
+use serde::{Deserialize, Serialize};
 
 use super::{Features, FEATURE_NAMES, NUM_FEATURES};
+
+/// The most booster features a member has: its own metrics, the others' summed metrics,
+/// and with [`MemberOptions::crowding`] the number of others and the others' largest metrics.
+pub(super) const MAX_BOOSTER_FEATURES: usize = 3 * NUM_FEATURES + 1;
+
+/// Variants of the model's fit. A stored model keeps the options it was fitted with (models
+/// stored before the options existed read as all off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct MemberOptions {
+    /// The trees also see how crowded the GPU is: the number of other members, and the
+    /// element-wise largest of their metrics. In a pair these equal 1 and the partner's
+    /// metrics, so pair answers are scored by the same pair scorer.
+    #[serde(default)]
+    pub crowding: bool,
+    /// The trees fit the ridge half's residuals and the model predicts ridge + trees
+    /// (one log ratio), instead of averaging the two halves' throughputs.
+    #[serde(default)]
+    pub stacked: bool,
+    /// Each member's row weighs as its share of the set's exclusive throughput times the
+    /// number of members, in the trees' loss: the sum that ranking compares is dominated by
+    /// the members with large throughput.
+    #[serde(default)]
+    pub weighted: bool,
+}
+
+impl MemberOptions {
+    /// What `Train` fits: chosen by the rule fixed before comparing (README, "N-way").
+    pub const CHOSEN: MemberOptions = MemberOptions {
+        crowding: true,
+        stacked: false,
+        weighted: false,
+    };
+
+    pub fn booster_features(self) -> usize {
+        if self.crowding {
+            MAX_BOOSTER_FEATURES
+        } else {
+            2 * NUM_FEATURES
+        }
+    }
+}
 
 /// Index of the exclusive throughput among a profile's metrics.
 pub(super) const EXCLUSIVE_THROUGHPUT: usize = 6;

@@ -11,8 +11,9 @@
 //!   Only `member-ridge-gbt` has one; the advisor falls back to `predict_set` without it;
 //! - [`ModelParams::coefficients`], [`ModelParams::is_servable`], [`ModelKind`].
 //!
-//! Inside, imports run one way: `member` (the fitter) uses `pair_scorer`, and both use
-//! `member_terms` and `features`; nothing here imports the service.
+//! Inside, imports run one way: `member` (the fitter) uses `pair_scorer` and `ridge`, and
+//! both of the first use `member_terms` (the shared terms and the fit options) and
+//! `features`; nothing here imports the service.
 
 mod features;
 pub mod intervals;
@@ -20,13 +21,15 @@ mod kace_linear;
 mod member;
 mod member_terms;
 mod pair_scorer;
+mod ridge;
 pub mod validation;
 
 use serde::{Deserialize, Serialize};
 
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
-pub use member::{MemberOptions, MemberRidgeGbt, CANDIDATES as MEMBER_CANDIDATES};
+pub use member::{MemberRidgeGbt, CANDIDATES as MEMBER_CANDIDATES};
+pub use member_terms::MemberOptions;
 pub use pair_scorer::{PairScorer, ProfileCode, TargetTables};
 
 /// Fewer observations than this cannot pin down the ten coefficients and the intercept of
@@ -170,6 +173,15 @@ impl ModelParams {
         }
     }
 
+    /// [`Self::predict_set`] of many sets at once (the trees walk them in one batch, on the
+    /// caller's threads): what Place uses for the sets of three and more a request needs.
+    pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.predict_sets(sets),
+            Self::KaceLinear(m) => sets.iter().map(|set| m.predict_set(set)).collect(),
+        }
+    }
+
     /// The 80 % interval of `prediction` (of a set of `size` members), for models that
     /// carry calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
     /// cautious mode reads the pessimistic end of each member's throughput.
@@ -236,6 +248,24 @@ pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelP
     )?))
 }
 
+/// Fits a model of `kind` as [`fit`] does, without what only a served model needs (the
+/// intervals' calibration, five more fits; the in-sample figures): the same point
+/// predictions, for cross-validation and `coloc eval`.
+pub fn fit_point(kind: ModelKind, rows: &[TrainingRow]) -> Result<ModelParams, FitError> {
+    match kind {
+        ModelKind::MemberRidgeGbt => fit_member(rows, MemberOptions::CHOSEN),
+        ModelKind::KaceLinear => {
+            if rows.len() < MIN_TRAINING_ROWS {
+                return Err(FitError::TooFewObservations {
+                    have: rows.len(),
+                    need: MIN_TRAINING_ROWS,
+                });
+            }
+            Ok(ModelParams::KaceLinear(KaceLinear::fit(rows)?))
+        }
+    }
+}
+
 /// Fits a model of `kind` on `rows` and measures it in-sample. CPU-bound: call it off the
 /// async threads.
 pub fn fit(kind: ModelKind, rows: &[TrainingRow]) -> Result<(ModelParams, FitMetrics), FitError> {
@@ -258,11 +288,24 @@ pub fn evaluate(params: &ModelParams, rows: &[TrainingRow]) -> FitMetrics {
     let n = rows.len() as f64;
     let labels: Vec<f64> = rows.iter().map(TrainingRow::throughput_sum).collect();
     let mean = labels.iter().sum::<f64>() / n;
+    // In chunks on the caller's threads (a large store has a million runs), summed in
+    // order afterwards, so the figures do not depend on the number of threads.
+    let predicted: Vec<f64> = {
+        use rayon::prelude::*;
+        rows.par_chunks(4_096)
+            .map(|chunk| match params {
+                ModelParams::MemberRidgeGbt(m) => m.predict_sums(chunk),
+                ModelParams::KaceLinear(m) => chunk
+                    .iter()
+                    .map(|row| m.predict_set(&row.members.iter().collect::<Vec<_>>()).sum)
+                    .collect(),
+            })
+            .flatten_iter()
+            .collect()
+    };
     let mut residual = 0.0;
     let mut total = 0.0;
-    for (row, label) in rows.iter().zip(&labels) {
-        let refs: Vec<&Features> = row.members.iter().collect();
-        let predicted = params.predict_set(&refs).sum;
+    for (predicted, label) in predicted.iter().zip(&labels) {
         residual += (label - predicted).powi(2);
         total += (label - mean).powi(2);
     }

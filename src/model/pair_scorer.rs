@@ -19,8 +19,7 @@
 use std::{fmt, sync::Arc};
 
 use super::{
-    member::MemberOptions,
-    member_terms::{member_throughput, RidgeParts},
+    member_terms::{member_throughput, MemberOptions, RidgeParts},
     Features, SetPrediction, NUM_FEATURES,
 };
 

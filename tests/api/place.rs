@@ -269,6 +269,137 @@ async fn slowdown_caps_skip_exactly_the_gpus_that_would_break_them_and_say_who_a
 }
 
 #[tokio::test]
+async fn members_carry_intervals_and_cautious_checks_the_caps_on_their_low_ends() {
+    let (mut app, _) = slowdown_app(8).await;
+    let gpus: Vec<pb::GpuState> = (1..8)
+        .map(|i| gpu(&format!("g{i}"), &[&format!("w0{i}")]))
+        .chain([gpu("g8", &["w01", "w02"]), gpu("g9", &[])])
+        .collect();
+    let point = app
+        .client
+        .place(place("w00", gpus.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(point.placements.len(), 9, "{:?}", point.skipped);
+    for placement in &point.placements {
+        for member in &placement.members {
+            let kept = member.predicted_speed_fraction.unwrap();
+            let (low, high) = (
+                member.predicted_speed_fraction_low.expect("an interval"),
+                member.predicted_speed_fraction_high.expect("an interval"),
+            );
+            assert!(low <= kept && kept <= high, "{member:?}");
+            if placement.members.len() == 1 {
+                // Alone, the job runs at its exclusive throughput: no uncertainty.
+                assert_eq!((low, high), (1.0, 1.0));
+            } else {
+                assert!(
+                    low < kept,
+                    "a colocated member's interval has width: {member:?}"
+                );
+            }
+        }
+    }
+    // A cap between the low end and the point prediction of the job on the first
+    // one-resident GPU: met by the point, broken by the low end.
+    let first = point.placements.iter().find(|p| p.gpu_id == "g1").unwrap();
+    let job = &first.members[0];
+    let cap =
+        (job.predicted_speed_fraction_low.unwrap() + job.predicted_speed_fraction.unwrap()) / 2.0;
+    let mut request = place("w00", gpus.clone());
+    request.min_job_fraction = cap;
+    let plain = app
+        .client
+        .place(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        plain.placements.iter().any(|p| p.gpu_id == "g1"),
+        "{plain:?}"
+    );
+    request.cautious = true;
+    let cautious = app.client.place(request).await.unwrap().into_inner();
+    for unconstrained in &point.placements {
+        let low = unconstrained.members[0]
+            .predicted_speed_fraction_low
+            .unwrap();
+        let skip = cautious
+            .skipped
+            .iter()
+            .find(|s| s.gpu_id == unconstrained.gpu_id);
+        if low < cap {
+            let skip = skip.expect("the job's cap is broken at the low end");
+            assert_eq!(skip.code(), pb::PlaceSkipReason::PlaceJobSlowdown);
+            assert_eq!(skip.predicted_fraction, Some(low));
+            assert!(skip.reason.contains("low end"), "{}", skip.reason);
+        } else {
+            assert!(skip.is_none(), "{skip:?}");
+        }
+    }
+    assert!(cautious.skipped.iter().any(|s| s.gpu_id == "g1"));
+    assert!(cautious.placements.iter().any(|p| p.gpu_id == "g9"));
+}
+
+#[tokio::test]
+async fn set_predictions_kept_across_requests_follow_a_changed_profile() {
+    let (mut app, workloads) = slowdown_app(6).await;
+    let gpus = || vec![gpu("a", &["w01"]), gpu("b", &["w02", "w03"])];
+    let ask = |app: &mut crate::helpers::TestApp| {
+        let mut client = app.client.clone();
+        async move {
+            client
+                .place(place("w00", gpus()))
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let gain = |answer: &pb::PlaceResponse, id: &str| {
+        answer
+            .placements
+            .iter()
+            .find(|p| p.gpu_id == id)
+            .unwrap()
+            .gain
+    };
+    let first = ask(&mut app).await;
+    // Asked again, the kept predictions give the same answer to the bit.
+    let again = ask(&mut app).await;
+    assert_eq!(first, again);
+
+    // w01's profile changes: its pair with the job must be predicted afresh.
+    let mut profile = workloads[1].1.clone();
+    let kernel = profile.kernel.as_mut().unwrap();
+    kernel.compute_throughput_pct = (kernel.compute_throughput_pct * 0.3).max(1.0);
+    kernel.dram_throughput_pct = (kernel.dram_throughput_pct * 0.3).max(1.0);
+    profile.system.as_mut().unwrap().sm_busy_pct = 5.0;
+    app.client
+        .put_profile(pb::PutProfileRequest {
+            name: "w01".into(),
+            profile: Some(profile),
+        })
+        .await
+        .unwrap();
+    let after = ask(&mut app).await;
+    let predicted = pair_sum(&mut app, "w00", "w01").await;
+    let expected: f64 = predicted
+        .members
+        .iter()
+        .map(|m| m.predicted_throughput.unwrap().min(m.exclusive_throughput))
+        .sum::<f64>()
+        - predicted.members[1].exclusive_throughput;
+    assert!(
+        (gain(&after, "a") - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+        "{} vs {expected}",
+        gain(&after, "a")
+    );
+    assert_ne!(gain(&after, "a"), gain(&first, "a"), "a stale prediction");
+    assert_eq!(gain(&after, "b"), gain(&first, "b"));
+}
+
+#[tokio::test]
 async fn normalized_sum_scores_by_the_members_share_of_their_exclusive_throughput() {
     let (mut app, _) = slowdown_app(6).await;
     let mut request = place(
