@@ -711,6 +711,9 @@ fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<crate::model::Model
 }
 
 async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
+    if args.json {
+        crate::progress::hide();
+    }
     use crate::{eval, model::ModelKind};
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,
@@ -859,6 +862,9 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
 }
 
 async fn run_eval_objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
+    if args.json {
+        crate::progress::hide();
+    }
     use crate::{eval, model::ModelKind};
     let kind = match &args.kind {
         None => ModelKind::DEFAULT,

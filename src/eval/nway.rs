@@ -337,7 +337,12 @@ pub fn evaluate(
     policies: &[Policy],
 ) -> anyhow::Result<Vec<NwayResult>> {
     let mut results = Vec::new();
+    let progress = crate::progress::bar(
+        (cases.len() * policies.len()) as u64,
+        &format!("eval {}", data.label),
+    );
     for (c, case) in cases.iter().enumerate() {
+        progress.inc(policies.len() as u64);
         let oracle = case
             .candidates
             .iter()
@@ -396,6 +401,7 @@ pub fn evaluate(
             });
         }
     }
+    progress.finish_and_clear();
     Ok(results)
 }
 

@@ -106,13 +106,21 @@ fn pick(candidates: &[Candidate], policy: ObjectivePolicy) -> Option<&Candidate>
 /// Runs the unseen protocol with `kind`. CPU work: call from a blocking context.
 pub fn evaluate_objectives(data: &EvalData, kind: ModelKind) -> anyhow::Result<ObjectiveReport> {
     let mut per_target: Vec<(String, Vec<Candidate>)> = Vec::new();
+    let unseen = data
+        .cases
+        .iter()
+        .filter(|c| c.protocol == Protocol::Unseen)
+        .count();
+    let progress = crate::progress::bar(unseen as u64, "eval objectives");
     for case in data.cases.iter().filter(|c| c.protocol == Protocol::Unseen) {
+        progress.inc(1);
         let target = case
             .holdout
             .clone()
             .expect("unseen cases name their holdout");
         let rows: Vec<TrainingRow> = case.train.iter().map(|&i| data.row(i)).collect();
-        let (params, _) = model::fit(kind, &rows)
+        // The point predictions are what is judged: no interval calibration.
+        let params = model::fit_point(kind, &rows)
             .with_context(|| format!("fitting {} without {target}", kind.as_str()))?;
         let mut candidates = Vec::new();
         for &i in &case.test {
@@ -140,6 +148,7 @@ pub fn evaluate_objectives(data: &EvalData, kind: ModelKind) -> anyhow::Result<O
         }
         per_target.push((target, candidates));
     }
+    progress.finish_and_clear();
     per_target.sort_by(|a, b| a.0.cmp(&b.0));
 
     let mut rows = BTreeMap::new();

@@ -421,6 +421,76 @@ async fn pods_coloc_knows_nothing_about_and_coloc_failures_leave_scheduling_unha
     assert_eq!(status, 422);
 }
 
+/// A coloc whose placement always fails, as an internal error would.
+struct FailingPlacer;
+
+impl coloc::extender::Placer for FailingPlacer {
+    fn place<'a>(
+        &'a self,
+        _ask: &'a coloc::extender::PlacementAsk,
+    ) -> coloc::extender::decide::PlaceFuture<'a> {
+        Box::pin(async {
+            Err(coloc::extender::PlacementError::Unavailable(
+                "internal error".into(),
+            ))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
+    let view = std::sync::Arc::new(coloc::extender::ClusterView::new());
+    for node in ["a", "b"] {
+        view.set_node(node, gpus(2, "Test-GPU-16GB"));
+    }
+    view.set_pod(
+        "pod-1",
+        Some(Residency {
+            node: "a".into(),
+            gpus: vec!["gpu-0".into()],
+            workload: "w01".into(),
+        }),
+    );
+    let extender = std::sync::Arc::new(coloc::extender::Extender::new(
+        std::sync::Arc::new(FailingPlacer),
+        view,
+    ));
+    let router = coloc::extender::http::router(
+        extender,
+        &coloc::extender::http::ServeOptions {
+            url_prefix: "/coloc".into(),
+            max_request_bytes: 1 << 20,
+            tokens: None,
+            tls: None,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let candidates = ["a", "b"];
+    let args = json!({
+        "Pod": pod(json!({"coloc.io/workload": JOB})),
+        "Nodes": null,
+        "NodeNames": names(&candidates),
+    });
+    let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["NodeNames"], names(&candidates), "every node passes");
+    assert_eq!(body["FailedNodes"], json!({}));
+    assert_eq!(body["Error"], "", "no error: it would fail the pod's cycle");
+    let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
+    assert_eq!(status, 200, "{body}");
+    let scores: Vec<i64> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["Score"].as_i64().unwrap())
+        .collect();
+    assert_eq!(scores, vec![0, 0], "neutral scores");
+    server.abort();
+}
+
 #[tokio::test]
 async fn with_require_token_the_extender_asks_for_a_reader_token() {
     let dir = std::sync::Arc::new(tempfile::TempDir::new().unwrap());
