@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::{ModelKind, SetPrediction},
+    model::{split_by_exclusive, ModelKind, SetPrediction},
     store::StoredModel,
 };
 
@@ -234,6 +234,10 @@ pub struct ModelUsed {
     pub gpu: GpuName,
     pub version: u64,
     pub kind: ModelKind,
+    /// The model predicts only sums, and the request's objective or caps needed each
+    /// member: members were estimated from the sum in proportion to their exclusive
+    /// throughputs.
+    pub members_estimated: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -326,15 +330,20 @@ struct SetCache<'a> {
     /// The model's own predictions of sets of three and more, made in one batch
     /// ([`Self::prefetch`]) before the min-over-subsets rule reads them.
     raw: FastMap<Vec<u32>, SetPrediction>,
+    /// The model predicts only sums and the request needs each member: members are
+    /// estimated from the sum in proportion to their exclusive throughputs, as Rank and
+    /// Predict do (such values are not kept across requests).
+    estimate: bool,
 }
 
 impl<'a> SetCache<'a> {
-    fn new(ready: &'a Ready, shared: Option<&'a PlacedSets>) -> Self {
+    fn new(ready: &'a Ready, shared: Option<&'a PlacedSets>, estimate: bool) -> Self {
         Self {
             ready,
             sets: FastMap::default(),
-            shared,
+            shared: if estimate { None } else { shared },
             raw: FastMap::default(),
+            estimate,
         }
     }
 
@@ -426,7 +435,14 @@ impl<'a> SetCache<'a> {
                         predict_entries(&self.ready.model, &self.ready.table, &entries)
                     }
                 };
-                match raw.members {
+                let members = match raw.members {
+                    None if self.estimate => {
+                        let exclusive: Vec<f64> = key.iter().map(|&i| self.exclusive(i)).collect();
+                        Some(split_by_exclusive(raw.sum, &exclusive))
+                    }
+                    members => members,
+                };
+                match members {
                     None => SetValue {
                         sum: raw.sum,
                         members: None,
@@ -632,10 +648,10 @@ impl PlaceWork {
         let mut caches: Vec<Option<SetCache<'_>>> = contexts
             .iter()
             .map(|c| {
-                c.ready
-                    .as_ref()
-                    .ok()
-                    .map(|ready| SetCache::new(ready, shared.as_deref()))
+                c.ready.as_ref().ok().map(|ready| {
+                    let estimate = needs_members && !ready.model.params.kind().predicts_members();
+                    SetCache::new(ready, shared.as_deref(), estimate)
+                })
             })
             .collect();
         let mut used = vec![false; contexts.len()];
@@ -700,20 +716,6 @@ impl PlaceWork {
                     continue;
                 }
             };
-            if needs_members && !ready.model.params.kind().predicts_members() {
-                skipped.push(skip(
-                    PlaceSkipCode::NoModel,
-                    format!(
-                        "the model of GPU model {:?} ({}) predicts only the set's sum; \
-                         NORMALIZED_SUM and the slowdown caps need one that predicts each member",
-                        context.gpu.as_str(),
-                        ready.model.params.kind().as_str()
-                    ),
-                    None,
-                    None,
-                ));
-                continue;
-            }
             if gpu.residents.len() + 1 > query.max_jobs_per_gpu {
                 skipped.push(skip(
                     PlaceSkipCode::TooManyJobs,
@@ -951,6 +953,7 @@ impl PlaceWork {
                 gpu: c.gpu.clone(),
                 version: r.model.version,
                 kind: r.model.params.kind(),
+                members_estimated: needs_members && !r.model.params.kind().predicts_members(),
             })
             .collect();
         Ok(PlaceAnswer {

@@ -776,6 +776,7 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 gpu: m.gpu.to_string(),
                 version: m.version,
                 kind: m.kind.as_str().to_string(),
+                members_estimated: m.members_estimated,
             })
             .collect(),
     }

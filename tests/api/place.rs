@@ -8,7 +8,7 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 use crate::helpers::{
-    expect_code, register_request, slowdown_app, trained_app_with, GPU, GPU_MEMORY_GB,
+    expect_code, register_request, slowdown_app, slowdown_app_with_config, GPU, GPU_MEMORY_GB,
 };
 
 pub fn gpu(id: &str, residents: &[&str]) -> pb::GpuState {
@@ -426,8 +426,9 @@ async fn normalized_sum_scores_by_the_members_share_of_their_exclusive_throughpu
 }
 
 #[tokio::test]
-async fn caps_and_normalized_sum_skip_gpus_whose_model_predicts_only_sums() {
-    let (mut app, _) = trained_app_with(5, "kace-linear").await;
+async fn under_a_sum_only_model_caps_and_normalized_sum_use_members_estimated_from_the_sum() {
+    // Pairs that slow each other down, fitted by the KACE model (sums only).
+    let (mut app, _) = slowdown_app_with_config(6, "[model]\nkind = \"kace-linear\"\n").await;
     let plain = app
         .client
         .place(place("w00", vec![gpu("a", &["w01"]), gpu("b", &[])]))
@@ -436,12 +437,63 @@ async fn caps_and_normalized_sum_skip_gpus_whose_model_predicts_only_sums() {
         .into_inner();
     assert_eq!(plain.placements.len(), 2);
     assert_eq!(plain.models[0].kind, "kace-linear");
-    let mut request = place("w00", vec![gpu("a", &["w01"])]);
-    request.min_job_fraction = 0.5;
+    assert!(
+        !plain.models[0].members_estimated,
+        "THROUGHPUT_SUM needs no members"
+    );
+    // The pair's sum split in proportion to the exclusive throughputs gives both members
+    // the same share of their speed: sum / (e0 + e1), at most 1 (never sped up).
+    let predicted = pair_sum(&mut app, "w00", "w01").await;
+    let exclusive: f64 = predicted
+        .members
+        .iter()
+        .map(|m| m.exclusive_throughput)
+        .sum();
+    let share = (predicted.predicted_throughput_sum / exclusive).min(1.0);
+    let mut request = place("w00", vec![gpu("a", &["w01"]), gpu("b", &[])]);
+    request.objective = pb::Objective::NormalizedSum as i32;
     let answer = app.client.place(request).await.unwrap().into_inner();
-    assert!(answer.placements.is_empty());
-    assert_eq!(answer.skipped[0].code(), pb::PlaceSkipReason::PlaceNoModel);
-    assert!(answer.skipped[0].reason.contains("only the set's sum"));
+    assert!(answer.models[0].members_estimated);
+    assert!(answer.skipped.is_empty(), "{:?}", answer.skipped);
+    let busy = answer.placements.iter().find(|p| p.gpu_id == "a").unwrap();
+    for member in &busy.members {
+        let kept = member.predicted_speed_fraction.unwrap();
+        assert!((kept - share).abs() < 1e-12, "{member:?} vs {share}");
+    }
+    assert!((busy.value_before - 1.0).abs() < 1e-12);
+    assert!((busy.value_after - 2.0 * share).abs() < 1e-12, "{busy:?}");
+    // A cap on the job is checked on the estimate: broken exactly when the share is below.
+    let mut capped = 0;
+    for resident in ["w01", "w02", "w03", "w04"] {
+        let predicted = pair_sum(&mut app, "w00", resident).await;
+        let exclusive: f64 = predicted
+            .members
+            .iter()
+            .map(|m| m.exclusive_throughput)
+            .sum();
+        let share = (predicted.predicted_throughput_sum / exclusive).min(1.0);
+        for cap in [share - 0.01, share + 0.01]
+            .into_iter()
+            .filter(|c| *c > 0.0 && *c <= 1.0)
+        {
+            let mut request = place("w00", vec![gpu("a", &[resident])]);
+            request.min_job_fraction = cap;
+            let answer = app.client.place(request).await.unwrap().into_inner();
+            if share < cap {
+                assert_eq!(
+                    answer.skipped[0].code(),
+                    pb::PlaceSkipReason::PlaceJobSlowdown
+                );
+                capped += 1;
+            } else {
+                assert_eq!(answer.placements.len(), 1, "{answer:?}");
+            }
+        }
+    }
+    assert!(
+        capped > 0,
+        "no pair predicted below its exclusive throughputs"
+    );
 }
 
 #[tokio::test]
