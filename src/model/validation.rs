@@ -311,7 +311,8 @@ mod tests {
         let sample = comparison_sample(&rows, 5);
         assert!(sample.len() <= COMPARISON_RUNS, "{}", sample.len());
         assert!(sample.len() >= COMPARISON_RUNS * 4 / 5, "{}", sample.len());
-        // 100,000 / 20,000 = 5 would put every sampled id in one fold of five.
+        // A stride of 100,000 / 10,000 = 10, a multiple of five, would put every sampled id
+        // in one fold of five.
         let mut per_fold = [0usize; 5];
         for row in &sample {
             per_fold[row.id.rem_euclid(5) as usize] += 1;
