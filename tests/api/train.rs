@@ -1,5 +1,6 @@
 //! Train and GetModel: too few runs, coefficients recovered from a known linear truth,
-//! default kinds, stored versions, runs without profiles left out, bad requests.
+//! default kinds, stored versions, runs without profiles left out, bad requests, and
+//! reported runs of three members reaching training.
 
 use coloc::proto as pb;
 use tonic::Code;
@@ -224,4 +225,103 @@ async fn train_rejects_an_invalid_gpu_name_or_an_unknown_kind() {
     );
     assert!(message.contains("member-ridge-gbt"), "{message}");
     assert_eq!(app.dump_store().await, before);
+}
+
+#[tokio::test]
+async fn reported_runs_of_three_members_reach_training_and_move_the_models_answers() {
+    let (mut app, workloads) = crate::helpers::slowdown_app(8).await;
+    let pairs_only = app
+        .client
+        .get_model(pb::GetModelRequest {
+            gpu: GPU.into(),
+            version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        pairs_only.observations, 36,
+        "8 workloads: 36 pairs, self-pairs included"
+    );
+
+    // Every triple of distinct workloads, each member keeping 20 % of its speed: below
+    // anything the pairs teach (the pair law keeps 30-95 %).
+    let exclusive = |p: &pb::Profile| p.system.as_ref().unwrap().exclusive_throughput;
+    let mut triples = Vec::new();
+    for i in 0..8 {
+        for j in i + 1..8 {
+            for l in j + 1..8 {
+                triples.push([i, j, l]);
+            }
+        }
+    }
+    for (k, triple) in triples.iter().enumerate() {
+        let members = triple
+            .iter()
+            .map(|&i| pb::ColocatedMember {
+                workload: workloads[i].0.clone(),
+                throughput: 0.2 * exclusive(&workloads[i].1),
+                job_id: String::new(),
+            })
+            .collect();
+        app.client
+            .report_colocation(pb::ReportColocationRequest {
+                gpu: GPU.into(),
+                members,
+                observed_at: Some(prost_types::Timestamp {
+                    seconds: 1_800_000_000 + k as i64,
+                    nanos: 0,
+                }),
+                gpu_id: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+    let trained = app.client.train(train("")).await.unwrap().into_inner();
+    let with_triples = trained.model.unwrap();
+    assert_eq!(
+        with_triples.observations,
+        36 + 56,
+        "every triple reached training"
+    );
+
+    // The triples' predicted speed fractions move towards what was reported.
+    let mean_fraction = |app: &mut crate::helpers::TestApp, version: u64| {
+        let mut client = app.client.clone();
+        let triples = triples.clone();
+        let names: Vec<String> = workloads.iter().map(|w| w.0.clone()).collect();
+        async move {
+            client
+                .pin_model(pb::PinModelRequest {
+                    gpu: GPU.into(),
+                    version,
+                })
+                .await
+                .unwrap();
+            let mut sum = 0.0;
+            for triple in &triples {
+                let answer = client
+                    .predict(pb::PredictRequest {
+                        workloads: triple.iter().map(|&i| names[i].clone()).collect(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                sum += answer
+                    .members
+                    .iter()
+                    .map(|m| m.predicted_speed_fraction.unwrap())
+                    .sum::<f64>()
+                    / 3.0;
+            }
+            sum / triples.len() as f64
+        }
+    };
+    let before = mean_fraction(&mut app, pairs_only.version).await;
+    let after = mean_fraction(&mut app, with_triples.version).await;
+    assert!(
+        (after - 0.2).abs() < (before - 0.2).abs() / 2.0,
+        "mean predicted fraction of the reported triples: {before:.3} before, {after:.3} after"
+    );
 }
