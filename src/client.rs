@@ -274,38 +274,36 @@ impl Connection {
         }
     }
 
-    /// A channel that connects on first use and again after the server went away (an
-    /// agent outlives restarts of the service).
-    pub fn lazy_channel(&self) -> anyhow::Result<Channel> {
-        let mut endpoint = Endpoint::from_shared(self.url()).with_context(|| {
+    /// The endpoint of `--addr`, with TLS when a CA certificate was given.
+    fn endpoint(&self) -> anyhow::Result<Endpoint> {
+        let endpoint = Endpoint::from_shared(self.url()).with_context(|| {
             format!(
                 "--addr {:?} is not a URL like http://127.0.0.1:50051",
                 self.addr
             )
         })?;
-        if let Some(ca) = &self.ca_cert {
-            let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
-            endpoint = endpoint
-                .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))?;
-        }
-        Ok(endpoint
+        Ok(match &self.ca_cert {
+            Some(ca) => {
+                let pem =
+                    std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+                endpoint
+                    .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))?
+            }
+            None => endpoint,
+        })
+    }
+
+    /// A channel that connects on first use and again after the server went away (an
+    /// agent outlives restarts of the service).
+    pub fn lazy_channel(&self) -> anyhow::Result<Channel> {
+        Ok(self
+            .endpoint()?
             .connect_timeout(std::time::Duration::from_secs(10))
             .connect_lazy())
     }
 
     pub async fn channel(&self) -> anyhow::Result<Channel> {
-        let mut endpoint = Endpoint::from_shared(self.url()).with_context(|| {
-            format!(
-                "--addr {:?} is not a URL like http://127.0.0.1:50051",
-                self.addr
-            )
-        })?;
-        if let Some(ca) = &self.ca_cert {
-            let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
-            endpoint = endpoint
-                .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))?;
-        }
-        endpoint
+        self.endpoint()?
             .connect()
             .await
             .with_context(|| format!("cannot reach coloc at {}", self.addr))

@@ -508,6 +508,25 @@ struct Scored {
     limit: f64,
 }
 
+/// The table positions of a GPU's residents, into `key` (cleared first); `Err(k)`: the
+/// k-th resident has none (unknown, or not profiled on the GPU's model).
+fn resident_positions(own: &[Resident], key: &mut Vec<u32>) -> std::result::Result<(), usize> {
+    key.clear();
+    for (k, resident) in own.iter().enumerate() {
+        match resident {
+            Resident::Entry(i) => key.push(*i),
+            _ => return Err(k),
+        }
+    }
+    Ok(())
+}
+
+/// Adds `job` to the sorted multiset `key`, keeping it sorted.
+fn insert_sorted(key: &mut Vec<u32>, job: u32) {
+    let at = key.partition_point(|&i| i < job);
+    key.insert(at, job);
+}
+
 /// The objective's value of a set.
 fn objective_value(
     objective: Objective,
@@ -662,7 +681,7 @@ impl PlaceWork {
 
         // The distinct sets of three and more members the GPUs below will ask for (with
         // the job and without it), predicted in one batch per GPU model first.
-        let mut wanted: Vec<FastMap<Vec<u32>, ()>> = vec![FastMap::default(); contexts.len()];
+        let mut wanted: Vec<foldhash::HashSet<Vec<u32>>> = vec![Default::default(); contexts.len()];
         let mut start = 0usize;
         for (gpu, &context_index) in query.gpus.iter().zip(&gpu_context) {
             let own = &residents[start..start + gpu.residents.len()];
@@ -674,25 +693,18 @@ impl PlaceWork {
                 continue;
             }
             let mut set: Vec<u32> = Vec::with_capacity(own.len() + 1);
-            for resident in own {
-                match resident {
-                    Resident::Entry(i) => set.push(*i),
-                    _ => break,
-                }
-            }
-            if set.len() < own.len() {
+            if resident_positions(own, &mut set).is_err() {
                 continue;
             }
             set.sort_unstable();
             let mut with_job = set.clone();
-            let at = with_job.partition_point(|&i| i < ready.job);
-            with_job.insert(at, ready.job);
-            wanted[context_index].insert(with_job, ());
-            wanted[context_index].insert(set, ());
+            insert_sorted(&mut with_job, ready.job);
+            wanted[context_index].insert(with_job);
+            wanted[context_index].insert(set);
         }
         for (cache, wanted) in caches.iter_mut().zip(wanted) {
             if let Some(cache) = cache {
-                cache.prefetch(&wanted.into_keys().collect::<Vec<_>>());
+                cache.prefetch(&wanted.into_iter().collect::<Vec<_>>());
             }
         }
 
@@ -729,18 +741,8 @@ impl PlaceWork {
                 ));
                 continue;
             }
-            key.clear();
-            let mut missing = None;
-            for (name, resident) in gpu.residents.iter().zip(own) {
-                match resident {
-                    Resident::Entry(i) => key.push(*i),
-                    other => {
-                        missing = Some((name, *other));
-                        break;
-                    }
-                }
-            }
-            if let Some((name, resident)) = missing {
+            if let Err(k) = resident_positions(own, &mut key) {
+                let (name, resident) = (&gpu.residents[k], own[k]);
                 let workload = WorkloadName::parse("residents", name).ok();
                 let gpu_name = context.gpu.as_str();
                 skipped.push(match resident {
@@ -806,8 +808,7 @@ impl PlaceWork {
             let before = cache.value(&key);
             let value_before = objective_value(query.objective, &before, &key, cache);
             let before_key = key.clone();
-            let at = key.partition_point(|&i| i < ready.job);
-            key.insert(at, ready.job);
+            insert_sorted(&mut key, ready.job);
             let after = cache.value(&key);
             let value_after = objective_value(query.objective, &after, &key, cache);
 

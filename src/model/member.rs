@@ -326,16 +326,11 @@ impl MemberRidgeGbt {
                     .iter()
                     .map(|set| set.iter().map(|m| **m).collect())
                     .collect();
-                let views: Vec<MemberView> = owned.iter().flat_map(|m| views_of(m)).collect();
-                let mut predicted = self.predict_members(&views).into_iter();
-                owned
-                    .iter()
-                    .map(|members| {
-                        let members: Vec<f64> = predicted.by_ref().take(members.len()).collect();
-                        SetPrediction {
-                            sum: members.iter().sum(),
-                            members: Some(members),
-                        }
+                self.predict_batch(owned.iter().map(|m| &m[..]))
+                    .into_iter()
+                    .map(|members| SetPrediction {
+                        sum: members.iter().sum(),
+                        members: Some(members),
                     })
                     .collect::<Vec<_>>()
             })
@@ -345,10 +340,20 @@ impl MemberRidgeGbt {
     /// The predicted sum of each training row's set, in one pass of the trees over all of
     /// their members (equal to [`Self::predict_set`] row by row).
     pub fn predict_sums(&self, rows: &[TrainingRow]) -> Vec<f64> {
-        let views: Vec<MemberView> = rows.iter().flat_map(|r| views_of(&r.members)).collect();
+        self.predict_batch(rows.iter().map(|r| &r.members[..]))
+            .into_iter()
+            .map(|members| members.iter().sum())
+            .collect()
+    }
+
+    /// Each set's member predictions, the trees walked once over every member of them all.
+    fn predict_batch<'a>(
+        &self,
+        sets: impl Iterator<Item = &'a [Features]> + Clone,
+    ) -> Vec<Vec<f64>> {
+        let views: Vec<MemberView> = sets.clone().flat_map(views_of).collect();
         let mut predicted = self.predict_members(&views).into_iter();
-        rows.iter()
-            .map(|r| predicted.by_ref().take(r.members.len()).sum())
+        sets.map(|members| predicted.by_ref().take(members.len()).collect())
             .collect()
     }
 

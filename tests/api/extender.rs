@@ -157,6 +157,30 @@ async fn place_expectations(
     best
 }
 
+/// Filter passes every candidate with no failure and no error (an error would fail the
+/// pod's scheduling cycle), and prioritize scores every one 0.
+async fn assert_neutral(addr: SocketAddr, pod: Value, candidates: &[&str], case: &str) {
+    let args = json!({"Pod": pod, "Nodes": null, "NodeNames": names(candidates)});
+    let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+    assert_eq!(status, 200, "{case}: {body}");
+    assert_eq!(
+        body["NodeNames"],
+        names(candidates),
+        "{case}: every node passes"
+    );
+    assert_eq!(body["FailedNodes"], json!({}), "{case}");
+    assert_eq!(body["Error"], "", "{case}");
+    let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
+    assert_eq!(status, 200, "{case}");
+    let scores: Vec<i64> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["Score"].as_i64().unwrap())
+        .collect();
+    assert_eq!(scores, vec![0; candidates.len()], "{case}: neutral scores");
+}
+
 fn names(nodes: &[&str]) -> Value {
     json!(nodes)
 }
@@ -396,25 +420,7 @@ async fn pods_coloc_knows_nothing_about_and_coloc_failures_leave_scheduling_unha
         ),
     ];
     for (case, annotations) in cases {
-        let args = json!({"Pod": pod(annotations), "Nodes": null, "NodeNames": names(&candidates)});
-        let (status, body) = post(addr, "/coloc/filter", &args, "").await;
-        assert_eq!(status, 200, "{case}: {body}");
-        assert_eq!(
-            body["NodeNames"],
-            names(&candidates),
-            "{case}: every node passes"
-        );
-        assert_eq!(body["FailedNodes"], json!({}), "{case}");
-        assert_eq!(body["Error"], "", "{case}");
-        let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
-        assert_eq!(status, 200, "{case}");
-        let scores: Vec<i64> = body
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["Score"].as_i64().unwrap())
-            .collect();
-        assert_eq!(scores, vec![0; candidates.len()], "{case}: neutral scores");
+        assert_neutral(addr, pod(annotations), &candidates, case).await;
     }
     // Not the extender's JSON at all: refused, and kube-scheduler (ignorable) goes on.
     let (status, _) = post(addr, "/coloc/filter", &json!({"Pod": "a string"}), "").await;
@@ -468,26 +474,8 @@ async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
 
-    let candidates = ["a", "b"];
-    let args = json!({
-        "Pod": pod(json!({"coloc.io/workload": JOB})),
-        "Nodes": null,
-        "NodeNames": names(&candidates),
-    });
-    let (status, body) = post(addr, "/coloc/filter", &args, "").await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["NodeNames"], names(&candidates), "every node passes");
-    assert_eq!(body["FailedNodes"], json!({}));
-    assert_eq!(body["Error"], "", "no error: it would fail the pod's cycle");
-    let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
-    assert_eq!(status, 200, "{body}");
-    let scores: Vec<i64> = body
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["Score"].as_i64().unwrap())
-        .collect();
-    assert_eq!(scores, vec![0, 0], "neutral scores");
+    let job = pod(json!({"coloc.io/workload": JOB}));
+    assert_neutral(addr, job, &["a", "b"], "a failing placement").await;
     server.abort();
 }
 
