@@ -135,8 +135,8 @@ pub struct ServerSettings {
     pub tls_key_file: Option<PathBuf>,
     /// Larger request messages are refused (OUT_OF_RANGE).
     pub max_request_bytes: usize,
-    /// Rank and Predict calls computed at once; more wait their turn, so memory stays
-    /// bounded under a flood. 0 = twice the CPU cores (at least 4).
+    /// Rank, Predict and Place calls computed at once; more wait their turn, so memory
+    /// stays bounded under a flood. 0 = twice the CPU cores (at least 4).
     pub max_concurrent_heavy_rpcs: usize,
     /// On SIGTERM/SIGINT, in-flight RPCs get this long to finish.
     pub shutdown_grace_secs: u64,

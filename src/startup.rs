@@ -16,8 +16,8 @@ use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
 use crate::{
     advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
     api::{
-        AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, ProfilingAgentsServer,
-        RpcLayer, Tokens,
+        AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, HeavyLimitLayer,
+        ProfilingAgentsServer, RpcLayer, Tokens,
     },
     domain::{now_ms, GpuName},
     extender::{
@@ -306,23 +306,32 @@ impl App {
         );
         let stopping_reporter = health_reporter.clone();
         tracing::info!(address = %self.local_addr, tls = self.tls.is_some(), auth = self.tokens.is_some(), "serving gRPC");
-        let mut builder = Server::builder();
+        // HTTP/2 windows that let heavy calls wait for their permit unread (api's
+        // HeavyLimitLayer): a connection opens at most MAX_STREAMS calls at once, each may
+        // send STREAM_WINDOW bytes before it is read, and the connection's window is twice
+        // what they can hold together, so waiting calls never stall the running ones.
+        const MAX_STREAMS: u32 = 256;
+        const STREAM_WINDOW: u32 = 128 * 1024;
+        let mut builder = Server::builder()
+            .max_concurrent_streams(MAX_STREAMS)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(2 * MAX_STREAMS * STREAM_WINDOW)
+            .http2_adaptive_window(Some(false));
         if let Some(tls) = self.tls {
             builder = builder
                 .tls_config(tls)
                 .context("invalid TLS certificate or key")?;
         }
-        let advisor_service = ColocationAdvisorServer::new(AdvisorService::new(
-            self.advisor.clone(),
-            self.max_concurrent_heavy_rpcs,
-        ))
-        .max_decoding_message_size(self.max_request_bytes);
+        let advisor_service =
+            ColocationAdvisorServer::new(AdvisorService::new(self.advisor.clone()))
+                .max_decoding_message_size(self.max_request_bytes);
         let agents_service = ProfilingAgentsServer::new(AgentsService::new(self.advisor.clone()))
             .max_decoding_message_size(self.max_request_bytes);
         let api_shutdown = shutdown.clone();
         let server = builder
             .layer(RpcLayer::new(metrics))
             .layer(AuthLayer::new(self.tokens))
+            .layer(HeavyLimitLayer::new(self.max_concurrent_heavy_rpcs))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

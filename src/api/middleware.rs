@@ -149,3 +149,88 @@ where
         )
     }
 }
+
+/// The RPCs whose work and answers grow with the catalog or the cluster.
+const HEAVY_METHODS: [&str; 3] = [
+    "/coloc.v1.ColocationAdvisor/Rank",
+    "/coloc.v1.ColocationAdvisor/Predict",
+    "/coloc.v1.ColocationAdvisor/Place",
+];
+
+/// At most a set number of heavy calls ([`HEAVY_METHODS`]) are read, decoded and computed
+/// at once; the others wait for a permit with their request bodies unread, so a flood
+/// costs the server a flow-control window per waiting call, not its whole request. This
+/// is safe only because the server's HTTP/2 windows are set so that waiting streams can
+/// never fill their connection's window (`startup.rs`: the connection window exceeds
+/// the streams a connection may open times the stream window); else the unread requests
+/// would stall the very calls that hold the permits. The layer sits inside the auth
+/// layer, so unauthenticated calls never hold a permit.
+#[derive(Clone)]
+pub struct HeavyLimitLayer {
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl HeavyLimitLayer {
+    /// `max_heavy`: heavy calls at once (0 = twice the cores, at least 4).
+    pub fn new(max_heavy: usize) -> Self {
+        let max_heavy = if max_heavy == 0 {
+            std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
+        } else {
+            max_heavy
+        };
+        Self {
+            permits: Arc::new(tokio::sync::Semaphore::new(max_heavy)),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for HeavyLimitLayer {
+    type Service = HeavyLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        HeavyLimit {
+            inner,
+            permits: self.permits.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct HeavyLimit<S> {
+    inner: S,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl<S> tower::Service<http::Request<Body>> for HeavyLimit<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if !HEAVY_METHODS.contains(&request.uri().path()) {
+            return Box::pin(self.inner.call(request));
+        }
+        // The service poll_ready made ready goes into the future; a clone stays.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let permits = self.permits.clone();
+        Box::pin(async move {
+            // The semaphore is never closed, so the permit always comes.
+            let _permit = permits.acquire_owned().await.ok();
+            inner.call(request).await
+        })
+    }
+}

@@ -28,36 +28,18 @@ use crate::{
 pub use agents::{AgentsService, ProfilingAgentsServer};
 pub use auth::{AuthLayer, Tokens};
 pub use convert::timestamp;
-pub use middleware::RpcLayer;
+pub use middleware::{HeavyLimitLayer, RpcLayer};
 pub use pb::colocation_advisor_server::ColocationAdvisorServer;
 
+/// The advisor's RPCs. How many heavy ones (Rank, Predict, Place) run at once is bounded
+/// before they are read, by [`HeavyLimitLayer`].
 pub struct AdvisorService {
     advisor: Arc<Advisor>,
-    /// Permits for Rank and Predict: the calls whose work and answers grow with the
-    /// catalog. Callers past the limit wait for a permit.
-    heavy: Arc<tokio::sync::Semaphore>,
 }
 
 impl AdvisorService {
-    /// `max_heavy`: Rank and Predict calls computed at once (0 = twice the cores, at
-    /// least 4).
-    pub fn new(advisor: Arc<Advisor>, max_heavy: usize) -> Self {
-        let max_heavy = if max_heavy == 0 {
-            std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
-        } else {
-            max_heavy
-        };
-        Self {
-            advisor,
-            heavy: Arc::new(tokio::sync::Semaphore::new(max_heavy)),
-        }
-    }
-
-    async fn heavy_permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
-        self.heavy
-            .acquire()
-            .await
-            .map_err(|_| Status::unavailable("the server is stopping"))
+    pub fn new(advisor: Arc<Advisor>) -> Self {
+        Self { advisor }
     }
 
     /// What GetModel and friends report alongside a model.
@@ -141,7 +123,6 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::RankRequest>,
     ) -> Result<Response<pb::RankResponse>, Status> {
         let query = convert::rank_query(request.into_inner()).map_err(invalid)?;
-        let _permit = self.heavy_permit().await?;
         let result = self.advisor.rank(query).await?;
         Ok(Response::new(convert::rank_to_pb(result)))
     }
@@ -151,7 +132,6 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::PredictRequest>,
     ) -> Result<Response<pb::PredictResponse>, Status> {
         let query = convert::predict_query(request.into_inner()).map_err(invalid)?;
-        let _permit = self.heavy_permit().await?;
         let result = self.advisor.predict(query).await?;
         Ok(Response::new(convert::predict_to_pb(result)))
     }

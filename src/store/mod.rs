@@ -98,14 +98,28 @@ pub enum StoreError {
     Batch(#[source] Arc<StoreError>),
 }
 
+/// SQLite result codes (extended codes carry the primary code in their low byte) of a
+/// storage that failed for now: BUSY and LOCKED (the lock held past the busy timeout),
+/// NOMEM, READONLY (a file made read-only), IOERR, FULL (a full disk), CANTOPEN (a
+/// vanished file or folder), PROTOCOL (a WAL lock race); and CONSTRAINT_COMMITHOOK, a
+/// COMMIT the fault switch (`fault.rs`) turned into a rollback as a failed disk write.
+fn is_transient_sqlite_code(code: i32) -> bool {
+    const CONSTRAINT_COMMITHOOK: i32 = 19 | (2 << 8);
+    code == CONSTRAINT_COMMITHOOK || matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)
+}
+
 impl StoreError {
     /// True when the storage failed (disk full, read-only or vanished file, I/O error, the
     /// lock held past the busy timeout, a connection lost), not the request: the same
-    /// write may succeed later. Constraint violations and missing rows are not faults.
+    /// write may succeed later. Constraint violations, missing rows, SQL errors and a
+    /// damaged file are not faults that waiting mends.
     pub fn is_storage_fault(&self) -> bool {
         match self {
             Self::Database(error) => match error {
-                sqlx::Error::Database(db) => db.kind() == sqlx::error::ErrorKind::Other,
+                sqlx::Error::Database(db) => db
+                    .code()
+                    .and_then(|code| code.parse::<i32>().ok())
+                    .is_some_and(is_transient_sqlite_code),
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::WorkerCrashed
@@ -368,5 +382,65 @@ async fn finish<T>(
             }
             Err(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{sqlite::SqliteConnectOptions, Connection, Executor, SqliteConnection};
+
+    use super::StoreError;
+
+    async fn connect(path: &std::path::Path) -> SqliteConnection {
+        SqliteConnection::connect_with(
+            &SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .busy_timeout(std::time::Duration::ZERO),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Real SQLite errors: a held write lock and a read-only file are faults a later try
+    /// may get past; a SQL mistake, a constraint and a missing table are not.
+    #[tokio::test]
+    async fn only_failures_of_the_storage_are_storage_faults() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let mut holder = connect(&path).await;
+        holder
+            .execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+            .await
+            .unwrap();
+        holder.execute("INSERT INTO t VALUES (1)").await.unwrap();
+        let mut other = connect(&path).await;
+        let fault = |error: sqlx::Error| StoreError::Database(error).is_storage_fault();
+
+        holder.execute("BEGIN IMMEDIATE").await.unwrap();
+        let locked = other.execute("INSERT INTO t VALUES (2)").await.unwrap_err();
+        assert!(fault(locked), "a held write lock");
+        holder.execute("COMMIT").await.unwrap();
+
+        let duplicate = other.execute("INSERT INTO t VALUES (1)").await.unwrap_err();
+        assert!(!fault(duplicate), "a unique constraint");
+        let typo = other
+            .execute("INSERT INTO nowhere VALUES (1)")
+            .await
+            .unwrap_err();
+        assert!(!fault(typo), "a missing table");
+        let syntax = other.execute("INSERT INTO t VALUE (3)").await.unwrap_err();
+        assert!(!fault(syntax), "a syntax error");
+
+        let mut read_only = SqliteConnection::connect_with(
+            &SqliteConnectOptions::new().filename(&path).read_only(true),
+        )
+        .await
+        .unwrap();
+        let refused = read_only
+            .execute("INSERT INTO t VALUES (4)")
+            .await
+            .unwrap_err();
+        assert!(fault(refused), "a read-only file");
     }
 }

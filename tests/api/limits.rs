@@ -1,10 +1,14 @@
 //! Bounded requests and answers: Rank names at most 10 000 candidates, and an answer about
-//! 10 000 unknown ones lists 100 and counts the rest, small enough for any client.
+//! 10 000 unknown ones lists 100 and counts the rest, small enough for any client; a flood
+//! of such Ranks and Places against `coloc serve` (a real child process) keeps its peak
+//! memory under 500 MB: heavy calls wait for a permit (once decoded) before they compute.
 
-use coloc::proto as pb;
+use std::{process::Stdio, time::Duration};
+
+use coloc::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
 use tonic::Code;
 
-use crate::helpers::{expect_code, seed_workloads_and_runs, spawn_app, GPU};
+use crate::helpers::{database_url, expect_code, seed_workloads_and_runs, spawn_app, GPU};
 
 #[tokio::test]
 async fn rank_bounds_its_candidates_and_summarises_the_skipped() {
@@ -55,5 +59,145 @@ async fn rank_bounds_its_candidates_and_summarises_the_skipped() {
         prost::Message::encoded_len(&answer) < 64 * 1024,
         "{}",
         prost::Message::encoded_len(&answer)
+    );
+}
+
+/// The server's peak resident memory (VmHWM), in MB.
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmHWM:"))
+        .unwrap();
+    let kb: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb / 1024.0
+}
+
+/// 256 heavy calls in flight on one connection, two rounds of 1.3-2.7 MB requests: every
+/// call answers, and the server's peak RSS stays below 500 MB (the bound). With
+/// the permit taken after decoding, every waiting request is read and decoded at once:
+/// 607 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_heavy_calls_keeps_the_servers_memory_bounded() {
+    let mut app = spawn_app().await;
+    seed_workloads_and_runs(&mut app, 6).await;
+    app.client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap();
+    let dir = app.stop().await;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--database", &database_url(&dir)])
+        .env("COLOC__METRICS__LISTEN", "")
+        .env("COLOC__SERVER__MAX_CONCURRENT_HEAVY_RPCS", "4")
+        .env("COLOC__PROFILER__BACKEND", "off")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = server.id().unwrap();
+    let address = format!("http://127.0.0.1:{port}");
+    let mut channel = None;
+    for _ in 0..200 {
+        if let Ok(connected) = tonic::transport::Endpoint::from_shared(address.clone())
+            .unwrap()
+            .connect()
+            .await
+        {
+            channel = Some(connected);
+            break;
+        }
+        assert!(server.try_wait().unwrap().is_none(), "the server died");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let channel = channel.expect("the server never listened");
+    let at_start = peak_rss_mb(pid);
+
+    // Round 0: the flood, Ranks naming 100 000 unknown 25-character candidates
+    // (2.7 MB requests), refused past 10 000 candidates. Round 1: Ranks naming 10 000
+    // unknown 128-character candidates and Places naming 10 000 empty GPUs (1.3 MB
+    // requests), answered.
+    let short: Vec<String> = (0..100_000)
+        .map(|i| format!("unknown-candidate-{i:0>7}"))
+        .collect();
+    let long: Vec<String> = (0..10_000).map(|i| format!("u{i:0>127}")).collect();
+    let mut answered = std::collections::BTreeMap::<String, usize>::new();
+    for round in 0..2 {
+        let calls: Vec<_> = (0..256)
+            .map(|i| {
+                let mut client = ColocationAdvisorClient::new(channel.clone());
+                let names = if round == 0 {
+                    short.clone()
+                } else {
+                    long.clone()
+                };
+                tokio::spawn(async move {
+                    if round == 0 || i % 2 == 0 {
+                        client
+                            .rank(pb::RankRequest {
+                                target: "w00".into(),
+                                candidates: names,
+                                ..Default::default()
+                            })
+                            .await
+                            .map(|answer| {
+                                assert_eq!(answer.get_ref().skipped.len(), 100);
+                                "Rank OK"
+                            })
+                    } else {
+                        client
+                            .place(pb::PlaceRequest {
+                                workload: "w00".into(),
+                                gpu: GPU.into(),
+                                gpus: names
+                                    .into_iter()
+                                    .map(|id| pb::GpuState {
+                                        id,
+                                        ..Default::default()
+                                    })
+                                    .collect(),
+                                top_k: 10,
+                                ..Default::default()
+                            })
+                            .await
+                            .map(|_| "Place OK")
+                    }
+                })
+            })
+            .collect();
+        for call in calls {
+            let key = match call.await.unwrap() {
+                Ok(what) => what.to_string(),
+                Err(status) => format!("{:?}", status.code()),
+            };
+            *answered.entry(key).or_default() += 1;
+        }
+    }
+    let peak = peak_rss_mb(pid);
+    eprintln!("peak RSS {peak:.0} MB under the flood (at start {at_start:.0} MB): {answered:?}");
+    server.kill().await.unwrap();
+    let expected: std::collections::BTreeMap<String, usize> = [
+        ("InvalidArgument".to_string(), 256),
+        ("Place OK".to_string(), 128),
+        ("Rank OK".to_string(), 128),
+    ]
+    .into();
+    assert_eq!(answered, expected);
+    assert!(
+        peak < 500.0,
+        "peak RSS {peak:.0} MB under the flood (at start {at_start:.0} MB)"
     );
 }

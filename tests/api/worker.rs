@@ -17,7 +17,7 @@ use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::helpers::{expect_code, kace_dir, spawn_app_with_config, TestApp};
+use crate::helpers::{database_url, expect_code, kace_dir, spawn_app_with_config, TestApp};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -765,6 +765,57 @@ async fn a_failed_state_write_after_a_claim_is_retried_until_it_lands() {
         "the worker gave up on the job's outcome"
     );
     store.faults().fail_commits(false);
+    let outcome = running.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(store.job_counts().await.unwrap(), (0, 0, 1, 0));
+    assert_eq!(
+        workload(&mut app, "w").await.state(),
+        pb::WorkloadState::Profiled
+    );
+}
+
+/// Another process holds SQLite's write lock for longer than the busy timeout (5 s) right
+/// after the worker claimed a job: the worker's write of the outcome fails with "database
+/// is locked" and is tried again until the lock is gone; the job ends done, never stranded
+/// in RUNNING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_held_past_the_busy_timeout_delays_the_outcome_but_never_strands_the_job() {
+    use sqlx::{Connection, Executor};
+
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok"]))))
+        .await
+        .unwrap();
+    let store = app.advisor.store().clone();
+    let mut holder = sqlx::SqliteConnection::connect(&database_url(&app.dir))
+        .await
+        .unwrap();
+    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let running = tokio::spawn(async move { worker.run_once(&CancellationToken::new()).await });
+    let claimed = std::time::Instant::now();
+    while store.job_counts().await.unwrap().1 == 0 {
+        assert!(claimed.elapsed() < Duration::from_secs(10), "never claimed");
+        tokio::task::yield_now().await;
+    }
+    holder.execute("BEGIN IMMEDIATE").await.unwrap();
+    let locked = std::time::Instant::now();
+    while store.write_health().failures() == 0 {
+        assert!(
+            locked.elapsed() < Duration::from_secs(30),
+            "the worker's write never timed out on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !running.is_finished(),
+        "the worker gave up on the job's outcome"
+    );
+    assert_eq!(store.job_counts().await.unwrap().1, 1, "still claimed");
+    holder.execute("ROLLBACK").await.unwrap();
     let outcome = running.await.unwrap().unwrap();
     assert!(
         matches!(outcome, RunOutcome::Profiled { .. }),
