@@ -20,7 +20,8 @@
 //!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
 //!   `extender` (the kube-scheduler extender and its cluster watcher, over the advisor), and the
 //!   background tasks `worker` (the profiling job loop and its `JobQueue`: in-process over
-//!   the advisor, or an agent's over gRPC) and `trainer` (retraining).
+//!   the advisor, or an agent's over gRPC; the sweep of expired leases) and `trainer`
+//!   (retraining).
 //! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
 //!   from; ranking; the model lifecycle.
 //! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute

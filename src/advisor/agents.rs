@@ -17,6 +17,8 @@ pub struct AgentPolicy {
     pub lease_ms: i64,
     /// An agent seen within this long is live: new workloads are routed to its GPU model.
     pub live_ms: i64,
+    /// A job whose lease expired on this attempt fails for good (`profiler.max_attempts`).
+    pub max_attempts: u32,
 }
 
 impl Default for AgentPolicy {
@@ -24,7 +26,17 @@ impl Default for AgentPolicy {
         Self {
             lease_ms: 30_000,
             live_ms: 90_000,
+            max_attempts: 3,
         }
+    }
+}
+
+impl AgentPolicy {
+    /// How often the service sweeps expired leases on its own: a third of a lease (at
+    /// least 100 ms), so a job whose agent died is pending again at most a third of a
+    /// lease after its lease ran out.
+    pub fn sweep_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.lease_ms / 3).max(100) as u64)
     }
 }
 
@@ -91,28 +103,46 @@ impl Advisor {
                     holder: agent_id,
                     gpu: Some(&gpu),
                     lease_ms: self.agent_policy.lease_ms,
+                    max_attempts: self.agent_policy.max_attempts,
                 },
                 now_ms(),
             )
             .await?)
     }
 
-    /// Extends a claim's lease; returns its new end (ms).
-    pub async fn renew_lease(&self, job_id: i64, claim: i64, progress: &str) -> Result<i64> {
+    /// Extends the lease of a claim `agent_id` holds; returns its new end (ms).
+    pub async fn renew_lease(
+        &self,
+        agent_id: &str,
+        job_id: i64,
+        claim: i64,
+        progress: &str,
+    ) -> Result<i64> {
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         Ok(self
             .store
-            .renew_lease(
-                job_id,
-                claim,
-                self.agent_policy.lease_ms,
-                progress,
-                now_ms(),
-            )
+            .renew_lease(&job, self.agent_policy.lease_ms, progress, now_ms())
             .await?)
     }
 
-    /// The claimed job a submission names, as the store knows it.
-    async fn submitted_job(&self, job_id: i64, claim: i64) -> Result<ClaimedJob> {
+    /// Returns jobs whose lease ran out to the queue (or fails them on their last
+    /// attempt), without waiting for a claim. Returns how many.
+    pub async fn expire_leases(&self) -> Result<u64> {
+        let expired = self
+            .store
+            .expire_leases(self.agent_policy.max_attempts, now_ms())
+            .await?;
+        if expired > 0 {
+            tracing::warn!(
+                expired,
+                "profiling jobs whose lease ran out were taken back"
+            );
+        }
+        Ok(expired)
+    }
+
+    /// The claimed job a renewal or submission of `agent_id` names, as the store knows it.
+    async fn submitted_job(&self, agent_id: &str, job_id: i64, claim: i64) -> Result<ClaimedJob> {
         let workload = self
             .store
             .job_workload(job_id)
@@ -121,6 +151,7 @@ impl Advisor {
         Ok(ClaimedJob {
             id: job_id,
             claim,
+            holder: agent_id.to_string(),
             workload,
             gpu: None,
             attempts: 0,
@@ -139,7 +170,7 @@ impl Advisor {
         profile: &Profile,
         note: &str,
     ) -> Result<(WorkloadRecord, bool)> {
-        let job = self.submitted_job(job_id, claim).await?;
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         match self.complete_job(&job, profile, note).await {
             Ok(Submitted::Applied(record)) => {
                 self.stats.agent_job(agent_id, JobOutcome::Profiled);
@@ -162,7 +193,7 @@ impl Advisor {
         claim: i64,
         failure: AgentFailure,
     ) -> Result<bool> {
-        let job = self.submitted_job(job_id, claim).await?;
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         let now = now_ms();
         let (submitted, outcome) = match &failure {
             AgentFailure::Wait {

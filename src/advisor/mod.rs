@@ -130,7 +130,11 @@ impl Advisor {
             agents: agent_policy,
         } = options;
         if let Some(reason) = &no_profiler_reason {
-            store.explain_waiting_jobs(None, reason, now_ms()).await?;
+            // Only jobs no live agent can run: the others keep their reasons.
+            let now = now_ms();
+            store
+                .explain_waiting_jobs(None, reason, now - agent_policy.live_ms, now)
+                .await?;
         }
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
@@ -207,8 +211,14 @@ impl Advisor {
         let mut record = self.store.register_workload(&workload, now_ms()).await?;
         if record.state == WorkloadState::PendingProfile {
             if let Some(reason) = self.unserved_reason(&workload.profile_on).await? {
+                let now = now_ms();
                 self.store
-                    .explain_waiting_jobs(Some(record.name.as_str()), &reason, now_ms())
+                    .explain_waiting_jobs(
+                        Some(record.name.as_str()),
+                        &reason,
+                        now - self.agent_policy.live_ms,
+                        now,
+                    )
                     .await?;
                 record.state_reason = reason;
             }

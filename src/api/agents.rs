@@ -137,17 +137,21 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let raw = request.into_inner();
-        let (job_id, claim, progress) = (|| {
-            agent_id(&raw.agent_id)?;
+        let (id, job_id, claim, progress) = (|| {
+            let id = agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
             Ok((
+                id,
                 job_id,
                 claim,
                 text("progress", raw.progress, MAX_SHORT_TEXT)?,
             ))
         })()
         .map_err(invalid)?;
-        let expires = self.advisor.renew_lease(job_id, claim, &progress).await?;
+        let expires = self
+            .advisor
+            .renew_lease(&id, job_id, claim, &progress)
+            .await?;
         Ok(Response::new(pb::RenewLeaseResponse {
             lease_expires_at: Some(convert::timestamp(expires)),
         }))

@@ -747,3 +747,278 @@ async fn jobs_stored_before_agents_existed_survive_the_migration() {
         ]
     );
 }
+
+/// A server like [`app`] with more `[profiler]` settings (e.g. `max_attempts`).
+async fn app_with_profiler(lease_secs: u64, profiler: &str) -> TestApp {
+    let config = format!(
+        "[agents]\nlease_secs = {lease_secs}\nlive_secs = 60\n[profiler]\nallowed_programs = [\"{}/*\"]\n{profiler}",
+        fixtures().join("workloads").display()
+    );
+    spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await
+}
+
+async fn claim_one(agents: &mut ProfilingAgentsClient<Channel>, id: &str) -> pb::ProfilingJob {
+    agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .expect("a job to claim")
+}
+
+/// The only agent dies holding the job (it never renews): the service takes the job back
+/// by itself once the lease ran out, with no other claim arriving.
+#[tokio::test]
+async fn a_job_whose_only_agent_died_is_pending_again_without_another_claim() {
+    let app = app(1).await;
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(announce("dead", GPU_16))
+        .await
+        .unwrap();
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let job = claim_one(&mut agents, "dead").await;
+    assert_eq!(job.attempt, 1);
+    assert_eq!(live_agents(&app).await[0].job_workload, "w");
+    // Nobody claims from here on: only the service's own sweep can take the job back.
+    until(
+        Duration::from_secs(10),
+        "the expired job is pending again",
+        || async {
+            app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'")
+                .await
+                == 1
+        },
+    )
+    .await;
+    let w = workload(&app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::PendingProfile);
+    assert!(
+        w.state_reason.contains("lease of agent dead expired")
+            && w.state_reason.contains("back in the queue"),
+        "{}",
+        w.state_reason
+    );
+    assert_eq!(live_agents(&app).await[0].job_id, 0);
+    // The dead agent's claim is gone: its late renewal is refused.
+    let late = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "dead".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: String::new(),
+        })
+        .await;
+    expect_code(late, Code::Aborted);
+    app.stop().await;
+}
+
+/// A workload that takes its agent down every time: each lost lease counts an attempt,
+/// and the lease lost on attempt `max_attempts` fails the job and the workload.
+#[tokio::test]
+async fn a_job_that_loses_its_lease_on_its_last_attempt_fails_for_good() {
+    let app = app_with_profiler(1, "max_attempts = 2\n").await;
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    app.client
+        .clone()
+        .register_workload(register("killer", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let pending = "SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'";
+    let first = claim_one(&mut agents, "a").await;
+    assert_eq!(first.attempt, 1);
+    until(
+        Duration::from_secs(10),
+        "the first lease expired",
+        || async { app.query_i64(pending).await == 1 },
+    )
+    .await;
+    assert_eq!(
+        workload(&app, "killer").await.state(),
+        pb::WorkloadState::PendingProfile
+    );
+    let second = claim_one(&mut agents, "a").await;
+    assert_eq!((second.attempt, second.claim), (2, 2));
+    until(
+        Duration::from_secs(10),
+        "the second lease expired",
+        || async {
+            app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'failed'")
+                .await
+                == 1
+        },
+    )
+    .await;
+    let w = workload(&app, "killer").await;
+    assert_eq!(w.state(), pb::WorkloadState::Failed);
+    assert!(
+        w.state_reason.contains("lease of agent a expired")
+            && w.state_reason.contains("attempt 2 of 2")
+            && w.state_reason.contains("failed for good"),
+        "{}",
+        w.state_reason
+    );
+    // Never offered again.
+    assert!(agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: "a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .is_none());
+    app.stop().await;
+}
+
+/// Another agent naming a claim it does not hold (the right job id and claim token) is
+/// refused with PERMISSION_DENIED, and nothing changes; the holder goes on as before.
+#[tokio::test]
+async fn only_the_agent_holding_a_claim_may_renew_it_or_submit_for_it() {
+    let app = app(30).await;
+    let mut agents = agents_client(&app);
+    for id in ["holder", "other"] {
+        agents.announce_agent(announce(id, GPU_16)).await.unwrap();
+    }
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let job = claim_one(&mut agents, "holder").await;
+    let before = app.dump_store().await;
+    let renewal = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "other".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: "not mine".into(),
+        })
+        .await;
+    let message = expect_code(renewal, Code::PermissionDenied);
+    assert!(
+        message.contains("agent \"other\" does not hold claim 1")
+            && message.contains("agent \"holder\" does"),
+        "{message}"
+    );
+    let profile = agents
+        .submit_profile(submit("other", &job, measured_profile(GPU_16, 11.0)))
+        .await;
+    expect_code(profile, Code::PermissionDenied);
+    for kind in [
+        pb::JobFailureKind::Wait,
+        pb::JobFailureKind::Retry,
+        pb::JobFailureKind::Final,
+    ] {
+        let failure = agents
+            .submit_failure(pb::SubmitFailureRequest {
+                agent_id: "other".into(),
+                job_id: job.job_id,
+                claim: job.claim,
+                kind: kind as i32,
+                error: "not mine".into(),
+                reason: String::new(),
+                retry_after_ms: 0,
+            })
+            .await;
+        expect_code(failure, Code::PermissionDenied);
+    }
+    assert_eq!(app.dump_store().await, before);
+
+    // The holder renews and submits; another agent's "repeat" of its submission is still
+    // refused, not acknowledged as a duplicate.
+    agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "holder".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: "mine".into(),
+        })
+        .await
+        .unwrap();
+    let stored = agents
+        .submit_profile(submit("holder", &job, measured_profile(GPU_16, 12.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stored.duplicate);
+    let after = app.dump_store().await;
+    expect_code(
+        agents
+            .submit_profile(submit("other", &job, measured_profile(GPU_16, 12.0)))
+            .await,
+        Code::PermissionDenied,
+    );
+    let again = agents
+        .submit_profile(submit("holder", &job, measured_profile(GPU_16, 12.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(app.dump_store().await, after);
+}
+
+/// At start-up with `profiler.backend = "off"`, only workloads whose jobs no live agent
+/// can run are told that this server runs no profiler; a job of a GPU model an agent
+/// serves keeps its reason.
+#[tokio::test]
+async fn a_restart_explains_only_the_jobs_no_live_agent_can_run() {
+    let config = format!(
+        "[agents]\nlease_secs = 30\nlive_secs = 600\n[profiler]\nallowed_programs = [\"{}/*\"]\n",
+        fixtures().join("workloads").display()
+    );
+    let app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    let mut client = app.client.clone();
+    client
+        .register_workload(register("served", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    client
+        .register_workload(register("unserved", &["ok"], &["Unserved GPU 80GB"]))
+        .await
+        .unwrap();
+    // The agent says why its job waits.
+    let job = claim_one(&mut agents, "a").await;
+    assert_eq!(job.workload, "served");
+    agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "a".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            kind: pb::JobFailureKind::Wait as i32,
+            error: String::new(),
+            reason: "waiting for the GPU to be free".into(),
+            retry_after_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        workload(&app, "served").await.state_reason,
+        "waiting for the GPU to be free"
+    );
+    let dir = app.stop().await;
+
+    let restarted = spawn_app_with_config(dir, &config).await;
+    let served = workload(&restarted, "served").await;
+    assert_eq!(served.state(), pb::WorkloadState::PendingProfile);
+    assert_eq!(served.state_reason, "waiting for the GPU to be free");
+    let unserved = workload(&restarted, "unserved").await;
+    assert!(
+        unserved
+            .state_reason
+            .contains("this server runs no profiler"),
+        "{}",
+        unserved.state_reason
+    );
+    restarted.stop().await;
+}
