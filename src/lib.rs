@@ -11,8 +11,9 @@
 //!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
 //!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a
-//!   gRPC job queue (`coloc.v1.ProfilingAgents`); it imports `api::convert` for the
-//!   proto ↔ domain conversion and nothing else of the service.
+//!   gRPC job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API;
+//!   it imports `api::convert` for the proto ↔ domain conversion and nothing else of the
+//!   service.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,

@@ -4,8 +4,10 @@
 //! token makes every submission safe to repeat and refuses a holder that lost the job.
 
 use crate::{
-    domain::{now_ms, GpuName, Profile},
-    store::{AgentRecord, ClaimedJob, JobClaimer, NewAgent, Submitted, WorkloadRecord},
+    domain::{now_ms, ColocatedMember, GpuName, Observation, Profile},
+    store::{
+        AgentRecord, ClaimedJob, JobClaimer, NewAgent, ObservationSource, Submitted, WorkloadRecord,
+    },
 };
 
 use super::{Advisor, Error, JobOutcome, Result};
@@ -234,6 +236,52 @@ impl Advisor {
                 Err(error)
             }
         }
+    }
+
+    /// A run `coloc calibrate` measured on the agent's GPU: stored once as a `calibrated`
+    /// run of the agent's GPU model (as announced). Every member must be profiled there,
+    /// so an agent adds training data only for workloads and the GPU model it can run.
+    /// Returns the run's id and whether it is new.
+    pub async fn submit_calibration(
+        &self,
+        agent_id: &str,
+        members: Vec<ColocatedMember>,
+        observed_at_ms: i64,
+    ) -> Result<(i64, bool)> {
+        let agent = self
+            .store
+            .agent(agent_id)
+            .await?
+            .ok_or_else(|| Error::UnknownAgent(agent_id.to_string()))?;
+        let gpu = GpuName::parse("gpu", &agent.gpu)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("stored agent GPU: {}", e.message)))?;
+        let observation = Observation::new(gpu.clone(), members, observed_at_ms)?;
+        {
+            let catalog = self.read_catalog();
+            let table = catalog.gpu(&gpu);
+            for member in &observation.members {
+                if !catalog.contains(&member.workload) {
+                    return Err(Error::UnknownReportedWorkload(
+                        member.workload.as_str().to_string(),
+                    ));
+                }
+                if table
+                    .as_ref()
+                    .and_then(|t| t.get(&member.workload))
+                    .is_none()
+                {
+                    return Err(Error::MemberNotProfiled {
+                        workload: member.workload.as_str().to_string(),
+                        gpu: gpu.clone(),
+                    });
+                }
+            }
+        }
+        let stored = self
+            .record_run(observation, ObservationSource::Calibrated)
+            .await?;
+        tracing::info!(agent = agent_id, gpu = %gpu.as_str(), run = stored.0, created = stored.1, "calibrated run stored");
+        Ok(stored)
     }
 
     /// The GPU models a new workload without a profile is profiled on when it names none:

@@ -379,6 +379,17 @@ impl Advisor {
     /// champion can predict the set, its prediction is stored with the run and its error
     /// feeds the rolling error (drift).
     pub async fn report(&self, observation: Observation) -> Result<(i64, bool)> {
+        self.record_run(observation, ObservationSource::Reported)
+            .await
+    }
+
+    /// Stores a run from `source` once, with what the champion predicted for it (the
+    /// rolling error and drift follow it). Returns the run's id and whether it is new.
+    async fn record_run(
+        &self,
+        observation: Observation,
+        source: ObservationSource,
+    ) -> Result<(i64, bool)> {
         let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = observation
@@ -405,12 +416,7 @@ impl Advisor {
         });
         let (id, created) = self
             .store
-            .insert_observation(
-                &observation,
-                ObservationSource::Reported,
-                prediction,
-                now_ms(),
-            )
+            .insert_observation(&observation, source, prediction, now_ms())
             .await?;
         self.stats.report(if created {
             ReportOutcome::Stored

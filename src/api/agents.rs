@@ -225,6 +225,23 @@ impl ProfilingAgents for AgentsService {
         Ok(Response::new(pb::SubmitFailureResponse { duplicate }))
     }
 
+    async fn submit_calibration(
+        &self,
+        request: Request<pb::SubmitCalibrationRequest>,
+    ) -> Result<Response<pb::SubmitCalibrationResponse>, Status> {
+        let raw = request.into_inner();
+        let id = agent_id(&raw.agent_id).map_err(invalid)?;
+        let (members, observed_at_ms) = convert::calibration(raw, now_ms()).map_err(invalid)?;
+        let (id, created) = self
+            .advisor
+            .submit_calibration(&id, members, observed_at_ms)
+            .await?;
+        Ok(Response::new(pb::SubmitCalibrationResponse {
+            observation_id: id as u64,
+            created,
+        }))
+    }
+
     async fn list_agents(
         &self,
         _request: Request<pb::ListAgentsRequest>,

@@ -1022,3 +1022,243 @@ async fn a_restart_explains_only_the_jobs_no_live_agent_can_run() {
     );
     restarted.stop().await;
 }
+
+const OPERATOR_TOKEN: &str = "operator-token-0123456789abcdef";
+
+/// A server with auth on (reader, agent and operator tokens), agents' leases of 30 s.
+async fn app_with_tokens() -> TestApp {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("reader {READER_TOKEN}\nagent {AGENT_TOKEN}\noperator {OPERATOR_TOKEN}\n"),
+    )
+    .unwrap();
+    let config = format!(
+        "[auth]\ntokens_file = \"{}\"\n[agents]\nlease_secs = 30\nlive_secs = 60\n[profiler]\nallowed_programs = [\"{}/*\"]\n",
+        tokens.display(),
+        fixtures().join("workloads").display()
+    );
+    spawn_app_with_config(dir, &config).await
+}
+
+/// `name`, profiled on `gpu` (its exclusive throughput `throughput`), with a launch spec
+/// running the fake workload with `args` unless `args` is empty.
+fn profiled(name: &str, gpu: &str, throughput: f64, args: &[&str]) -> pb::RegisterWorkloadRequest {
+    let mut profile = measured_profile(gpu, throughput);
+    profile.gpu_memory_gb = if gpu == GPU_16 { 16.0 } else { 24.0 };
+    let mut request = register(name, args, &[]);
+    request.profile = Some(profile);
+    if args.is_empty() {
+        request.launch = None;
+    }
+    request
+}
+
+/// `coloc calibrate` on a GPU node (a real child process; NVML replaced by the 24 GB
+/// recording) talks to the service only, with an agent's token: it announces itself,
+/// runs every pair of the workloads with a launch spec and a profile on its GPU model,
+/// and the service stores each as a `calibrated` run of that GPU model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_runs_pairs_through_the_service_as_an_agent_of_its_gpu_model() {
+    let app = app_with_tokens().await;
+    let mut client = app.client.clone();
+    for request in [
+        profiled("a", GPU_24, 25.0, &["ok", "20"]),
+        profiled("b", GPU_24, 35.0, &["ok", "30"]),
+        // Profiled on another GPU model only, and without a launch spec: not paired.
+        profiled("other-gpu", GPU_16, 10.0, &["ok", "5"]),
+        profiled("no-launch", GPU_24, 10.0, &[]),
+    ] {
+        client
+            .register_workload(with_token(request, OPERATOR_TOKEN))
+            .await
+            .unwrap();
+    }
+
+    let calibrated = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["calibrate", "--addr", &format!("http://{}", app.addr)])
+        .args(["--id", "node-c-gpu0", "--node", "node-c", "--pairs", "10"])
+        .env("COLOC_TOKEN", AGENT_TOKEN)
+        .env("COLOC_NO_PROGRESS", "1")
+        .env("COLOC__PROFILER__NVML_RECORDING", recording(GPU_24))
+        .env(
+            "COLOC__PROFILER__NCU_PATH",
+            fixtures().join("workloads/fake_ncu.py"),
+        )
+        .env(
+            "COLOC__PROFILER__ALLOWED_PROGRAMS",
+            format!("{}/*", fixtures().join("workloads").display()),
+        )
+        .env("COLOC__LOG__FORMAT", "text")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&calibrated.stdout);
+    assert!(
+        calibrated.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&calibrated.stderr)
+    );
+    assert!(stdout.contains(&format!("GPU {GPU_24}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "3 pairs stored as calibrated runs of {GPU_24}, 0 failed"
+        )),
+        "{stdout}"
+    );
+    // a+a, a+b, b+b, each a calibrated run of the agent's GPU model.
+    assert_eq!(
+        app.query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE source = 'calibrated' AND gpu = '{GPU_24}'"
+        ))
+        .await,
+        3
+    );
+    assert_eq!(app.count("observations").await, 3);
+    let members = |workload: &str, throughput: f64| {
+        format!(
+            "SELECT COUNT(*) FROM observation_members WHERE workload = '{workload}' \
+             AND throughput = {throughput} AND job_id LIKE 'calibrate-%'"
+        )
+    };
+    assert_eq!(app.query_i64(&members("a", 20.0)).await, 3);
+    assert_eq!(app.query_i64(&members("b", 30.0)).await, 3);
+    // It announced itself: the service knows this node's GPU model.
+    let agents = agents_client(&app)
+        .list_agents(with_token(pb::ListAgentsRequest {}, READER_TOKEN))
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    let listed: Vec<(&str, &str, &str)> = agents
+        .iter()
+        .map(|a| (a.agent_id.as_str(), a.node.as_str(), a.gpu.as_str()))
+        .collect();
+    assert_eq!(listed, [("node-c-gpu0", "node-c", GPU_24)]);
+}
+
+/// SubmitCalibration stores only what an agent can have measured: on its own GPU model,
+/// for workloads profiled there, from an agent's (or operator's) token; anything else is
+/// refused with its code and changes nothing. A repeat is stored once.
+#[tokio::test]
+async fn submit_calibration_is_an_agents_call_for_its_own_gpu_model() {
+    let app = app_with_tokens().await;
+    let mut client = app.client.clone();
+    for request in [
+        profiled("a", GPU_16, 25.0, &["ok"]),
+        profiled("b", GPU_16, 35.0, &["ok"]),
+        profiled("elsewhere", GPU_24, 10.0, &["ok"]),
+    ] {
+        client
+            .register_workload(with_token(request, OPERATOR_TOKEN))
+            .await
+            .unwrap();
+    }
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(with_token(announce("cal", GPU_16), AGENT_TOKEN))
+        .await
+        .unwrap();
+    let run = |agent: &str, members: &[(&str, f64)]| pb::SubmitCalibrationRequest {
+        agent_id: agent.into(),
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(k, (workload, throughput))| pb::ColocatedMember {
+                workload: workload.to_string(),
+                throughput: *throughput,
+                job_id: format!("calibrate-shared-{k}"),
+            })
+            .collect(),
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_780_000_000,
+            nanos: 0,
+        }),
+    };
+    let before = app.dump_store().await;
+    let refusals = [
+        // Not an agent's token.
+        (
+            run("cal", &[("a", 1.0), ("b", 2.0)]),
+            READER_TOKEN,
+            Code::PermissionDenied,
+        ),
+        // Never announced.
+        (
+            run("stranger", &[("a", 1.0), ("b", 2.0)]),
+            AGENT_TOKEN,
+            Code::NotFound,
+        ),
+        // A workload not profiled on the agent's GPU model.
+        (
+            run("cal", &[("a", 1.0), ("elsewhere", 2.0)]),
+            AGENT_TOKEN,
+            Code::FailedPrecondition,
+        ),
+        (
+            run("cal", &[("a", 1.0), ("unknown", 2.0)]),
+            AGENT_TOKEN,
+            Code::NotFound,
+        ),
+        (
+            run("cal", &[("a", 1.0)]),
+            AGENT_TOKEN,
+            Code::InvalidArgument,
+        ),
+        (
+            run("cal", &[("a", f64::NAN), ("b", 2.0)]),
+            AGENT_TOKEN,
+            Code::InvalidArgument,
+        ),
+    ];
+    for (request, token, code) in refusals {
+        expect_code(
+            agents.submit_calibration(with_token(request, token)).await,
+            code,
+        );
+    }
+    // An agent token still may not report runs of its own choosing.
+    expect_code(
+        client
+            .report_colocation(with_token(
+                pb::ReportColocationRequest {
+                    gpu: GPU_16.into(),
+                    members: run("cal", &[("a", 1.0), ("b", 2.0)]).members,
+                    ..Default::default()
+                },
+                AGENT_TOKEN,
+            ))
+            .await,
+        Code::PermissionDenied,
+    );
+    assert_eq!(app.dump_store().await, before);
+
+    let stored = agents
+        .submit_calibration(with_token(
+            run("cal", &[("a", 11.0), ("b", 12.0)]),
+            AGENT_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.created);
+    let again = agents
+        .submit_calibration(with_token(
+            run("cal", &[("a", 11.0), ("b", 12.0)]),
+            AGENT_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!again.created);
+    assert_eq!(again.observation_id, stored.observation_id);
+    assert_eq!(
+        app.query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE source = 'calibrated' AND gpu = '{GPU_16}'"
+        ))
+        .await,
+        1
+    );
+}

@@ -656,56 +656,6 @@ async fn the_replay_backend_profiles_from_the_dataset_and_the_workload_ranks_at_
 }
 
 #[tokio::test]
-async fn calibrate_runs_pairs_of_profiled_workloads_together_and_stores_them() {
-    let mut app = app("").await;
-    for name in ["a", "b"] {
-        app.client
-            .register_workload(register(name, Some(launch(&["ok", "20"]))))
-            .await
-            .unwrap();
-    }
-    let worker = nvml_worker(&app, &fake_ncu(), 3);
-    for _ in 0..2 {
-        let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
-        assert!(
-            matches!(outcome, RunOutcome::Profiled { .. }),
-            "{outcome:?}"
-        );
-    }
-    let sampler =
-        RecordedSampler::from_file(&fixtures().join("nvml/synthetic_samples.jsonl")).unwrap();
-    let summary = coloc::profiler::calibrate::calibrate(
-        app.advisor.store(),
-        &sampler,
-        &app.settings.profiler,
-        10,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
-    // a+a, a+b, b+b: every pair of the two, a workload with itself included.
-    let pairs: Vec<(&str, &str)> = summary
-        .measured
-        .iter()
-        .map(|m| (m.0.as_str(), m.1.as_str()))
-        .collect();
-    assert_eq!(pairs, [("a", "a"), ("a", "b"), ("b", "b")]);
-    assert!(summary.failed.is_empty());
-    assert_eq!(app.count("observations").await, 3);
-    let calibrated = app
-        .query_i64("SELECT COUNT(*) FROM observations WHERE source = 'calibrated'")
-        .await;
-    assert_eq!(calibrated, 3);
-    let sharing = summary.sharing.as_str();
-    let labelled = app
-        .query_i64(&format!(
-            "SELECT COUNT(*) FROM observation_members WHERE job_id LIKE 'calibrate-{sharing}-%'"
-        ))
-        .await;
-    assert_eq!(labelled, 6);
-}
-
-#[tokio::test]
 async fn the_server_runs_its_worker_and_stops_it_cleanly() {
     let extra = format!(
         "backend = \"replay\"\nreplay_dir = \"{}\"\npoll_interval_ms = 20\n",
