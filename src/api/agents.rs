@@ -11,7 +11,7 @@ use crate::{
     advisor::{Advisor, AgentFailure, AgentView},
     domain::{now_ms, GpuName, ValidationError},
     proto::{self as pb, profiling_agents_server::ProfilingAgents},
-    store::{ClaimedJob, NewAgent},
+    store::{ClaimedJob, NewAgent, IN_PROCESS_HOLDER},
 };
 
 pub use pb::profiling_agents_server::ProfilingAgentsServer;
@@ -31,8 +31,15 @@ impl AgentsService {
     }
 }
 
-/// An agent id: like a workload name (letters, digits and . _ - : / +, 1 to 128).
+/// An agent id: like a workload name (letters, digits and . _ - : / +, 1 to 128), and
+/// not the in-process worker's holder name, whose claims no agent may touch.
 fn agent_id(raw: &str) -> Result<String, ValidationError> {
+    if raw == IN_PROCESS_HOLDER {
+        return Err(ValidationError::new(
+            "agent_id",
+            format!("agent_id {IN_PROCESS_HOLDER:?} is reserved for the in-process worker"),
+        ));
+    }
     convert::workload_name("agent_id", raw)
         .map(|name| name.as_str().to_string())
         .map_err(|e| ValidationError::new("agent_id", e.message.replace("name", "agent_id")))

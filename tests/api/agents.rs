@@ -531,6 +531,11 @@ async fn agents_must_announce_and_send_valid_requests() {
         agents.announce_agent(announce("a", "")).await,
         Code::InvalidArgument,
     );
+    // The in-process worker's claims are no agent's.
+    expect_code(
+        agents.announce_agent(announce("in-process", GPU_16)).await,
+        Code::InvalidArgument,
+    );
     let no_claim = agents
         .submit_failure(pb::SubmitFailureRequest {
             agent_id: "a".into(),
