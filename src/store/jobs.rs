@@ -1,6 +1,12 @@
 //! The profiling job table: the worker claims one job at a time, and every outcome (done,
 //! retry later, failed for good, put back) is one transaction together with the workload's
 //! state, so GetWorkload always tells where profiling stands.
+//!
+//! `claim_holder` names the holder of the job's latest claim while it runs and after it
+//! submitted that claim's outcome (so that its repeat is told apart from another agent
+//! naming the same claim); it is '' once the claim's lease expired or the job was
+//! re-queued at start-up. (The agents migration's comment, "'' when not running", predates
+//! this and migrations are never edited.)
 
 use sqlx::{FromRow, Sqlite, Transaction};
 

@@ -314,7 +314,9 @@ impl<Q: JobQueue> Worker<Q> {
                                 queue.fail(&job, &error)
                             })
                             .await?;
-                        tracing::warn!(%error, "profiling failed for good");
+                        if matches!(settled, Settled::Recorded) {
+                            tracing::warn!(%error, "profiling failed for good");
+                        }
                         settled.outcome(RunOutcome::Failed { workload, error })
                     }
                 }
@@ -353,7 +355,9 @@ impl<Q: JobQueue> Worker<Q> {
                         queue.fail(&job, &error)
                     })
                     .await?;
-                tracing::warn!(%error, "profiling failed for good");
+                if matches!(settled, Settled::Recorded) {
+                    tracing::warn!(%error, "profiling failed for good");
+                }
                 settled.outcome(RunOutcome::Failed { workload, error })
             }
             Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
@@ -363,7 +367,9 @@ impl<Q: JobQueue> Worker<Q> {
                         queue.fail(&job, &error)
                     })
                     .await?;
-                tracing::warn!(%error, "profiling failed for good");
+                if matches!(settled, Settled::Recorded) {
+                    tracing::warn!(%error, "profiling failed for good");
+                }
                 settled.outcome(RunOutcome::Failed { workload, error })
             }
             Err(ProfileError::Failed(error)) => {
