@@ -822,6 +822,21 @@ async fn a_job_whose_only_agent_died_is_pending_again_without_another_claim() {
         })
         .await;
     expect_code(late, Code::Aborted);
+    // So is its late failure: not acknowledged as a repeat, and nothing changes.
+    let before = app.dump_store().await;
+    let late_failure = agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "dead".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            kind: pb::JobFailureKind::Retry as i32,
+            error: "late".into(),
+            reason: "late".into(),
+            retry_after_ms: 0,
+        })
+        .await;
+    expect_code(late_failure, Code::Aborted);
+    assert_eq!(app.dump_store().await, before);
     app.stop().await;
 }
 
