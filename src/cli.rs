@@ -38,8 +38,10 @@ pub enum Command {
     /// Measure how well each model kind picks partners, on a published dataset.
     #[command(subcommand)]
     Eval(EvalCommand),
-    /// Run pairs of profiled workloads together on the profiling GPU and store what they
-    /// achieved as training data (needs an NVIDIA GPU and launch specs).
+    /// Run pairs of workloads profiled on this node's GPU model together on its GPU and
+    /// submit what they achieved to the service at --addr as training data of that GPU
+    /// model (README, "Calibration"). Needs an NVIDIA GPU (or profiler.nvml_recording) and
+    /// launch specs; the token, an agent's or an operator's, comes from COLOC_TOKEN.
     Calibrate(CalibrateArgs),
     /// Run a profiling agent on this GPU node: announce it to the service at --addr, then
     /// claim the profiling jobs of this GPU model, measure them (profiler.* settings) and
@@ -185,7 +187,16 @@ pub struct AgentArgs {
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub connection: client::Connection,
+    /// TOML settings file (its profiler.* section; COLOC__PROFILER__* variables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The agent id it announces itself as; default NODE-gpuINDEX, as `coloc agent`.
+    #[arg(long, env = "COLOC_AGENT_ID")]
+    pub id: Option<String>,
+    /// The node's name; default the host name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
     /// NVML index of the GPU to run on (overrides profiler.gpu_index).
     #[arg(long)]
     pub gpu_index: Option<u32>,
@@ -566,22 +577,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 None,
             )?;
             telemetry::init(&settings.log.level, settings.log.format);
-            let node = args.node.clone().unwrap_or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_string())
-                    .unwrap_or_else(|_| "node".into())
-            });
-            let id = args
-                .id
-                .clone()
-                .unwrap_or_else(|| format!("{node}-gpu{}", settings.profiler.gpu_index));
+            let identity = agent_identity(
+                args.id.clone(),
+                args.node.clone(),
+                settings.profiler.gpu_index,
+            );
             let channel = args.connection.lazy_channel()?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let ran = crate::agent::run(
                 channel,
                 args.connection.token.clone(),
-                crate::agent::AgentIdentity { id, node },
+                identity,
                 settings.profiler,
                 cancel,
             )
@@ -592,31 +599,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
-            let mut settings = load_settings(&args.common, None)?;
+            let mut settings = load_settings(
+                &CommonArgs {
+                    config: args.config.clone(),
+                    database: None,
+                },
+                None,
+            )?;
             if let Some(index) = args.gpu_index {
                 settings.profiler.gpu_index = index;
             }
             telemetry::init(&settings.log.level, settings.log.format);
-            let sampler = crate::profiler::NvmlSampler::init(settings.profiler.gpu_index)
-                .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
-            // Writes the file directly: never behind a running server's back.
-            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
-            let store = Store::open(&settings.database.url)
-                .await
-                .context("cannot open the database")?;
-            let advisor = Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
+            let identity = agent_identity(
+                args.id.clone(),
+                args.node.clone(),
+                settings.profiler.gpu_index,
+            );
+            let channel = args.connection.lazy_channel()?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
-            let summary = crate::profiler::calibrate::calibrate(
-                advisor.store(),
-                &sampler,
-                &settings.profiler,
+            let summary = crate::agent::calibrate::run(
+                channel,
+                args.connection.token.clone(),
+                identity,
+                settings.profiler,
                 args.pairs,
                 &cancel,
             )
             .await;
             signals.abort();
-            advisor.store().close().await;
             let summary = summary?;
             println!("GPU {} ({} sharing)", summary.gpu, summary.sharing.as_str());
             for (a, b, ta, tb) in &summary.measured {
@@ -626,8 +637,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("  {a} + {b}: failed: {why}");
             }
             println!(
-                "{} pairs stored as observations, {} failed; call Train to use them",
+                "{} pairs stored as calibrated runs of {}, {} failed; call Train to use them",
                 summary.measured.len(),
+                summary.gpu,
                 summary.failed.len()
             );
             Ok(())
@@ -686,6 +698,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Who a profiling agent (or `coloc calibrate`) on this node is: `--id`, default
+/// NODE-gpuINDEX; `--node`, default the host name.
+fn agent_identity(
+    id: Option<String>,
+    node: Option<String>,
+    gpu_index: u32,
+) -> crate::agent::AgentIdentity {
+    let node = node.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "node".into())
+    });
+    let id = id.unwrap_or_else(|| format!("{node}-gpu{gpu_index}"));
+    crate::agent::AgentIdentity { id, node }
 }
 
 /// The database file `url` names, when it does not exist yet (a command that fails may

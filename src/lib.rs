@@ -11,8 +11,9 @@
 //!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
 //!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a
-//!   gRPC job queue (`coloc.v1.ProfilingAgents`); it imports `api::convert` for the
-//!   proto ↔ domain conversion and nothing else of the service.
+//!   gRPC job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API;
+//!   it imports `api::convert` for the proto ↔ domain conversion and nothing else of the
+//!   service.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
 //!   `import` (loading KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
@@ -20,7 +21,8 @@
 //!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
 //!   `extender` (the kube-scheduler extender and its cluster watcher, over the advisor), and the
 //!   background tasks `worker` (the profiling job loop and its `JobQueue`: in-process over
-//!   the advisor, or an agent's over gRPC) and `trainer` (retraining).
+//!   the advisor, or an agent's over gRPC; the sweep of expired leases) and `trainer`
+//!   (retraining).
 //! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
 //!   from; ranking; the model lifecycle.
 //! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute

@@ -2,7 +2,7 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
-//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the retraining task, the
+//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the lease sweeper, the retraining task, the
 //! metrics endpoint, the observation writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
@@ -35,7 +35,7 @@ use crate::{
     },
     store::{DatabaseLock, Store},
     trainer::Trainer,
-    worker::Worker,
+    worker::{LeaseSweeper, Worker},
 };
 
 pub struct App {
@@ -251,6 +251,7 @@ impl App {
         // that nothing writes to the store after it closes and the running profiling job
         // is re-queued while the API already refuses new calls.
         let worker_stop = CancellationToken::new();
+        let sweeper_stop = CancellationToken::new();
         let trainer_stop = CancellationToken::new();
         let metrics_stop = CancellationToken::new();
         let extender_stop = CancellationToken::new();
@@ -271,6 +272,12 @@ impl App {
         let worker = self
             .worker
             .map(|worker| spawn_owned("profiling worker", worker.run(worker_stop.clone())));
+        // Jobs whose agent stopped renewing go back to the queue without waiting for a
+        // claim.
+        let sweeper = Some(spawn_owned(
+            "lease sweeper",
+            LeaseSweeper::new(self.advisor.clone()).run(sweeper_stop.clone()),
+        ));
         let trainer = self
             .trainer
             .map(|trainer| spawn_owned("retraining task", trainer.run(trainer_stop.clone())));
@@ -293,7 +300,7 @@ impl App {
                         ),
                     )
                 });
-        // While the store's writes fail, the advisor service says NOT_SERVING (readiness
+        // While the store's writes fail, the advisor and agents services say NOT_SERVING (readiness
         // probes that name it take the replica out); the server itself ("") stays SERVING,
         // so liveness does not restart a process that recovers by itself.
         let write_health = spawn_owned(
@@ -377,6 +384,7 @@ impl App {
             (extender_stop, extender),
             (watcher_stop, watcher),
             (worker_stop, worker),
+            (sweeper_stop, sweeper),
             (trainer_stop, trainer),
             (metrics_stop, metrics_server),
         ] {
@@ -437,7 +445,8 @@ fn explain_damage(error: anyhow::Error, url: &str) -> anyhow::Error {
     ))
 }
 
-/// Mirrors the store's write health in the advisor service's health status until
+/// Mirrors the store's write health in the health status of the advisor and agents
+/// services until
 /// `shutdown` (which sets NOT_SERVING for good).
 async fn follow_write_health(
     mut failing: tokio::sync::watch::Receiver<bool>,
@@ -453,13 +462,21 @@ async fn follow_write_health(
         if shutdown.is_cancelled() {
             return;
         }
+        // Both services write: the agents' claims and submissions fail as the advisor's
+        // writes do.
         if failing {
             reporter
                 .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
                 .await;
+            reporter
+                .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
+                .await;
         } else {
             reporter
                 .set_serving::<ColocationAdvisorServer<AdvisorService>>()
+                .await;
+            reporter
+                .set_serving::<ProfilingAgentsServer<AgentsService>>()
                 .await;
         }
     }
@@ -548,6 +565,7 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         agents: AgentPolicy {
             lease_ms: settings.agents.lease_secs as i64 * 1000,
             live_ms: settings.agents.live_secs as i64 * 1000,
+            max_attempts: settings.profiler.max_attempts,
         },
     })
 }

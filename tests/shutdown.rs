@@ -171,6 +171,7 @@ async fn a_shutdown_stops_the_api_first_requeues_the_running_job_and_closes_the_
     let api_exited = position(&lines, &["task exited", "gRPC API"]);
     let requeued = position(&lines, &["interrupted; job re-queued"]);
     let worker_exited = position(&lines, &["task exited", "profiling worker"]);
+    let sweeper_exited = position(&lines, &["task exited", "lease sweeper"]);
     let trainer_exited = position(&lines, &["task exited", "retraining task"]);
     let metrics_exited = position(&lines, &["task exited", "metrics endpoint"]);
     let writer_exited = position(&lines, &["task exited", "observation writer"]);
@@ -180,6 +181,7 @@ async fn a_shutdown_stops_the_api_first_requeues_the_running_job_and_closes_the_
         api_exited,
         requeued,
         worker_exited,
+        sweeper_exited,
         trainer_exited,
         metrics_exited,
         writer_exited,

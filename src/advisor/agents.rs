@@ -4,8 +4,10 @@
 //! token makes every submission safe to repeat and refuses a holder that lost the job.
 
 use crate::{
-    domain::{now_ms, GpuName, Profile},
-    store::{AgentRecord, ClaimedJob, JobClaimer, NewAgent, Submitted, WorkloadRecord},
+    domain::{now_ms, ColocatedMember, GpuName, Observation, Profile},
+    store::{
+        AgentRecord, ClaimedJob, JobClaimer, NewAgent, ObservationSource, Submitted, WorkloadRecord,
+    },
 };
 
 use super::{Advisor, Error, JobOutcome, Result};
@@ -17,6 +19,8 @@ pub struct AgentPolicy {
     pub lease_ms: i64,
     /// An agent seen within this long is live: new workloads are routed to its GPU model.
     pub live_ms: i64,
+    /// A job whose lease expired on this attempt fails for good (`profiler.max_attempts`).
+    pub max_attempts: u32,
 }
 
 impl Default for AgentPolicy {
@@ -24,7 +28,17 @@ impl Default for AgentPolicy {
         Self {
             lease_ms: 30_000,
             live_ms: 90_000,
+            max_attempts: 3,
         }
+    }
+}
+
+impl AgentPolicy {
+    /// How often the service sweeps expired leases on its own: a third of a lease (at
+    /// least 100 ms), so a job whose agent died is pending again at most a third of a
+    /// lease after its lease ran out.
+    pub fn sweep_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.lease_ms / 3).max(100) as u64)
     }
 }
 
@@ -91,28 +105,46 @@ impl Advisor {
                     holder: agent_id,
                     gpu: Some(&gpu),
                     lease_ms: self.agent_policy.lease_ms,
+                    max_attempts: self.agent_policy.max_attempts,
                 },
                 now_ms(),
             )
             .await?)
     }
 
-    /// Extends a claim's lease; returns its new end (ms).
-    pub async fn renew_lease(&self, job_id: i64, claim: i64, progress: &str) -> Result<i64> {
+    /// Extends the lease of a claim `agent_id` holds; returns its new end (ms).
+    pub async fn renew_lease(
+        &self,
+        agent_id: &str,
+        job_id: i64,
+        claim: i64,
+        progress: &str,
+    ) -> Result<i64> {
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         Ok(self
             .store
-            .renew_lease(
-                job_id,
-                claim,
-                self.agent_policy.lease_ms,
-                progress,
-                now_ms(),
-            )
+            .renew_lease(&job, self.agent_policy.lease_ms, progress, now_ms())
             .await?)
     }
 
-    /// The claimed job a submission names, as the store knows it.
-    async fn submitted_job(&self, job_id: i64, claim: i64) -> Result<ClaimedJob> {
+    /// Returns jobs whose lease ran out to the queue (or fails them on their last
+    /// attempt), without waiting for a claim. Returns how many.
+    pub async fn expire_leases(&self) -> Result<u64> {
+        let expired = self
+            .store
+            .expire_leases(self.agent_policy.max_attempts, now_ms())
+            .await?;
+        if expired > 0 {
+            tracing::warn!(
+                expired,
+                "profiling jobs whose lease ran out were taken back"
+            );
+        }
+        Ok(expired)
+    }
+
+    /// The claimed job a renewal or submission of `agent_id` names, as the store knows it.
+    async fn submitted_job(&self, agent_id: &str, job_id: i64, claim: i64) -> Result<ClaimedJob> {
         let workload = self
             .store
             .job_workload(job_id)
@@ -121,6 +153,7 @@ impl Advisor {
         Ok(ClaimedJob {
             id: job_id,
             claim,
+            holder: agent_id.to_string(),
             workload,
             gpu: None,
             attempts: 0,
@@ -139,7 +172,7 @@ impl Advisor {
         profile: &Profile,
         note: &str,
     ) -> Result<(WorkloadRecord, bool)> {
-        let job = self.submitted_job(job_id, claim).await?;
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         match self.complete_job(&job, profile, note).await {
             Ok(Submitted::Applied(record)) => {
                 self.stats.agent_job(agent_id, JobOutcome::Profiled);
@@ -162,7 +195,7 @@ impl Advisor {
         claim: i64,
         failure: AgentFailure,
     ) -> Result<bool> {
-        let job = self.submitted_job(job_id, claim).await?;
+        let job = self.submitted_job(agent_id, job_id, claim).await?;
         let now = now_ms();
         let (submitted, outcome) = match &failure {
             AgentFailure::Wait {
@@ -203,6 +236,52 @@ impl Advisor {
                 Err(error)
             }
         }
+    }
+
+    /// A run `coloc calibrate` measured on the agent's GPU: stored once as a `calibrated`
+    /// run of the agent's GPU model (as announced). Every member must be profiled there,
+    /// so an agent adds training data only for workloads and the GPU model it can run.
+    /// Returns the run's id and whether it is new.
+    pub async fn submit_calibration(
+        &self,
+        agent_id: &str,
+        members: Vec<ColocatedMember>,
+        observed_at_ms: i64,
+    ) -> Result<(i64, bool)> {
+        let agent = self
+            .store
+            .agent(agent_id)
+            .await?
+            .ok_or_else(|| Error::UnknownAgent(agent_id.to_string()))?;
+        let gpu = GpuName::parse("gpu", &agent.gpu)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("stored agent GPU: {}", e.message)))?;
+        let observation = Observation::new(gpu.clone(), members, observed_at_ms)?;
+        {
+            let catalog = self.read_catalog();
+            let table = catalog.gpu(&gpu);
+            for member in &observation.members {
+                if !catalog.contains(&member.workload) {
+                    return Err(Error::UnknownReportedWorkload(
+                        member.workload.as_str().to_string(),
+                    ));
+                }
+                if table
+                    .as_ref()
+                    .and_then(|t| t.get(&member.workload))
+                    .is_none()
+                {
+                    return Err(Error::MemberNotProfiled {
+                        workload: member.workload.as_str().to_string(),
+                        gpu: gpu.clone(),
+                    });
+                }
+            }
+        }
+        let stored = self
+            .record_run(observation, ObservationSource::Calibrated)
+            .await?;
+        tracing::info!(agent = agent_id, gpu = %gpu.as_str(), run = stored.0, created = stored.1, "calibrated run stored");
+        Ok(stored)
     }
 
     /// The GPU models a new workload without a profile is profiled on when it names none:

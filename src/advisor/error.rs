@@ -83,6 +83,18 @@ pub enum Error {
     /// job went back to the queue or to another claim. The holder must drop the job.
     #[error("the claim on profiling job {job_id} was lost: {now}")]
     ClaimLost { job_id: i64, now: String },
+    /// A renewal or submission from an agent that does not hold the claim it names (the
+    /// claim is another agent's): refused, nothing changes.
+    #[error(
+        "agent {sender:?} does not hold claim {claim} of profiling job {job_id} (agent \
+         {holder:?} does); only the claim's holder may renew it or submit its outcome"
+    )]
+    NotClaimHolder {
+        job_id: i64,
+        claim: i64,
+        holder: String,
+        sender: String,
+    },
     /// A submitted profile of another GPU model than the job asked for.
     #[error("profiling job {job_id} is for GPU model {job_gpu:?}; the profile was measured on {profile_gpu:?}")]
     WrongGpuForJob {
@@ -107,6 +119,17 @@ impl From<StoreError> for Error {
             StoreError::AgentNotFound(id) => Self::UnknownAgent(id),
             StoreError::JobNotFound(id) => Self::UnknownJob(id),
             StoreError::ClaimLost { job_id, now, .. } => Self::ClaimLost { job_id, now },
+            StoreError::NotClaimHolder {
+                job_id,
+                claim,
+                holder,
+                sender,
+            } => Self::NotClaimHolder {
+                job_id,
+                claim,
+                holder,
+                sender,
+            },
             StoreError::WrongGpuForJob {
                 job_id,
                 job_gpu,

@@ -130,7 +130,11 @@ impl Advisor {
             agents: agent_policy,
         } = options;
         if let Some(reason) = &no_profiler_reason {
-            store.explain_waiting_jobs(None, reason, now_ms()).await?;
+            // Only jobs no live agent can run: the others keep their reasons.
+            let now = now_ms();
+            store
+                .explain_waiting_jobs(None, reason, now - agent_policy.live_ms, now)
+                .await?;
         }
         let mut catalog = Catalog::default();
         for (gpu, memory) in store.gpus().await? {
@@ -207,8 +211,14 @@ impl Advisor {
         let mut record = self.store.register_workload(&workload, now_ms()).await?;
         if record.state == WorkloadState::PendingProfile {
             if let Some(reason) = self.unserved_reason(&workload.profile_on).await? {
+                let now = now_ms();
                 self.store
-                    .explain_waiting_jobs(Some(record.name.as_str()), &reason, now_ms())
+                    .explain_waiting_jobs(
+                        Some(record.name.as_str()),
+                        &reason,
+                        now - self.agent_policy.live_ms,
+                        now,
+                    )
                     .await?;
                 record.state_reason = reason;
             }
@@ -369,6 +379,17 @@ impl Advisor {
     /// champion can predict the set, its prediction is stored with the run and its error
     /// feeds the rolling error (drift).
     pub async fn report(&self, observation: Observation) -> Result<(i64, bool)> {
+        self.record_run(observation, ObservationSource::Reported)
+            .await
+    }
+
+    /// Stores a run from `source` once, with what the champion predicted for it (the
+    /// rolling error and drift follow it). Returns the run's id and whether it is new.
+    async fn record_run(
+        &self,
+        observation: Observation,
+        source: ObservationSource,
+    ) -> Result<(i64, bool)> {
         let table = {
             let catalog = self.read_catalog();
             if let Some(unknown) = observation
@@ -395,12 +416,7 @@ impl Advisor {
         });
         let (id, created) = self
             .store
-            .insert_observation(
-                &observation,
-                ObservationSource::Reported,
-                prediction,
-                now_ms(),
-            )
+            .insert_observation(&observation, source, prediction, now_ms())
             .await?;
         self.stats.report(if created {
             ReportOutcome::Stored

@@ -3,8 +3,10 @@
 //! runs the same job loop as the in-process worker ([`crate::worker::Worker`]) over a
 //! gRPC job queue ([`RemoteQueue`]): claim a job of its GPU model, measure it alone while
 //! renewing the lease, submit the profile or the failure. The service keeps the queue and
-//! decides; the agent only measures.
+//! decides; the agent only measures. `coloc calibrate` ([`calibrate`]) speaks the same
+//! API from a GPU node, to give its GPU model training data.
 
+pub mod calibrate;
 mod remote;
 
 use std::{sync::Arc, time::Duration};

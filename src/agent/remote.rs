@@ -112,11 +112,12 @@ impl RemoteQueue {
     }
 }
 
-fn claimed(job: pb::ProfilingJob) -> Result<ClaimedJob, QueueError> {
+fn claimed(agent_id: &str, job: pb::ProfilingJob) -> Result<ClaimedJob, QueueError> {
     let refused = |what: String| QueueError::Other(anyhow::anyhow!("the service sent {what}"));
     Ok(ClaimedJob {
         id: i64::try_from(job.job_id).map_err(|_| refused("an odd job id".into()))?,
         claim: i64::try_from(job.claim).map_err(|_| refused("an odd claim".into()))?,
+        holder: agent_id.to_string(),
         workload: WorkloadName::parse("workload", &job.workload).map_err(|e| refused(e.message))?,
         gpu: if job.gpu.is_empty() {
             None
@@ -156,7 +157,7 @@ impl JobQueue for RemoteQueue {
             .map_err(queue_error)?
             .into_inner()
             .job
-            .map(claimed)
+            .map(|job| claimed(&self.announcement.agent_id, job))
             .transpose()
     }
 

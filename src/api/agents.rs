@@ -11,7 +11,7 @@ use crate::{
     advisor::{Advisor, AgentFailure, AgentView},
     domain::{now_ms, GpuName, ValidationError},
     proto::{self as pb, profiling_agents_server::ProfilingAgents},
-    store::{ClaimedJob, NewAgent},
+    store::{ClaimedJob, NewAgent, IN_PROCESS_HOLDER},
 };
 
 pub use pb::profiling_agents_server::ProfilingAgentsServer;
@@ -31,8 +31,15 @@ impl AgentsService {
     }
 }
 
-/// An agent id: like a workload name (letters, digits and . _ - : / +, 1 to 128).
+/// An agent id: like a workload name (letters, digits and . _ - : / +, 1 to 128), and
+/// not the in-process worker's holder name, whose claims no agent may touch.
 fn agent_id(raw: &str) -> Result<String, ValidationError> {
+    if raw == IN_PROCESS_HOLDER {
+        return Err(ValidationError::new(
+            "agent_id",
+            format!("agent_id {IN_PROCESS_HOLDER:?} is reserved for the in-process worker"),
+        ));
+    }
     convert::workload_name("agent_id", raw)
         .map(|name| name.as_str().to_string())
         .map_err(|e| ValidationError::new("agent_id", e.message.replace("name", "agent_id")))
@@ -137,17 +144,21 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let raw = request.into_inner();
-        let (job_id, claim, progress) = (|| {
-            agent_id(&raw.agent_id)?;
+        let (id, job_id, claim, progress) = (|| {
+            let id = agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
             Ok((
+                id,
                 job_id,
                 claim,
                 text("progress", raw.progress, MAX_SHORT_TEXT)?,
             ))
         })()
         .map_err(invalid)?;
-        let expires = self.advisor.renew_lease(job_id, claim, &progress).await?;
+        let expires = self
+            .advisor
+            .renew_lease(&id, job_id, claim, &progress)
+            .await?;
         Ok(Response::new(pb::RenewLeaseResponse {
             lease_expires_at: Some(convert::timestamp(expires)),
         }))
@@ -219,6 +230,23 @@ impl ProfilingAgents for AgentsService {
             .submit_failure(&id, job_id, claim, failure)
             .await?;
         Ok(Response::new(pb::SubmitFailureResponse { duplicate }))
+    }
+
+    async fn submit_calibration(
+        &self,
+        request: Request<pb::SubmitCalibrationRequest>,
+    ) -> Result<Response<pb::SubmitCalibrationResponse>, Status> {
+        let raw = request.into_inner();
+        let id = agent_id(&raw.agent_id).map_err(invalid)?;
+        let (members, observed_at_ms) = convert::calibration(raw, now_ms()).map_err(invalid)?;
+        let (id, created) = self
+            .advisor
+            .submit_calibration(&id, members, observed_at_ms)
+            .await?;
+        Ok(Response::new(pb::SubmitCalibrationResponse {
+            observation_id: id as u64,
+            created,
+        }))
     }
 
     async fn list_agents(

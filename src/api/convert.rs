@@ -500,9 +500,31 @@ pub fn observation(
     gpu: GpuName,
     now_ms: i64,
 ) -> Result<Observation, ValidationError> {
-    let members = raw
-        .members
-        .into_iter()
+    let members = colocated_members(raw.members)?;
+    let observed_at_ms = match &raw.observed_at {
+        Some(ts) => timestamp_ms("observed_at", ts)?,
+        None => now_ms,
+    };
+    Observation::new(gpu, members, observed_at_ms)
+}
+
+/// A calibrated run's members and when it was measured (`now_ms` when unset); its GPU
+/// model is the agent's, which the advisor knows.
+pub fn calibration(
+    raw: pb::SubmitCalibrationRequest,
+    now_ms: i64,
+) -> Result<(Vec<ColocatedMember>, i64), ValidationError> {
+    let observed_at_ms = match &raw.observed_at {
+        Some(ts) => timestamp_ms("observed_at", ts)?,
+        None => now_ms,
+    };
+    Ok((colocated_members(raw.members)?, observed_at_ms))
+}
+
+fn colocated_members(
+    raw: Vec<pb::ColocatedMember>,
+) -> Result<Vec<ColocatedMember>, ValidationError> {
+    raw.into_iter()
         .enumerate()
         .map(|(i, m)| {
             Ok(ColocatedMember {
@@ -511,12 +533,7 @@ pub fn observation(
                 job_id: m.job_id,
             })
         })
-        .collect::<Result<Vec<_>, ValidationError>>()?;
-    let observed_at_ms = match &raw.observed_at {
-        Some(ts) => timestamp_ms("observed_at", ts)?,
-        None => now_ms,
-    };
-    Observation::new(gpu, members, observed_at_ms)
+        .collect()
 }
 
 /// An optional model kind: empty means the server's default.

@@ -36,7 +36,10 @@ pub fn code(error: &Error) -> Code {
         | Error::GpuMemoryUnknown(_)
         | Error::TrainingFailed(_)
         | Error::NothingPinned(_) => Code::FailedPrecondition,
-        Error::LaunchSpecsDisabled | Error::ProgramNotAllowed { .. } => Code::PermissionDenied,
+        // Another agent's claim: the caller may not act on it, whatever the job's state.
+        Error::LaunchSpecsDisabled
+        | Error::ProgramNotAllowed { .. }
+        | Error::NotClaimHolder { .. } => Code::PermissionDenied,
         Error::StorageUnavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     }

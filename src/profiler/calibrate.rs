@@ -1,8 +1,10 @@
 //! `coloc calibrate`: gives a GPU model training data without any scheduler, by running
-//! pairs of profiled workloads together on the profiling GPU and storing what each one
-//! achieved as an observation. Under MPS when `nvidia-cuda-mps-control` is available (the
-//! sharing coloc advises on), else plain time-sliced sharing; the member job ids record
-//! which (`calibrate-mps-0`, `calibrate-shared-1`, ...).
+//! pairs of profiled workloads together on this node's GPU and handing what each one
+//! achieved to a [`CalibrationTarget`] (the service, through the agents' API: see
+//! `agent::calibrate`), which stores it as a `calibrated` run. Under MPS when
+//! `nvidia-cuda-mps-control` is available (the sharing coloc advises on), else plain
+//! time-sliced sharing; the member job ids record which (`calibrate-mps-0`,
+//! `calibrate-shared-1`, ...).
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -10,12 +12,24 @@ use anyhow::{bail, Context};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{launch_run_spec, runner, GpuSampler};
+use super::{launch_run_spec, runner};
 use crate::{
-    domain::{now_ms, ColocatedMember, GpuName, LaunchSpec, Observation, WorkloadName},
+    domain::{
+        now_ms, AllowedPrograms, ColocatedMember, GpuName, LaunchSpec, Observation, WorkloadName,
+    },
     settings::ProfilerSettings,
-    store::{ObservationSource, Store},
 };
+
+/// Where calibration learns which workloads to pair and hands each measured pair.
+#[tonic::async_trait]
+pub trait CalibrationTarget: Send + Sync {
+    /// Every workload with a launch spec and a complete profile on `gpu`, by name.
+    async fn workloads(&self, gpu: &GpuName) -> anyhow::Result<Vec<(WorkloadName, LaunchSpec)>>;
+    /// Stores one measured run (a run of `gpu`, as `calibrated`). `Ok(Some(why))` when
+    /// the target refused this run (e.g. a member was deleted meanwhile): the others go
+    /// on. An error stops the calibration.
+    async fn store(&self, run: &Observation) -> anyhow::Result<Option<String>>;
+}
 
 const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
 
@@ -98,30 +112,21 @@ impl Mps {
 }
 
 /// Runs up to `max_pairs` pairs (in name order, a workload with itself included) of the
-/// workloads that have a launch spec and a profile on the profiling GPU's model.
+/// workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
+/// this node's GPU), and hands each measured pair to `target`.
 pub async fn calibrate(
-    store: &Store,
-    sampler: &dyn GpuSampler,
+    target: &dyn CalibrationTarget,
+    gpu: &GpuName,
     settings: &ProfilerSettings,
     max_pairs: usize,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
-    let info = sampler.info().map_err(|e| anyhow::anyhow!(e))?;
-    let gpu = GpuName::parse("gpu", info.name.trim()).map_err(|e| anyhow::anyhow!(e.message))?;
-    let mut workloads: Vec<(WorkloadName, LaunchSpec)> = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list_workloads(after.as_deref(), 1000, None).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.name.to_string());
-        workloads.extend(page.into_iter().filter_map(|w| {
-            let profiled_here = w.profiles.iter().any(|p| p.gpu == gpu && !p.kernel_missing);
-            match (w.launch, profiled_here) {
-                (Some(launch), true) => Some((w.name, launch)),
-                _ => None,
-            }
-        }));
-    }
+    let gpu = gpu.clone();
+    let workloads = target.workloads(&gpu).await?;
+    // Checked here, on the node that runs them, right before the runs: the service named
+    // the programs, this node's profiler.allowed_programs decides (as for profiling).
+    let allowed = AllowedPrograms::new(&settings.allowed_programs)
+        .map_err(|e| anyhow::anyhow!("setting profiler.allowed_programs is invalid: {e}"))?;
     if workloads.is_empty() {
         bail!("no workload has both a launch spec and a profile on {gpu}: profile some first");
     }
@@ -152,6 +157,34 @@ pub async fn calibrate(
         progress.inc(1);
         let (a, launch_a) = &workloads[i];
         let (b, launch_b) = &workloads[j];
+        let resolved = |launch: &LaunchSpec| {
+            allowed
+                .resolve(&launch.program)
+                .map(|program| LaunchSpec {
+                    program: program.to_string_lossy().into_owned(),
+                    ..launch.clone()
+                })
+                .map_err(|reason| {
+                    format!(
+                        "program {:?} is not allowed by profiler.allowed_programs: {reason}",
+                        launch.program
+                    )
+                })
+        };
+        let (launch_a, launch_b) = match (resolved(launch_a), resolved(launch_b)) {
+            (Ok(launch_a), Ok(launch_b)) => (launch_a, launch_b),
+            (a_result, b_result) => {
+                let why = [a_result.err(), b_result.err()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair not run");
+                summary.failed.push((a.to_string(), b.to_string(), why));
+                continue;
+            }
+        };
+        let (launch_a, launch_b) = (&launch_a, &launch_b);
         let mut spec_a = launch_run_spec(settings, launch_a, settings.system_timeout_secs);
         let mut spec_b = launch_run_spec(settings, launch_b, settings.system_timeout_secs);
         if let Some(mps) = &mps {
@@ -183,12 +216,21 @@ pub async fn calibrate(
                     vec![member(a, ta, 0), member(b, tb, 1)],
                     now_ms(),
                 )?;
-                store
-                    .insert_observation(&observation, ObservationSource::Calibrated, None, now_ms())
-                    .await?;
-                summary
-                    .measured
-                    .push((a.to_string(), b.to_string(), ta, tb));
+                match target.store(&observation).await {
+                    Ok(None) => summary
+                        .measured
+                        .push((a.to_string(), b.to_string(), ta, tb)),
+                    Ok(Some(why)) => {
+                        tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair refused");
+                        summary.failed.push((a.to_string(), b.to_string(), why));
+                    }
+                    Err(error) => {
+                        if let Some(mps) = mps {
+                            mps.stop().await;
+                        }
+                        return Err(error.context(format!("storing the pair {a} + {b}")));
+                    }
+                }
             }
             (a_result, b_result) => {
                 let why = [a_result.err(), b_result.err()]

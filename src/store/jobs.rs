@@ -1,6 +1,12 @@
 //! The profiling job table: the worker claims one job at a time, and every outcome (done,
 //! retry later, failed for good, put back) is one transaction together with the workload's
 //! state, so GetWorkload always tells where profiling stands.
+//!
+//! `claim_holder` names the holder of the job's latest claim while it runs and after it
+//! submitted that claim's outcome (so that its repeat is told apart from another agent
+//! naming the same claim); it is '' once the claim's lease expired or the job was
+//! re-queued at start-up. (The agents migration's comment, "'' when not running", predates
+//! this and migrations are never edited.)
 
 use sqlx::{FromRow, Sqlite, Transaction};
 
@@ -20,6 +26,9 @@ pub struct ClaimedJob {
     pub id: i64,
     /// The claim's token: renewals and submissions must name it.
     pub claim: i64,
+    /// Who holds the claim: an agent id, or [`IN_PROCESS_HOLDER`]. Renewals and
+    /// submissions are accepted only from the holder.
+    pub holder: String,
     pub workload: WorkloadName,
     /// The GPU model the job asks for; `None` = any.
     pub gpu: Option<GpuName>,
@@ -39,6 +48,9 @@ pub struct JobClaimer<'a> {
     pub gpu: Option<&'a GpuName>,
     /// Lease length; 0 = no lease.
     pub lease_ms: i64,
+    /// Expired leases are swept before the claim: a job whose expired lease used this
+    /// many attempts fails instead of going back to the queue.
+    pub max_attempts: u32,
 }
 
 /// What a submission did: applied now, or the same claim's outcome was recorded before
@@ -67,14 +79,14 @@ struct JobStateRow {
     claim_holder: String,
 }
 
-/// Why a claim-checked update changed nothing: the job is gone, the same claim finished
-/// it before, or another claim holds it now.
+/// Why a claim-checked update changed nothing: the job is gone, the claim is another
+/// holder's, the same claim finished it before, or another claim holds it now.
 async fn claim_miss<T>(
     tx: &mut Transaction<'_, Sqlite>,
-    job_id: i64,
-    claim: i64,
+    job: &ClaimedJob,
     done_is_duplicate: bool,
 ) -> Result<Submitted<T>, StoreError> {
+    let (job_id, claim) = (job.id, job.claim);
     let row = sqlx::query_as::<_, JobStateRow>(
         "SELECT state, claims, claim_holder FROM profiling_jobs WHERE id = ?1",
     )
@@ -84,7 +96,19 @@ async fn claim_miss<T>(
     let Some(row) = row else {
         return Err(StoreError::JobNotFound(job_id));
     };
+    // The holder stays recorded after it submitted the claim's outcome, so that its
+    // repeat is told apart from another agent naming the same claim; an expired or
+    // re-queued claim has none.
+    if row.claims == claim && !row.claim_holder.is_empty() && row.claim_holder != job.holder {
+        return Err(StoreError::NotClaimHolder {
+            job_id,
+            claim,
+            holder: row.claim_holder,
+            sender: job.holder.clone(),
+        });
+    }
     let duplicate = row.claims == claim
+        && !row.claim_holder.is_empty()
         && row.state != "running"
         && (!done_is_duplicate || row.state == "done");
     if duplicate {
@@ -108,33 +132,55 @@ async fn free_agent(tx: &mut Transaction<'_, Sqlite>, job_id: i64) -> Result<(),
 }
 
 /// Running jobs whose lease ran out go back to pending (the attempt counts: the holder
-/// may have died of the workload); their workloads say so. Returns how many.
+/// may have died of the workload), or fail for good, with their workloads, when that was
+/// attempt `max_attempts` (a workload that kills its agent every time would otherwise be
+/// re-queued forever); their workloads say so. Returns how many.
 async fn expire_leases_in(
     tx: &mut Transaction<'_, Sqlite>,
+    max_attempts: u32,
     now_ms: i64,
 ) -> Result<u64, StoreError> {
-    let expired: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT id, claim_holder FROM profiling_jobs WHERE state = 'running' \
+    let expired: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, claim_holder, attempts FROM profiling_jobs WHERE state = 'running' \
          AND lease_expires_ms > 0 AND lease_expires_ms <= ?1",
     )
     .bind(now_ms)
     .fetch_all(&mut **tx)
     .await?;
-    for (job_id, holder) in &expired {
-        let why = format!(
+    for (job_id, holder, attempts) in &expired {
+        let lost = format!(
             "the lease of agent {holder} expired (it stopped renewing: stopped, killed or \
-             cut off); the job is back in the queue"
+             cut off)"
         );
+        let (state, workload_state, why) = if *attempts >= i64::from(max_attempts) {
+            (
+                "failed",
+                "failed",
+                format!(
+                    "{lost} on attempt {attempts} of {max_attempts}: failed for good (a \
+                     workload that takes its agent down every time is not run again)"
+                ),
+            )
+        } else {
+            (
+                "pending",
+                "pending_profile",
+                format!("{lost}; the job is back in the queue"),
+            )
+        };
+        // No holder: the expired holder's late submissions are told they lost the claim.
         sqlx::query(
-            "UPDATE profiling_jobs SET state = 'pending', claim_holder = '', \
-             lease_expires_ms = 0, last_error = ?2, updated_at_ms = ?3 WHERE id = ?1",
+            "UPDATE profiling_jobs SET state = ?4, claim_holder = '', lease_expires_ms = 0, \
+             last_error = ?2, \
+             updated_at_ms = ?3 WHERE id = ?1",
         )
         .bind(job_id)
         .bind(&why)
         .bind(now_ms)
+        .bind(state)
         .execute(&mut **tx)
         .await?;
-        set_reason(tx, *job_id, Some("pending_profile"), &why, now_ms).await?;
+        set_reason(tx, *job_id, Some(workload_state), &why, now_ms).await?;
         free_agent(tx, *job_id).await?;
     }
     Ok(expired.len() as u64)
@@ -165,21 +211,28 @@ async fn set_reason(
 
 impl Store {
     /// Says why pending jobs wait when nothing will run them (`profiler.backend = "off"`):
-    /// every workload waiting for a profile, or only `workload`, gets `reason`.
+    /// every workload waiting for a profile, or only `workload`, that has a pending job no
+    /// agent seen at or after `live_since_ms` can run (none of its GPU model, or none at
+    /// all for a job of any GPU model) gets `reason`. A workload whose jobs all have a
+    /// live agent keeps its reason.
     pub async fn explain_waiting_jobs(
         &self,
         workload: Option<&str>,
         reason: &str,
+        live_since_ms: i64,
         now_ms: i64,
     ) -> Result<u64, StoreError> {
         let result = sqlx::query(
             "UPDATE workloads SET state_reason = ?1, updated_at_ms = ?2 \
              WHERE state = 'pending_profile' AND (?3 IS NULL OR name = ?3) \
-             AND id IN (SELECT workload_id FROM profiling_jobs WHERE state = 'pending')",
+             AND id IN (SELECT j.workload_id FROM profiling_jobs j WHERE j.state = 'pending' \
+                        AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.last_seen_ms >= ?4 \
+                                        AND (j.gpu = '' OR a.gpu = j.gpu)))",
         )
         .bind(reason)
         .bind(now_ms)
         .bind(workload)
+        .bind(live_since_ms)
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected())
@@ -193,6 +246,7 @@ impl Store {
                 holder: IN_PROCESS_HOLDER,
                 gpu: None,
                 lease_ms: 0,
+                max_attempts: u32::MAX,
             },
             now_ms,
         )
@@ -209,7 +263,7 @@ impl Store {
     ) -> Result<Option<ClaimedJob>, StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = async {
-            expire_leases_in(&mut tx, now_ms).await?;
+            expire_leases_in(&mut tx, claimer.max_attempts, now_ms).await?;
             let lease_expires_ms = if claimer.lease_ms > 0 {
                 now_ms + claimer.lease_ms
             } else {
@@ -248,6 +302,7 @@ impl Store {
             Ok(Some(ClaimedJob {
                 id: row.id,
                 claim: row.claims,
+                holder: claimer.holder.to_string(),
                 workload: WorkloadName::parse("name", &row.name)
                     .map_err(|e| StoreError::Corrupt(e.message))?,
                 gpu: if row.gpu.is_empty() {
@@ -273,30 +328,32 @@ impl Store {
         self.finish_write(tx, outcome).await
     }
 
-    /// Returns running jobs whose lease ran out to the queue. Returns how many.
-    pub async fn expire_leases(&self, now_ms: i64) -> Result<u64, StoreError> {
+    /// Returns running jobs whose lease ran out to the queue, or fails them when that was
+    /// attempt `max_attempts`. Returns how many.
+    pub async fn expire_leases(&self, max_attempts: u32, now_ms: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin_write().await?;
-        let outcome = expire_leases_in(&mut tx, now_ms).await;
+        let outcome = expire_leases_in(&mut tx, max_attempts, now_ms).await;
         self.finish_write(tx, outcome).await
     }
 
     /// Extends the lease of a running job its claim still holds, and keeps the holder's
-    /// progress note. Returns the new expiry (0 = the job has no lease).
+    /// progress note. Returns the new expiry (0 = the job has no lease). Only the claim's
+    /// holder may renew it.
     pub async fn renew_lease(
         &self,
-        job_id: i64,
-        claim: i64,
+        job: &ClaimedJob,
         lease_ms: i64,
         progress: &str,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = async {
+            let (job_id, claim) = (job.id, job.claim);
             let renewed: Option<(i64, String)> = sqlx::query_as(
                 "UPDATE profiling_jobs SET \
                    lease_expires_ms = CASE WHEN lease_expires_ms = 0 THEN 0 ELSE ?3 + ?4 END, \
                    progress = ?5, updated_at_ms = ?3 \
-                 WHERE id = ?1 AND claims = ?2 AND state = 'running' \
+                 WHERE id = ?1 AND claims = ?2 AND state = 'running' AND claim_holder = ?6 \
                  RETURNING lease_expires_ms, claim_holder",
             )
             .bind(job_id)
@@ -304,6 +361,7 @@ impl Store {
             .bind(now_ms)
             .bind(lease_ms)
             .bind(progress)
+            .bind(&job.holder)
             .fetch_optional(&mut *tx)
             .await?;
             match renewed {
@@ -316,7 +374,7 @@ impl Store {
                     Ok(expires)
                 }
                 // A finished job cannot be renewed either: the holder is told it lost it.
-                None => match claim_miss::<()>(&mut tx, job_id, claim, true).await? {
+                None => match claim_miss::<()>(&mut tx, job, true).await? {
                     Submitted::Applied(()) | Submitted::Duplicate => Err(StoreError::ClaimLost {
                         job_id,
                         claim,
@@ -430,8 +488,8 @@ impl Store {
                  attempts = CASE WHEN ?3 THEN MAX(attempts - 1, 0) ELSE attempts END, \
                  last_error = COALESCE(?4, last_error), \
                  not_before_ms = COALESCE(?5, not_before_ms), updated_at_ms = ?6, \
-                 claim_holder = '', lease_expires_ms = 0 \
-                 WHERE id = ?1 AND claims = ?7 AND state = 'running'",
+                 lease_expires_ms = 0 \
+                 WHERE id = ?1 AND claims = ?7 AND state = 'running' AND claim_holder = ?8",
             )
             .bind(job.id)
             .bind(update.state)
@@ -440,10 +498,11 @@ impl Store {
             .bind(update.not_before_ms)
             .bind(now_ms)
             .bind(job.claim)
+            .bind(&job.holder)
             .execute(&mut *tx)
             .await?;
             if changed.rows_affected() == 0 {
-                return claim_miss(&mut tx, job.id, job.claim, false).await;
+                return claim_miss(&mut tx, job, false).await;
             }
             free_agent(&mut tx, job.id).await?;
             set_reason(
@@ -473,14 +532,15 @@ impl Store {
     ) -> Result<Submitted<WorkloadRecord>, StoreError> {
         let mut tx = self.begin_write().await?;
         let outcome = async {
-            let job_gpu: Option<(String, String)> = sqlx::query_as(
-                "SELECT j.gpu, j.state FROM profiling_jobs j WHERE j.id = ?1 AND j.claims = ?2",
+            let job_gpu: Option<(String, String, String)> = sqlx::query_as(
+                "SELECT j.gpu, j.state, j.claim_holder FROM profiling_jobs j \
+                 WHERE j.id = ?1 AND j.claims = ?2",
             )
             .bind(job.id)
             .bind(job.claim)
             .fetch_optional(&mut *tx)
             .await?;
-            let Some((job_gpu, state)) = job_gpu else {
+            let Some((job_gpu, state, holder)) = job_gpu else {
                 let exists: Option<i64> =
                     sqlx::query_scalar("SELECT id FROM profiling_jobs WHERE id = ?1")
                         .bind(job.id)
@@ -490,16 +550,10 @@ impl Store {
                     // Deleted with its workload while it was being profiled.
                     return Err(StoreError::WorkloadNotFound(job.workload.to_string()));
                 }
-                return match claim_miss(&mut tx, job.id, job.claim, true).await? {
-                    Submitted::Applied(record) => Ok(Submitted::Applied(record)),
-                    Submitted::Duplicate => Ok(Submitted::Duplicate),
-                };
+                return claim_miss(&mut tx, job, true).await;
             };
-            if state == "done" {
-                return Ok(Submitted::Duplicate);
-            }
-            if state != "running" {
-                return claim_miss(&mut tx, job.id, job.claim, true).await;
+            if state != "running" || holder != job.holder {
+                return claim_miss(&mut tx, job, true).await;
             }
             if !job_gpu.is_empty() && job_gpu != profile.gpu.as_str() {
                 return Err(StoreError::WrongGpuForJob {
@@ -511,8 +565,8 @@ impl Store {
             let mut record =
                 put_profile_in(&mut tx, job.workload.as_str(), profile, now_ms).await?;
             sqlx::query(
-                "UPDATE profiling_jobs SET state = 'done', claim_holder = '', \
-                 lease_expires_ms = 0, updated_at_ms = ?2 WHERE id = ?1",
+                "UPDATE profiling_jobs SET state = 'done', lease_expires_ms = 0, \
+                 updated_at_ms = ?2 WHERE id = ?1",
             )
             .bind(job.id)
             .bind(now_ms)

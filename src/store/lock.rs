@@ -1,6 +1,6 @@
 //! Who owns a database file: a running `coloc serve` holds an exclusive advisory lock
 //! (`flock`) on a sidecar file beside it (`<database>.lock`) for its whole life, so that tools that write the file directly
-//! (`coloc import` without `--addr`, `coloc calibrate`) and a second server refuse it with a
+//! (`coloc import` without `--addr`) and a second server refuse it with a
 //! clear message instead of writing behind the service's back (the service keeps profiles
 //! and models in memory and would never see those writes). SQLite's own locks are
 //! independent of this one and still guard each transaction.

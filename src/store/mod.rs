@@ -59,6 +59,15 @@ pub enum StoreError {
         /// What became of the job, for the holder.
         now: String,
     },
+    /// A renewal or submission naming a claim another holder took: only the agent that
+    /// claimed the job may renew it or submit its outcome.
+    #[error("profiling job {job_id}: claim {claim} is held by {holder:?}, not by {sender:?}")]
+    NotClaimHolder {
+        job_id: i64,
+        claim: i64,
+        holder: String,
+        sender: String,
+    },
     /// A submitted profile was measured on another GPU model than the job asked for.
     #[error("profiling job {job_id} is for GPU model {job_gpu:?}, but the profile was measured on {profile_gpu:?}")]
     WrongGpuForJob {

@@ -58,6 +58,7 @@ impl JobQueue for LocalQueue {
                     holder: IN_PROCESS_HOLDER,
                     gpu: self.gpu.as_ref(),
                     lease_ms: 0,
+                    max_attempts: self.advisor.agent_policy().max_attempts,
                 },
                 now_ms(),
             )
@@ -71,7 +72,7 @@ impl JobQueue for LocalQueue {
 
     async fn renew(&self, job: &ClaimedJob, progress: &str) -> Result<(), QueueError> {
         self.store
-            .renew_lease(job.id, job.claim, 0, progress, now_ms())
+            .renew_lease(job, 0, progress, now_ms())
             .await
             .map_err(store_error)
             .and_then(ok)

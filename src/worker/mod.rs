@@ -5,12 +5,14 @@
 //! `agent`) share this one implementation: claim, measure while renewing the lease,
 //! submit the profile or the failure.
 
+mod leases;
 mod local;
 
 use std::{sync::Arc, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 
+pub use leases::LeaseSweeper;
 pub use local::LocalQueue;
 
 use crate::{
@@ -108,12 +110,58 @@ pub enum RunOutcome {
     /// The lease was lost before the job finished (the holder was too slow to renew):
     /// the job is someone else's now, and nothing was submitted.
     LeaseLost { workload: WorkloadName },
+    /// The queue refused to record the attempt's outcome (e.g. to fail the job), so the
+    /// job was handed back to the queue instead, with the refusal as its reason.
+    HandedBack {
+        workload: WorkloadName,
+        reason: String,
+    },
+}
+
+impl RunOutcome {
+    /// The workload the turn was about; `None` when it was idle.
+    pub fn workload(&self) -> Option<&WorkloadName> {
+        match self {
+            Self::Idle => None,
+            Self::Profiled { workload, .. }
+            | Self::WillRetry { workload, .. }
+            | Self::Failed { workload, .. }
+            | Self::Waiting { workload, .. }
+            | Self::Cancelled { workload }
+            | Self::Interrupted { workload }
+            | Self::LeaseLost { workload }
+            | Self::HandedBack { workload, .. } => Some(workload),
+        }
+    }
+}
+
+/// What became of a claimed job's outcome: recorded as asked (or nothing was left to
+/// record), or refused and the job handed back to the queue with this reason.
+#[derive(Debug)]
+enum Settled {
+    Recorded,
+    HandedBack(String),
+}
+
+impl Settled {
+    /// `recorded` when the outcome was recorded, else the hand-back.
+    fn outcome(self, recorded: RunOutcome) -> RunOutcome {
+        match (self, recorded.workload().cloned()) {
+            (Self::HandedBack(reason), Some(workload)) => {
+                RunOutcome::HandedBack { workload, reason }
+            }
+            _ => recorded,
+        }
+    }
 }
 
 pub struct Worker<Q: JobQueue = LocalQueue> {
     queue: Q,
     backend: Arc<Backend>,
     settings: ProfilerSettings,
+    /// A claimed job whose outcome and hand-back were both refused: the worker no longer
+    /// runs it, so it hands it back before it claims anything else.
+    unsettled: std::sync::Mutex<Option<(ClaimedJob, String)>>,
 }
 
 impl Worker<LocalQueue> {
@@ -136,6 +184,7 @@ impl<Q: JobQueue> Worker<Q> {
             queue,
             backend,
             settings,
+            unsettled: std::sync::Mutex::new(None),
         }
     }
 
@@ -146,6 +195,7 @@ impl<Q: JobQueue> Worker<Q> {
 
     /// Claims the next ready job, profiles its workload, and records the outcome.
     pub async fn run_once(&self, shutdown: &CancellationToken) -> anyhow::Result<RunOutcome> {
+        self.hand_back_unsettled(shutdown).await?;
         let job = match self.queue.claim().await {
             Ok(None) => return Ok(RunOutcome::Idle),
             Ok(Some(job)) => job,
@@ -161,6 +211,7 @@ impl<Q: JobQueue> Worker<Q> {
             RunOutcome::Cancelled { .. } => JobOutcome::Cancelled,
             RunOutcome::Interrupted { .. } => JobOutcome::Interrupted,
             RunOutcome::LeaseLost { .. } => JobOutcome::LeaseLost,
+            RunOutcome::HandedBack { .. } => JobOutcome::Waiting,
         });
         Ok(outcome)
     }
@@ -258,25 +309,31 @@ impl<Q: JobQueue> Worker<Q> {
                     // The profile was refused: the job must not stay claimed.
                     Err(error) => {
                         let error = format!("the measured profile could not be stored: {error}");
-                        self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                        let settled = self
+                            .settle(&job, "failing the job", shutdown, || {
+                                queue.fail(&job, &error)
+                            })
                             .await?;
-                        tracing::warn!(%error, "profiling failed for good");
-                        RunOutcome::Failed { workload, error }
+                        if matches!(settled, Settled::Recorded) {
+                            tracing::warn!(%error, "profiling failed for good");
+                        }
+                        settled.outcome(RunOutcome::Failed { workload, error })
                     }
                 }
             }
             Err(ProfileError::Cancelled) if shutdown.is_cancelled() => {
                 // Stopping: one attempt; a job left RUNNING is re-queued at the next start.
-                self.settle("releasing the job", shutdown, || {
-                    queue.release(
-                        &job,
-                        "profiling was interrupted by a shutdown; it will run again",
-                        Duration::ZERO,
-                    )
-                })
-                .await?;
+                let settled = self
+                    .settle(&job, "releasing the job", shutdown, || {
+                        queue.release(
+                            &job,
+                            "profiling was interrupted by a shutdown; it will run again",
+                            Duration::ZERO,
+                        )
+                    })
+                    .await?;
                 tracing::info!("interrupted; job re-queued");
-                RunOutcome::Interrupted { workload }
+                settled.outcome(RunOutcome::Interrupted { workload })
             }
             Err(ProfileError::Cancelled) => {
                 tracing::info!("workload deleted while profiling; run stopped");
@@ -285,24 +342,35 @@ impl<Q: JobQueue> Worker<Q> {
             Err(ProfileError::Unavailable(reason)) => {
                 let wait = Duration::from_millis(self.settings.poll_interval_ms);
                 let why = format!("waiting for the profiler: {reason}");
-                self.settle("releasing the job", shutdown, || {
-                    queue.release(&job, &why, wait)
-                })
-                .await?;
-                RunOutcome::Waiting { workload, reason }
+                let settled = self
+                    .settle(&job, "releasing the job", shutdown, || {
+                        queue.release(&job, &why, wait)
+                    })
+                    .await?;
+                settled.outcome(RunOutcome::Waiting { workload, reason })
             }
             Err(ProfileError::Permanent(error)) => {
-                self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                let settled = self
+                    .settle(&job, "failing the job", shutdown, || {
+                        queue.fail(&job, &error)
+                    })
                     .await?;
-                tracing::warn!(%error, "profiling failed for good");
-                RunOutcome::Failed { workload, error }
+                if matches!(settled, Settled::Recorded) {
+                    tracing::warn!(%error, "profiling failed for good");
+                }
+                settled.outcome(RunOutcome::Failed { workload, error })
             }
             Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
                 let error = format!("profiling failed {} times; last: {error}", job.attempts);
-                self.settle("failing the job", shutdown, || queue.fail(&job, &error))
+                let settled = self
+                    .settle(&job, "failing the job", shutdown, || {
+                        queue.fail(&job, &error)
+                    })
                     .await?;
-                tracing::warn!(%error, "profiling failed for good");
-                RunOutcome::Failed { workload, error }
+                if matches!(settled, Settled::Recorded) {
+                    tracing::warn!(%error, "profiling failed for good");
+                }
+                settled.outcome(RunOutcome::Failed { workload, error })
             }
             Err(ProfileError::Failed(error)) => {
                 let backoff = self.backoff(job.attempts);
@@ -312,16 +380,17 @@ impl<Q: JobQueue> Worker<Q> {
                     self.settings.max_attempts,
                     backoff.as_secs()
                 );
-                self.settle("scheduling a retry", shutdown, || {
-                    queue.retry(&job, &error, &reason, backoff)
-                })
-                .await?;
+                let settled = self
+                    .settle(&job, "scheduling a retry", shutdown, || {
+                        queue.retry(&job, &error, &reason, backoff)
+                    })
+                    .await?;
                 tracing::warn!(%error, attempt = job.attempts, "profiling attempt failed");
-                RunOutcome::WillRetry {
+                settled.outcome(RunOutcome::WillRetry {
                     workload,
                     attempt: job.attempts,
                     error,
-                }
+                })
             }
         })
     }
@@ -360,24 +429,106 @@ impl<Q: JobQueue> Worker<Q> {
     }
 
     /// [`persist`](Self::persist) for a failure's outcome: a lost claim or a deleted
-    /// workload means there is nothing left to record.
+    /// workload means there is nothing left to record. When the queue refuses the outcome
+    /// for another reason than being unavailable, the job is handed back instead (a job
+    /// must never stay claimed by a worker that no longer runs it).
     async fn settle<F, Fut>(
         &self,
+        job: &ClaimedJob,
         what: &str,
         shutdown: &CancellationToken,
         call: F,
-    ) -> anyhow::Result<()>
+    ) -> anyhow::Result<Settled>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), QueueError>>,
     {
         match self.persist(what, shutdown, call).await {
-            Ok(()) | Err(QueueError::WorkloadGone) => Ok(()),
+            Ok(()) | Err(QueueError::WorkloadGone) => Ok(Settled::Recorded),
             Err(QueueError::ClaimLost(why)) => {
                 tracing::warn!(%why, "{what}: the lease was lost; nothing to record");
+                Ok(Settled::Recorded)
+            }
+            // Stopping while the queue is unavailable: the job stays RUNNING and goes back
+            // to pending at the next start (or when its lease runs out).
+            Err(error @ QueueError::Unavailable(_)) => {
+                Err(anyhow::Error::new(error).context(what.to_string()))
+            }
+            Err(refused) => self.hand_back(job, what, &refused, shutdown).await,
+        }
+    }
+
+    /// Hands back a job whose outcome the queue refused: as a failed attempt first (so
+    /// `max_attempts` still ends a job that keeps failing), else uncounted. When even that
+    /// is refused, the job is kept as unsettled and handed back before the next claim.
+    async fn hand_back(
+        &self,
+        job: &ClaimedJob,
+        what: &str,
+        refused: &QueueError,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Settled> {
+        tracing::warn!(error = %refused, "{what} was refused; handing the job back");
+        let error = format!("{what} was refused: {refused}");
+        let reason = format!("{error}; the job is back in the queue");
+        let wait = self.backoff(job.attempts.max(1));
+        let counted = self
+            .persist("handing the job back", shutdown, || {
+                self.queue.retry(job, &error, &reason, wait)
+            })
+            .await;
+        let handed_back = match counted {
+            Err(QueueError::Refused(_) | QueueError::Other(_)) => {
+                self.persist("handing the job back", shutdown, || {
+                    self.queue.release(job, &reason, wait)
+                })
+                .await
+            }
+            other => other,
+        };
+        match handed_back {
+            Ok(()) | Err(QueueError::WorkloadGone | QueueError::ClaimLost(_)) => {
+                Ok(Settled::HandedBack(reason))
+            }
+            Err(failed) => {
+                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((job.clone(), reason));
+                Err(anyhow::Error::new(failed).context(format!(
+                    "{what} was refused ({refused}) and the job could not be handed back; \
+                     it is handed back before the next claim"
+                )))
+            }
+        }
+    }
+
+    /// Hands back the job a refused outcome left claimed, if any, before a new claim:
+    /// the worker claims nothing while it still holds a job it no longer runs.
+    async fn hand_back_unsettled(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let unsettled = self
+            .unsettled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((job, reason)) = unsettled else {
+            return Ok(());
+        };
+        let handed_back = self
+            .persist("handing back a job left claimed", shutdown, || {
+                self.queue.release(&job, &reason, Duration::ZERO)
+            })
+            .await;
+        match handed_back {
+            Ok(()) | Err(QueueError::WorkloadGone | QueueError::ClaimLost(_)) => {
+                tracing::info!(workload = %job.workload, job = job.id, "job left claimed handed back");
                 Ok(())
             }
-            Err(error) => Err(anyhow::Error::new(error).context(what.to_string())),
+            Err(error) => {
+                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) = Some((job, reason));
+                Err(anyhow::Error::new(error).context(
+                    "a job whose outcome was refused is still claimed; no new claim until it \
+                     is handed back",
+                ))
+            }
         }
     }
 

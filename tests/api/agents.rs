@@ -531,6 +531,11 @@ async fn agents_must_announce_and_send_valid_requests() {
         agents.announce_agent(announce("a", "")).await,
         Code::InvalidArgument,
     );
+    // The in-process worker's claims are no agent's.
+    expect_code(
+        agents.announce_agent(announce("in-process", GPU_16)).await,
+        Code::InvalidArgument,
+    );
     let no_claim = agents
         .submit_failure(pb::SubmitFailureRequest {
             agent_id: "a".into(),
@@ -745,5 +750,535 @@ async fn jobs_stored_before_agents_existed_survive_the_migration() {
             ("was-running".to_string(), String::new(), 1),
             ("was-pending".to_string(), String::new(), 1)
         ]
+    );
+}
+
+/// A server like [`app`] with more `[profiler]` settings (e.g. `max_attempts`).
+async fn app_with_profiler(lease_secs: u64, profiler: &str) -> TestApp {
+    let config = format!(
+        "[agents]\nlease_secs = {lease_secs}\nlive_secs = 60\n[profiler]\nallowed_programs = [\"{}/*\"]\n{profiler}",
+        fixtures().join("workloads").display()
+    );
+    spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await
+}
+
+async fn claim_one(agents: &mut ProfilingAgentsClient<Channel>, id: &str) -> pb::ProfilingJob {
+    agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .expect("a job to claim")
+}
+
+/// The only agent dies holding the job (it never renews): the service takes the job back
+/// by itself once the lease ran out, with no other claim arriving.
+#[tokio::test]
+async fn a_job_whose_only_agent_died_is_pending_again_without_another_claim() {
+    let app = app(1).await;
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(announce("dead", GPU_16))
+        .await
+        .unwrap();
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let job = claim_one(&mut agents, "dead").await;
+    assert_eq!(job.attempt, 1);
+    assert_eq!(live_agents(&app).await[0].job_workload, "w");
+    // Nobody claims from here on: only the service's own sweep can take the job back.
+    until(
+        Duration::from_secs(10),
+        "the expired job is pending again",
+        || async {
+            app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'")
+                .await
+                == 1
+        },
+    )
+    .await;
+    let w = workload(&app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::PendingProfile);
+    assert!(
+        w.state_reason.contains("lease of agent dead expired")
+            && w.state_reason.contains("back in the queue"),
+        "{}",
+        w.state_reason
+    );
+    assert_eq!(live_agents(&app).await[0].job_id, 0);
+    // The dead agent's claim is gone: its late renewal is refused.
+    let late = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "dead".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: String::new(),
+        })
+        .await;
+    expect_code(late, Code::Aborted);
+    // So is its late failure: not acknowledged as a repeat, and nothing changes.
+    let before = app.dump_store().await;
+    let late_failure = agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "dead".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            kind: pb::JobFailureKind::Retry as i32,
+            error: "late".into(),
+            reason: "late".into(),
+            retry_after_ms: 0,
+        })
+        .await;
+    expect_code(late_failure, Code::Aborted);
+    assert_eq!(app.dump_store().await, before);
+    app.stop().await;
+}
+
+/// A workload that takes its agent down every time: each lost lease counts an attempt,
+/// and the lease lost on attempt `max_attempts` fails the job and the workload.
+#[tokio::test]
+async fn a_job_that_loses_its_lease_on_its_last_attempt_fails_for_good() {
+    let app = app_with_profiler(1, "max_attempts = 2\n").await;
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    app.client
+        .clone()
+        .register_workload(register("killer", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let pending = "SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'";
+    let first = claim_one(&mut agents, "a").await;
+    assert_eq!(first.attempt, 1);
+    until(
+        Duration::from_secs(10),
+        "the first lease expired",
+        || async { app.query_i64(pending).await == 1 },
+    )
+    .await;
+    assert_eq!(
+        workload(&app, "killer").await.state(),
+        pb::WorkloadState::PendingProfile
+    );
+    let second = claim_one(&mut agents, "a").await;
+    assert_eq!((second.attempt, second.claim), (2, 2));
+    until(
+        Duration::from_secs(10),
+        "the second lease expired",
+        || async {
+            app.query_i64("SELECT COUNT(*) FROM profiling_jobs WHERE state = 'failed'")
+                .await
+                == 1
+        },
+    )
+    .await;
+    let w = workload(&app, "killer").await;
+    assert_eq!(w.state(), pb::WorkloadState::Failed);
+    assert!(
+        w.state_reason.contains("lease of agent a expired")
+            && w.state_reason.contains("attempt 2 of 2")
+            && w.state_reason.contains("failed for good"),
+        "{}",
+        w.state_reason
+    );
+    // Never offered again.
+    assert!(agents
+        .claim_profiling_job(pb::ClaimProfilingJobRequest {
+            agent_id: "a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .is_none());
+    app.stop().await;
+}
+
+/// Another agent naming a claim it does not hold (the right job id and claim token) is
+/// refused with PERMISSION_DENIED, and nothing changes; the holder goes on as before.
+#[tokio::test]
+async fn only_the_agent_holding_a_claim_may_renew_it_or_submit_for_it() {
+    let app = app(30).await;
+    let mut agents = agents_client(&app);
+    for id in ["holder", "other"] {
+        agents.announce_agent(announce(id, GPU_16)).await.unwrap();
+    }
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let job = claim_one(&mut agents, "holder").await;
+    let before = app.dump_store().await;
+    let renewal = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "other".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: "not mine".into(),
+        })
+        .await;
+    let message = expect_code(renewal, Code::PermissionDenied);
+    assert!(
+        message.contains("agent \"other\" does not hold claim 1")
+            && message.contains("agent \"holder\" does"),
+        "{message}"
+    );
+    let profile = agents
+        .submit_profile(submit("other", &job, measured_profile(GPU_16, 11.0)))
+        .await;
+    expect_code(profile, Code::PermissionDenied);
+    for kind in [
+        pb::JobFailureKind::Wait,
+        pb::JobFailureKind::Retry,
+        pb::JobFailureKind::Final,
+    ] {
+        let failure = agents
+            .submit_failure(pb::SubmitFailureRequest {
+                agent_id: "other".into(),
+                job_id: job.job_id,
+                claim: job.claim,
+                kind: kind as i32,
+                error: "not mine".into(),
+                reason: String::new(),
+                retry_after_ms: 0,
+            })
+            .await;
+        expect_code(failure, Code::PermissionDenied);
+    }
+    assert_eq!(app.dump_store().await, before);
+
+    // The holder renews and submits; another agent's "repeat" of its submission is still
+    // refused, not acknowledged as a duplicate.
+    agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "holder".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: "mine".into(),
+        })
+        .await
+        .unwrap();
+    let stored = agents
+        .submit_profile(submit("holder", &job, measured_profile(GPU_16, 12.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stored.duplicate);
+    let after = app.dump_store().await;
+    expect_code(
+        agents
+            .submit_profile(submit("other", &job, measured_profile(GPU_16, 12.0)))
+            .await,
+        Code::PermissionDenied,
+    );
+    let again = agents
+        .submit_profile(submit("holder", &job, measured_profile(GPU_16, 12.0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(app.dump_store().await, after);
+}
+
+/// At start-up with `profiler.backend = "off"`, only workloads whose jobs no live agent
+/// can run are told that this server runs no profiler; a job of a GPU model an agent
+/// serves keeps its reason.
+#[tokio::test]
+async fn a_restart_explains_only_the_jobs_no_live_agent_can_run() {
+    let config = format!(
+        "[agents]\nlease_secs = 30\nlive_secs = 600\n[profiler]\nallowed_programs = [\"{}/*\"]\n",
+        fixtures().join("workloads").display()
+    );
+    let app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+    let mut agents = agents_client(&app);
+    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
+    let mut client = app.client.clone();
+    client
+        .register_workload(register("served", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    client
+        .register_workload(register("unserved", &["ok"], &["Unserved GPU 80GB"]))
+        .await
+        .unwrap();
+    // The agent says why its job waits.
+    let job = claim_one(&mut agents, "a").await;
+    assert_eq!(job.workload, "served");
+    agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "a".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            kind: pb::JobFailureKind::Wait as i32,
+            error: String::new(),
+            reason: "waiting for the GPU to be free".into(),
+            retry_after_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        workload(&app, "served").await.state_reason,
+        "waiting for the GPU to be free"
+    );
+    let dir = app.stop().await;
+
+    let restarted = spawn_app_with_config(dir, &config).await;
+    let served = workload(&restarted, "served").await;
+    assert_eq!(served.state(), pb::WorkloadState::PendingProfile);
+    assert_eq!(served.state_reason, "waiting for the GPU to be free");
+    let unserved = workload(&restarted, "unserved").await;
+    assert!(
+        unserved
+            .state_reason
+            .contains("this server runs no profiler"),
+        "{}",
+        unserved.state_reason
+    );
+    restarted.stop().await;
+}
+
+const OPERATOR_TOKEN: &str = "operator-token-0123456789abcdef";
+
+/// A server with auth on (reader, agent and operator tokens), agents' leases of 30 s.
+async fn app_with_tokens() -> TestApp {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("reader {READER_TOKEN}\nagent {AGENT_TOKEN}\noperator {OPERATOR_TOKEN}\n"),
+    )
+    .unwrap();
+    let config = format!(
+        "[auth]\ntokens_file = \"{}\"\n[agents]\nlease_secs = 30\nlive_secs = 60\n[profiler]\nallowed_programs = [\"{}/*\"]\n",
+        tokens.display(),
+        fixtures().join("workloads").display()
+    );
+    spawn_app_with_config(dir, &config).await
+}
+
+/// `name`, profiled on `gpu` (its exclusive throughput `throughput`), with a launch spec
+/// running the fake workload with `args` unless `args` is empty.
+fn profiled(name: &str, gpu: &str, throughput: f64, args: &[&str]) -> pb::RegisterWorkloadRequest {
+    let mut profile = measured_profile(gpu, throughput);
+    profile.gpu_memory_gb = if gpu == GPU_16 { 16.0 } else { 24.0 };
+    let mut request = register(name, args, &[]);
+    request.profile = Some(profile);
+    if args.is_empty() {
+        request.launch = None;
+    }
+    request
+}
+
+/// `coloc calibrate` on a GPU node (a real child process; NVML replaced by the 24 GB
+/// recording) talks to the service only, with an agent's token: it announces itself,
+/// runs every pair of the workloads with a launch spec and a profile on its GPU model,
+/// and the service stores each as a `calibrated` run of that GPU model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_runs_pairs_through_the_service_as_an_agent_of_its_gpu_model() {
+    let app = app_with_tokens().await;
+    let mut client = app.client.clone();
+    for request in [
+        profiled("a", GPU_24, 25.0, &["ok", "20"]),
+        profiled("b", GPU_24, 35.0, &["ok", "30"]),
+        // Profiled on another GPU model only, and without a launch spec: not paired.
+        profiled("other-gpu", GPU_16, 10.0, &["ok", "5"]),
+        profiled("no-launch", GPU_24, 10.0, &[]),
+    ] {
+        client
+            .register_workload(with_token(request, OPERATOR_TOKEN))
+            .await
+            .unwrap();
+    }
+
+    let calibrated = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["calibrate", "--addr", &format!("http://{}", app.addr)])
+        .args(["--id", "node-c-gpu0", "--node", "node-c", "--pairs", "10"])
+        .env("COLOC_TOKEN", AGENT_TOKEN)
+        .env("COLOC_NO_PROGRESS", "1")
+        .env("COLOC__PROFILER__NVML_RECORDING", recording(GPU_24))
+        .env(
+            "COLOC__PROFILER__NCU_PATH",
+            fixtures().join("workloads/fake_ncu.py"),
+        )
+        .env(
+            "COLOC__PROFILER__ALLOWED_PROGRAMS",
+            format!("{}/*", fixtures().join("workloads").display()),
+        )
+        .env("COLOC__LOG__FORMAT", "text")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&calibrated.stdout);
+    assert!(
+        calibrated.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&calibrated.stderr)
+    );
+    assert!(stdout.contains(&format!("GPU {GPU_24}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "3 pairs stored as calibrated runs of {GPU_24}, 0 failed"
+        )),
+        "{stdout}"
+    );
+    // a+a, a+b, b+b, each a calibrated run of the agent's GPU model.
+    assert_eq!(
+        app.query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE source = 'calibrated' AND gpu = '{GPU_24}'"
+        ))
+        .await,
+        3
+    );
+    assert_eq!(app.count("observations").await, 3);
+    let members = |workload: &str, throughput: f64| {
+        format!(
+            "SELECT COUNT(*) FROM observation_members WHERE workload = '{workload}' \
+             AND throughput = {throughput} AND job_id LIKE 'calibrate-%'"
+        )
+    };
+    assert_eq!(app.query_i64(&members("a", 20.0)).await, 3);
+    assert_eq!(app.query_i64(&members("b", 30.0)).await, 3);
+    // It announced itself: the service knows this node's GPU model.
+    let agents = agents_client(&app)
+        .list_agents(with_token(pb::ListAgentsRequest {}, READER_TOKEN))
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    let listed: Vec<(&str, &str, &str)> = agents
+        .iter()
+        .map(|a| (a.agent_id.as_str(), a.node.as_str(), a.gpu.as_str()))
+        .collect();
+    assert_eq!(listed, [("node-c-gpu0", "node-c", GPU_24)]);
+}
+
+/// SubmitCalibration stores only what an agent can have measured: on its own GPU model,
+/// for workloads profiled there, from an agent's (or operator's) token; anything else is
+/// refused with its code and changes nothing. A repeat is stored once.
+#[tokio::test]
+async fn submit_calibration_is_an_agents_call_for_its_own_gpu_model() {
+    let app = app_with_tokens().await;
+    let mut client = app.client.clone();
+    for request in [
+        profiled("a", GPU_16, 25.0, &["ok"]),
+        profiled("b", GPU_16, 35.0, &["ok"]),
+        profiled("elsewhere", GPU_24, 10.0, &["ok"]),
+    ] {
+        client
+            .register_workload(with_token(request, OPERATOR_TOKEN))
+            .await
+            .unwrap();
+    }
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(with_token(announce("cal", GPU_16), AGENT_TOKEN))
+        .await
+        .unwrap();
+    let run = |agent: &str, members: &[(&str, f64)]| pb::SubmitCalibrationRequest {
+        agent_id: agent.into(),
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(k, (workload, throughput))| pb::ColocatedMember {
+                workload: workload.to_string(),
+                throughput: *throughput,
+                job_id: format!("calibrate-shared-{k}"),
+            })
+            .collect(),
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_780_000_000,
+            nanos: 0,
+        }),
+    };
+    let before = app.dump_store().await;
+    let refusals = [
+        // Not an agent's token.
+        (
+            run("cal", &[("a", 1.0), ("b", 2.0)]),
+            READER_TOKEN,
+            Code::PermissionDenied,
+        ),
+        // Never announced.
+        (
+            run("stranger", &[("a", 1.0), ("b", 2.0)]),
+            AGENT_TOKEN,
+            Code::NotFound,
+        ),
+        // A workload not profiled on the agent's GPU model.
+        (
+            run("cal", &[("a", 1.0), ("elsewhere", 2.0)]),
+            AGENT_TOKEN,
+            Code::FailedPrecondition,
+        ),
+        (
+            run("cal", &[("a", 1.0), ("unknown", 2.0)]),
+            AGENT_TOKEN,
+            Code::NotFound,
+        ),
+        (
+            run("cal", &[("a", 1.0)]),
+            AGENT_TOKEN,
+            Code::InvalidArgument,
+        ),
+        (
+            run("cal", &[("a", f64::NAN), ("b", 2.0)]),
+            AGENT_TOKEN,
+            Code::InvalidArgument,
+        ),
+    ];
+    for (request, token, code) in refusals {
+        expect_code(
+            agents.submit_calibration(with_token(request, token)).await,
+            code,
+        );
+    }
+    // An agent token still may not report runs of its own choosing.
+    expect_code(
+        client
+            .report_colocation(with_token(
+                pb::ReportColocationRequest {
+                    gpu: GPU_16.into(),
+                    members: run("cal", &[("a", 1.0), ("b", 2.0)]).members,
+                    ..Default::default()
+                },
+                AGENT_TOKEN,
+            ))
+            .await,
+        Code::PermissionDenied,
+    );
+    assert_eq!(app.dump_store().await, before);
+
+    let stored = agents
+        .submit_calibration(with_token(
+            run("cal", &[("a", 11.0), ("b", 12.0)]),
+            AGENT_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.created);
+    let again = agents
+        .submit_calibration(with_token(
+            run("cal", &[("a", 11.0), ("b", 12.0)]),
+            AGENT_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!again.created);
+    assert_eq!(again.observation_id, stored.observation_id);
+    assert_eq!(
+        app.query_i64(&format!(
+            "SELECT COUNT(*) FROM observations WHERE source = 'calibrated' AND gpu = '{GPU_16}'"
+        ))
+        .await,
+        1
     );
 }

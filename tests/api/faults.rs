@@ -397,3 +397,38 @@ async fn an_immutable_shm_file_stops_the_server_with_a_note_not_silently() {
     assert_eq!(status.signal(), Some(7), "{status:?}: {stderr}");
     assert!(stderr.contains("SIGBUS"), "{stderr}");
 }
+
+/// The agents' service writes too (claims, leases, submissions): its health entry follows
+/// the store's writes as the advisor's does, and comes back by itself.
+#[tokio::test]
+async fn the_agents_service_health_follows_storage_faults() {
+    let mut app = spawn_app().await;
+    let agents = "coloc.v1.ProfilingAgents";
+    assert_eq!(advisor_health(&app, agents).await, ServingStatus::Serving);
+    let store = app.advisor.store().clone();
+    store.faults().fail_commits(true);
+    let refused = app
+        .client
+        .register_workload(register_request("c", Some(profile(2, 1.0))))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    let failing = Instant::now();
+    while advisor_health(&app, agents).await != ServingStatus::NotServing {
+        assert!(
+            failing.elapsed() < Duration::from_secs(5),
+            "the agents service stayed SERVING while writes failed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(advisor_health(&app, "").await, ServingStatus::Serving);
+    store.faults().fail_commits(false);
+    let lifted = Instant::now();
+    while advisor_health(&app, agents).await != ServingStatus::Serving {
+        assert!(
+            lifted.elapsed() < Duration::from_secs(5),
+            "the agents service still NOT_SERVING 5 s after the fault was lifted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

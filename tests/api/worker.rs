@@ -656,56 +656,6 @@ async fn the_replay_backend_profiles_from_the_dataset_and_the_workload_ranks_at_
 }
 
 #[tokio::test]
-async fn calibrate_runs_pairs_of_profiled_workloads_together_and_stores_them() {
-    let mut app = app("").await;
-    for name in ["a", "b"] {
-        app.client
-            .register_workload(register(name, Some(launch(&["ok", "20"]))))
-            .await
-            .unwrap();
-    }
-    let worker = nvml_worker(&app, &fake_ncu(), 3);
-    for _ in 0..2 {
-        let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
-        assert!(
-            matches!(outcome, RunOutcome::Profiled { .. }),
-            "{outcome:?}"
-        );
-    }
-    let sampler =
-        RecordedSampler::from_file(&fixtures().join("nvml/synthetic_samples.jsonl")).unwrap();
-    let summary = coloc::profiler::calibrate::calibrate(
-        app.advisor.store(),
-        &sampler,
-        &app.settings.profiler,
-        10,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
-    // a+a, a+b, b+b: every pair of the two, a workload with itself included.
-    let pairs: Vec<(&str, &str)> = summary
-        .measured
-        .iter()
-        .map(|m| (m.0.as_str(), m.1.as_str()))
-        .collect();
-    assert_eq!(pairs, [("a", "a"), ("a", "b"), ("b", "b")]);
-    assert!(summary.failed.is_empty());
-    assert_eq!(app.count("observations").await, 3);
-    let calibrated = app
-        .query_i64("SELECT COUNT(*) FROM observations WHERE source = 'calibrated'")
-        .await;
-    assert_eq!(calibrated, 3);
-    let sharing = summary.sharing.as_str();
-    let labelled = app
-        .query_i64(&format!(
-            "SELECT COUNT(*) FROM observation_members WHERE job_id LIKE 'calibrate-{sharing}-%'"
-        ))
-        .await;
-    assert_eq!(labelled, 6);
-}
-
-#[tokio::test]
 async fn the_server_runs_its_worker_and_stops_it_cleanly() {
     let extra = format!(
         "backend = \"replay\"\nreplay_dir = \"{}\"\npoll_interval_ms = 20\n",
@@ -882,4 +832,109 @@ async fn the_allow_list_cannot_be_escaped_by_dots_symlinks_or_subfolders() {
         workload(&mut app, "w").await.state(),
         pb::WorkloadState::Failed
     );
+}
+
+/// Runs one statement on the test's database file, beside the server.
+async fn execute_sql(app: &TestApp, statement: &str) {
+    let url = crate::helpers::database_url(&app.dir);
+    let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(statement.to_string()))
+        .execute(&mut connection)
+        .await
+        .unwrap();
+}
+
+/// Makes the store refuse (a constraint of its own, not a storage fault) every update of
+/// a job's state that matches `when`.
+async fn refuse_job_updates(app: &TestApp, when: &str) {
+    execute_sql(
+        app,
+        "CREATE TABLE IF NOT EXISTS refusals (n INTEGER CHECK (n > 0))",
+    )
+    .await;
+    execute_sql(
+        app,
+        &format!(
+            "CREATE TRIGGER refuse_job_updates AFTER UPDATE OF state ON profiling_jobs \
+             WHEN {when} BEGIN INSERT INTO refusals VALUES (0); END"
+        ),
+    )
+    .await;
+}
+
+/// The store refuses to mark the job failed: the worker hands the job back (a counted
+/// attempt) instead of leaving it RUNNING with nobody running it.
+#[tokio::test]
+async fn a_job_whose_failure_is_refused_is_handed_back_not_left_running() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["fail"]))))
+        .await
+        .unwrap();
+    refuse_job_updates(&app, "NEW.state = 'failed'").await;
+    let worker = nvml_worker(&app, &fake_ncu(), 1);
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run_once(&CancellationToken::new()),
+    )
+    .await
+    .expect("the worker kept retrying a refused write")
+    .unwrap();
+    let RunOutcome::HandedBack { reason, .. } = &outcome else {
+        panic!("the job was not handed back: {outcome:?}");
+    };
+    assert!(
+        reason.contains("failing the job was refused") && reason.contains("back in the queue"),
+        "{reason}"
+    );
+    let store = app.advisor.store().clone();
+    assert_eq!(store.job_counts().await.unwrap(), (1, 0, 0, 0));
+    assert_eq!(
+        app.query_i64("SELECT attempts FROM profiling_jobs").await,
+        1
+    );
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::PendingProfile);
+    assert_eq!(&w.state_reason, reason);
+    // A refusal is no storage fault: health stays as it was.
+    assert!(!store.write_health().failing());
+}
+
+/// Every change of the running job's state is refused: the worker keeps the job as
+/// unsettled and hands it back before it claims anything else, so the job does not stay
+/// RUNNING once the store takes writes again.
+#[tokio::test]
+async fn a_job_left_claimed_by_refused_writes_is_handed_back_before_the_next_claim() {
+    let app = app("").await;
+    app.client
+        .clone()
+        .register_workload(register("w", Some(launch(&["fail"]))))
+        .await
+        .unwrap();
+    refuse_job_updates(&app, "OLD.state = 'running'").await;
+    let worker = nvml_worker(&app, &fake_ncu(), 1);
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run_once(&CancellationToken::new()),
+    )
+    .await
+    .expect("the worker kept retrying a refused write")
+    .unwrap_err();
+    assert!(
+        format!("{error:#}").contains("could not be handed back"),
+        "{error:#}"
+    );
+    let store = app.advisor.store();
+    assert_eq!(store.job_counts().await.unwrap(), (0, 1, 0, 0));
+    // Still refused: the worker claims nothing new while it holds the job.
+    assert!(worker.run_once(&CancellationToken::new()).await.is_err());
+    assert_eq!(store.job_counts().await.unwrap(), (0, 1, 0, 0));
+
+    execute_sql(&app, "DROP TRIGGER refuse_job_updates").await;
+    // Handed back first, then claimed again and failed for good, as it should have been.
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+    assert_eq!(store.job_counts().await.unwrap(), (0, 0, 0, 1));
 }
