@@ -20,6 +20,11 @@ impl KaceLinear {
     /// eight orders of magnitude, from percentages to register counts) and the solution is
     /// mapped back to raw units; a column that does not vary gets coefficient 0.
     pub fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
+        Self::fit_refs(&rows.iter().collect::<Vec<_>>())
+    }
+
+    /// [`Self::fit`] on borrowed rows (a selection of a store's rows, without copying them).
+    pub fn fit_refs(rows: &[&TrainingRow]) -> Result<Self, FitError> {
         let n = rows.len();
         let mut x = Array2::<f64>::zeros((n, NUM_FEATURES));
         let mut y = Array1::<f64>::zeros(n);

@@ -4,9 +4,13 @@
 //! metrics, twice — ridge regression on log-transformed features ([`super::ridge`]), and
 //! gradient-boosted trees (forust-ml) on the raw metrics — and averages the two predicted
 //! throughputs. The set's sum is the sum over members, so the same model serves pairs and
-//! larger sets, and every answer carries each member's predicted slowdown.
+//! larger sets, and every answer carries each member's predicted slowdown. For sets of
+//! three or more members, the sum is averaged with a sum-level linear model of the training
+//! sets of that size ([`MemberOptions::set_linear`]): linear terms extrapolate to unseen
+//! workloads in crowded sets where the trees cannot; pairs are answered by the members alone.
 //!
-//! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality".
+//! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality";
+//! the options by `coloc eval nway --candidates`, README, "N-way".
 
 use std::{
     fmt,
@@ -23,7 +27,8 @@ use super::{
         MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
-    ridge, Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
+    ridge, Features, FitError, KaceLinear, ModelParams, SetPrediction, TrainingRow,
+    MIN_TRAINING_ROWS, NUM_FEATURES,
 };
 
 pub use super::member_terms::ridge_feature_names;
@@ -38,12 +43,25 @@ pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
 pub const TREE_SAMPLE_ROWS: usize = 100_000;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 7] = {
+pub const CANDIDATES: [(&str, MemberOptions); 12] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
             stacked,
             weighted,
+            weighted_crowded: false,
+            set_linear: false,
+            set_linear_bounded: false,
+        }
+    }
+    const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
+        MemberOptions {
+            crowding,
+            stacked: false,
+            weighted: false,
+            weighted_crowded,
+            set_linear,
+            set_linear_bounded: false,
         }
     }
     [
@@ -54,6 +72,17 @@ pub const CANDIDATES: [(&str, MemberOptions); 7] = {
         ("crowding+stacked", o(true, true, false)),
         ("crowding+weighted", o(true, false, true)),
         ("crowding+stacked+weighted", o(true, true, true)),
+        ("crowding+weighted-crowded", c(true, true, false)),
+        ("set-linear", c(false, false, true)),
+        ("crowding+set-linear", c(true, false, true)),
+        ("crowding+weighted-crowded+set-linear", c(true, true, true)),
+        (
+            "crowding+set-linear-bounded",
+            MemberOptions {
+                set_linear_bounded: true,
+                ..c(true, false, true)
+            },
+        ),
     ]
 };
 
@@ -120,6 +149,10 @@ pub struct MemberRidgeGbt {
     /// intervals existed have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
+    /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
+    /// more members (none when the training held fewer than [`MIN_TRAINING_ROWS`] of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_linear: Option<KaceLinear>,
     #[serde(skip)]
     scorer: LazyScorer,
 }
@@ -215,17 +248,18 @@ impl MemberRidgeGbt {
         let n: usize = rows.iter().map(|r| r.members.len()).sum();
         let mut data = vec![0.0; n * width];
         let mut target = Vec::with_capacity(n);
-        let mut weights = Vec::with_capacity(if options.weighted { n } else { 0 });
+        let mut weights = Vec::with_capacity(if options.weighs_rows() { n } else { 0 });
         for row in rows {
+            let weighted = options.weighted || (options.weighted_crowded && row.members.len() >= 3);
             let set_exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
             for view in views_of(&row.members) {
                 let i = target.len();
                 for (j, value) in booster_features(&view, options)[..width].iter().enumerate() {
                     data[j * n + i] = *value;
                 }
-                if options.weighted {
+                if options.weighs_rows() {
                     let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
-                    weights.push(if set_exclusive > 0.0 {
+                    weights.push(if weighted && set_exclusive > 0.0 {
                         exclusive / set_exclusive * row.members.len() as f64
                     } else {
                         1.0
@@ -262,18 +296,27 @@ impl MemberRidgeGbt {
                 .set_parallel(true);
         }
         let matrix = Matrix::new(&data, n, width);
-        if options.weighted {
+        if options.weighs_rows() {
             booster.fit(&matrix, &target, &weights, None)
         } else {
             booster.fit_unweighted(&matrix, &target, None)
         }
         .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
+        let set_linear = if options.set_linear {
+            let crowded: Vec<&TrainingRow> = rows.iter().filter(|r| r.members.len() >= 3).collect();
+            (crowded.len() >= MIN_TRAINING_ROWS)
+                .then(|| KaceLinear::fit_refs(&crowded))
+                .transpose()?
+        } else {
+            None
+        };
         let model = Self {
             ridge_intercept,
             ridge_coefficients,
             booster: Booster(Arc::new(booster)),
             options,
             intervals: None,
+            set_linear,
             scorer: LazyScorer::default(),
         };
         if !model.is_finite() {
@@ -283,7 +326,33 @@ impl MemberRidgeGbt {
     }
 
     pub fn is_finite(&self) -> bool {
-        self.ridge_intercept.is_finite() && self.ridge_coefficients.iter().all(|c| c.is_finite())
+        self.ridge_intercept.is_finite()
+            && self.ridge_coefficients.iter().all(|c| c.is_finite())
+            && self.set_linear.as_ref().is_none_or(KaceLinear::is_finite)
+    }
+
+    /// A set's member predictions with the sum-level linear model blended in (sets of
+    /// three or more, when the model has one): the set's sum becomes the mean of the
+    /// members' sum and the linear sum (below zero read as zero; with `set_linear_bounded`,
+    /// held within [1/2, 2] x the members' sum), and every member is scaled by the same
+    /// factor.
+    fn blend_set(&self, members: &[Features], mut predicted: Vec<f64>) -> Vec<f64> {
+        let Some(linear) = self.set_linear.as_ref().filter(|_| members.len() >= 3) else {
+            return predicted;
+        };
+        let members_sum: f64 = predicted.iter().sum();
+        if members_sum > 0.0 {
+            let refs: Vec<&Features> = members.iter().collect();
+            let mut linear_sum = linear.predict_set(&refs).sum.max(0.0);
+            if self.options.set_linear_bounded {
+                linear_sum = linear_sum.clamp(0.5 * members_sum, 2.0 * members_sum);
+            }
+            let scale = 0.5 * (members_sum + linear_sum) / members_sum;
+            for p in &mut predicted {
+                *p *= scale;
+            }
+        }
+        predicted
     }
 
     pub fn has_expected_shape(&self) -> bool {
@@ -353,13 +422,16 @@ impl MemberRidgeGbt {
     ) -> Vec<Vec<f64>> {
         let views: Vec<MemberView> = sets.clone().flat_map(views_of).collect();
         let mut predicted = self.predict_members(&views).into_iter();
-        sets.map(|members| predicted.by_ref().take(members.len()).collect())
-            .collect()
+        sets.map(|members| {
+            let set = predicted.by_ref().take(members.len()).collect();
+            self.blend_set(members, set)
+        })
+        .collect()
     }
 
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
         let owned: Vec<Features> = members.iter().map(|m| **m).collect();
-        let predicted = self.predict_members(&views_of(&owned));
+        let predicted = self.blend_set(&owned, self.predict_members(&views_of(&owned)));
         SetPrediction {
             sum: predicted.iter().sum(),
             members: Some(predicted),
@@ -698,6 +770,118 @@ mod tests {
             let pair = model.predict_pairs_reference(target, &[&probes[0]]);
             assert!((set.sum - pair[0].sum).abs() <= 1e-12 * set.sum.abs());
         }
+    }
+
+    const CROWDING: MemberOptions = MemberOptions {
+        crowding: true,
+        stacked: false,
+        weighted: false,
+        weighted_crowded: false,
+        set_linear: false,
+        set_linear_bounded: false,
+    };
+
+    #[test]
+    fn weighing_crowded_rows_leaves_a_model_fitted_on_pairs_alone_as_it_was() {
+        let mut state = 17;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let crowded_weights = MemberOptions {
+            weighted_crowded: true,
+            ..CROWDING
+        };
+        let all_weights = MemberOptions {
+            weighted: true,
+            ..CROWDING
+        };
+        let probes = [
+            vec![&seen[0], &seen[5]],
+            vec![&seen[1], &seen[2], &seen[3]],
+            vec![&seen[4], &seen[6], &seen[8], &seen[9]],
+        ];
+        let predict = |rows: &[TrainingRow], options| {
+            let model = MemberRidgeGbt::fit_with(rows, options).unwrap();
+            probes
+                .iter()
+                .map(|p| model.predict_set(p))
+                .collect::<Vec<_>>()
+        };
+        let pairs = rows(&seen);
+        let unweighted = predict(&pairs, CROWDING);
+        assert_eq!(predict(&pairs, crowded_weights), unweighted);
+        // Weighing the pair rows too moves the answers: the comparison above can fail.
+        assert_ne!(predict(&pairs, all_weights), unweighted);
+        // With triples in the training, their rows are weighed.
+        let mixed = mixed_rows(&seen);
+        assert_ne!(predict(&mixed, crowded_weights), predict(&mixed, CROWDING));
+    }
+
+    #[test]
+    fn set_linear_averages_the_sum_of_crowded_sets_with_a_linear_model_of_those_sets() {
+        let mut state = 23;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let with_linear = MemberOptions {
+            set_linear: true,
+            ..CROWDING
+        };
+        let mixed = mixed_rows(&seen);
+        let model = MemberRidgeGbt::fit_with(&mixed, with_linear).unwrap();
+        let members_only = MemberRidgeGbt::fit_with(&mixed, CROWDING).unwrap();
+        let triples: Vec<TrainingRow> = mixed
+            .iter()
+            .filter(|r| r.members.len() == 3)
+            .cloned()
+            .collect();
+        assert!(triples.len() >= MIN_TRAINING_ROWS, "{}", triples.len());
+        let linear = KaceLinear::fit(&triples).unwrap();
+        assert_eq!(model.set_linear.as_ref(), Some(&linear));
+
+        let fresh: Vec<Features> = (0..6).map(|_| workload(&mut state)).collect();
+        let sets: Vec<Vec<&Features>> = vec![
+            vec![&fresh[0], &fresh[1], &fresh[2]],
+            vec![&seen[3], &fresh[4], &seen[7], &fresh[5]],
+            vec![&seen[1], &seen[2], &seen[3]],
+        ];
+        for set in &sets {
+            let blended = model.predict_set(set);
+            let alone = members_only.predict_set(set);
+            let linear_sum = linear.predict_set(set).sum.max(0.0);
+            let expected = 0.5 * (alone.sum + linear_sum);
+            assert!(
+                (blended.sum - expected).abs() <= 1e-9 * expected,
+                "{} vs {expected}",
+                blended.sum
+            );
+            // Every member scaled by the same factor.
+            let scale = expected / alone.sum;
+            for (b, a) in blended.members.unwrap().iter().zip(alone.members.unwrap()) {
+                assert!(
+                    (b - a * scale).abs() <= 1e-9 * b.abs(),
+                    "{b} vs {}",
+                    a * scale
+                );
+            }
+        }
+        // The batch paths blend as the single-set path does.
+        let batch = model.predict_sets(&sets);
+        for (set, predicted) in sets.iter().zip(&batch) {
+            assert_eq!(predicted, &model.predict_set(set));
+        }
+        // Pairs are answered by the members alone.
+        let pair = [&fresh[0], &seen[2]];
+        assert_eq!(model.predict_set(&pair), members_only.predict_set(&pair));
+        // Stored and read back, the linear part comes with the model.
+        let back: MemberRidgeGbt =
+            serde_json::from_str(&serde_json::to_string(&model).unwrap()).unwrap();
+        assert_eq!(back, model);
+        assert_eq!(back.predict_set(&sets[1]), model.predict_set(&sets[1]));
+        // Trained on pairs alone there is no linear part, and the model is the one without it.
+        let on_pairs = MemberRidgeGbt::fit_with(&rows(&seen), with_linear).unwrap();
+        assert!(on_pairs.set_linear.is_none());
+        let on_pairs_without = MemberRidgeGbt::fit_with(&rows(&seen), CROWDING).unwrap();
+        assert_eq!(
+            on_pairs.predict_set(&sets[0]),
+            on_pairs_without.predict_set(&sets[0])
+        );
     }
 
     #[test]

@@ -31,6 +31,22 @@ pub struct MemberOptions {
     /// the members with large throughput.
     #[serde(default)]
     pub weighted: bool,
+    /// As `weighted`, but only in sets of three or more members: pair rows keep weight 1,
+    /// so a model fitted on pairs alone is the model without it.
+    #[serde(default)]
+    pub weighted_crowded: bool,
+    /// For sets of three or more members, the set's sum is the mean of the members' sum
+    /// and a sum-level linear model (KACE's: summed metrics, ordinary least squares) fitted
+    /// on the training sets of three or more members; each member is scaled by the same
+    /// factor. Linear terms extrapolate to unseen workloads where the trees cannot. Pairs
+    /// are untouched.
+    #[serde(default)]
+    pub set_linear: bool,
+    /// With `set_linear`, the linear sum is first held within [1/2, 2] x the members' sum
+    /// (a linear sum extrapolates without bound, below zero too), so the blend moves the
+    /// members' sum by a factor in [3/4, 3/2].
+    #[serde(default)]
+    pub set_linear_bounded: bool,
 }
 
 impl MemberOptions {
@@ -39,7 +55,15 @@ impl MemberOptions {
         crowding: true,
         stacked: false,
         weighted: false,
+        weighted_crowded: false,
+        set_linear: true,
+        set_linear_bounded: false,
     };
+
+    /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
+    pub fn weighs_rows(self) -> bool {
+        self.weighted || self.weighted_crowded
+    }
 
     pub fn booster_features(self) -> usize {
         if self.crowding {
