@@ -384,6 +384,10 @@ pub struct SimulateArgs {
     /// speed such a job may be placed to run at (0 = no cap).
     #[arg(long, default_value_t = 0.5)]
     pub ls_cap: f64,
+    /// The model policies check the LS caps on the low end of each member's 80 % interval
+    /// (Place's `cautious`) instead of its point prediction.
+    #[arg(long)]
+    pub cautious_caps: bool,
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,

@@ -30,7 +30,7 @@ use coloc::{
 };
 
 use engine::{simulate, Cluster, Outcome};
-use place::{PlacePolicy, ServicePlacer};
+use place::{CapCheck, PlacePolicy, ServicePlacer};
 use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
@@ -84,6 +84,8 @@ pub struct World {
     pub dataset: KaceDataset,
     pub kace_linear: (ModelParams, FitMetrics),
     pub coloc: (ModelParams, FitMetrics),
+    /// How the model policies read the LS caps.
+    pub caps: CapCheck,
 }
 
 impl World {
@@ -96,6 +98,11 @@ impl World {
             dataset,
             kace_linear: fit(ModelKind::KaceLinear, &rows)?,
             coloc: fit(ModelKind::DEFAULT, &rows)?,
+            caps: if args.cautious_caps {
+                CapCheck::Cautious
+            } else {
+                CapCheck::Point
+            },
         })
     }
 }
@@ -128,8 +135,13 @@ pub fn run_policy(
             } else {
                 world.kace_linear.clone()
             };
-            let placer =
-                ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
+            let placer = ServicePlacer::new(
+                &world.dataset,
+                &world.truth.workloads,
+                params,
+                metrics,
+                world.caps,
+            )?;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
@@ -236,6 +248,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     );
     put("exclusive_work_gpu_hours", json!((work / 3600.0).round()));
     put("ls_cap", json!(args.ls_cap));
+    put(
+        "model_policy_caps",
+        json!(match world.caps {
+            CapCheck::Point => "point prediction",
+            CapCheck::Cautious => "low end of the 80 % interval (point without one)",
+        }),
+    );
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
@@ -285,6 +304,7 @@ mod tests {
             seeds: vec![1],
             policies: Vec::new(),
             ls_cap: 0.5,
+            cautious_caps: false,
             retry_delay: 60.0,
             max_pods: Some(max_pods),
             json: false,
