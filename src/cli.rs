@@ -388,6 +388,12 @@ pub struct SimulateArgs {
     /// (Place's `cautious`) instead of its point prediction.
     #[arg(long)]
     pub cautious_caps: bool,
+    /// What the oracle and the model policies ask of a shared GPU before a queued job
+    /// starts there: gain (the set's Σ colocated / exclusive grows), fair-share (every
+    /// member of k keeps at least 1/k of its speed), break-even (Σ at least 1). Caps and
+    /// memory are kept under every rule.
+    #[arg(long, default_value = "gain", value_parser = ["gain", "fair-share", "break-even"])]
+    pub rule: String,
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,

@@ -403,7 +403,7 @@ pub fn simulate(
 mod tests {
     use super::*;
     use crate::sim::{
-        policy::{FractionPack, OnePerGpu, Oracle},
+        policy::{FractionPack, OnePerGpu, Oracle, PlaceRule},
         truth::Workload,
     };
 
@@ -450,7 +450,10 @@ mod tests {
         assert_eq!(alone.makespan, 200.0);
         assert_eq!(alone.jobs[1].queueing_delay(), 100.0);
         assert_eq!(alone.busy_gpu_seconds, 200.0);
-        let shared = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let shared = simulate(&jobs, &truth, &one_gpu(), &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            });
         assert_eq!(finishes(&shared), vec![100.0, 100.0]);
         assert_eq!(shared.makespan, 100.0);
         assert_eq!(shared.busy_gpu_seconds, 100.0);
@@ -531,7 +534,10 @@ mod tests {
         assert_eq!(finishes(&outcome), vec![100.0, 220.0]);
         assert_eq!(outcome.jobs[1].start, 120.0);
         // A policy that checks memory waits instead.
-        let careful = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let careful = simulate(&jobs, &truth, &one_gpu(), &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            });
         assert_eq!(careful.oom_events, 0);
         assert_eq!(finishes(&careful), vec![100.0, 200.0]);
     }
@@ -551,7 +557,10 @@ mod tests {
         assert_eq!(outcome.jobs[0].seconds_below_cap, 100.0);
         assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
         // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
-        let oracle = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let oracle = simulate(&jobs, &truth, &one_gpu(), &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            });
         assert_eq!(oracle.max_set, 1);
     }
 }

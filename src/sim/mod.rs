@@ -31,7 +31,7 @@ use coloc::{
 
 use engine::{simulate, Cluster, Outcome};
 use place::{CapCheck, PlacePolicy, ServicePlacer};
-use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
+use policy::{FractionPack, OnePerGpu, Oracle, PlaceRule, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
 use truth::Truth;
@@ -86,6 +86,8 @@ pub struct World {
     pub coloc: (ModelParams, FitMetrics),
     /// How the model policies read the LS caps.
     pub caps: CapCheck,
+    /// What the oracle and the model policies ask of a shared GPU.
+    pub rule: PlaceRule,
 }
 
 impl World {
@@ -103,6 +105,8 @@ impl World {
             } else {
                 CapCheck::Point
             },
+            rule: PlaceRule::parse(&args.rule)
+                .with_context(|| format!("unknown --rule {:?}", args.rule))?,
         })
     }
 }
@@ -128,6 +132,7 @@ pub fn run_policy(
         "smallest-memory" => run(&mut SmallestMemory),
         "oracle" => run(&mut Oracle {
             truth: &world.truth,
+            rule: world.rule,
         }),
         "kace-linear" | "coloc" => {
             let (params, metrics) = if name == "coloc" {
@@ -141,6 +146,7 @@ pub fn run_policy(
                 params,
                 metrics,
                 world.caps,
+                world.rule,
             )?;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
@@ -255,6 +261,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             CapCheck::Cautious => "low end of the 80 % interval (point without one)",
         }),
     );
+    put("place_rule", json!(world.rule.name()));
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
@@ -305,6 +312,7 @@ mod tests {
             policies: Vec::new(),
             ls_cap: 0.5,
             cautious_caps: false,
+            rule: "gain".into(),
             retry_delay: 60.0,
             max_pods: Some(max_pods),
             json: false,

@@ -5,10 +5,10 @@
 //! Σ colocated / exclusive with the job minus without; an empty GPU gains 1; a member's
 //! prediction is the lowest the model gives it in any subset holding it), leaves out GPUs
 //! whose memory would overflow or whose new job would fall below `min_job_fraction`; the
-//! policy then takes the largest positive gain whose capped residents keep their caps
+//! policy then takes the largest gain among the GPUs whose capped residents keep their caps
 //! (Place's `min_resident_fraction` is one figure for every resident; the simulation caps
-//! only LS jobs, so it checks the residents' predictions Place returns), or lets the job
-//! wait.
+//! only LS jobs, so it checks the residents' predictions Place returns) and that its
+//! [`PlaceRule`] admits on the predicted members (`policy.rs`), or lets the job wait.
 //!
 //! Caps are checked on the point predictions by default; [`CapCheck::Cautious`]
 //! (`--cautious-caps`) checks the job's through Place's `cautious` and each resident's on
@@ -40,7 +40,7 @@ use coloc::{
 };
 
 use super::{
-    policy::{GpuView, JobView, Policy},
+    policy::{GpuView, JobView, PlaceRule, Policy},
     truth::{Workload, GPU_MEMORY_GB},
 };
 
@@ -86,6 +86,7 @@ pub struct ServicePlacer {
     /// By workload index.
     names: Vec<WorkloadName>,
     caps: CapCheck,
+    rule: PlaceRule,
     pub calls: u64,
     pub nanos: u128,
 }
@@ -98,6 +99,7 @@ impl ServicePlacer {
         params: ModelParams,
         metrics: FitMetrics,
         caps: CapCheck,
+        rule: PlaceRule,
     ) -> anyhow::Result<Self> {
         let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
         let model = Arc::new(StoredModel {
@@ -139,6 +141,7 @@ impl ServicePlacer {
             gpu,
             names,
             caps,
+            rule,
             calls: 0,
             nanos: 0,
         })
@@ -199,10 +202,16 @@ impl Placer for ServicePlacer {
                 .iter()
                 .zip(&placement.members[1..])
                 .all(|(r, m)| r.1.is_none_or(|cap| self.kept(m).is_some_and(|s| s >= cap)));
+            // The rule reads the point predictions (a member without one counts as stopped).
+            let speeds: Vec<f64> = placement
+                .members
+                .iter()
+                .map(|m| m.predicted_speed_fraction().unwrap_or(0.0))
+                .collect();
             let better = best.is_none_or(|b| {
                 placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
             });
-            if caps_hold && placement.gain > 0.0 && better {
+            if caps_hold && self.rule.admits(placement.gain, &speeds) && better {
                 best = Some(PlaceDecision {
                     gpu: index,
                     gain: placement.gain,
@@ -278,6 +287,14 @@ mod tests {
     use coloc::model::{fit, ModelKind};
 
     fn placer_of(kind: ModelKind, caps: CapCheck) -> (ServicePlacer, Vec<String>) {
+        placer_with(kind, caps, PlaceRule::Gain)
+    }
+
+    fn placer_with(
+        kind: ModelKind,
+        caps: CapCheck,
+        rule: PlaceRule,
+    ) -> (ServicePlacer, Vec<String>) {
         let data = Path::new("../shared/data");
         let truth = Truth::read(
             &data.join("kace-v100"),
@@ -289,10 +306,9 @@ mod tests {
         let rows = crate::sim::pair_rows(&dataset).unwrap();
         let (params, metrics) = fit(kind, &rows).unwrap();
         let names = truth.workloads.iter().map(|w| w.name.clone()).collect();
-        (
-            ServicePlacer::new(&dataset, &truth.workloads, params, metrics, caps).unwrap(),
-            names,
-        )
+        let placer =
+            ServicePlacer::new(&dataset, &truth.workloads, params, metrics, caps, rule).unwrap();
+        (placer, names)
     }
 
     fn placer() -> (ServicePlacer, Vec<String>) {
