@@ -100,10 +100,10 @@ impl World {
             dataset,
             kace_linear: fit(ModelKind::KaceLinear, &rows)?,
             coloc: fit(ModelKind::DEFAULT, &rows)?,
-            caps: if args.cautious_caps {
-                CapCheck::Cautious
-            } else {
-                CapCheck::Point
+            caps: match args.caps.as_str() {
+                "cautious" => CapCheck::Cautious,
+                "point" => CapCheck::Point,
+                other => bail!("unknown --caps {other:?}; known: cautious, point"),
             },
             rule: PlaceRule::parse(&args.rule)
                 .with_context(|| format!("unknown --rule {:?}", args.rule))?,
@@ -311,7 +311,7 @@ mod tests {
             seeds: vec![1],
             policies: Vec::new(),
             ls_cap: 0.5,
-            cautious_caps: false,
+            caps: "point".into(),
             rule: "gain".into(),
             retry_delay: 60.0,
             max_pods: Some(max_pods),

@@ -10,11 +10,13 @@
 //! only LS jobs, so it checks the residents' predictions Place returns) and that its
 //! [`PlaceRule`] admits on the predicted members (`policy.rs`), or lets the job wait.
 //!
-//! Caps are checked on the point predictions by default; [`CapCheck::Cautious`]
-//! (`--cautious-caps`) checks the job's through Place's `cautious` and each resident's on
-//! the low end of its 80 % interval, so a GPU is taken only if every cap holds at the
-//! pessimistic end; the gain is still scored on the point predictions. A model without
-//! intervals (`kace-linear`) is checked on its point predictions either way.
+//! Caps are checked by default with [`CapCheck::Cautious`] (`--caps cautious`, chosen with
+//! the `break-even` rule on the selection seeds, README): the job's through Place's
+//! `cautious` and each resident's on the low end of its 80 % interval, so a GPU is taken
+//! only if every cap holds at the pessimistic end; `--caps point` checks them on the point
+//! predictions. The gain and the rule are read on the point predictions either way. A
+//! model without intervals (`kace-linear`) is checked on its point predictions either
+//! way.
 //!
 //! [`Placer`] is the adapter the policies speak to. GPUs with the same residents (and caps)
 //! are asked about once, the first of them standing for all (ties go to the lowest GPU).

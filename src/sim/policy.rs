@@ -203,3 +203,40 @@ impl Policy for Oracle<'_> {
         best.map(|(i, _)| i)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rules_differ_only_on_a_shared_gpu_whose_sum_shrinks_or_leaves_a_member_below_its_share()
+    {
+        use PlaceRule::*;
+        // A job alone: every rule starts it.
+        for rule in PlaceRule::ALL {
+            assert!(rule.admits(1.0, &[1.0]), "{rule:?}");
+        }
+        // Three members at 0.40, 0.35, 0.30 where the pair before summed 1.20: Σ 1.05 shrinks
+        // (gain -0.15) but stays above 1, and 0.30 is below the 1/3 of time-slicing.
+        let three = [0.40, 0.35, 0.30];
+        assert!(!Gain.admits(-0.15, &three));
+        assert!(BreakEven.admits(-0.15, &three));
+        assert!(!FairShare.admits(-0.15, &three));
+        // Every member at its third: fair share holds (at the floor exactly), Σ = 1.
+        let thirds = [1.0 / 3.0; 3];
+        assert!(FairShare.admits(-0.2, &thirds));
+        assert!(BreakEven.admits(-0.2, &thirds));
+        // A pair at 0.9 and 0.3 gains 0.2 but leaves one member below half.
+        assert!(Gain.admits(0.2, &[0.9, 0.3]));
+        assert!(!FairShare.admits(0.2, &[0.9, 0.3]));
+        // Σ below 1: no rule starts it (a positive gain cannot arise from Σ < 1 after a
+        // set that summed at least 1, so gain refuses as well).
+        for rule in PlaceRule::ALL {
+            assert!(!rule.admits(-0.1, &[0.45, 0.45]), "{rule:?}");
+        }
+        for rule in PlaceRule::ALL {
+            assert_eq!(PlaceRule::parse(rule.name()), Some(rule));
+        }
+        assert_eq!(PlaceRule::parse("largest-gain"), None);
+    }
+}
