@@ -395,6 +395,18 @@ pub struct SimulateArgs {
     /// speed such a job may be placed to run at (0 = no cap).
     #[arg(long, default_value_t = 0.5)]
     pub ls_cap: f64,
+    /// How the model policies check the LS caps: cautious (on the low end of each
+    /// member's 80 % interval, Place's `cautious`; a model without intervals on its point)
+    /// or point (on the point prediction). The default was chosen with --rule on seeds 6-10
+    /// (README, "Cluster simulation").
+    #[arg(long, default_value = "cautious", value_parser = ["cautious", "point"])]
+    pub caps: String,
+    /// What the oracle and the model policies ask of a shared GPU before a queued job
+    /// starts there: break-even (the new set's Σ colocated / exclusive at least 1), gain
+    /// (Σ grows with the job), fair-share (every member of k keeps at least 1/k of its
+    /// speed). Caps and memory are kept under every rule.
+    #[arg(long, default_value = "break-even", value_parser = ["break-even", "gain", "fair-share"])]
+    pub rule: String,
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,

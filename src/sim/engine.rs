@@ -403,7 +403,7 @@ pub fn simulate(
 mod tests {
     use super::*;
     use crate::sim::{
-        policy::{FractionPack, OnePerGpu, Oracle},
+        policy::{FractionPack, OnePerGpu, Oracle, PlaceRule},
         truth::Workload,
     };
 
@@ -450,7 +450,15 @@ mod tests {
         assert_eq!(alone.makespan, 200.0);
         assert_eq!(alone.jobs[1].queueing_delay(), 100.0);
         assert_eq!(alone.busy_gpu_seconds, 200.0);
-        let shared = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let shared = simulate(
+            &jobs,
+            &truth,
+            &one_gpu(),
+            &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            },
+        );
         assert_eq!(finishes(&shared), vec![100.0, 100.0]);
         assert_eq!(shared.makespan, 100.0);
         assert_eq!(shared.busy_gpu_seconds, 100.0);
@@ -531,9 +539,65 @@ mod tests {
         assert_eq!(finishes(&outcome), vec![100.0, 220.0]);
         assert_eq!(outcome.jobs[1].start, 120.0);
         // A policy that checks memory waits instead.
-        let careful = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let careful = simulate(
+            &jobs,
+            &truth,
+            &one_gpu(),
+            &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            },
+        );
         assert_eq!(careful.oom_events, 0);
         assert_eq!(finishes(&careful), vec![100.0, 200.0]);
+    }
+
+    #[test]
+    fn a_short_job_that_would_shrink_the_sum_waits_under_gain_and_starts_under_break_even() {
+        // Two long jobs of `a` together keep 0.6 each (Σ 1.2); a third member of `b` makes
+        // them 0.4 and 0.3 (Σ 1.1 >= 1, gain -0.1; b at 0.3 < 1/3).
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[
+                (vec![0, 0], vec![6.0, 6.0]),
+                (vec![0, 0, 1], vec![4.0, 4.0, 3.0]),
+            ],
+        )
+        .unwrap();
+        let jobs = [
+            job("long-1", 0.0, 120.0, 0),
+            job("long-2", 0.0, 120.0, 0),
+            job("short", 0.0, 3.0, 1),
+        ];
+        let run = |rule| {
+            simulate(
+                &jobs,
+                &truth,
+                &one_gpu(),
+                &mut Oracle {
+                    truth: &truth,
+                    rule,
+                },
+            )
+        };
+        // Gain and fair share: the short job waits until the pair ends at 120 / 0.6 = 200 s.
+        for rule in [PlaceRule::Gain, PlaceRule::FairShare] {
+            let waits = run(rule);
+            assert_eq!(waits.max_set, 2, "{rule:?}");
+            let f = finishes(&waits);
+            assert!(
+                (f[0] - 200.0).abs() < 1e-9 && (f[2] - 203.0).abs() < 1e-9,
+                "{f:?}"
+            );
+        }
+        // Break-even: all three start at 0; the short job ends at 3 / 0.3 = 10 s, when each
+        // long one has done 4 s of work; the other 116 s at 0.6 end at 10 + 193.3 s.
+        let starts = run(PlaceRule::BreakEven);
+        assert_eq!(starts.max_set, 3);
+        let f = finishes(&starts);
+        assert!((f[2] - 10.0).abs() < 1e-9, "{f:?}");
+        assert!((f[0] - (10.0 + 116.0 / 0.6)).abs() < 1e-9, "{f:?}");
+        assert!(starts.jobs.iter().all(|j| j.queueing_delay() == 0.0));
     }
 
     #[test]
@@ -551,7 +615,15 @@ mod tests {
         assert_eq!(outcome.jobs[0].seconds_below_cap, 100.0);
         assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
         // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
-        let oracle = simulate(&jobs, &truth, &one_gpu(), &mut Oracle { truth: &truth });
+        let oracle = simulate(
+            &jobs,
+            &truth,
+            &one_gpu(),
+            &mut Oracle {
+                truth: &truth,
+                rule: PlaceRule::Gain,
+            },
+        );
         assert_eq!(oracle.max_set, 1);
     }
 }

@@ -30,8 +30,8 @@ use coloc::{
 };
 
 use engine::{simulate, Cluster, Outcome};
-use place::{PlacePolicy, ServicePlacer};
-use policy::{FractionPack, OnePerGpu, Oracle, Policy, SmallestMemory};
+use place::{CapCheck, PlacePolicy, ServicePlacer};
+use policy::{FractionPack, OnePerGpu, Oracle, PlaceRule, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
 use truth::Truth;
@@ -84,6 +84,10 @@ pub struct World {
     pub dataset: KaceDataset,
     pub kace_linear: (ModelParams, FitMetrics),
     pub coloc: (ModelParams, FitMetrics),
+    /// How the model policies read the LS caps.
+    pub caps: CapCheck,
+    /// What the oracle and the model policies ask of a shared GPU.
+    pub rule: PlaceRule,
 }
 
 impl World {
@@ -96,6 +100,13 @@ impl World {
             dataset,
             kace_linear: fit(ModelKind::KaceLinear, &rows)?,
             coloc: fit(ModelKind::DEFAULT, &rows)?,
+            caps: match args.caps.as_str() {
+                "cautious" => CapCheck::Cautious,
+                "point" => CapCheck::Point,
+                other => bail!("unknown --caps {other:?}; known: cautious, point"),
+            },
+            rule: PlaceRule::parse(&args.rule)
+                .with_context(|| format!("unknown --rule {:?}", args.rule))?,
         })
     }
 }
@@ -121,6 +132,7 @@ pub fn run_policy(
         "smallest-memory" => run(&mut SmallestMemory),
         "oracle" => run(&mut Oracle {
             truth: &world.truth,
+            rule: world.rule,
         }),
         "kace-linear" | "coloc" => {
             let (params, metrics) = if name == "coloc" {
@@ -128,8 +140,14 @@ pub fn run_policy(
             } else {
                 world.kace_linear.clone()
             };
-            let placer =
-                ServicePlacer::new(&world.dataset, &world.truth.workloads, params, metrics)?;
+            let placer = ServicePlacer::new(
+                &world.dataset,
+                &world.truth.workloads,
+                params,
+                metrics,
+                world.caps,
+                world.rule,
+            )?;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
@@ -236,6 +254,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     );
     put("exclusive_work_gpu_hours", json!((work / 3600.0).round()));
     put("ls_cap", json!(args.ls_cap));
+    put(
+        "model_policy_caps",
+        json!(match world.caps {
+            CapCheck::Point => "point prediction",
+            CapCheck::Cautious => "low end of the 80 % interval (point without one)",
+        }),
+    );
+    put("place_rule", json!(world.rule.name()));
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
@@ -285,6 +311,8 @@ mod tests {
             seeds: vec![1],
             policies: Vec::new(),
             ls_cap: 0.5,
+            caps: "point".into(),
+            rule: "gain".into(),
             retry_delay: 60.0,
             max_pods: Some(max_pods),
             json: false,

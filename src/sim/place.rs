@@ -1,13 +1,22 @@
 //! The model policies' one path to a decision: the advisor's Place
 //! (`coloc::advisor::place_in`, the function behind the Place RPC, on a catalog and model
 //! built in process). A policy asks "which of these GPUs (each with its residents) for
-//! this job"; Place scores each GPU by the predicted gain (the set's value with the job
-//! minus without; an empty GPU gains the job's exclusive value; a member's prediction is
-//! the lowest the model gives it in any subset holding it), leaves out GPUs whose memory
-//! would overflow or whose new job would fall below `min_job_fraction`; the policy then
-//! takes the largest positive gain whose capped residents keep their caps (Place's
-//! `min_resident_fraction` is one figure for every resident; the simulation caps only LS
-//! jobs, so it checks the residents' predictions Place returns), or lets the job wait.
+//! this job"; Place scores each GPU by the predicted gain under NORMALIZED_SUM (the set's
+//! Σ colocated / exclusive with the job minus without; an empty GPU gains 1; a member's
+//! prediction is the lowest the model gives it in any subset holding it), leaves out GPUs
+//! whose memory would overflow or whose new job would fall below `min_job_fraction`; the
+//! policy then takes the largest gain among the GPUs whose capped residents keep their caps
+//! (Place's `min_resident_fraction` is one figure for every resident; the simulation caps
+//! only LS jobs, so it checks the residents' predictions Place returns) and that its
+//! [`PlaceRule`] admits on the predicted members (`policy.rs`), or lets the job wait.
+//!
+//! Caps are checked by default with [`CapCheck::Cautious`] (`--caps cautious`, chosen with
+//! the `break-even` rule on the selection seeds, README): the job's through Place's
+//! `cautious` and each resident's on the low end of its 80 % interval, so a GPU is taken
+//! only if every cap holds at the pessimistic end; `--caps point` checks them on the point
+//! predictions. The gain and the rule are read on the point predictions either way. A
+//! model without intervals (`kace-linear`) is checked on its point predictions either
+//! way.
 //!
 //! [`Placer`] is the adapter the policies speak to. GPUs with the same residents (and caps)
 //! are asked about once, the first of them standing for all (ties go to the lowest GPU).
@@ -16,16 +25,16 @@
 //! `kace-v100/pairs.csv` only (all 181, as `coloc import kace` trains the service), never
 //! on a 3-way or 4-way run. The simulation judges them on pairs too (the pair measurements
 //! are also its truth for 2-job sets), but every 3- and 4-job set is unseen by the models.
-//! `kace-linear` predicts only the set's sum: it places by Σ throughput (KACE's objective)
-//! and cannot check caps; `coloc` (the default model) places by Σ colocated / exclusive
-//! (NORMALIZED_SUM) with the caps.
+//! Both place by the same objective with the same caps, so that only the model differs:
+//! `kace-linear` predicts only the set's sum, and Place estimates its members from the sum
+//! in proportion to their exclusive throughputs (`ModelUsed::members_estimated`).
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use anyhow::Context;
 
 use coloc::{
-    advisor::{place_in, Catalog, GpuState, Objective, PlaceQuery},
+    advisor::{place_in, Catalog, GpuState, MemberPrediction, Objective, PlaceQuery},
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{FitMetrics, ModelParams},
@@ -33,7 +42,7 @@ use coloc::{
 };
 
 use super::{
-    policy::{GpuView, JobView, Policy},
+    policy::{GpuView, JobView, PlaceRule, Policy},
     truth::{Workload, GPU_MEMORY_GB},
 };
 
@@ -61,6 +70,15 @@ pub trait Placer {
     fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>>;
 }
 
+/// How the model policies read the LS caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapCheck {
+    /// On each member's point prediction.
+    Point,
+    /// On the low end of each member's 80 % interval where the model has one.
+    Cautious,
+}
+
 /// Place, answered by the advisor's own function on a catalog of the simulation's
 /// workloads and one fitted model.
 pub struct ServicePlacer {
@@ -69,8 +87,8 @@ pub struct ServicePlacer {
     gpu: GpuName,
     /// By workload index.
     names: Vec<WorkloadName>,
-    objective: Objective,
-    with_caps: bool,
+    caps: CapCheck,
+    rule: PlaceRule,
     pub calls: u64,
     pub nanos: u128,
 }
@@ -82,9 +100,10 @@ impl ServicePlacer {
         workloads: &[Workload],
         params: ModelParams,
         metrics: FitMetrics,
+        caps: CapCheck,
+        rule: PlaceRule,
     ) -> anyhow::Result<Self> {
         let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
-        let predicts_members = params.kind().predicts_members();
         let model = Arc::new(StoredModel {
             gpu: gpu.clone(),
             version: 1,
@@ -123,15 +142,20 @@ impl ServicePlacer {
             models: HashMap::from([(gpu.clone(), model)]),
             gpu,
             names,
-            objective: if predicts_members {
-                Objective::NormalizedSum
-            } else {
-                Objective::ThroughputSum
-            },
-            with_caps: predicts_members,
+            caps,
+            rule,
             calls: 0,
             nanos: 0,
         })
+    }
+
+    /// The share of its exclusive throughput a member keeps, as the caps read it.
+    fn kept(&self, member: &MemberPrediction) -> Option<f64> {
+        let low_end = match self.caps {
+            CapCheck::Cautious => member.speed_fraction_interval().map(|(low, _)| low),
+            CapCheck::Point => None,
+        };
+        low_end.or_else(|| member.predicted_speed_fraction())
     }
 }
 
@@ -166,10 +190,9 @@ impl Placer for ServicePlacer {
             })
             .collect();
         let mut query = PlaceQuery::new(self.names[request.job as usize].clone(), gpus);
-        query.objective = self.objective;
-        if self.with_caps {
-            query.min_job_fraction = request.job_cap;
-        }
+        query.objective = Objective::NormalizedSum;
+        query.min_job_fraction = request.job_cap;
+        query.cautious = self.caps == CapCheck::Cautious;
         let answer = place_in(&self.catalog, &self.models, None, query)
             .map_err(|e| anyhow::anyhow!("Place refused the request: {e}"))?;
         let mut best: Option<PlaceDecision> = None;
@@ -177,14 +200,20 @@ impl Placer for ServicePlacer {
             let index: usize = placement.gpu_id.parse().context("a GPU id")?;
             let residents = &request.gpus[index].residents;
             // Members: the job first, then the residents in the order given.
-            let caps_hold = !self.with_caps
-                || residents.iter().zip(&placement.members[1..]).all(|(r, m)| {
-                    r.1.is_none_or(|cap| m.predicted_speed_fraction().is_some_and(|s| s >= cap))
-                });
+            let caps_hold = residents
+                .iter()
+                .zip(&placement.members[1..])
+                .all(|(r, m)| r.1.is_none_or(|cap| self.kept(m).is_some_and(|s| s >= cap)));
+            // The rule reads the point predictions (a member without one counts as stopped).
+            let speeds: Vec<f64> = placement
+                .members
+                .iter()
+                .map(|m| m.predicted_speed_fraction().unwrap_or(0.0))
+                .collect();
             let better = best.is_none_or(|b| {
                 placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
             });
-            if caps_hold && placement.gain > 0.0 && better {
+            if caps_hold && self.rule.admits(placement.gain, &speeds) && better {
                 best = Some(PlaceDecision {
                     gpu: index,
                     gain: placement.gain,
@@ -259,7 +288,15 @@ mod tests {
     use crate::sim::truth::Truth;
     use coloc::model::{fit, ModelKind};
 
-    fn placer() -> (ServicePlacer, Vec<String>) {
+    fn placer_of(kind: ModelKind, caps: CapCheck) -> (ServicePlacer, Vec<String>) {
+        placer_with(kind, caps, PlaceRule::Gain)
+    }
+
+    fn placer_with(
+        kind: ModelKind,
+        caps: CapCheck,
+        rule: PlaceRule,
+    ) -> (ServicePlacer, Vec<String>) {
         let data = Path::new("../shared/data");
         let truth = Truth::read(
             &data.join("kace-v100"),
@@ -269,12 +306,15 @@ mod tests {
         .unwrap();
         let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
         let rows = crate::sim::pair_rows(&dataset).unwrap();
-        let (params, metrics) = fit(ModelKind::DEFAULT, &rows).unwrap();
+        let (params, metrics) = fit(kind, &rows).unwrap();
         let names = truth.workloads.iter().map(|w| w.name.clone()).collect();
-        (
-            ServicePlacer::new(&dataset, &truth.workloads, params, metrics).unwrap(),
-            names,
-        )
+        let placer =
+            ServicePlacer::new(&dataset, &truth.workloads, params, metrics, caps, rule).unwrap();
+        (placer, names)
+    }
+
+    fn placer() -> (ServicePlacer, Vec<String>) {
+        placer_of(ModelKind::DEFAULT, CapCheck::Point)
     }
 
     fn index(names: &[String], name: &str) -> u8 {
@@ -328,5 +368,96 @@ mod tests {
         let same: Vec<&[(u8, Option<f64>)]> = vec![&resident; 3];
         let decision = p.place(&request(bert, &same)).unwrap().unwrap();
         assert_eq!(decision.gpu, 0);
+    }
+
+    /// Each member's (point, low end) share of its exclusive throughput when `job` joins
+    /// `residents`, as Place answers it: the job first (a model without intervals: the point
+    /// twice).
+    fn shares(p: &ServicePlacer, job: u8, residents: &[u8]) -> Vec<(f64, f64)> {
+        let gpu = GpuState {
+            id: "0".into(),
+            node: String::new(),
+            gpu: Some(p.gpu.clone()),
+            memory_gb: Some(GPU_MEMORY_GB),
+            residents: residents
+                .iter()
+                .map(|&r| p.names[r as usize].to_string())
+                .collect(),
+        };
+        let mut query = PlaceQuery::new(p.names[job as usize].clone(), vec![gpu]);
+        query.objective = Objective::NormalizedSum;
+        let answer = place_in(&p.catalog, &p.models, None, query).unwrap();
+        answer.placements[0]
+            .members
+            .iter()
+            .map(|m| {
+                let point = m.predicted_speed_fraction().unwrap();
+                let low = m.speed_fraction_interval().map_or(point, |(low, _)| low);
+                (point, low)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cautious_caps_refuse_a_gpu_where_a_cap_holds_on_the_prediction_but_not_on_its_low_end() {
+        let (mut point, names) = placer();
+        let (mut cautious, _) = placer_of(ModelKind::DEFAULT, CapCheck::Cautious);
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let shares = shares(&cautious, bert, &[vit]);
+        let ((job, job_low), (resident, resident_low)) = (shares[0], shares[1]);
+        assert!(job_low < job && resident_low < resident, "{shares:?}");
+
+        // A cap between the low end and the prediction: kept on the prediction only.
+        let job_cap = (job + job_low) / 2.0;
+        let mut capped_job = request(bert, &[&[(vit, None)]]);
+        capped_job.job_cap = Some(job_cap);
+        assert!(point
+            .place(&capped_job)
+            .unwrap()
+            .is_some_and(|d| d.gpu == 0));
+        assert_eq!(cautious.place(&capped_job).unwrap(), None);
+
+        let resident_cap = Some((resident + resident_low) / 2.0);
+        let capped_resident = request(bert, &[&[(vit, resident_cap)]]);
+        assert!(point
+            .place(&capped_resident)
+            .unwrap()
+            .is_some_and(|d| d.gpu == 0));
+        assert_eq!(cautious.place(&capped_resident).unwrap(), None);
+
+        // Caps at or below the low ends hold either way.
+        let mut low = request(bert, &[&[(vit, Some(resident_low))]]);
+        low.job_cap = Some(job_low);
+        assert!(cautious.place(&low).unwrap().is_some_and(|d| d.gpu == 0));
+    }
+
+    #[test]
+    fn kace_linear_places_by_the_normalized_sum_and_keeps_caps_on_estimated_members() {
+        let (mut p, names) = placer_of(ModelKind::KaceLinear, CapCheck::Cautious);
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        // An empty GPU gains the job's whole share (1), not its exclusive throughput.
+        let decision = p.place(&request(bert, &[&[]])).unwrap();
+        assert_eq!(decision, Some(PlaceDecision { gpu: 0, gain: 1.0 }));
+
+        // Members estimated from the sum in proportion to their exclusive throughputs: both
+        // keep the same share, below 1; a resident cap above it refuses the GPU.
+        let shares = shares(&p, bert, &[vit]);
+        let (job, resident) = (shares[0].0, shares[1].0);
+        assert!((job - resident).abs() < 1e-9 && job < 1.0, "{shares:?}");
+        let gain = p
+            .place(&request(bert, &[&[(vit, Some(resident))]]))
+            .unwrap()
+            .map(|d| d.gain);
+        assert!(gain.is_none_or(|g| (g - (2.0 * job - 1.0)).abs() < 1e-9));
+        assert_eq!(
+            p.place(&request(bert, &[&[(vit, Some(resident + 0.01))]]))
+                .unwrap(),
+            None
+        );
+        let mut capped_job = request(bert, &[&[(vit, None)]]);
+        capped_job.job_cap = Some(job + 0.01);
+        assert_eq!(p.place(&capped_job).unwrap(), None);
     }
 }

@@ -10,10 +10,29 @@
 //!   fits (an empty one first), KACE's memcap rule made a placement.
 //! - `oracle`: knows the measured speeds: the GPU where the set's summed speed (Σ
 //!   colocated / exclusive) gains most with the job, every capped member at or above its
-//!   cap, memory fitting; waits when no gain is positive. A greedy upper bound: it knows
-//!   the truth of each step, not the future.
+//!   cap, memory fitting, among the GPUs its [`PlaceRule`] admits; else it waits. A greedy
+//!   upper bound of the same rule the model policies follow: it knows the truth of each
+//!   step, not the future.
 //!
 //! The model policies go through Place (`place.rs`).
+//!
+//! [`PlaceRule`] is what the oracle and the model policies (`kace-linear`, `coloc`) accept
+//! besides memory and caps, the same for the three so that only the speeds differ (the
+//! truth, or a model's predictions). The queued job runs at speed 0 while it waits; the
+//! rules differ in what they ask of a shared GPU before it starts there:
+//!
+//! - `gain`: the set's Σ speed grows with the job (the largest instantaneous throughput;
+//!   a job waits rather than lower a GPU's Σ).
+//! - `fair-share`: every member of the new set of k keeps at least 1/k of its exclusive
+//!   speed, what time-slicing the GPU among the k would give it (and a capped member its
+//!   cap, as under every rule). No one runs slower than under time-slicing; Σ ≥ 1 follows.
+//! - `break-even`: the new set's Σ speed is at least 1 (the GPU does at least one
+//!   exclusive job's work per second, as time-slicing would), caps kept; a member may fall
+//!   below 1/k.
+//!
+//! An empty GPU (gain 1, Σ 1, the job alone) is admitted by all three, and the largest gain
+//! is taken among the GPUs admitted: the rules only change when a job starts shared instead
+//! of waiting.
 
 use super::truth::{SetKey, Truth};
 
@@ -97,6 +116,46 @@ impl Policy for SmallestMemory {
     }
 }
 
+/// What a GPU must promise before a queued job may start there (module header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceRule {
+    Gain,
+    FairShare,
+    BreakEven,
+}
+
+impl PlaceRule {
+    pub const ALL: [PlaceRule; 3] = [PlaceRule::Gain, PlaceRule::FairShare, PlaceRule::BreakEven];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PlaceRule::Gain => "gain",
+            PlaceRule::FairShare => "fair-share",
+            PlaceRule::BreakEven => "break-even",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Whether a GPU whose new set has the members' `speeds` (shares of their exclusive
+    /// speeds, the job among them) and whose Σ speed changes by `gain` with the job may
+    /// take it. Caps and memory are checked apart.
+    pub fn admits(self, gain: f64, speeds: &[f64]) -> bool {
+        // Tolerance for a speed measured or predicted at exactly the floor.
+        const EPSILON: f64 = 1e-9;
+        match self {
+            PlaceRule::Gain => gain > 0.0,
+            PlaceRule::FairShare => {
+                let floor = 1.0 / speeds.len().max(1) as f64;
+                speeds.iter().all(|&s| s >= floor - EPSILON)
+            }
+            PlaceRule::BreakEven => speeds.iter().sum::<f64>() >= 1.0 - EPSILON,
+        }
+    }
+}
+
 /// Σ speed of a set by the truth the engine runs it at (measured, or the bound).
 fn summed_speed(truth: &Truth, set: SetKey) -> Option<f64> {
     let speeds = truth.speeds(set)?;
@@ -105,6 +164,7 @@ fn summed_speed(truth: &Truth, set: SetKey) -> Option<f64> {
 
 pub struct Oracle<'t> {
     pub truth: &'t Truth,
+    pub rule: PlaceRule,
 }
 
 impl Policy for Oracle<'_> {
@@ -130,15 +190,53 @@ impl Policy for Oracle<'_> {
             if !caps_hold {
                 continue;
             }
-            let after: f64 = with.members().iter().map(|m| speeds[m]).sum();
+            let members: Vec<f64> = with.members().iter().map(|m| speeds[m]).collect();
+            let after: f64 = members.iter().sum();
             let Some(before) = summed_speed(self.truth, g.set) else {
                 continue;
             };
             let gain = after - before;
-            if gain > 0.0 && best.is_none_or(|(_, b)| gain > b) {
+            if self.rule.admits(gain, &members) && best.is_none_or(|(_, b)| gain > b) {
                 best = Some((i, gain));
             }
         }
         best.map(|(i, _)| i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rules_differ_only_on_a_shared_gpu_whose_sum_shrinks_or_leaves_a_member_below_its_share()
+    {
+        use PlaceRule::*;
+        // A job alone: every rule starts it.
+        for rule in PlaceRule::ALL {
+            assert!(rule.admits(1.0, &[1.0]), "{rule:?}");
+        }
+        // Three members at 0.40, 0.35, 0.30 where the pair before summed 1.20: Σ 1.05 shrinks
+        // (gain -0.15) but stays above 1, and 0.30 is below the 1/3 of time-slicing.
+        let three = [0.40, 0.35, 0.30];
+        assert!(!Gain.admits(-0.15, &three));
+        assert!(BreakEven.admits(-0.15, &three));
+        assert!(!FairShare.admits(-0.15, &three));
+        // Every member at its third: fair share holds (at the floor exactly), Σ = 1.
+        let thirds = [1.0 / 3.0; 3];
+        assert!(FairShare.admits(-0.2, &thirds));
+        assert!(BreakEven.admits(-0.2, &thirds));
+        // A pair at 0.9 and 0.3 gains 0.2 but leaves one member below half.
+        assert!(Gain.admits(0.2, &[0.9, 0.3]));
+        assert!(!FairShare.admits(0.2, &[0.9, 0.3]));
+        // Σ below 1: no rule starts it (a positive gain cannot arise from Σ < 1 after a
+        // set that summed at least 1, so gain refuses as well).
+        for rule in PlaceRule::ALL {
+            assert!(!rule.admits(-0.1, &[0.45, 0.45]), "{rule:?}");
+        }
+        for rule in PlaceRule::ALL {
+            assert_eq!(PlaceRule::parse(rule.name()), Some(rule));
+        }
+        assert_eq!(PlaceRule::parse("largest-gain"), None);
     }
 }

@@ -57,3 +57,131 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{plot}");
     }
 }
+
+/// Runs `coloc simulate` on a hand-made trace of `pods` (name, arrival s, lifetime s; all
+/// latency-sensitive, whole-GPU requests) and returns the JSON report.
+fn simulate_pods(pods: &[(&str, u64, u64)], extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::TempDir::new().unwrap();
+    let trace = dir.path().join("pods.csv");
+    let mut csv = String::from(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n",
+    );
+    for (name, arrival, lifetime) in pods {
+        let end = arrival + lifetime;
+        csv += &format!("{name},1000,1024,1,1000,,LS,Running,{arrival},{end},{arrival}\n");
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["simulate", "--json", "--seeds", "1", "--trace"])
+        .arg(&trace)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn with_every_ls_job_capped_at_its_whole_speed_no_policy_that_keeps_caps_shares_a_gpu() {
+    // Four LS jobs of 100 s each arrive together on one GPU. A cap of 1 (keep all of your
+    // speed) holds in no measured set and, for the model policies, in no prediction: the
+    // jobs run one after the other, finishing at 100, 200, 300 and 400 s. kace-linear keeps
+    // the caps too, on members estimated from its predicted sum.
+    let pods = [("a", 0, 100), ("b", 0, 100), ("c", 0, 100), ("d", 0, 100)];
+    for caps in [&["--caps", "point"][..], &[][..]] {
+        let mut extra = vec![
+            "--gpus",
+            "1",
+            "--ls-cap",
+            "1",
+            "--policies",
+            "kace-linear,coloc,oracle",
+        ];
+        extra.extend(caps);
+        let report = simulate_pods(&pods, &extra);
+        let point = !caps.is_empty();
+        assert_eq!(
+            report["setup"]["model_policy_caps"]
+                .as_str()
+                .unwrap()
+                .starts_with("point"),
+            point
+        );
+        for run in report["runs"].as_array().unwrap() {
+            assert_eq!(run["capped_jobs"], 4, "{run}");
+            assert_eq!(run["capped_jobs_below_cap"], 0, "{run}");
+            assert_eq!(run["max_jobs_on_a_gpu"], 1, "{run}");
+            let hours = |field: &str| run[field].as_f64().unwrap() * 3600.0;
+            assert!((hours("makespan_h") - 400.0).abs() < 1e-6, "{run}");
+            assert!((hours("mean_jct_h") - 250.0).abs() < 1e-6, "{run}");
+        }
+    }
+}
+
+#[test]
+fn with_no_ls_cap_no_job_is_capped_under_any_policy() {
+    let pods = [("a", 0, 100), ("b", 10, 100), ("c", 20, 100)];
+    let report = simulate_pods(&pods, &["--gpus", "1", "--ls-cap", "0"]);
+    assert_eq!(report["setup"]["ls_cap"], 0.0);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    for run in runs {
+        assert_eq!(run["capped_jobs"], 0, "{run}");
+        assert_eq!(run["worst_share_of_cap"], 1.0, "{run}");
+    }
+}
+
+#[test]
+fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make_it_wait_for() {
+    // Seed 1 gives the whole-GPU pods b, h and y the same training workload,
+    // bert-base-cased_batch2-train (the assignment rule's hash). Its measured speeds
+    // (kace-v100/pairs.csv, kace-3way/runs.csv; members of one workload averaged): two
+    // together keep 0.6081 each (Σ 1.2162), three 0.4022 (Σ 1.2067 >= 1 but below the pair's).
+    let (pair, three) = (
+        (0.592_828_461 + 0.623_371_398) / 2.0,
+        (0.373_246_858 + 0.373_356_801 + 0.460_124_586) / 3.0,
+    );
+    let pods = [("b", 0, 1000), ("h", 0, 1000), ("y", 0, 10)];
+    let base = ["--gpus", "1", "--ls-cap", "0", "--policies", "oracle"];
+    let oracle = |rule: &[&str]| {
+        let mut extra = base.to_vec();
+        extra.extend(rule);
+        let report = simulate_pods(&pods, &extra);
+        (report["setup"].clone(), report["runs"][0].clone())
+    };
+    let seconds = |run: &serde_json::Value, field: &str| run[field].as_f64().unwrap() * 3600.0;
+
+    // The default rule is break-even: y starts at once beside b and h and ends at 10 / 0.4022
+    // s; b and h, 10 s of work done each, run the other 990 s as a pair.
+    let (setup, run) = oracle(&[]);
+    assert_eq!(setup["place_rule"], "break-even");
+    assert_eq!(run["max_jobs_on_a_gpu"], 3, "{run}");
+    assert_eq!(seconds(&run, "mean_queueing_h"), 0.0, "{run}");
+    let short = 10.0 / three;
+    let long = short + 990.0 / pair;
+    let expected = (2.0 * long + short) / 3.0;
+    assert!(
+        (seconds(&run, "mean_jct_h") - expected).abs() < 0.01,
+        "{run} {expected}"
+    );
+    assert!((seconds(&run, "makespan_h") - long).abs() < 0.01, "{run}");
+
+    // Under gain y would shrink Σ: it waits until b and h end at 1000 / 0.6081 s.
+    let (setup, run) = oracle(&["--rule", "gain"]);
+    assert_eq!(setup["place_rule"], "gain");
+    assert_eq!(run["max_jobs_on_a_gpu"], 2, "{run}");
+    let long = 1000.0 / pair;
+    assert!(
+        (seconds(&run, "mean_queueing_h") - long / 3.0).abs() < 0.01,
+        "{run}"
+    );
+    let expected = (3.0 * long + 10.0) / 3.0;
+    assert!(
+        (seconds(&run, "mean_jct_h") - expected).abs() < 0.01,
+        "{run} {expected}"
+    );
+}
