@@ -43,7 +43,7 @@ pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
 pub const TREE_SAMPLE_ROWS: usize = 100_000;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 12] = {
+pub const CANDIDATES: [(&str, MemberOptions); 17] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -52,6 +52,8 @@ pub const CANDIDATES: [(&str, MemberOptions); 12] = {
             weighted_crowded: false,
             set_linear: false,
             set_linear_bounded: false,
+            set_linear_shrink: 0,
+            members_capped: false,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -62,6 +64,15 @@ pub const CANDIDATES: [(&str, MemberOptions); 12] = {
             weighted_crowded,
             set_linear,
             set_linear_bounded: false,
+            set_linear_shrink: 0,
+            members_capped: false,
+        }
+    }
+    const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
+        MemberOptions {
+            set_linear_shrink: shrink,
+            members_capped,
+            ..c(true, false, true)
         }
     }
     [
@@ -83,6 +94,11 @@ pub const CANDIDATES: [(&str, MemberOptions); 12] = {
                 ..c(true, false, true)
             },
         ),
+        ("crowding+set-linear+capped", linear(0, true)),
+        ("crowding+set-ridge-0.1", linear(1, false)),
+        ("crowding+set-ridge-1", linear(10, false)),
+        ("crowding+set-ridge-0.1+capped", linear(1, true)),
+        ("crowding+set-ridge-1+capped", linear(10, true)),
     ]
 };
 
@@ -305,7 +321,21 @@ impl MemberRidgeGbt {
         let set_linear = if options.set_linear {
             let crowded: Vec<&TrainingRow> = rows.iter().filter(|r| r.members.len() >= 3).collect();
             (crowded.len() >= MIN_TRAINING_ROWS)
-                .then(|| KaceLinear::fit_refs(&crowded))
+                .then(|| match options.set_linear_shrink {
+                    0 => KaceLinear::fit_refs(&crowded),
+                    shrink => {
+                        let alpha = crowded.len() as f64 * f64::from(shrink) / 10.0;
+                        let fit = ridge::fit(alpha, || {
+                            crowded
+                                .iter()
+                                .map(|row| (Features::sum(&row.members).0, row.throughput_sum()))
+                        })?;
+                        Ok(KaceLinear {
+                            intercept: fit.intercept,
+                            coefficients: fit.coefficients,
+                        })
+                    }
+                })
                 .transpose()?
         } else {
             None
@@ -348,8 +378,11 @@ impl MemberRidgeGbt {
                 linear_sum = linear_sum.clamp(0.5 * members_sum, 2.0 * members_sum);
             }
             let scale = 0.5 * (members_sum + linear_sum) / members_sum;
-            for p in &mut predicted {
+            for (p, member) in predicted.iter_mut().zip(members) {
                 *p *= scale;
+                if self.options.members_capped {
+                    *p = p.min(member.0[EXCLUSIVE_THROUGHPUT]);
+                }
             }
         }
         predicted
@@ -779,6 +812,8 @@ mod tests {
         weighted_crowded: false,
         set_linear: false,
         set_linear_bounded: false,
+        set_linear_shrink: 0,
+        members_capped: false,
     };
 
     #[test]
@@ -813,6 +848,81 @@ mod tests {
         // With triples in the training, their rows are weighed.
         let mixed = mixed_rows(&seen);
         assert_ne!(predict(&mixed, crowded_weights), predict(&mixed, CROWDING));
+    }
+
+    #[test]
+    fn capped_members_never_exceed_their_exclusive_throughput_and_ridge_shrinks_the_set_model() {
+        let mut state = 29;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let linear = MemberOptions {
+            set_linear: true,
+            ..CROWDING
+        };
+        let capped = MemberOptions {
+            members_capped: true,
+            ..linear
+        };
+        let mut uncapped_model = MemberRidgeGbt::fit_with(&mixed, linear).unwrap();
+        let mut capped_model = MemberRidgeGbt::fit_with(&mixed, capped).unwrap();
+        let fitted_set_model = uncapped_model.set_linear.clone();
+        let sets: Vec<Vec<Features>> = (3..=8)
+            .map(|size| (0..size).map(|_| workload(&mut state)).collect())
+            .collect();
+        let check = |free: &MemberRidgeGbt, held: &MemberRidgeGbt| {
+            let mut lifted = 0;
+            for fresh in &sets {
+                let set: Vec<&Features> = fresh.iter().collect();
+                let free = free.predict_set(&set).members.unwrap();
+                let held = held.predict_set(&set).members.unwrap();
+                for ((f, h), m) in free.iter().zip(&held).zip(fresh) {
+                    let exclusive = m.0[EXCLUSIVE_THROUGHPUT];
+                    assert!(*h <= exclusive, "{h} above {exclusive}");
+                    if *f > exclusive {
+                        lifted += 1;
+                        assert_eq!(*h, exclusive);
+                    } else {
+                        assert!((h - f).abs() <= 1e-12 * f.abs(), "{h} vs {f}");
+                    }
+                }
+            }
+            lifted
+        };
+        check(&uncapped_model, &capped_model);
+        // A set-level model that extrapolates far above the members (as least squares does
+        // for sets unlike the trained ones): the blend's common factor lifts members above
+        // what they do alone, and the cap holds them there.
+        let wild = KaceLinear {
+            intercept: 1e4,
+            coefficients: vec![0.0; NUM_FEATURES],
+        };
+        uncapped_model.set_linear = Some(wild.clone());
+        capped_model.set_linear = Some(wild);
+        assert!(
+            check(&uncapped_model, &capped_model) > 0,
+            "nothing was lifted"
+        );
+
+        // With shrink, the set-level model is ridge with alpha = sets x shrink / 10.
+        let shrunk = MemberRidgeGbt::fit_with(
+            &mixed,
+            MemberOptions {
+                set_linear_shrink: 10,
+                ..linear
+            },
+        )
+        .unwrap();
+        let crowded: Vec<&TrainingRow> = mixed.iter().filter(|r| r.members.len() >= 3).collect();
+        let ridge = ridge::fit(crowded.len() as f64, || {
+            crowded
+                .iter()
+                .map(|row| (Features::sum(&row.members).0, row.throughput_sum()))
+        })
+        .unwrap();
+        let set_model = shrunk.set_linear.as_ref().unwrap();
+        assert_eq!(set_model.intercept, ridge.intercept);
+        assert_eq!(set_model.coefficients, ridge.coefficients);
+        assert_ne!(Some(set_model), fitted_set_model.as_ref());
     }
 
     #[test]

@@ -47,6 +47,18 @@ pub struct MemberOptions {
     /// members' sum by a factor in [3/4, 3/2].
     #[serde(default)]
     pub set_linear_bounded: bool,
+    /// With `set_linear`, the sum-level model is ridge instead of ordinary least squares:
+    /// on the standardised summed metrics, with penalty alpha = (number of crowded training
+    /// sets) x `set_linear_shrink` / 10; 0 = ordinary least squares. The summed metrics
+    /// are nearly collinear, and least squares on a few hundred sets extrapolates wildly
+    /// for unseen workloads (below zero too).
+    #[serde(default)]
+    pub set_linear_shrink: u8,
+    /// Each member's blended prediction is at most its exclusive throughput: a co-runner
+    /// never speeds a job up, and the blend's common factor could otherwise lift a member
+    /// above what it does alone.
+    #[serde(default)]
+    pub members_capped: bool,
 }
 
 impl MemberOptions {
@@ -58,6 +70,8 @@ impl MemberOptions {
         weighted_crowded: false,
         set_linear: true,
         set_linear_bounded: false,
+        set_linear_shrink: 0,
+        members_capped: true,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
