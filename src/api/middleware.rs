@@ -1,5 +1,7 @@
-//! One tower layer around every RPC: a span with method, request id and peer, one log line
-//! with the gRPC status code and latency, and the RPC metrics.
+//! The tower layers around the RPCs: [`RpcLayer`] around every one (a span with method,
+//! request id and peer, one log line with the gRPC status code and latency, and the RPC
+//! metrics), and [`HeavyLimitLayer`], which bounds how many heavy calls are read and
+//! computed at once.
 
 use std::{
     sync::{
