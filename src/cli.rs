@@ -168,8 +168,10 @@ pub struct ConfigArgs {
     pub common: CommonArgs,
 }
 
+/// What `coloc agent` and `coloc calibrate` on a GPU node share: the service to talk to,
+/// the settings, and who they announce themselves as.
 #[derive(Debug, Args)]
-pub struct AgentArgs {
+pub struct AgentNodeArgs {
     #[command(flatten)]
     pub connection: client::Connection,
     /// TOML settings file (its profiler.* section; COLOC__PROFILER__* variables apply).
@@ -185,18 +187,15 @@ pub struct AgentArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub node: AgentNodeArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct CalibrateArgs {
     #[command(flatten)]
-    pub connection: client::Connection,
-    /// TOML settings file (its profiler.* section; COLOC__PROFILER__* variables apply).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The agent id it announces itself as; default NODE-gpuINDEX, as `coloc agent`.
-    #[arg(long, env = "COLOC_AGENT_ID")]
-    pub id: Option<String>,
-    /// The node's name; default the host name.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: Option<String>,
+    pub node: AgentNodeArgs,
     /// NVML index of the GPU to run on (overrides profiler.gpu_index).
     #[arg(long)]
     pub gpu_index: Option<u32>,
@@ -581,25 +580,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command,
         } => client::agents(&connection, command).await,
         Command::Agent(args) => {
-            let settings = load_settings(
-                &CommonArgs {
-                    config: args.config.clone(),
-                    database: None,
-                },
-                None,
-            )?;
-            telemetry::init(&settings.log.level, settings.log.format);
-            let identity = agent_identity(
-                args.id.clone(),
-                args.node.clone(),
-                settings.profiler.gpu_index,
-            );
-            let channel = args.connection.lazy_channel()?;
+            let (settings, identity, channel) = agent_node(&args.node, None)?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let ran = crate::agent::run(
                 channel,
-                args.connection.token.clone(),
+                args.node.connection.token.clone(),
                 identity,
                 settings.profiler,
                 cancel,
@@ -611,28 +597,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
-            let mut settings = load_settings(
-                &CommonArgs {
-                    config: args.config.clone(),
-                    database: None,
-                },
-                None,
-            )?;
-            if let Some(index) = args.gpu_index {
-                settings.profiler.gpu_index = index;
-            }
-            telemetry::init(&settings.log.level, settings.log.format);
-            let identity = agent_identity(
-                args.id.clone(),
-                args.node.clone(),
-                settings.profiler.gpu_index,
-            );
-            let channel = args.connection.lazy_channel()?;
+            let (settings, identity, channel) = agent_node(&args.node, args.gpu_index)?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
             let summary = crate::agent::calibrate::run(
                 channel,
-                args.connection.token.clone(),
+                args.node.connection.token.clone(),
                 identity,
                 settings.profiler,
                 args.pairs,
@@ -712,20 +682,40 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Who a profiling agent (or `coloc calibrate`) on this node is: `--id`, default
-/// NODE-gpuINDEX; `--node`, default the host name.
-fn agent_identity(
-    id: Option<String>,
-    node: Option<String>,
-    gpu_index: u32,
-) -> crate::agent::AgentIdentity {
-    let node = node.unwrap_or_else(|| {
+/// What a profiling agent (or `coloc calibrate`) on this node starts from: its settings
+/// (`gpu_index` overriding profiler.gpu_index), with logging set up from them; who it is
+/// (`--id`, default NODE-gpuINDEX; `--node`, default the host name); and a channel to the
+/// service.
+fn agent_node(
+    args: &AgentNodeArgs,
+    gpu_index: Option<u32>,
+) -> anyhow::Result<(
+    Settings,
+    crate::agent::AgentIdentity,
+    tonic::transport::Channel,
+)> {
+    let mut settings = load_settings(
+        &CommonArgs {
+            config: args.config.clone(),
+            database: None,
+        },
+        None,
+    )?;
+    if let Some(index) = gpu_index {
+        settings.profiler.gpu_index = index;
+    }
+    telemetry::init(&settings.log.level, settings.log.format);
+    let node = args.node.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "node".into())
     });
-    let id = id.unwrap_or_else(|| format!("{node}-gpu{gpu_index}"));
-    crate::agent::AgentIdentity { id, node }
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("{node}-gpu{}", settings.profiler.gpu_index));
+    let channel = args.connection.lazy_channel()?;
+    Ok((settings, crate::agent::AgentIdentity { id, node }, channel))
 }
 
 /// The database file `url` names, when it does not exist yet (a command that fails may

@@ -191,20 +191,11 @@ pub async fn run(
         ..settings
     };
     let backend = Backend::from_settings(&settings).context("cannot set up the profiler")?;
-    let (gpu, gpu_memory_gb) = backend
-        .gpu()
-        .map_err(|e| anyhow::anyhow!("calibrate runs workloads on a GPU: {e}"))?;
+    let (gpu, announcement) = super::announcement(&identity, &backend, &settings)
+        .await
+        .context("calibrate runs workloads on a GPU")?;
     let target = ServiceTarget::new(channel, token, identity.id.clone())?;
-    target
-        .announce(pb::AnnounceAgentRequest {
-            agent_id: identity.id.clone(),
-            node: identity.node.clone(),
-            gpu: gpu.as_str().to_string(),
-            gpu_memory_gb,
-            ncu_version: profiler::ncu_version(&settings.ncu_path).await,
-            backend: backend.name().to_string(),
-        })
-        .await?;
+    target.announce(announcement).await?;
     tracing::info!(agent = %identity.id, gpu = %gpu.as_str(), "announced; calibrating");
     profiler::calibrate::calibrate(&target, &gpu, &settings, max_pairs, cancel).await
 }

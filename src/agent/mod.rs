@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 pub use remote::RemoteQueue;
 
 use crate::{
+    domain::GpuName,
     profiler::{self, Backend},
     proto as pb,
     settings::{ProfilerBackend, ProfilerSettings},
@@ -28,6 +29,29 @@ use crate::{
 pub struct AgentIdentity {
     pub id: String,
     pub node: String,
+}
+
+/// What `identity` announces on this node: its GPU model and memory from `backend`, and
+/// the Nsight Compute version when it measures with NVML. Returns the GPU model too.
+pub(crate) async fn announcement(
+    identity: &AgentIdentity,
+    backend: &Backend,
+    settings: &ProfilerSettings,
+) -> anyhow::Result<(GpuName, pb::AnnounceAgentRequest)> {
+    let (gpu, gpu_memory_gb) = backend.gpu().map_err(|e| anyhow::anyhow!(e))?;
+    let ncu_version = match settings.backend {
+        ProfilerBackend::Nvml => profiler::ncu_version(&settings.ncu_path).await,
+        _ => String::new(),
+    };
+    let request = pb::AnnounceAgentRequest {
+        agent_id: identity.id.clone(),
+        node: identity.node.clone(),
+        gpu: gpu.as_str().to_string(),
+        gpu_memory_gb,
+        ncu_version,
+        backend: backend.name().to_string(),
+    };
+    Ok((gpu, request))
 }
 
 /// Runs the agent until `shutdown`: a running job is stopped and handed back (released)
@@ -45,21 +69,9 @@ pub async fn run(
         );
     }
     let backend = Backend::from_settings(&settings).context("cannot set up the profiler")?;
-    let (gpu, gpu_memory_gb) = backend
-        .gpu()
-        .map_err(|e| anyhow::anyhow!("cannot tell this node's GPU model: {e}"))?;
-    let ncu_version = match settings.backend {
-        ProfilerBackend::Nvml => profiler::ncu_version(&settings.ncu_path).await,
-        _ => String::new(),
-    };
-    let announcement = pb::AnnounceAgentRequest {
-        agent_id: identity.id.clone(),
-        node: identity.node.clone(),
-        gpu: gpu.as_str().to_string(),
-        gpu_memory_gb,
-        ncu_version,
-        backend: backend.name().to_string(),
-    };
+    let (gpu, announcement) = announcement(&identity, &backend, &settings)
+        .await
+        .context("cannot tell this node's GPU model")?;
     let queue = RemoteQueue::connect(channel, token, announcement, &shutdown).await?;
     tracing::info!(agent = %identity.id, node = %identity.node, gpu = %gpu.as_str(), "agent announced; claiming jobs");
     let poll = Duration::from_millis(settings.poll_interval_ms);

@@ -309,15 +309,7 @@ impl<Q: JobQueue> Worker<Q> {
                     // The profile was refused: the job must not stay claimed.
                     Err(error) => {
                         let error = format!("the measured profile could not be stored: {error}");
-                        let settled = self
-                            .settle(&job, "failing the job", shutdown, || {
-                                queue.fail(&job, &error)
-                            })
-                            .await?;
-                        if matches!(settled, Settled::Recorded) {
-                            tracing::warn!(%error, "profiling failed for good");
-                        }
-                        settled.outcome(RunOutcome::Failed { workload, error })
+                        self.fail_for_good(&job, workload, error, shutdown).await?
                     }
                 }
             }
@@ -350,27 +342,11 @@ impl<Q: JobQueue> Worker<Q> {
                 settled.outcome(RunOutcome::Waiting { workload, reason })
             }
             Err(ProfileError::Permanent(error)) => {
-                let settled = self
-                    .settle(&job, "failing the job", shutdown, || {
-                        queue.fail(&job, &error)
-                    })
-                    .await?;
-                if matches!(settled, Settled::Recorded) {
-                    tracing::warn!(%error, "profiling failed for good");
-                }
-                settled.outcome(RunOutcome::Failed { workload, error })
+                self.fail_for_good(&job, workload, error, shutdown).await?
             }
             Err(ProfileError::Failed(error)) if job.attempts >= self.settings.max_attempts => {
                 let error = format!("profiling failed {} times; last: {error}", job.attempts);
-                let settled = self
-                    .settle(&job, "failing the job", shutdown, || {
-                        queue.fail(&job, &error)
-                    })
-                    .await?;
-                if matches!(settled, Settled::Recorded) {
-                    tracing::warn!(%error, "profiling failed for good");
-                }
-                settled.outcome(RunOutcome::Failed { workload, error })
+                self.fail_for_good(&job, workload, error, shutdown).await?
             }
             Err(ProfileError::Failed(error)) => {
                 let backoff = self.backoff(job.attempts);
@@ -393,6 +369,25 @@ impl<Q: JobQueue> Worker<Q> {
                 })
             }
         })
+    }
+
+    /// Fails the job for good with `error` (handed back instead when the queue refuses).
+    async fn fail_for_good(
+        &self,
+        job: &ClaimedJob,
+        workload: WorkloadName,
+        error: String,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<RunOutcome> {
+        let settled = self
+            .settle(job, "failing the job", shutdown, || {
+                self.queue.fail(job, &error)
+            })
+            .await?;
+        if matches!(settled, Settled::Recorded) {
+            tracing::warn!(%error, "profiling failed for good");
+        }
+        Ok(settled.outcome(RunOutcome::Failed { workload, error }))
     }
 
     /// Runs `call` until it succeeds, fails for a reason other than an unavailable queue,
