@@ -562,11 +562,21 @@ pub struct ModelContext {
 }
 
 pub fn model_to_pb(model: &StoredModel, context: &ModelContext) -> pb::Model {
+    let pb_coefficients = |coefficients: Vec<(String, f64)>| {
+        coefficients
+            .into_iter()
+            .map(|(feature, value)| pb::Coefficient { feature, value })
+            .collect()
+    };
     let (intercept, coefficients) = model.params.coefficients();
-    let coefficients = coefficients
-        .into_iter()
-        .map(|(feature, value)| pb::Coefficient { feature, value })
-        .collect();
+    let coefficients = pb_coefficients(coefficients);
+    let set_linear = model
+        .params
+        .set_linear_coefficients()
+        .map(|(intercept, coefficients)| pb::LinearPart {
+            intercept,
+            coefficients: pb_coefficients(coefficients),
+        });
     let serving = context.serving_version == Some(model.version);
     let rolling = context.rolling_error.filter(|_| serving);
     pb::Model {
@@ -594,6 +604,7 @@ pub fn model_to_pb(model: &StoredModel, context: &ModelContext) -> pb::Model {
         rolling_error: rolling.map(|r| r.0),
         rolling_error_samples: rolling.map_or(0, |r| r.1 as u64),
         history: Vec::new(),
+        set_linear,
     }
 }
 

@@ -223,16 +223,31 @@ impl ModelParams {
                     .zip(m.ridge_coefficients.iter().copied())
                     .collect(),
             ),
-            Self::KaceLinear(m) => (
-                m.intercept,
-                FEATURE_NAMES
-                    .iter()
-                    .map(|n| n.to_string())
-                    .zip(m.coefficients.iter().copied())
-                    .collect(),
-            ),
+            Self::KaceLinear(m) => (m.intercept, by_summed_feature(&m.coefficients)),
         }
     }
+
+    /// The sum-level linear model of `member-ridge-gbt`'s crowded sets (intercept, then each
+    /// summed feature's coefficient in raw units); `None` for `kace-linear` and for a model
+    /// without one (fitted on pairs alone, or without the option).
+    pub fn set_linear_coefficients(&self) -> Option<(f64, Vec<(String, f64)>)> {
+        match self {
+            Self::MemberRidgeGbt(m) => m
+                .set_linear
+                .as_ref()
+                .map(|linear| (linear.intercept, by_summed_feature(&linear.coefficients))),
+            Self::KaceLinear(_) => None,
+        }
+    }
+}
+
+/// Coefficients of a sum-level linear model, named by the summed feature they weigh.
+fn by_summed_feature(coefficients: &[f64]) -> Vec<(String, f64)> {
+    FEATURE_NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .zip(coefficients.iter().copied())
+        .collect()
 }
 
 /// Fits `member-ridge-gbt` with other options (the candidates `coloc eval` compares).

@@ -1,12 +1,14 @@
 //! Train and GetModel: too few runs, coefficients recovered from a known linear truth,
 //! default kinds, stored versions, runs without profiles left out, bad requests, and
-//! reported runs of three members reaching training.
+//! reported runs of three members reaching training (and GetModel showing the sum-level
+//! linear model fitted on them).
 
 use coloc::proto as pb;
 use tonic::Code;
 
 use crate::helpers::{
-    expect_code, seed_workloads_and_runs, spawn_app, GPU, TRUE_COEFFICIENTS, TRUE_INTERCEPT,
+    expect_code, features, seed_workloads_and_runs, spawn_app, GPU, TRUE_COEFFICIENTS,
+    TRUE_INTERCEPT,
 };
 
 fn train(kind: &str) -> pb::TrainRequest {
@@ -89,6 +91,10 @@ async fn the_linear_kind_recovers_the_coefficients_behind_the_runs_and_get_model
     assert!(model.r2 > 0.999_999, "{}", model.r2);
     assert!(model.mse < 1e-12, "{}", model.mse);
     assert!((model.intercept - TRUE_INTERCEPT).abs() < 1e-6, "{model:?}");
+    assert_eq!(
+        model.set_linear, None,
+        "kace-linear has no second linear part"
+    );
     let names: Vec<&str> = model
         .coefficients
         .iter()
@@ -139,6 +145,10 @@ async fn train_fits_the_default_kind_unless_told_and_every_version_stays_readabl
         "the ridge half's coefficients"
     );
     assert!(first.coefficients.iter().all(|c| c.value.is_finite()));
+    assert_eq!(
+        first.set_linear, None,
+        "fitted on pairs alone: no sum-level part"
+    );
     let second = app
         .client
         .train(train("kace-linear"))
@@ -324,4 +334,92 @@ async fn reported_runs_of_three_members_reach_training_and_move_the_models_answe
         (after - 0.2).abs() < (before - 0.2).abs() / 2.0,
         "mean predicted fraction of the reported triples: {before:.3} before, {after:.3} after"
     );
+}
+
+#[tokio::test]
+async fn get_model_shows_the_sum_level_linear_model_fitted_on_runs_of_three() {
+    let mut app = spawn_app().await;
+    let workloads = seed_workloads_and_runs(&mut app, 12).await; // 78 pairs
+                                                                 // Every triple of distinct workloads, its sum following the known linear truth of the
+                                                                 // summed metrics (thirds to each member): the sum-level model must recover it.
+    let mut k = 0;
+    for i in 0..12 {
+        for j in i + 1..12 {
+            for l in j + 1..12 {
+                let triple = [i, j, l];
+                let sum = TRUE_INTERCEPT
+                    + (0..10)
+                        .map(|f| {
+                            TRUE_COEFFICIENTS[f]
+                                * triple
+                                    .iter()
+                                    .map(|&w| features(&workloads[w].1)[f])
+                                    .sum::<f64>()
+                        })
+                        .sum::<f64>();
+                let members = triple
+                    .iter()
+                    .map(|&w| pb::ColocatedMember {
+                        workload: workloads[w].0.clone(),
+                        throughput: sum / 3.0,
+                        job_id: String::new(),
+                    })
+                    .collect();
+                app.client
+                    .report_colocation(pb::ReportColocationRequest {
+                        gpu: GPU.into(),
+                        members,
+                        observed_at: Some(prost_types::Timestamp {
+                            seconds: 1_800_000_000 + k,
+                            nanos: 0,
+                        }),
+                        gpu_id: String::new(),
+                    })
+                    .await
+                    .unwrap();
+                k += 1;
+            }
+        }
+    }
+    let trained = app
+        .client
+        .train(train(""))
+        .await
+        .unwrap()
+        .into_inner()
+        .model
+        .unwrap();
+    assert_eq!(
+        (trained.kind.as_str(), trained.observations),
+        ("member-ridge-gbt", 78 + 220)
+    );
+    let model = app
+        .client
+        .get_model(get_model(trained.version))
+        .await
+        .unwrap()
+        .into_inner();
+    let linear = model
+        .set_linear
+        .expect("fitted on triples: a sum-level part");
+    assert!(
+        (linear.intercept - TRUE_INTERCEPT).abs() < 1e-6,
+        "{linear:?}"
+    );
+    let names: Vec<&str> = linear
+        .coefficients
+        .iter()
+        .map(|c| c.feature.as_str())
+        .collect();
+    assert_eq!(names[0], "threads");
+    assert_eq!(names[9], "memory_gb");
+    assert_eq!(linear.coefficients.len(), 10);
+    for (got, want) in linear.coefficients.iter().zip(TRUE_COEFFICIENTS) {
+        assert!(
+            (got.value - want).abs() <= 1e-6 * want.abs(),
+            "{}: {} vs {want}",
+            got.feature,
+            got.value
+        );
+    }
 }
