@@ -96,6 +96,7 @@ fn cluster(workloads: &[String]) -> Arc<ClusterView> {
                         node: node.clone(),
                         gpus: vec![format!("GPU-{n}-{g}")],
                         workload: workloads[w].clone(),
+                        min_job_fraction: None,
                     }),
                 );
             }

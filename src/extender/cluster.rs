@@ -23,8 +23,16 @@ struct Inner {
     nodes: HashMap<String, NodeGpus>,
     /// Resident pods by uid.
     pods: HashMap<String, Residency>,
-    /// node -> GPU id -> (pod uid, workload), kept in step with `pods`.
-    by_node: HashMap<String, BTreeMap<String, Vec<(String, String)>>>,
+    /// node -> GPU id -> its resident pods, kept in step with `pods`.
+    by_node: HashMap<String, BTreeMap<String, Vec<Resident>>>,
+}
+
+/// A pod on one GPU.
+#[derive(Debug)]
+struct Resident {
+    uid: String,
+    workload: String,
+    min_job_fraction: Option<f64>,
 }
 
 impl Inner {
@@ -35,7 +43,7 @@ impl Inner {
         if let Some(gpus) = self.by_node.get_mut(&old.node) {
             for gpu in &old.gpus {
                 if let Some(residents) = gpus.get_mut(gpu) {
-                    residents.retain(|(pod, _)| pod != uid);
+                    residents.retain(|resident| resident.uid != uid);
                     if residents.is_empty() {
                         gpus.remove(gpu);
                     }
@@ -50,9 +58,11 @@ impl Inner {
     fn insert_pod(&mut self, uid: &str, residency: Residency) {
         let gpus = self.by_node.entry(residency.node.clone()).or_default();
         for gpu in &residency.gpus {
-            gpus.entry(gpu.clone())
-                .or_default()
-                .push((uid.to_string(), residency.workload.clone()));
+            gpus.entry(gpu.clone()).or_default().push(Resident {
+                uid: uid.to_string(),
+                workload: residency.workload.clone(),
+                min_job_fraction: residency.min_job_fraction,
+            });
         }
         self.pods.insert(uid.to_string(), residency);
     }
@@ -116,13 +126,23 @@ impl ClusterView {
         self.read().nodes.get(name).cloned()
     }
 
-    /// Calls `visit` with each occupied GPU of `node` and its residents' workloads, under
-    /// one read lock.
-    pub fn with_occupied_gpus(&self, node: &str, mut visit: impl FnMut(&str, Vec<&str>)) {
+    /// Calls `visit` with each occupied GPU of `node` and its residents (workload and
+    /// `min_job_fraction`), under one read lock.
+    pub fn with_occupied_gpus(
+        &self,
+        node: &str,
+        mut visit: impl FnMut(&str, Vec<(&str, Option<f64>)>),
+    ) {
         let inner = self.read();
         if let Some(gpus) = inner.by_node.get(node) {
             for (gpu, residents) in gpus {
-                visit(gpu, residents.iter().map(|(_, w)| w.as_str()).collect());
+                visit(
+                    gpu,
+                    residents
+                        .iter()
+                        .map(|r| (r.workload.as_str(), r.min_job_fraction))
+                        .collect(),
+                );
             }
         }
     }
@@ -133,7 +153,8 @@ impl ClusterView {
         let mut occupancy = Occupancy::new();
         for (node, gpus) in &inner.by_node {
             for (gpu, residents) in gpus {
-                let mut workloads: Vec<String> = residents.iter().map(|(_, w)| w.clone()).collect();
+                let mut workloads: Vec<String> =
+                    residents.iter().map(|r| r.workload.clone()).collect();
                 workloads.sort();
                 occupancy.insert((node.clone(), gpu.clone()), workloads);
             }
@@ -159,6 +180,7 @@ mod tests {
             node: node.into(),
             gpus: vec![gpu.into()],
             workload: workload.into(),
+            min_job_fraction: None,
         }
     }
 

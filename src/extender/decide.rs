@@ -31,12 +31,14 @@ use super::{
 };
 
 /// One GPU to place the job on: its model (as the node names it), memory when the node
-/// says, and the workloads already running there (sorted; repeats are copies).
+/// says, and the workloads already running there (sorted; repeats are copies) with each
+/// one's `coloc.io/min-job-fraction` (`resident_floors[i]` is `residents[i]`'s).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuSlot {
     pub gpu_model: Option<String>,
     pub memory_gb: Option<f64>,
     pub residents: Vec<String>,
+    pub resident_floors: Vec<Option<f64>>,
 }
 
 /// The question put to coloc: where would this job go best, among these GPUs?
@@ -184,24 +186,33 @@ impl Extender {
             slots: Vec::new(),
         };
         let mut index: HashMap<String, usize> = HashMap::new();
-        let mut slot_of = |gpus: &NodeGpus, residents: Vec<&str>, placement: &mut PlacementAsk| {
-            let mut residents: Vec<String> = residents.into_iter().map(str::to_string).collect();
-            residents.sort_unstable();
+        let mut slot_of = |gpus: &NodeGpus,
+                           mut residents: Vec<(&str, Option<f64>)>,
+                           placement: &mut PlacementAsk| {
+            residents.sort_unstable_by(|a, b| {
+                a.0.cmp(b.0)
+                    .then(a.1.map(f64::to_bits).cmp(&b.1.map(f64::to_bits)))
+            });
             let mut key = String::with_capacity(64);
             key.push_str(gpus.gpu_model.as_deref().unwrap_or(""));
             key.push('\u{1f}');
             if let Some(memory) = gpus.memory_gb {
                 key.push_str(&memory.to_bits().to_string());
             }
-            for resident in &residents {
+            for (resident, floor) in &residents {
                 key.push('\u{1f}');
                 key.push_str(resident);
+                if let Some(floor) = floor {
+                    key.push('\u{1e}');
+                    key.push_str(&floor.to_bits().to_string());
+                }
             }
             *index.entry(key).or_insert_with(|| {
                 placement.slots.push(GpuSlot {
                     gpu_model: gpus.gpu_model.clone(),
                     memory_gb: gpus.memory_gb,
-                    residents,
+                    residents: residents.iter().map(|(w, _)| w.to_string()).collect(),
+                    resident_floors: residents.iter().map(|(_, f)| *f).collect(),
                 });
                 placement.slots.len() - 1
             })

@@ -4,16 +4,21 @@
 //!
 //! One Place query per call, over the distinct GPUs the extender collected, with Place's
 //! defaults (THROUGHPUT_SUM, at most 4 jobs per GPU, nobody sped up by a co-runner) and the
-//! pod's `min_job_fraction`. What Place skips for a cause the job's placement decides
+//! pod's `min_job_fraction`; each resident's own `min_job_fraction` is then checked on the
+//! members Place predicts (Place's `min_resident_fraction` is one figure for every
+//! resident, and residents differ). What Place skips for a cause the job's placement decides
 //! (memory, a cap, too many jobs) refuses the GPU; what it skips because coloc cannot judge
 //! the GPU (no model, a resident without a profile or unknown, memory unknown) leaves it
 //! unscored.
 
 use std::sync::Arc;
 
-use super::decide::{PlaceFuture, PlacementAsk, PlacementError, Placer, SlotOutcome};
+use super::{
+    decide::{PlaceFuture, PlacementAsk, PlacementError, Placer, SlotOutcome},
+    pod::MIN_JOB_FRACTION_ANNOTATION,
+};
 use crate::{
-    advisor::{Advisor, Error, GpuState, PlaceQuery, PlaceSkipCode},
+    advisor::{Advisor, Error, GpuState, MemberPrediction, PlaceQuery, PlaceSkipCode},
     domain::{GpuName, WorkloadName},
 };
 
@@ -40,6 +45,44 @@ impl AdvisorPlacer {
             .map(Some)
             .ok_or_else(|| format!("coloc has no model for GPU model {label:?}"))
     }
+}
+
+/// A GPU Place admits fits only if each resident keeps its own `min_job_fraction` on the
+/// point prediction, as the new job's floor is read (`members`: the job first, then the
+/// residents in the order the slot gave them). A floor the answer cannot check (a model
+/// that predicts only sums, with no cap asked of the job) leaves the GPU unscored.
+fn residents_keep_their_floors(
+    members: &[MemberPrediction],
+    floors: &[Option<f64>],
+    gain: f64,
+) -> SlotOutcome {
+    for (member, floor) in members.iter().skip(1).zip(floors) {
+        let Some(floor) = *floor else { continue };
+        match member.predicted_speed_fraction() {
+            Some(kept) if kept < floor => {
+                return SlotOutcome::DoesNotFit {
+                    reason: format!(
+                        "predicted to leave resident {} {:.0} % of its exclusive throughput, \
+                         below its {MIN_JOB_FRACTION_ANNOTATION} of {:.0} %",
+                        member.workload,
+                        kept * 100.0,
+                        floor * 100.0
+                    ),
+                }
+            }
+            Some(_) => {}
+            None => {
+                return SlotOutcome::Unscored {
+                    reason: format!(
+                        "the model predicts no share for resident {}, whose \
+                         {MIN_JOB_FRACTION_ANNOTATION} cannot be checked",
+                        member.workload
+                    ),
+                }
+            }
+        }
+    }
+    SlotOutcome::Fits { gain }
 }
 
 fn normalized(name: &str) -> String {
@@ -98,9 +141,11 @@ impl Placer for AdvisorPlacer {
                 let slot_of = |id: &str| id.parse::<usize>().ok().filter(|i| *i < slots);
                 for placement in answer.placements {
                     if let Some(i) = slot_of(&placement.gpu_id) {
-                        outcomes[i] = Some(SlotOutcome::Fits {
-                            gain: placement.gain,
-                        });
+                        outcomes[i] = Some(residents_keep_their_floors(
+                            &placement.members,
+                            &ask.slots[i].resident_floors,
+                            placement.gain,
+                        ));
                     }
                 }
                 for skipped in answer.skipped {

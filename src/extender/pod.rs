@@ -1,6 +1,7 @@
 //! What coloc reads from a pod: the workload it runs (`coloc.io/workload`), the fraction
-//! of its exclusive throughput it must keep (`coloc.io/min-job-fraction`), and once it is
-//! placed, the GPUs it holds. The GPU comes from `coloc.io/gpu` (set by the operator's own
+//! of its exclusive throughput it must keep (`coloc.io/min-job-fraction`: checked when it
+//! is placed, and, once it runs, for every pod placed beside it), and once it is placed,
+//! the GPUs it holds. The GPU comes from `coloc.io/gpu` (set by the operator's own
 //! tooling; several ids comma-separated) or else from HAMi's allocation annotation
 //! `hami.io/vgpu-devices-allocated` (`UUID,TYPE,MEMORY_MIB,CORES:` per device, `;` after
 //! each container). NVIDIA's device plugin writes no pod annotation (its assignment is
@@ -30,23 +31,26 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .filter(|value| !value.is_empty())
 }
 
+/// The pod's `coloc.io/min-job-fraction`, `Err` with a readable reason when malformed.
+fn min_job_fraction(pod: &Pod) -> Result<Option<f64>, String> {
+    match annotation(pod, MIN_JOB_FRACTION_ANNOTATION) {
+        None => Ok(None),
+        Some(raw) => match raw.parse::<f64>() {
+            Ok(fraction) if fraction > 0.0 && fraction <= 1.0 => Ok(Some(fraction)),
+            _ => Err(format!(
+                "annotation {MIN_JOB_FRACTION_ANNOTATION} must be a number in (0, 1], got {raw:?}"
+            )),
+        },
+    }
+}
+
 /// The pod's ask; `Ok(None)` when it names no workload (coloc leaves it alone), `Err` with
 /// a readable reason when an annotation is malformed.
 pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
     let Some(workload) = annotation(pod, WORKLOAD_ANNOTATION) else {
         return Ok(None);
     };
-    let min_job_fraction = match annotation(pod, MIN_JOB_FRACTION_ANNOTATION) {
-        None => None,
-        Some(raw) => match raw.parse::<f64>() {
-            Ok(fraction) if fraction > 0.0 && fraction <= 1.0 => Some(fraction),
-            _ => {
-                return Err(format!(
-                "annotation {MIN_JOB_FRACTION_ANNOTATION} must be a number in (0, 1], got {raw:?}"
-            ))
-            }
-        },
-    };
+    let min_job_fraction = min_job_fraction(pod)?;
     Ok(Some(PodAsk {
         workload: workload.to_string(),
         min_job_fraction,
@@ -54,12 +58,15 @@ pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
 }
 
 /// A pod that holds GPUs on a node: a resident of each.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Residency {
     pub node: String,
     /// GPU ids on that node (UUIDs under HAMi, whatever `coloc.io/gpu` says otherwise).
     pub gpus: Vec<String>,
     pub workload: String,
+    /// Its `coloc.io/min-job-fraction`: no pod placed beside it may leave it less. A
+    /// malformed one counts as none (the pod was answered neutrally when it was placed).
+    pub min_job_fraction: Option<f64>,
 }
 
 /// Where the pod runs, when it is a resident: it names a workload, is bound to a node, is
@@ -83,6 +90,7 @@ pub fn residency(pod: &Pod) -> Option<Residency> {
         node: node.to_string(),
         gpus,
         workload: workload.to_string(),
+        min_job_fraction: min_job_fraction(pod).ok().flatten(),
     })
 }
 
@@ -163,5 +171,22 @@ mod tests {
         assert!(residency(&base("Succeeded", Some("n1"))).is_none());
         assert!(residency(&base("Failed", Some("n1"))).is_none());
         assert!(residency(&base("Pending", None)).is_none());
+    }
+
+    #[test]
+    fn a_residents_fraction_is_kept_and_a_malformed_one_counts_as_none() {
+        let running = |fraction: &str| {
+            pod(serde_json::json!({
+                "metadata": {"annotations": {"coloc.io/workload": "w", "coloc.io/gpu": "g0",
+                    "coloc.io/min-job-fraction": fraction}},
+                "spec": {"containers": [], "nodeName": "n1"},
+                "status": {"phase": "Running"}
+            }))
+        };
+        assert_eq!(
+            residency(&running("0.6")).unwrap().min_job_fraction,
+            Some(0.6)
+        );
+        assert_eq!(residency(&running("most")).unwrap().min_job_fraction, None);
     }
 }

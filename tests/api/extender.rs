@@ -1,8 +1,9 @@
 //! The kube-scheduler extender over real HTTP: documents shaped as kube-scheduler sends
 //! them (a real Pod and real Nodes as the API serves them, `NodeNames` and `Nodes`
 //! forms), answered from the trained advisor and the residents the cluster view holds.
-//! The expected gains come from the Place RPC; pods coloc knows nothing about, unknown
-//! workloads and failures must leave scheduling unharmed.
+//! The expected gains come from the Place RPC; a resident's own floor protects it from the
+//! pods placed beside it; pods coloc knows nothing about, unknown workloads and failures
+//! must leave scheduling unharmed.
 
 use std::{collections::BTreeMap, net::SocketAddr};
 
@@ -99,6 +100,7 @@ fn seed_cluster(app: &TestApp) -> BTreeMap<&'static str, Vec<Vec<&'static str>>>
                         node: node.to_string(),
                         gpus: vec![format!("gpu-{g}")],
                         workload: workload.to_string(),
+                        min_job_fraction: None,
                     }),
                 );
             }
@@ -320,6 +322,77 @@ async fn filter_drops_nodes_whose_every_gpu_breaks_the_jobs_floor_or_memory_with
 }
 
 #[tokio::test]
+async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_below() {
+    let (mut app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
+    let addr = app.extender_addr.unwrap();
+    // What resident w01 keeps beside the job, by the Place RPC.
+    let answer = app
+        .client
+        .place(pb::PlaceRequest {
+            workload: JOB.into(),
+            gpus: vec![pb::GpuState {
+                id: "g".into(),
+                residents: vec!["w01".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let kept = answer.placements[0].members[1]
+        .predicted_speed_fraction
+        .unwrap();
+    assert!((0.1..0.9).contains(&kept), "{kept}");
+    // Three nodes of one GPU, each running w01 as a real running pod: its floor above what
+    // it would keep, below it, or none.
+    let floors = [
+        ("strict", Some(kept + 0.05)),
+        ("lenient", Some(kept - 0.05)),
+        ("unguarded", None),
+    ];
+    for (node, floor) in floors {
+        app.cluster.set_node(node, gpus(1, "Test-GPU-16GB"));
+        let mut resident = pod(match floor {
+            Some(floor) => json!({"coloc.io/workload": "w01", "coloc.io/gpu": "gpu-0",
+                "coloc.io/min-job-fraction": floor.to_string()}),
+            None => json!({"coloc.io/workload": "w01", "coloc.io/gpu": "gpu-0"}),
+        });
+        resident["spec"]["nodeName"] = json!(node);
+        resident["status"] = json!({"phase": "Running"});
+        let residency = coloc::extender::pod::residency(&serde_json::from_value(resident).unwrap())
+            .expect("a running pod with its GPU is a resident");
+        assert_eq!(residency.min_job_fraction, floor);
+        app.cluster
+            .set_pod(&format!("resident-{node}"), Some(residency));
+    }
+    let candidates = ["strict", "lenient", "unguarded"];
+    let args = json!({
+        "Pod": pod(json!({"coloc.io/workload": JOB})),
+        "Nodes": null,
+        "NodeNames": names(&candidates),
+    });
+    let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["NodeNames"], json!(["lenient", "unguarded"]), "{body}");
+    let reason = body["FailedNodes"]["strict"].as_str().unwrap();
+    assert!(
+        reason.contains("resident w01") && reason.contains("coloc.io/min-job-fraction"),
+        "{reason}"
+    );
+    let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!([
+            {"Host": "strict", "Score": 0},
+            {"Host": "lenient", "Score": 10},
+            {"Host": "unguarded", "Score": 10}
+        ])
+    );
+}
+
+#[tokio::test]
 async fn the_nodes_form_reads_gpus_from_the_node_objects_and_returns_the_passing_nodes() {
     let (app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
     let addr = app.extender_addr.unwrap();
@@ -356,6 +429,7 @@ async fn the_nodes_form_reads_gpus_from_the_node_objects_and_returns_the_passing
                 node: "gpu-node-2".into(),
                 gpus: vec!["GPU-1".into()],
                 workload: workload.to_string(),
+                min_job_fraction: None,
             }),
         );
     }
@@ -455,6 +529,7 @@ async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
             node: "a".into(),
             gpus: vec!["gpu-0".into()],
             workload: "w01".into(),
+            min_job_fraction: None,
         }),
     );
     let extender = std::sync::Arc::new(coloc::extender::Extender::new(
