@@ -17,7 +17,7 @@ use coloc::{
     extender::{
         http::{router, ServeOptions},
         node::NodeGpus,
-        placer::AdvisorPlacer,
+        placer::{AdvisorPlacer, PlacerRules},
         pod::Residency,
         ClusterView, Extender,
     },
@@ -125,7 +125,7 @@ fn extender(c: &mut Criterion) {
     let job = workloads[workloads.len() / 2].clone();
     let view = cluster(&workloads);
     let extender = Arc::new(Extender::new(
-        Arc::new(AdvisorPlacer::new(advisor.clone())),
+        Arc::new(AdvisorPlacer::new(advisor.clone(), PlacerRules::default())),
         view,
     ));
     let app = router(

@@ -178,6 +178,45 @@ pub struct ExtenderSettings {
     pub watch_cluster: bool,
     /// The namespace whose pods are watched; "" = all namespaces.
     pub watch_namespace: String,
+    /// How a GPU's gain is valued: "normalized-sum" (Σ colocated / exclusive, Rank's
+    /// default) or "throughput-sum".
+    pub objective: ExtenderObjective,
+    /// Refuse a GPU where the pod's new set is predicted to do less work than one job alone
+    /// (Σ colocated / exclusive below 1): the rule the cluster simulation chose.
+    pub break_even: bool,
+    /// Read every floor (the pod's and each resident's `coloc.io/min-job-fraction`) on the
+    /// low end of the member's 80 % interval instead of its point prediction.
+    pub cautious: bool,
+}
+
+/// `extender.objective`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ExtenderObjective {
+    NormalizedSum,
+    ThroughputSum,
+}
+
+impl ExtenderObjective {
+    pub const ALL: [Self; 2] = [Self::NormalizedSum, Self::ThroughputSum];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NormalizedSum => "normalized-sum",
+            Self::ThroughputSum => "throughput-sum",
+        }
+    }
+}
+
+impl TryFrom<String> for ExtenderObjective {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|objective| objective.as_str() == raw)
+            .ok_or_else(|| format!("{raw:?} is not one of {:?}", Self::ALL.map(Self::as_str)))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -416,6 +455,9 @@ require_token = false
 max_request_bytes = 67108864
 watch_cluster = false
 watch_namespace = ""
+objective = "normalized-sum"
+break_even = true
+cautious = true
 
 [auth]
 tokens_file = ""

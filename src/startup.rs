@@ -22,7 +22,7 @@ use crate::{
     domain::{now_ms, GpuName},
     extender::{
         http::{tls_acceptor, ServeOptions},
-        placer::AdvisorPlacer,
+        placer::{AdvisorPlacer, PlacerRules},
         ClusterView, ClusterWatcher, Extender,
     },
     metrics::Metrics,
@@ -50,7 +50,7 @@ pub struct App {
     metrics_listener: Option<TcpListener>,
     /// The scheduler extender's listener and how it serves; `None` when extender.listen
     /// is empty.
-    extender: Option<(TcpListener, ServeOptions)>,
+    extender: Option<(TcpListener, ServeOptions, PlacerRules)>,
     /// What the extender knows of the cluster (kept by the watcher when it runs).
     cluster: Arc<ClusterView>,
     /// The pod and node watcher; `None` unless extender.watch_cluster.
@@ -151,6 +151,7 @@ impl App {
                     .await
                     .with_context(|| format!("cannot listen on {address} (extender.listen)"))?,
                 extender_options(settings, tokens.as_ref())?,
+                PlacerRules::from_settings(&settings.extender),
             )),
         };
         let cluster = Arc::new(ClusterView::new());
@@ -204,7 +205,7 @@ impl App {
     pub fn extender_addr(&self) -> Option<SocketAddr> {
         self.extender
             .as_ref()
-            .and_then(|(l, _)| l.local_addr().ok())
+            .and_then(|(l, _, _)| l.local_addr().ok())
     }
 
     /// What the extender knows of the cluster (embedders and tests may feed it).
@@ -256,9 +257,9 @@ impl App {
         let metrics_stop = CancellationToken::new();
         let extender_stop = CancellationToken::new();
         let watcher_stop = CancellationToken::new();
-        let extender = self.extender.map(|(listener, options)| {
+        let extender = self.extender.map(|(listener, options, rules)| {
             let extender = Arc::new(Extender::new(
-                Arc::new(AdvisorPlacer::new(self.advisor.clone())),
+                Arc::new(AdvisorPlacer::new(self.advisor.clone(), rules)),
                 self.cluster.clone(),
             ));
             spawn_owned(

@@ -2,11 +2,13 @@
 //! GPU feature discovery writes it (spaces as dashes); it is matched against the GPU models
 //! coloc has a model for, ignoring case and the space/dash difference.
 //!
-//! One Place query per call, over the distinct GPUs the extender collected, with Place's
-//! defaults (THROUGHPUT_SUM, at most 4 jobs per GPU, nobody sped up by a co-runner) and the
-//! pod's `min_job_fraction`; each resident's own `min_job_fraction` is then checked on the
-//! members Place predicts (Place's `min_resident_fraction` is one figure for every
-//! resident, and residents differ). What Place skips for a cause the job's placement decides
+//! One Place query per call, over the distinct GPUs the extender collected, with the
+//! extender's rules ([`PlacerRules`]: by default NORMALIZED_SUM gains, floors read on the
+//! low ends of the 80 % intervals, break-even), Place's cap of 4 jobs per GPU and its rule
+//! that nobody is sped up by a co-runner, and the pod's `min_job_fraction`; each resident's
+//! own `min_job_fraction` and the break-even rule are then checked on the members Place
+//! predicts (Place's `min_resident_fraction` is one figure for every resident, and
+//! residents differ). What Place skips for a cause the job's placement decides
 //! (memory, a cap, too many jobs) refuses the GPU; what it skips because coloc cannot judge
 //! the GPU (no model, a resident without a profile or unknown, memory unknown) leaves it
 //! unscored.
@@ -18,17 +20,19 @@ use super::{
     pod::MIN_JOB_FRACTION_ANNOTATION,
 };
 use crate::{
-    advisor::{Advisor, Error, GpuState, MemberPrediction, PlaceQuery, PlaceSkipCode},
+    advisor::{Advisor, Error, GpuState, MemberPrediction, Objective, PlaceQuery, PlaceSkipCode},
     domain::{GpuName, WorkloadName},
+    settings::{ExtenderObjective, ExtenderSettings},
 };
 
 pub struct AdvisorPlacer {
     advisor: Arc<Advisor>,
+    rules: PlacerRules,
 }
 
 impl AdvisorPlacer {
-    pub fn new(advisor: Arc<Advisor>) -> Self {
-        Self { advisor }
+    pub fn new(advisor: Arc<Advisor>, rules: PlacerRules) -> Self {
+        Self { advisor, rules }
     }
 
     /// The GPU model a node's label means; `Err` = coloc has no model for it.
@@ -47,39 +51,104 @@ impl AdvisorPlacer {
     }
 }
 
-/// A GPU Place admits fits only if each resident keeps its own `min_job_fraction` on the
-/// point prediction, as the new job's floor is read (`members`: the job first, then the
-/// residents in the order the slot gave them). A floor the answer cannot check (a model
-/// that predicts only sums, with no cap asked of the job) leaves the GPU unscored.
-fn residents_keep_their_floors(
+/// What the extender asks of a GPU (`extender.objective`, `break_even`, `cautious`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlacerRules {
+    pub objective: Objective,
+    /// Refuse a GPU where the new set's predicted Σ colocated / exclusive is below 1.
+    pub break_even: bool,
+    /// Read floors on the low end of each member's 80 % interval.
+    pub cautious: bool,
+}
+
+impl PlacerRules {
+    pub fn from_settings(settings: &ExtenderSettings) -> Self {
+        Self {
+            objective: match settings.objective {
+                ExtenderObjective::NormalizedSum => Objective::NormalizedSum,
+                ExtenderObjective::ThroughputSum => Objective::ThroughputSum,
+            },
+            break_even: settings.break_even,
+            cautious: settings.cautious,
+        }
+    }
+}
+
+impl Default for PlacerRules {
+    /// The defaults of `coloc.example.toml`.
+    fn default() -> Self {
+        Self {
+            objective: Objective::NormalizedSum,
+            break_even: true,
+            cautious: true,
+        }
+    }
+}
+
+/// Whether a GPU Place admitted fits the extender's rules: each resident keeps its own
+/// `min_job_fraction` (read as the pod's floor is: the low end of its interval when
+/// cautious), and with `break_even` the new set does at least one job's work (`members`:
+/// the job first, then the residents in the order the slot gave them). What the answer
+/// cannot check (a model that predicts only sums, asked for no member) leaves the GPU
+/// unscored.
+fn judge(
     members: &[MemberPrediction],
     floors: &[Option<f64>],
     gain: f64,
+    rules: PlacerRules,
 ) -> SlotOutcome {
+    let unchecked = |what: &str| SlotOutcome::Unscored {
+        reason: format!("the model predicts no share for {what}, so it cannot be checked"),
+    };
     for (member, floor) in members.iter().skip(1).zip(floors) {
         let Some(floor) = *floor else { continue };
-        match member.predicted_speed_fraction() {
+        let low_end = rules
+            .cautious
+            .then(|| member.speed_fraction_interval().map(|(low, _)| low))
+            .flatten();
+        match low_end.or_else(|| member.predicted_speed_fraction()) {
             Some(kept) if kept < floor => {
                 return SlotOutcome::DoesNotFit {
                     reason: format!(
-                        "predicted to leave resident {} {:.0} % of its exclusive throughput, \
+                        "predicted to leave resident {} {:.0} % of its exclusive throughput{}, \
                          below its {MIN_JOB_FRACTION_ANNOTATION} of {:.0} %",
                         member.workload,
                         kept * 100.0,
+                        if low_end.is_some() {
+                            " at the low end of its 80 % interval"
+                        } else {
+                            ""
+                        },
                         floor * 100.0
                     ),
                 }
             }
             Some(_) => {}
             None => {
-                return SlotOutcome::Unscored {
-                    reason: format!(
-                        "the model predicts no share for resident {}, whose \
-                         {MIN_JOB_FRACTION_ANNOTATION} cannot be checked",
-                        member.workload
-                    ),
-                }
+                return unchecked(&format!(
+                    "resident {} with a {MIN_JOB_FRACTION_ANNOTATION}",
+                    member.workload
+                ))
             }
+        }
+    }
+    if rules.break_even && members.len() > 1 {
+        let Some(normalized_sum) = members
+            .iter()
+            .map(MemberPrediction::predicted_speed_fraction)
+            .sum::<Option<f64>>()
+        else {
+            return unchecked("every member (break-even)");
+        };
+        if normalized_sum < 1.0 {
+            return SlotOutcome::DoesNotFit {
+                reason: format!(
+                    "below break-even: the {} jobs together are predicted to do {:.2} of one \
+                     job's work (Σ colocated / exclusive throughput)",
+                    members.len(),
+                    normalized_sum
+                ),
+            };
         }
     }
     SlotOutcome::Fits { gain }
@@ -126,6 +195,8 @@ impl Placer for AdvisorPlacer {
             }
             if !gpus.is_empty() {
                 let mut query = PlaceQuery::new(job, gpus);
+                query.objective = self.rules.objective;
+                query.cautious = self.rules.cautious;
                 query.min_job_fraction = ask.min_job_fraction;
                 let answer = self
                     .advisor
@@ -141,10 +212,11 @@ impl Placer for AdvisorPlacer {
                 let slot_of = |id: &str| id.parse::<usize>().ok().filter(|i| *i < slots);
                 for placement in answer.placements {
                     if let Some(i) = slot_of(&placement.gpu_id) {
-                        outcomes[i] = Some(residents_keep_their_floors(
+                        outcomes[i] = Some(judge(
                             &placement.members,
                             &ask.slots[i].resident_floors,
                             placement.gain,
+                            self.rules,
                         ));
                     }
                 }

@@ -5,16 +5,19 @@
 //! pods placed beside it; pods coloc knows nothing about, unknown workloads and failures
 //! must leave scheduling unharmed.
 
-use std::{collections::BTreeMap, net::SocketAddr};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use coloc::{
+    domain::GpuName,
     extender::{node::NodeGpus, pod::Residency},
+    import::{import_kace, KACE_GPU, KACE_GPU_MEMORY_GB},
     proto as pb,
 };
 use serde_json::{json, Value};
+use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::helpers::{slowdown_app_with_config, TestApp};
+use crate::helpers::{kace_dir, slowdown_app_with_config, spawn_app_with_config, TestApp};
 
 const EXTENDER_ON: &str = "[extender]\nlisten = \"127.0.0.1:0\"\nurl_prefix = \"/coloc\"\n";
 const JOB: &str = "w03";
@@ -120,7 +123,8 @@ fn seed_cluster(app: &TestApp) -> BTreeMap<&'static str, Vec<Vec<&'static str>>>
 }
 
 /// What the Place RPC says about the job on every GPU of the layout: per node, the best
-/// gain among its GPUs where the job may go (`None`: it may go on none of them).
+/// gain among its GPUs where the job may go (`None`: it may go on none of them), under the
+/// extender's default rules.
 async fn place_expectations(
     app: &mut TestApp,
     layout: &BTreeMap<&'static str, Vec<Vec<&'static str>>>,
@@ -139,12 +143,15 @@ async fn place_expectations(
                 })
         })
         .collect();
+    // The extender's default rules: NORMALIZED_SUM, floors on the low ends, break-even.
     let answer = app
         .client
         .place(pb::PlaceRequest {
             workload: JOB.into(),
             gpus,
             min_job_fraction: floor.unwrap_or(0.0),
+            objective: pb::Objective::NormalizedSum as i32,
+            cautious: true,
             ..Default::default()
         })
         .await
@@ -152,6 +159,14 @@ async fn place_expectations(
         .into_inner();
     let mut best: BTreeMap<&'static str, Option<f64>> = layout.keys().map(|n| (*n, None)).collect();
     for placement in answer.placements {
+        let together: f64 = placement
+            .members
+            .iter()
+            .map(|m| m.predicted_speed_fraction.unwrap())
+            .sum();
+        if together < 1.0 {
+            continue; // below break-even
+        }
         let node = layout.keys().find(|n| **n == placement.node).unwrap();
         let entry = best.get_mut(node).unwrap();
         *entry = Some(entry.map_or(placement.gain, |g: f64| g.max(placement.gain)));
@@ -325,7 +340,7 @@ async fn filter_drops_nodes_whose_every_gpu_breaks_the_jobs_floor_or_memory_with
 async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_below() {
     let (mut app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
     let addr = app.extender_addr.unwrap();
-    // What resident w01 keeps beside the job, by the Place RPC.
+    // What resident w01 keeps beside the job, by the Place RPC; the pair is above break-even.
     let answer = app
         .client
         .place(pb::PlaceRequest {
@@ -340,8 +355,9 @@ async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_
         .await
         .unwrap()
         .into_inner();
+    // The extender reads floors on the low end of the member's interval (`cautious`).
     let kept = answer.placements[0].members[1]
-        .predicted_speed_fraction
+        .predicted_speed_fraction_low
         .unwrap();
     assert!((0.1..0.9).contains(&kept), "{kept}");
     // Three nodes of one GPU, each running w01 as a real running pod: its floor above what
@@ -390,6 +406,93 @@ async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_
             {"Host": "unguarded", "Score": 10}
         ])
     );
+}
+
+#[tokio::test]
+async fn below_break_even_a_gpu_refuses_the_pod_unless_the_operator_turns_the_rule_off() {
+    // The published KACE measurements, where some pairs lose and others gain.
+    let job = "vit-base-patch16-224_batch1-inf";
+    for break_even in [true, false] {
+        let config = format!("{EXTENDER_ON}break_even = {break_even}\n");
+        let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+        let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
+        import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+            .await
+            .unwrap();
+        let addr = app.extender_addr.unwrap();
+        // Σ colocated / exclusive of the job beside each profiled workload, by the Place RPC.
+        let residents: Vec<String> =
+            coloc::client::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|w| w.name)
+                .collect();
+        let answer = app
+            .client
+            .place(pb::PlaceRequest {
+                workload: job.into(),
+                gpus: residents
+                    .iter()
+                    .enumerate()
+                    .map(|(i, resident)| pb::GpuState {
+                        id: i.to_string(),
+                        residents: vec![resident.clone()],
+                        ..Default::default()
+                    })
+                    .collect(),
+                objective: pb::Objective::NormalizedSum as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let together = |placement: &pb::Placement| -> f64 {
+            placement
+                .members
+                .iter()
+                .map(|m| m.predicted_speed_fraction.unwrap())
+                .sum()
+        };
+        let resident_where = |wanted: fn(f64) -> bool| {
+            let placement = answer
+                .placements
+                .iter()
+                .find(|p| wanted(together(p)))
+                .expect("the KACE pairs hold both kinds");
+            residents[placement.gpu_id.parse::<usize>().unwrap()].clone()
+        };
+        let below = resident_where(|t| t < 0.95);
+        let above = resident_where(|t| t > 1.05);
+        let label = KACE_GPU.replace(' ', "-");
+        for (node, resident) in [("below", &below), ("above", &above)] {
+            app.cluster.set_node(node, gpus(1, &label));
+            app.cluster.set_pod(
+                &format!("{node}-0"),
+                Some(Residency {
+                    node: node.into(),
+                    gpus: vec!["gpu-0".into()],
+                    workload: resident.clone(),
+                    min_job_fraction: None,
+                }),
+            );
+        }
+        let args = json!({
+            "Pod": pod(json!({"coloc.io/workload": job})),
+            "Nodes": null,
+            "NodeNames": names(&["below", "above"]),
+        });
+        let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+        assert_eq!(status, 200, "{body}");
+        if break_even {
+            assert_eq!(body["NodeNames"], json!(["above"]), "{below}: {body}");
+            let reason = body["FailedNodes"]["below"].as_str().unwrap();
+            assert!(reason.contains("below break-even"), "{reason}");
+        } else {
+            assert_eq!(body["NodeNames"], json!(["below", "above"]), "{body}");
+            assert_eq!(body["FailedNodes"], json!({}));
+        }
+    }
 }
 
 #[tokio::test]
