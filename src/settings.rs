@@ -138,6 +138,10 @@ pub struct ServerSettings {
     /// Rank, Predict and Place calls computed at once; more wait their turn, so memory
     /// stays bounded under a flood. 0 = twice the CPU cores (at least 4).
     pub max_concurrent_heavy_rpcs: usize,
+    /// A heavy call's request body must have arrived this long after the call got its
+    /// turn, else it fails with DEADLINE_EXCEEDED and gives its turn up (a client that
+    /// trickles its body cannot hold a turn). 0 = no limit.
+    pub heavy_body_timeout_secs: u64,
     /// On SIGTERM/SIGINT, in-flight RPCs get this long to finish.
     pub shutdown_grace_secs: u64,
 }
@@ -440,6 +444,7 @@ tls_cert_file = ""
 tls_key_file = ""
 max_request_bytes = 4194304
 max_concurrent_heavy_rpcs = 0
+heavy_body_timeout_secs = 10
 shutdown_grace_secs = 20
 
 [metrics]

@@ -59,6 +59,7 @@ pub struct App {
     tokens: Option<Tokens>,
     max_request_bytes: usize,
     max_concurrent_heavy_rpcs: usize,
+    heavy_body_timeout: Option<std::time::Duration>,
     shutdown_grace: Duration,
     advisor: Arc<Advisor>,
     /// The profiling worker; `None` when profiler.backend is "off".
@@ -183,6 +184,8 @@ impl App {
             tokens,
             max_request_bytes: settings.server.max_request_bytes,
             max_concurrent_heavy_rpcs: settings.server.max_concurrent_heavy_rpcs,
+            heavy_body_timeout: (settings.server.heavy_body_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(settings.server.heavy_body_timeout_secs)),
             shutdown_grace: Duration::from_secs(settings.server.shutdown_grace_secs),
             advisor,
             worker,
@@ -339,7 +342,10 @@ impl App {
         let server = builder
             .layer(RpcLayer::new(metrics))
             .layer(AuthLayer::new(self.tokens))
-            .layer(HeavyLimitLayer::new(self.max_concurrent_heavy_rpcs))
+            .layer(HeavyLimitLayer::new(
+                self.max_concurrent_heavy_rpcs,
+                self.heavy_body_timeout,
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

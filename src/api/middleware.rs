@@ -1,15 +1,17 @@
 //! The tower layers around the RPCs: [`RpcLayer`] around every one (a span with method,
 //! request id and peer, one log line with the gRPC status code and latency, and the RPC
 //! metrics), and [`HeavyLimitLayer`], which bounds how many heavy calls are read and
-//! computed at once.
+//! computed at once, and how long one that has its turn may take to send its body.
 
 use std::{
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
     task::{Context, Poll},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use tonic::{
@@ -170,11 +172,13 @@ const HEAVY_METHODS: [&str; 3] = [
 #[derive(Clone)]
 pub struct HeavyLimitLayer {
     permits: Arc<tokio::sync::Semaphore>,
+    body_timeout: Option<Duration>,
 }
 
 impl HeavyLimitLayer {
-    /// `max_heavy`: heavy calls at once (0 = twice the cores, at least 4).
-    pub fn new(max_heavy: usize) -> Self {
+    /// `max_heavy`: heavy calls at once (0 = twice the cores, at least 4); `body_timeout`:
+    /// how long after its turn comes a call's body must have arrived (`None` = no limit).
+    pub fn new(max_heavy: usize, body_timeout: Option<Duration>) -> Self {
         let max_heavy = if max_heavy == 0 {
             std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
         } else {
@@ -182,6 +186,7 @@ impl HeavyLimitLayer {
         };
         Self {
             permits: Arc::new(tokio::sync::Semaphore::new(max_heavy)),
+            body_timeout,
         }
     }
 }
@@ -193,6 +198,7 @@ impl<S> tower::Layer<S> for HeavyLimitLayer {
         HeavyLimit {
             inner,
             permits: self.permits.clone(),
+            body_timeout: self.body_timeout,
         }
     }
 }
@@ -201,6 +207,7 @@ impl<S> tower::Layer<S> for HeavyLimitLayer {
 pub struct HeavyLimit<S> {
     inner: S,
     permits: Arc<tokio::sync::Semaphore>,
+    body_timeout: Option<Duration>,
 }
 
 impl<S> tower::Service<http::Request<Body>> for HeavyLimit<S>
@@ -229,10 +236,65 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let permits = self.permits.clone();
+        let body_timeout = self.body_timeout;
         Box::pin(async move {
             // The semaphore is never closed, so the permit always comes.
             let _permit = permits.acquire_owned().await.ok();
+            let request = match body_timeout {
+                Some(limit) => request.map(|body| Body::new(DeadlineBody::new(body, limit))),
+                None => request,
+            };
             inner.call(request).await
         })
+    }
+}
+
+/// A request body that fails with DEADLINE_EXCEEDED unless it has ended `limit` after it
+/// was wrapped: the call decoding it fails, and its permit goes back.
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl DeadlineBody {
+    fn new(inner: Body, limit: Duration) -> Self {
+        Self {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        match this.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
+                "the request did not arrive whole within {} s of its turn \
+                 (server.heavy_body_timeout_secs): a Rank, Predict or Place call must send its \
+                 request at once",
+                this.limit.as_secs_f64()
+            ))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

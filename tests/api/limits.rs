@@ -201,3 +201,65 @@ async fn a_flood_of_heavy_calls_keeps_the_servers_memory_bounded() {
         "peak RSS {peak:.0} MB under the flood (at start {at_start:.0} MB)"
     );
 }
+
+#[tokio::test]
+async fn a_heavy_call_whose_body_never_ends_gives_its_turn_up_after_the_body_timeout() {
+    let config = "[server]\nmax_concurrent_heavy_rpcs = 1\nheavy_body_timeout_secs = 1\n";
+    let (app, _) = crate::helpers::slowdown_app_with_config(6, config).await;
+    // A raw HTTP/2 Rank whose gRPC frame announces 100 bytes and sends 2 of them: it takes
+    // the only turn and never lets its body end.
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/coloc.v1.ColocationAdvisor/Rank",
+            app.addr
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = h2.send_request(request, false).unwrap();
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 100, 10, 3]), false)
+        .unwrap();
+    // A whole Rank behind it is answered once the trickler's turn is taken back.
+    let mut client = app.client.clone();
+    let whole = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.rank(pb::RankRequest {
+            target: "w00".into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("a call behind a trickling body is answered after the body timeout");
+    assert!(!whole.unwrap().into_inner().ranked.is_empty());
+    // The trickler is told why.
+    let response = tokio::time::timeout(Duration::from_secs(20), response)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut status = response.headers().get("grpc-status").cloned();
+    let mut message = response.headers().get("grpc-message").cloned();
+    if status.is_none() {
+        let mut body = response.into_body();
+        while body.data().await.is_some() {}
+        let trailers = body.trailers().await.unwrap().unwrap_or_default();
+        status = trailers.get("grpc-status").cloned();
+        message = trailers.get("grpc-message").cloned();
+    }
+    assert_eq!(
+        status.unwrap(),
+        (Code::DeadlineExceeded as i32).to_string().as_str()
+    );
+    let message = message.unwrap();
+    assert!(
+        message
+            .to_str()
+            .unwrap()
+            .contains("heavy_body_timeout_secs"),
+        "{message:?}"
+    );
+}
