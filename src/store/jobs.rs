@@ -116,6 +116,12 @@ async fn claim_miss<T>(
     }
     let now = match row.state.as_str() {
         "running" => format!("claim {} of {} holds it", row.claims, row.claim_holder),
+        // Its holder stays recorded when it handed the claim back itself; an expired
+        // lease leaves none.
+        "pending" if row.claims == claim && !row.claim_holder.is_empty() => format!(
+            "agent {:?} handed this claim back and the job is back in the queue",
+            row.claim_holder
+        ),
         "pending" => "the lease expired and the job is back in the queue".to_string(),
         other => format!("the job is {other}"),
     };

@@ -986,6 +986,51 @@ async fn only_the_agent_holding_a_claim_may_renew_it_or_submit_for_it() {
     assert_eq!(app.dump_store().await, after);
 }
 
+/// An agent that handed its claim back and renews it late is told that it handed it back,
+/// not that its lease expired.
+#[tokio::test]
+async fn a_renewal_after_handing_the_claim_back_says_so() {
+    let app = app(30).await;
+    let mut agents = agents_client(&app);
+    agents
+        .announce_agent(announce("holder", GPU_16))
+        .await
+        .unwrap();
+    app.client
+        .clone()
+        .register_workload(register("w", &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    let job = claim_one(&mut agents, "holder").await;
+    agents
+        .submit_failure(pb::SubmitFailureRequest {
+            agent_id: "holder".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            kind: pb::JobFailureKind::Wait as i32,
+            error: String::new(),
+            reason: "the GPU is busy".into(),
+            retry_after_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    let before = app.dump_store().await;
+    let late = agents
+        .renew_lease(pb::RenewLeaseRequest {
+            agent_id: "holder".into(),
+            job_id: job.job_id,
+            claim: job.claim,
+            progress: "still here".into(),
+        })
+        .await;
+    let message = expect_code(late, Code::Aborted);
+    assert!(
+        message.contains("agent \"holder\" handed this claim back") && !message.contains("expired"),
+        "{message}"
+    );
+    assert_eq!(app.dump_store().await, before);
+}
+
 /// At start-up with `profiler.backend = "off"`, only workloads whose jobs no live agent
 /// can run are told that this server runs no profiler; a job of a GPU model an agent
 /// serves keeps its reason.
