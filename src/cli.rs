@@ -259,6 +259,17 @@ pub struct EvalNwayArgs {
     /// The model kind whose predictions --predictions-out writes.
     #[arg(long, value_name = "KIND")]
     pub predictions_model: Option<String>,
+    /// Judge the model kinds through the public API: per case a fresh server (loopback
+    /// port 0, fresh SQLite file), the profiles registered, the training runs reported,
+    /// Train, PinModel, then Predict for every candidate run (README, "N-way").
+    #[arg(long, conflicts_with_all = ["candidates", "coverage"])]
+    pub through_api: bool,
+    /// With --through-api: the servers' settings file (as `coloc serve --config`).
+    #[arg(long, value_name = "FILE", requires = "through_api")]
+    pub server_config: Option<PathBuf>,
+    /// Only these targets (default: every workload of the runs).
+    #[arg(long = "target", value_name = "WORKLOAD")]
+    pub targets: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -778,17 +789,32 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     };
     let mut rows = Vec::new();
     let mut coverage_rows = Vec::new();
+    let mut api_trainings = Vec::new();
+    let mut api_servers = 0;
+    let mut targets_found = std::collections::BTreeSet::new();
     for (k, path) in args.runs.iter().enumerate() {
         let (path, profiles, run_policies) =
             (path.clone(), args.profiles.clone(), policies.clone());
         let with_coverage = args.coverage;
-        let (data, cases, results, run_coverage) =
+        let through_api = args.through_api;
+        let targets = args.targets.clone();
+        let (data, cases, mut results, run_coverage) =
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 let runs = eval::nway::read_runs(&path)?;
                 let size = runs.first().map_or(0, |r| r.members.len());
                 let data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
-                let cases = data.cases();
-                let results = eval::nway::evaluate(&data, &cases, &run_policies)?;
+                let mut cases = data.cases();
+                if !targets.is_empty() {
+                    cases.retain(|c| targets.contains(&c.target));
+                }
+                // Through the API only the baselines are scored here; the model kinds are
+                // judged by the servers below.
+                let local_policies: Vec<eval::Policy> = run_policies
+                    .iter()
+                    .copied()
+                    .filter(|p| !(through_api && matches!(p, eval::Policy::Model(_))))
+                    .collect();
+                let results = eval::nway::evaluate(&data, &cases, &local_policies)?;
                 let mut run_coverage = Vec::new();
                 if with_coverage {
                     // The pairs are the same for every file: measured once.
@@ -800,6 +826,25 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                 Ok((data, cases, results, run_coverage))
             })
             .await??;
+        if args.through_api {
+            let api = eval::nway_api::evaluate(
+                &data,
+                &cases,
+                &policies
+                    .iter()
+                    .filter_map(|p| match p {
+                        eval::Policy::Model(kind) => Some(*kind),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+                args.server_config.as_deref(),
+            )
+            .await?;
+            results.extend(api.results);
+            api_trainings.extend(api.trainings);
+            api_servers += api.servers;
+        }
+        targets_found.extend(cases.iter().map(|c| c.target.clone()));
         coverage_rows.extend(run_coverage);
         if let Some(writer) = writer.as_mut() {
             eval::write_nway_predictions(
@@ -815,15 +860,21 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     if let Some(mut writer) = writer {
         writer.flush()?;
     }
+    if let Some(missing) = args.targets.iter().find(|t| !targets_found.contains(*t)) {
+        anyhow::bail!("--target {missing:?} is in no run of the files");
+    }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "rows": rows, "coverage": coverage_rows })
-            )?
-        );
+        let mut summary = serde_json::json!({ "rows": rows, "coverage": coverage_rows });
+        if args.through_api {
+            summary["api"] =
+                serde_json::json!({ "servers": api_servers, "trainings": api_trainings });
+        }
+        println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eval::print_nway_table(&rows, &policies, &mut std::io::stdout().lock())?;
+        if args.through_api {
+            print_api_trainings(api_servers, &api_trainings);
+        }
         for c in &coverage_rows {
             println!(
                 "80 % interval coverage, {}, {}: members {:.3} ({} of {}), sums {:.3} ({} of {})",
@@ -839,6 +890,30 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What the servers of `eval nway --through-api` decided, per model kind: how many
+/// challengers the champion comparison rejected (pinned to answer anyway) and how many runs
+/// were left out as outliers.
+fn print_api_trainings(servers: usize, trainings: &[crate::eval::nway_api::ApiTraining]) {
+    println!(
+        "through the API: {servers} servers, one per case; each kind's version pinned to answer"
+    );
+    let kinds: std::collections::BTreeSet<&str> = trainings.iter().map(|t| t.kind).collect();
+    for kind in kinds {
+        let of_kind: Vec<_> = trainings.iter().filter(|t| t.kind == kind).collect();
+        let rejected = of_kind.iter().filter(|t| !t.promoted).count();
+        let with_outliers = of_kind.iter().filter(|t| t.excluded_outliers > 0).count();
+        let outliers: u64 = of_kind.iter().map(|t| t.excluded_outliers).sum();
+        let reported: usize = of_kind.iter().map(|t| t.reported).sum();
+        let fitted: u64 = of_kind.iter().map(|t| t.observations).sum();
+        println!(
+            "  {kind}: {} trainings, {rejected} rejected by the champion comparison; \
+             {reported} runs reported, {fitted} fitted, {outliers} left out as outliers \
+             (in {with_outliers} trainings)",
+            of_kind.len()
+        );
+    }
 }
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {

@@ -14,8 +14,10 @@
 //!   gRPC job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API;
 //!   it imports `api::convert` for the proto ↔ domain conversion and nothing else of the
 //!   service.
-//! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots) and
-//!   `import` (loading KACE-format datasets into a store).
+//! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots; the
+//!   N-way protocol also through a real server's API, `eval::nway_api`, which builds the
+//!   service's `App` and talks to it with the generated client) and `import` (loading
+//!   KACE-format datasets into a store).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
 //!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
 //!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),

@@ -8,6 +8,7 @@
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
 pub mod nway;
+pub mod nway_api;
 mod objectives;
 mod plot;
 mod report;

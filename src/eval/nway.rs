@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::Policy;
 use crate::{
-    dataset::{parse_workload_name, KaceDataset, KacePair},
+    dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload},
     domain::WorkloadMode,
     model::{self, Features, ModelKind, TrainingRow},
 };
@@ -155,6 +155,9 @@ pub struct NwayData {
     pub runs: Vec<Run>,
     pub features: HashMap<String, Features>,
     pub pairs: Vec<KacePair>,
+    /// Every workload of the profile dataset with its metrics (what the evaluation through
+    /// the API registers).
+    pub workloads: Vec<KaceWorkload>,
 }
 
 /// One target under one scope and training.
@@ -201,6 +204,7 @@ impl NwayData {
             runs,
             features,
             pairs,
+            workloads: dataset.workloads,
         })
     }
 
@@ -330,6 +334,40 @@ pub fn pick(runs: &[Run], candidates: &[usize], scores: &[f64]) -> usize {
     candidates[best]
 }
 
+/// What `policy` scored on case `c`, from its score of each candidate (`run_scores`, in
+/// `case.candidates` order; empty for `Random`): the pick's actual sum / the best actual sum
+/// (for `Random`, the mean over the candidates). The in-process evaluation and the one
+/// through the API (`nway_api`) both score here.
+pub fn scored(
+    data: &NwayData,
+    case: &NwayCase,
+    c: usize,
+    policy: Policy,
+    run_scores: Vec<f64>,
+) -> NwayResult {
+    let oracle = case
+        .candidates
+        .iter()
+        .map(|&i| data.runs[i].throughput_sum())
+        .fold(f64::MIN, f64::max);
+    let score = match policy {
+        Policy::Random => {
+            case.candidates
+                .iter()
+                .map(|&i| data.runs[i].throughput_sum() / oracle)
+                .sum::<f64>()
+                / case.candidates.len() as f64
+        }
+        _ => data.runs[pick(&data.runs, &case.candidates, &run_scores)].throughput_sum() / oracle,
+    };
+    NwayResult {
+        case: c,
+        policy,
+        run_scores,
+        score,
+    }
+}
+
 /// Runs every policy on every case. Model fits are CPU work: call from a blocking context.
 pub fn evaluate(
     data: &NwayData,
@@ -343,11 +381,6 @@ pub fn evaluate(
     );
     for (c, case) in cases.iter().enumerate() {
         progress.inc(policies.len() as u64);
-        let oracle = case
-            .candidates
-            .iter()
-            .map(|&i| data.runs[i].throughput_sum())
-            .fold(f64::MIN, f64::max);
         let rows: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
         for &policy in policies {
             let run_scores: Vec<f64> = match policy {
@@ -380,25 +413,7 @@ pub fn evaluate(
                         .collect()
                 }
             };
-            let score = match policy {
-                Policy::Random => {
-                    case.candidates
-                        .iter()
-                        .map(|&i| data.runs[i].throughput_sum() / oracle)
-                        .sum::<f64>()
-                        / case.candidates.len() as f64
-                }
-                _ => {
-                    data.runs[pick(&data.runs, &case.candidates, &run_scores)].throughput_sum()
-                        / oracle
-                }
-            };
-            results.push(NwayResult {
-                case: c,
-                policy,
-                run_scores,
-                score,
-            });
+            results.push(scored(data, case, c, policy, run_scores));
         }
     }
     progress.finish_and_clear();

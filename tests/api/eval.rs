@@ -392,3 +392,82 @@ fn eval_objectives_prefers_the_normalized_sum_on_the_selection_half() {
         );
     }
 }
+
+/// Every prediction of an N-way predictions file, by (set, scope, training, target, run id).
+fn nway_predictions(path: &std::path::Path) -> BTreeMap<[String; 5], f64> {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    reader
+        .records()
+        .map(|record| {
+            let r = record.unwrap();
+            (
+                [0, 1, 2, 3, 4].map(|k| r[k].to_string()),
+                r[5].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `coloc eval nway --through-api`: a fresh real server per case, the profiles registered,
+/// the training runs reported, Train, PinModel and Predict over the generated client. For
+/// one target of the 4-way and 3-way files (both scopes, runs and pairs + runs), the API predicts
+/// what the in-process fit predicts, and the independent re-scorer gets the figures both
+/// print. kace-linear is trained second, as a challenger of the default: whatever the
+/// verdict, its own version must answer, and its scores must be the in-process ones.
+#[test]
+fn eval_nway_through_the_api_predicts_what_the_in_process_fit_predicts() {
+    let dir = tempfile::TempDir::new().unwrap();
+    // One target, in both files: four 4-way cases (2 scopes x 2 trainings), two 3-way.
+    let args = ["--target", "vit_h_14_batch8-train"];
+    let sets = ["kace-4way", "kace-3way"];
+    let in_process_csv = dir.path().join("in-process.csv");
+    let api_csv = dir.path().join("api.csv");
+    let in_process = eval_nway(&args, &sets, &in_process_csv);
+    let api = eval_nway(&[&args[..], &["--through-api"]].concat(), &sets, &api_csv);
+
+    let expected = nway_predictions(&in_process_csv);
+    let answered = nway_predictions(&api_csv);
+    // 4-way: 2 scopes x 2 trainings x at most 110 candidates; 3-way: 2 trainings x 48.
+    assert!(expected.len() > 2 * 48, "{}", expected.len());
+    assert_eq!(
+        answered.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "the same candidates"
+    );
+    for (key, want) in &expected {
+        let got = answered[key];
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{key:?}: the API predicted {got}, in-process {want}"
+        );
+    }
+
+    let rescored = rescore_nway(&api_csv);
+    assert_eq!(rescored.len(), 6, "{rescored:?}");
+    for ((set, scope, training), value) in &rescored {
+        for summary in [&api, &in_process] {
+            let row = nway_row(summary, set, scope, training);
+            let reported = row["mean"]["member-ridge-gbt"].as_f64().unwrap();
+            assert!(
+                (value - reported).abs() < 1e-12,
+                "{set} {scope} {training}: re-scored {value}, printed {reported}"
+            );
+        }
+        // kace-linear, target by target.
+        let targets =
+            |summary| nway_row(summary, set, scope, training)["per_target"]["kace-linear"].clone();
+        assert_eq!(
+            targets(&api),
+            targets(&in_process),
+            "{set} {scope} {training}"
+        );
+    }
+
+    // One server per case, each kind fitted on every run reported to it.
+    assert_eq!(api["api"]["servers"], 6);
+    let trainings = api["api"]["trainings"].as_array().unwrap();
+    assert_eq!(trainings.len(), 12, "two kinds per case");
+    for t in trainings {
+        assert_eq!(t["observations"], t["reported"], "{t}");
+    }
+}
