@@ -406,6 +406,11 @@ pub struct SimulateArgs {
     /// speed). Caps and memory are kept under every rule.
     #[arg(long, default_value = "break-even", value_parser = ["break-even", "gain", "fair-share"])]
     pub rule: String,
+    /// How waiting jobs are offered: k8s (kube-scheduler's order: every waiting job in
+    /// arrival order, a job that fits nowhere stays while the ones behind it are placed) or
+    /// fifo (strict FIFO: when the head waits, everyone waits).
+    #[arg(long, default_value = "k8s", value_parser = ["k8s", "fifo"])]
+    pub queue: String,
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,

@@ -42,7 +42,7 @@ use coloc::{
 };
 
 use super::{
-    policy::{GpuView, JobView, PlaceRule, Policy},
+    policy::{DecisionKey, GpuView, JobView, PlaceRule, Policy},
     truth::{Workload, GPU_MEMORY_GB},
 };
 
@@ -277,6 +277,11 @@ impl<P: Placer> Policy for PlacePolicy<P> {
                 panic!("{error:#}")
             }
         }
+    }
+
+    /// Place is asked the job's workload and cap, never its gpu_milli.
+    fn decision_key(&self, job: &JobView) -> DecisionKey {
+        DecisionKey::cap(job)
     }
 }
 

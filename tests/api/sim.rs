@@ -20,6 +20,8 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["setup"]["jobs"], 200);
     assert_eq!(report["setup"]["measured_sets"], 1598);
+    // kube-scheduler's queue is the default.
+    assert_eq!(report["setup"]["queue"], "k8s");
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 6 * 2);
     for run in runs {
@@ -27,6 +29,12 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
         assert!(run["makespan_h"].as_f64().unwrap() > 0.0, "{run}");
         let (p50, p95) = (run["p50_jct_h"].as_f64(), run["p95_jct_h"].as_f64());
         assert!(p50 <= p95, "{run}");
+        assert!(p95 <= run["p99_jct_h"].as_f64(), "{run}");
+        let waited = |field: &str| run[field].as_f64().unwrap();
+        assert!(
+            waited("mean_queueing_h") <= waited("max_queueing_h"),
+            "{run}"
+        );
     }
     let policy = |name: &str| {
         report["policies"]
@@ -183,5 +191,22 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     assert!(
         (seconds(&run, "mean_jct_h") - expected).abs() < 0.01,
         "{run} {expected}"
+    );
+}
+
+#[test]
+fn simulate_records_the_fifo_queue_when_asked_and_refuses_an_unknown_queue() {
+    let pods = [("a", 0, 100), ("b", 10, 100)];
+    let report = simulate_pods(&pods, &["--gpus", "1", "--queue", "fifo"]);
+    assert_eq!(report["setup"]["queue"], "fifo");
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["simulate", "--queue", "lifo"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--queue") && stderr.contains("k8s"),
+        "{stderr}"
     );
 }
