@@ -358,7 +358,7 @@ mod tests {
         for name in POLICIES {
             let (a, summary) = run_policy(&world, name, &jobs, &keyed, 1).unwrap();
             let (b, _) = run_policy(&world, name, &jobs, &plain, 1).unwrap();
-            assert_eq!(a, b, "{name}");
+            assert!(a == b, "{name}: the shortcut changed the outcome");
             // Jobs did wait: the shortcut had something to pass over.
             assert!(summary.mean_queueing_h > 0.0, "{name}");
         }
