@@ -163,9 +163,9 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     };
     let seconds = |run: &serde_json::Value, field: &str| run[field].as_f64().unwrap() * 3600.0;
 
-    // The default rule is break-even: y starts at once beside b and h and ends at 10 / 0.4022
-    // s; b and h, 10 s of work done each, run the other 990 s as a pair.
-    let (setup, run) = oracle(&[]);
+    // Under break-even y starts at once beside b and h and ends at 10 / 0.4022 s; b and h,
+    // 10 s of work done each, run the other 990 s as a pair.
+    let (setup, run) = oracle(&["--rule", "break-even"]);
     assert_eq!(setup["place_rule"], "break-even");
     assert_eq!(run["max_jobs_on_a_gpu"], 3, "{run}");
     assert_eq!(seconds(&run, "mean_queueing_h"), 0.0, "{run}");
@@ -178,7 +178,12 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     );
     assert!((seconds(&run, "makespan_h") - long).abs() < 0.01, "{run}");
 
-    // Under gain y would shrink Σ: it waits until b and h end at 1000 / 0.6081 s.
+    // Under fair-share (the default) each of the three keeps 0.4022, above its third: y
+    // starts at once as well. Under gain y would shrink Σ: it waits until b and h end at
+    // 1000 / 0.6081 s.
+    let (setup, run) = oracle(&[]);
+    assert_eq!(setup["place_rule"], "fair-share");
+    assert_eq!(run["max_jobs_on_a_gpu"], 3, "{run}");
     let (setup, run) = oracle(&["--rule", "gain"]);
     assert_eq!(setup["place_rule"], "gain");
     assert_eq!(run["max_jobs_on_a_gpu"], 2, "{run}");
