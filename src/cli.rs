@@ -412,11 +412,17 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "cautious", value_parser = ["cautious", "point"])]
     pub caps: String,
     /// What the oracle and the model policies ask of a shared GPU before a queued job
-    /// starts there: break-even (the new set's Σ colocated / exclusive at least 1), gain
-    /// (Σ grows with the job), fair-share (every member of k keeps at least 1/k of its
-    /// speed). Caps and memory are kept under every rule.
-    #[arg(long, default_value = "break-even", value_parser = ["break-even", "gain", "fair-share"])]
+    /// starts there: fair-share (every member of k keeps at least 1/k of its speed; chosen
+    /// with --caps under the k8s queue on seeds 6-10, README), break-even (the new set's Σ
+    /// colocated / exclusive at least 1), gain (Σ grows with the job). Caps and memory are
+    /// kept under every rule.
+    #[arg(long, default_value = "fair-share", value_parser = ["fair-share", "break-even", "gain"])]
     pub rule: String,
+    /// How waiting jobs are offered: k8s (kube-scheduler's order: every waiting job in
+    /// arrival order, a job that fits nowhere stays while the ones behind it are placed) or
+    /// fifo (strict FIFO: when the head waits, everyone waits).
+    #[arg(long, default_value = "k8s", value_parser = ["k8s", "fifo"])]
+    pub queue: String,
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,

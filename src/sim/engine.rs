@@ -1,20 +1,32 @@
-//! The event-driven cluster: G GPUs, a FIFO queue, and three kinds of events (a job
-//! arrives, a job finishes, a job that ran out of memory is submitted again).
+//! The event-driven cluster: G GPUs, a queue, and three kinds of events (a job arrives, a
+//! job finishes, a job that ran out of memory is submitted again).
 //!
 //! Each running job runs at its speed for its GPU's current set (the truth: measured, or
-//! the conservative bound after departures) and is re-rated whenever that set changes. A
-//! queued job is offered to the policy at every event, head of the queue first (strict
-//! FIFO: when the head waits, everyone behind it waits). Placing a job where the set
-//! overflows memory is an out-of-memory event: the job fails at once (the residents go
-//! on) and is submitted again `retry_delay` seconds later at the tail of the queue.
+//! the conservative bound after departures) and is re-rated whenever that set changes.
+//! Placing a job where the set overflows memory is an out-of-memory event: the job fails at
+//! once (the residents go on) and is submitted again `retry_delay` seconds later at the
+//! tail of the queue.
+//!
+//! How the queue is offered to the policy after each instant's events ([`Queue`]):
+//! - `k8s` (the default), as kube-scheduler does with its active and unschedulable queues:
+//!   the waiting jobs are offered in the order they entered the queue; a job the policy does
+//!   not place stays and the next is offered; after a placement every waiting job is
+//!   offered again from the head (the cluster changed).
+//! - `fifo`: strict FIFO, the head first; when the head waits, everyone behind it waits.
+//!
+//! Under `k8s`, while the cluster does not change (no placement, no departure; arrivals and
+//! out-of-memory failures change no GPU), a job whose workload and [`DecisionKey`] equal
+//! those of a job already refused is refused without asking the policy: the policy would be
+//! given the same inputs and answer the same. `Cluster::skip_known_refusals` turns this off
+//! (tests compare both).
 
 use std::{
     cmp::Reverse,
-    collections::{BinaryHeap, VecDeque},
+    collections::{BinaryHeap, HashMap, VecDeque},
 };
 
 use super::{
-    policy::{GpuView, JobView, Policy, Resident},
+    policy::{DecisionKey, GpuView, JobView, Policy, Resident},
     trace::Job,
     truth::{Admission, SetKey, Truth},
 };
@@ -23,6 +35,56 @@ use super::{
 pub struct Cluster {
     pub gpus: usize,
     pub retry_delay: f64,
+    pub queue: Queue,
+    /// Under `k8s`, refuse a job without asking the policy when a job of the same inputs
+    /// was refused since the cluster last changed (module header). Exact; off only to test
+    /// that it is.
+    pub skip_known_refusals: bool,
+}
+
+impl Cluster {
+    pub fn new(gpus: usize, retry_delay: f64, queue: Queue) -> Self {
+        Self {
+            gpus,
+            retry_delay,
+            queue,
+            skip_known_refusals: true,
+        }
+    }
+}
+
+/// How waiting jobs are offered to the policy (module header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    K8s,
+    Fifo,
+}
+
+impl Queue {
+    pub const ALL: [Queue; 2] = [Queue::K8s, Queue::Fifo];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Queue::K8s => "k8s",
+            Queue::Fifo => "fifo",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|q| q.name() == name)
+    }
+}
+
+/// What became of a job offered to the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offer {
+    /// Placed on a GPU: the cluster changed.
+    Placed,
+    /// Placed where the set overflows memory: failed at once, submitted again later; no GPU
+    /// changed.
+    OutOfMemory,
+    /// The policy kept it waiting.
+    Refused,
 }
 
 /// What happened to one job.
@@ -139,6 +201,79 @@ struct State<'a> {
     running_jobs: u32,
     out: Outcome,
     retry: f64,
+    /// Bumped by every placement and departure.
+    cluster_version: u64,
+}
+
+/// The waiting jobs, in the order they entered the queue.
+enum Waiting {
+    /// One line (`fifo`, and `k8s` without the shortcut).
+    InOrder(VecDeque<usize>),
+    /// `k8s` with the shortcut: one line per (workload, decision key), each in queue order,
+    /// so that the jobs of a key refused since the last change are passed over at once.
+    Keyed(KeyedQueue),
+}
+
+struct KeyedQueue {
+    /// Index into `lines` of each job's (workload, decision key).
+    key_of: Vec<usize>,
+    /// (position in the queue, job), by key.
+    lines: Vec<VecDeque<(u64, usize)>>,
+    /// The cluster version at which each key was last refused.
+    refused_at: Vec<Option<u64>>,
+    next_position: u64,
+    len: usize,
+}
+
+impl KeyedQueue {
+    fn new(keys: &[(u8, DecisionKey)]) -> Self {
+        let mut index: HashMap<(u8, DecisionKey), usize> = HashMap::new();
+        let key_of: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                let next = index.len();
+                *index.entry(*k).or_insert(next)
+            })
+            .collect();
+        Self {
+            key_of,
+            lines: vec![VecDeque::new(); index.len()],
+            refused_at: vec![None; index.len()],
+            next_position: 0,
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, job: usize) {
+        self.lines[self.key_of[job]].push_back((self.next_position, job));
+        self.next_position += 1;
+        self.len += 1;
+    }
+
+    /// The key of the earliest waiting job whose key was not refused at `version`.
+    fn first_not_refused(&self, version: u64) -> Option<usize> {
+        (0..self.lines.len())
+            .filter(|&k| self.refused_at[k] != Some(version))
+            .filter_map(|k| self.lines[k].front().map(|&(position, _)| (position, k)))
+            .min()
+            .map(|(_, k)| k)
+    }
+}
+
+impl Waiting {
+    fn push(&mut self, job: usize) {
+        match self {
+            Waiting::InOrder(line) => line.push_back(job),
+            Waiting::Keyed(keyed) => keyed.push(job),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Waiting::InOrder(line) => line.is_empty(),
+            Waiting::Keyed(keyed) => keyed.len == 0,
+        }
+    }
 }
 
 impl State<'_> {
@@ -254,6 +389,7 @@ impl State<'_> {
             g.memory_gb = 0.0;
         }
         self.running_jobs -= 1;
+        self.cluster_version += 1;
         self.outcomes[j] = Some(JobOutcome {
             arrival: job.arrival,
             start: self.starts[j],
@@ -267,42 +403,86 @@ impl State<'_> {
         self.set_busy();
     }
 
-    /// Offers queued jobs to the policy, head first, until the head waits.
-    fn dispatch(&mut self, queue: &mut VecDeque<usize>, policy: &mut dyn Policy) {
-        while let Some(&j) = queue.front() {
-            let job = view(&self.jobs[j]);
-            let (indices, admissions): (Vec<usize>, Vec<Admission>) = (0..self.gpus.len())
-                .filter_map(|i| {
-                    let admission = self.truth.admission(self.gpus[i].set.with(job.workload));
-                    (admission != Admission::Unmeasured).then_some((i, admission))
+    /// Offers job `j` to the policy and carries out its answer.
+    fn offer(&mut self, j: usize, policy: &mut dyn Policy) -> Offer {
+        let job = view(&self.jobs[j]);
+        let (indices, admissions): (Vec<usize>, Vec<Admission>) = (0..self.gpus.len())
+            .filter_map(|i| {
+                let admission = self.truth.admission(self.gpus[i].set.with(job.workload));
+                (admission != Admission::Unmeasured).then_some((i, admission))
+            })
+            .unzip();
+        let choice = {
+            let views: Vec<GpuView> = indices
+                .iter()
+                .zip(&admissions)
+                .map(|(&i, a)| {
+                    let g = &self.gpus[i];
+                    GpuView {
+                        residents: &g.residents,
+                        set: g.set,
+                        gpu_milli_used: g.milli,
+                        memory_gb_used: g.memory_gb,
+                        fits_memory: *a == Admission::Measured,
+                    }
                 })
-                .unzip();
-            let choice = {
-                let views: Vec<GpuView> = indices
-                    .iter()
-                    .zip(&admissions)
-                    .map(|(&i, a)| {
-                        let g = &self.gpus[i];
-                        GpuView {
-                            residents: &g.residents,
-                            set: g.set,
-                            gpu_milli_used: g.milli,
-                            memory_gb_used: g.memory_gb,
-                            fits_memory: *a == Admission::Measured,
-                        }
-                    })
-                    .collect();
-                policy.choose(&job, &views)
-            };
-            let Some(pick) = choice else {
+                .collect();
+            policy.choose(&job, &views)
+        };
+        let Some(pick) = choice else {
+            return Offer::Refused;
+        };
+        if admissions[pick] == Admission::OverMemory {
+            self.out.oom_events += 1;
+            self.push(self.now + self.retry_delay(), EventKind::Arrive { job: j });
+            Offer::OutOfMemory
+        } else {
+            self.place(j, indices[pick]);
+            self.cluster_version += 1;
+            Offer::Placed
+        }
+    }
+
+    /// Strict FIFO: offers queued jobs head first until the head waits.
+    fn dispatch_fifo(&mut self, queue: &mut VecDeque<usize>, policy: &mut dyn Policy) {
+        while let Some(&j) = queue.front() {
+            if self.offer(j, policy) == Offer::Refused {
                 return;
-            };
+            }
             queue.pop_front();
-            if admissions[pick] == Admission::OverMemory {
-                self.out.oom_events += 1;
-                self.push(self.now + self.retry_delay(), EventKind::Arrive { job: j });
-            } else {
-                self.place(j, indices[pick]);
+        }
+    }
+
+    /// kube-scheduler's order: every waiting job in queue order, a refused one stays; after
+    /// a placement, from the head again.
+    fn dispatch_k8s(&mut self, queue: &mut VecDeque<usize>, policy: &mut dyn Policy) {
+        let mut at = 0;
+        while at < queue.len() {
+            match self.offer(queue[at], policy) {
+                Offer::Refused => at += 1,
+                Offer::OutOfMemory => {
+                    queue.remove(at);
+                }
+                Offer::Placed => {
+                    queue.remove(at);
+                    at = 0;
+                }
+            }
+        }
+    }
+
+    /// The same offers as [`State::dispatch_k8s`] but for those of jobs whose key was
+    /// refused since the cluster last changed: walking the queue and passing over such
+    /// jobs offers next the earliest job of a key not refused, which is what this takes.
+    fn dispatch_k8s_keyed(&mut self, queue: &mut KeyedQueue, policy: &mut dyn Policy) {
+        while let Some(k) = queue.first_not_refused(self.cluster_version) {
+            let (position, j) = queue.lines[k].pop_front().expect("a waiting job");
+            match self.offer(j, policy) {
+                Offer::Refused => {
+                    queue.lines[k].push_front((position, j));
+                    queue.refused_at[k] = Some(self.cluster_version);
+                }
+                Offer::OutOfMemory | Offer::Placed => queue.len -= 1,
             }
         }
     }
@@ -353,6 +533,7 @@ pub fn simulate(
             max_set: 0,
         },
         retry: cluster.retry_delay,
+        cluster_version: 0,
     };
     // Arrivals in trace order (then by index) so that the queue is FIFO by submission.
     let mut order: Vec<usize> = (0..n).collect();
@@ -364,11 +545,19 @@ pub fn simulate(
         state.now = first;
         state.out.busy_series[0].0 = first;
     }
-    let mut queue = VecDeque::new();
+    let mut queue = if cluster.queue == Queue::K8s && cluster.skip_known_refusals {
+        let keys: Vec<(u8, DecisionKey)> = jobs
+            .iter()
+            .map(|job| (job.workload, policy.decision_key(&view(job))))
+            .collect();
+        Waiting::Keyed(KeyedQueue::new(&keys))
+    } else {
+        Waiting::InOrder(VecDeque::new())
+    };
     while let Some(Reverse(event)) = state.events.pop() {
         state.advance(event.time);
         match event.kind {
-            EventKind::Arrive { job } => queue.push_back(job),
+            EventKind::Arrive { job } => queue.push(job),
             EventKind::Finish { job, version } => {
                 if state.running[job]
                     .as_ref()
@@ -386,7 +575,11 @@ pub fn simulate(
         {
             continue;
         }
-        state.dispatch(&mut queue, policy);
+        match (&mut queue, cluster.queue) {
+            (Waiting::Keyed(keyed), _) => state.dispatch_k8s_keyed(keyed, policy),
+            (Waiting::InOrder(line), Queue::K8s) => state.dispatch_k8s(line, policy),
+            (Waiting::InOrder(line), Queue::Fifo) => state.dispatch_fifo(line, policy),
+        }
     }
     assert!(queue.is_empty(), "jobs left waiting with every GPU free");
     let first = jobs.iter().map(|j| j.arrival).fold(f64::INFINITY, f64::min);
@@ -428,11 +621,10 @@ mod tests {
         }
     }
 
+    /// One GPU, the default queue (the tests below have at most one job waiting behind a
+    /// refused one, so both queues give their results).
     fn one_gpu() -> Cluster {
-        Cluster {
-            gpus: 1,
-            retry_delay: 60.0,
-        }
+        Cluster::new(1, 60.0, Queue::K8s)
     }
 
     fn finishes(outcome: &Outcome) -> Vec<f64> {
@@ -598,6 +790,64 @@ mod tests {
         assert!((f[2] - 10.0).abs() < 1e-9, "{f:?}");
         assert!((f[0] - (10.0 + 116.0 / 0.6)).abs() < 1e-9, "{f:?}");
         assert!(starts.jobs.iter().all(|j| j.queueing_delay() == 0.0));
+    }
+
+    #[test]
+    fn under_k8s_a_job_that_can_share_starts_past_a_head_that_fits_nowhere() {
+        // Workloads a, h, s (1 GB each, exclusive throughput 10). Measured: a+h at 0.5 each,
+        // a+s at 0.8 each; h+s never. A (a, 100 s of work) arrives at 0; H (h, LS with cap
+        // 0.9, 50 s) at 10; S (s, 40 s) at 20. One GPU, the oracle under break-even.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("h", 1.0), workload("s", 1.0)],
+            &[(vec![0, 1], vec![5.0, 5.0]), (vec![0, 2], vec![8.0, 8.0])],
+        )
+        .unwrap();
+        let mut jobs = [
+            job("A", 0.0, 100.0, 0),
+            job("H", 10.0, 50.0, 1),
+            job("S", 20.0, 40.0, 2),
+        ];
+        jobs[1].cap = Some(0.9);
+        let run = |queue| {
+            simulate(
+                &jobs,
+                &truth,
+                &Cluster::new(1, 60.0, queue),
+                &mut Oracle {
+                    truth: &truth,
+                    rule: PlaceRule::BreakEven,
+                },
+            )
+        };
+        // fifo: H would run at 0.5 < 0.9 beside A and waits at the head; S waits behind it.
+        // A ends alone at 100; H runs alone 100-150 (h+s was never measured, so S cannot
+        // join); S runs alone 150-190.
+        let fifo = run(Queue::Fifo);
+        assert_eq!(finishes(&fifo), vec![100.0, 150.0, 190.0]);
+        assert_eq!(fifo.makespan, 190.0);
+        assert_eq!(fifo.max_set, 1);
+        // k8s: H is refused and S, offered next, starts at 20 beside A (0.8 each). S's 40 s
+        // of work end at 20 + 40 / 0.8 = 70; A has done 20 + 50 x 0.8 = 60 by then and
+        // ends alone at 70 + 40 = 110; H, refused beside A and beside A+S, runs 110-160.
+        let k8s = run(Queue::K8s);
+        let f = finishes(&k8s);
+        let expected = [110.0, 160.0, 70.0];
+        assert!(
+            f.iter().zip(expected).all(|(a, b)| (a - b).abs() < 1e-9),
+            "{f:?}"
+        );
+        assert_eq!(k8s.jobs[2].start, 20.0);
+        assert_eq!(k8s.jobs[1].start, 110.0);
+        assert_eq!(k8s.max_set, 2);
+        assert!((k8s.makespan - 160.0).abs() < 1e-9);
+        // Without the shortcut, the same.
+        let mut plain = Cluster::new(1, 60.0, Queue::K8s);
+        plain.skip_known_refusals = false;
+        let oracle = &mut Oracle {
+            truth: &truth,
+            rule: PlaceRule::BreakEven,
+        };
+        assert_eq!(simulate(&jobs, &truth, &plain, oracle), k8s);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! [`PlaceRule`] admits on the predicted members (`policy.rs`), or lets the job wait.
 //!
 //! Caps are checked by default with [`CapCheck::Cautious`] (`--caps cautious`, chosen with
-//! the `break-even` rule on the selection seeds, README): the job's through Place's
+//! the `fair-share` rule on the selection seeds under the k8s queue, README): the job's
+//! through Place's
 //! `cautious` and each resident's on the low end of its 80 % interval, so a GPU is taken
 //! only if every cap holds at the pessimistic end; `--caps point` checks them on the point
 //! predictions. The gain and the rule are read on the point predictions either way. A
@@ -42,7 +43,7 @@ use coloc::{
 };
 
 use super::{
-    policy::{GpuView, JobView, PlaceRule, Policy},
+    policy::{DecisionKey, GpuView, JobView, PlaceRule, Policy},
     truth::{Workload, GPU_MEMORY_GB},
 };
 
@@ -277,6 +278,11 @@ impl<P: Placer> Policy for PlacePolicy<P> {
                 panic!("{error:#}")
             }
         }
+    }
+
+    /// Place is asked the job's workload and cap, never its gpu_milli.
+    fn decision_key(&self, job: &JobView) -> DecisionKey {
+        DecisionKey::cap(job)
     }
 }
 

@@ -63,6 +63,46 @@ pub trait Policy {
     fn name(&self) -> &str;
     /// The position in `gpus` of the GPU for `job`, or `None` to keep it waiting.
     fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize>;
+    /// What of `job` [`Policy::choose`] depends on besides the GPUs offered: two jobs with
+    /// the same key (and the same workload, on which the offer itself depends) offered the
+    /// same GPUs get the same answer. The engine refuses a job without asking when a job of
+    /// the same key was refused and the cluster has not changed since. Every field by
+    /// default; a policy that reads less says so.
+    fn decision_key(&self, job: &JobView) -> DecisionKey {
+        DecisionKey::everything(job)
+    }
+}
+
+/// The fields of a queued job a policy's decision reads (module `engine`, the refusal
+/// shortcut). `None` for a field the decision ignores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecisionKey {
+    pub gpu_milli: Option<u32>,
+    /// The cap's bits (`f64::to_bits`; `Some(None)`: read, and the job has none).
+    pub cap: Option<Option<u64>>,
+}
+
+impl DecisionKey {
+    /// A decision that reads nothing of the job but its workload.
+    pub const WORKLOAD_ONLY: DecisionKey = DecisionKey {
+        gpu_milli: None,
+        cap: None,
+    };
+
+    pub fn everything(job: &JobView) -> Self {
+        Self {
+            gpu_milli: Some(job.gpu_milli),
+            cap: Some(job.cap.map(f64::to_bits)),
+        }
+    }
+
+    /// A decision that reads the job's cap (and its workload).
+    pub fn cap(job: &JobView) -> Self {
+        Self {
+            gpu_milli: None,
+            cap: Some(job.cap.map(f64::to_bits)),
+        }
+    }
 }
 
 pub struct OnePerGpu;
@@ -74,6 +114,10 @@ impl Policy for OnePerGpu {
 
     fn choose(&mut self, _job: &JobView, gpus: &[GpuView]) -> Option<usize> {
         gpus.iter().position(|g| g.residents.is_empty())
+    }
+
+    fn decision_key(&self, _job: &JobView) -> DecisionKey {
+        DecisionKey::WORKLOAD_ONLY
     }
 }
 
@@ -96,6 +140,13 @@ impl Policy for FractionPack {
         }
         best.map(|(i, _)| i)
     }
+
+    fn decision_key(&self, job: &JobView) -> DecisionKey {
+        DecisionKey {
+            gpu_milli: Some(job.gpu_milli),
+            cap: None,
+        }
+    }
 }
 
 pub struct SmallestMemory;
@@ -113,6 +164,10 @@ impl Policy for SmallestMemory {
             }
         }
         best.map(|(i, _)| i)
+    }
+
+    fn decision_key(&self, _job: &JobView) -> DecisionKey {
+        DecisionKey::WORKLOAD_ONLY
     }
 }
 
@@ -201,6 +256,10 @@ impl Policy for Oracle<'_> {
             }
         }
         best.map(|(i, _)| i)
+    }
+
+    fn decision_key(&self, job: &JobView) -> DecisionKey {
+        DecisionKey::cap(job)
     }
 }
 

@@ -19,7 +19,10 @@ pub struct RunSummary {
     pub mean_jct_h: f64,
     pub p50_jct_h: f64,
     pub p95_jct_h: f64,
+    pub p99_jct_h: f64,
     pub mean_queueing_h: f64,
+    /// The longest a job waited (starvation shows here first).
+    pub max_queueing_h: f64,
     pub gpu_hours: f64,
     /// Time-averaged jobs on a busy GPU.
     pub jobs_per_busy_gpu: f64,
@@ -62,7 +65,14 @@ impl RunSummary {
             mean_jct_h: jct.iter().sum::<f64>() / n / h,
             p50_jct_h: percentile(&jct, 0.5) / h,
             p95_jct_h: percentile(&jct, 0.95) / h,
+            p99_jct_h: percentile(&jct, 0.99) / h,
             mean_queueing_h: outcome.jobs.iter().map(|j| j.queueing_delay()).sum::<f64>() / n / h,
+            max_queueing_h: outcome
+                .jobs
+                .iter()
+                .map(|j| j.queueing_delay())
+                .fold(0.0, f64::max)
+                / h,
             gpu_hours: outcome.busy_gpu_seconds / h,
             jobs_per_busy_gpu: if outcome.busy_gpu_seconds > 0.0 {
                 outcome.job_seconds / outcome.busy_gpu_seconds
@@ -129,7 +139,9 @@ pub struct PolicySummary {
     pub mean_jct_h: Spread,
     pub p50_jct_h: Spread,
     pub p95_jct_h: Spread,
+    pub p99_jct_h: Spread,
     pub mean_queueing_h: Spread,
+    pub max_queueing_h: Spread,
     pub gpu_hours: Spread,
     pub jobs_per_busy_gpu: Spread,
     pub oom_events: Spread,
@@ -178,7 +190,9 @@ impl Report {
                     mean_jct_h: s(|r| r.mean_jct_h),
                     p50_jct_h: s(|r| r.p50_jct_h),
                     p95_jct_h: s(|r| r.p95_jct_h),
+                    p99_jct_h: s(|r| r.p99_jct_h),
                     mean_queueing_h: s(|r| r.mean_queueing_h),
+                    max_queueing_h: s(|r| r.max_queueing_h),
                     gpu_hours: s(|r| r.gpu_hours),
                     jobs_per_busy_gpu: s(|r| r.jobs_per_busy_gpu),
                     oom_events: s(|r| r.oom_events as f64),
@@ -214,7 +228,9 @@ impl Report {
             "JCT cut",
             "p50 JCT h",
             "p95 JCT h",
+            "p99 JCT h",
             "queueing h",
+            "longest wait h",
             "GPU-hours",
             "jobs/GPU",
             "OOM",
@@ -243,7 +259,7 @@ impl Report {
                 max: p.bound_share.max * 100.0,
             };
             println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} % |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} % |",
                 p.policy,
                 p.makespan_h.show(0),
                 pct(p.makespan_cut),
@@ -251,7 +267,9 @@ impl Report {
                 pct(p.mean_jct_cut),
                 p.p50_jct_h.show(2),
                 p.p95_jct_h.show(1),
+                p.p99_jct_h.show(1),
                 p.mean_queueing_h.show(1),
+                p.max_queueing_h.show(1),
                 p.gpu_hours.show(0),
                 p.jobs_per_busy_gpu.show(2),
                 p.oom_events.show(0),

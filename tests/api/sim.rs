@@ -20,6 +20,8 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["setup"]["jobs"], 200);
     assert_eq!(report["setup"]["measured_sets"], 1598);
+    // kube-scheduler's queue is the default.
+    assert_eq!(report["setup"]["queue"], "k8s");
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 6 * 2);
     for run in runs {
@@ -27,6 +29,12 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
         assert!(run["makespan_h"].as_f64().unwrap() > 0.0, "{run}");
         let (p50, p95) = (run["p50_jct_h"].as_f64(), run["p95_jct_h"].as_f64());
         assert!(p50 <= p95, "{run}");
+        assert!(p95 <= run["p99_jct_h"].as_f64(), "{run}");
+        let waited = |field: &str| run[field].as_f64().unwrap();
+        assert!(
+            waited("mean_queueing_h") <= waited("max_queueing_h"),
+            "{run}"
+        );
     }
     let policy = |name: &str| {
         report["policies"]
@@ -155,9 +163,9 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     };
     let seconds = |run: &serde_json::Value, field: &str| run[field].as_f64().unwrap() * 3600.0;
 
-    // The default rule is break-even: y starts at once beside b and h and ends at 10 / 0.4022
-    // s; b and h, 10 s of work done each, run the other 990 s as a pair.
-    let (setup, run) = oracle(&[]);
+    // Under break-even y starts at once beside b and h and ends at 10 / 0.4022 s; b and h,
+    // 10 s of work done each, run the other 990 s as a pair.
+    let (setup, run) = oracle(&["--rule", "break-even"]);
     assert_eq!(setup["place_rule"], "break-even");
     assert_eq!(run["max_jobs_on_a_gpu"], 3, "{run}");
     assert_eq!(seconds(&run, "mean_queueing_h"), 0.0, "{run}");
@@ -170,7 +178,12 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     );
     assert!((seconds(&run, "makespan_h") - long).abs() < 0.01, "{run}");
 
-    // Under gain y would shrink Σ: it waits until b and h end at 1000 / 0.6081 s.
+    // Under fair-share (the default) each of the three keeps 0.4022, above its third: y
+    // starts at once as well. Under gain y would shrink Σ: it waits until b and h end at
+    // 1000 / 0.6081 s.
+    let (setup, run) = oracle(&[]);
+    assert_eq!(setup["place_rule"], "fair-share");
+    assert_eq!(run["max_jobs_on_a_gpu"], 3, "{run}");
     let (setup, run) = oracle(&["--rule", "gain"]);
     assert_eq!(setup["place_rule"], "gain");
     assert_eq!(run["max_jobs_on_a_gpu"], 2, "{run}");
@@ -183,5 +196,22 @@ fn under_break_even_a_short_job_starts_beside_two_long_ones_that_gain_would_make
     assert!(
         (seconds(&run, "mean_jct_h") - expected).abs() < 0.01,
         "{run} {expected}"
+    );
+}
+
+#[test]
+fn simulate_records_the_fifo_queue_when_asked_and_refuses_an_unknown_queue() {
+    let pods = [("a", 0, 100), ("b", 10, 100)];
+    let report = simulate_pods(&pods, &["--gpus", "1", "--queue", "fifo"]);
+    assert_eq!(report["setup"]["queue"], "fifo");
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["simulate", "--queue", "lifo"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--queue") && stderr.contains("k8s"),
+        "{stderr}"
     );
 }
