@@ -185,12 +185,48 @@ pub struct ExtenderSettings {
     /// How a GPU's gain is valued: "normalized-sum" (Σ colocated / exclusive, Rank's
     /// default) or "throughput-sum".
     pub objective: ExtenderObjective,
-    /// Refuse a GPU where the pod's new set is predicted to do less work than one job alone
-    /// (Σ colocated / exclusive below 1): the rule the cluster simulation chose.
-    pub break_even: bool,
+    /// What a shared GPU must promise before the pod may join it, on the members' predicted
+    /// shares of their exclusive throughput: "fair-share" (each of the k jobs keeps at least
+    /// 1/k; the rule the cluster simulation chose), "break-even" (together at least one
+    /// job's work), "gain" (the set's value grows) or "none".
+    pub rule: ExtenderRule,
     /// Read every floor (the pod's and each resident's `coloc.io/min-job-fraction`) on the
     /// low end of the member's 80 % interval instead of its point prediction.
     pub cautious: bool,
+}
+
+/// `extender.rule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ExtenderRule {
+    None,
+    Gain,
+    FairShare,
+    BreakEven,
+}
+
+impl ExtenderRule {
+    pub const ALL: [Self; 4] = [Self::FairShare, Self::BreakEven, Self::Gain, Self::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Gain => "gain",
+            Self::FairShare => "fair-share",
+            Self::BreakEven => "break-even",
+        }
+    }
+}
+
+impl TryFrom<String> for ExtenderRule {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|rule| rule.as_str() == raw)
+            .ok_or_else(|| format!("{raw:?} is not one of {:?}", Self::ALL.map(Self::as_str)))
+    }
 }
 
 /// `extender.objective`.
@@ -461,7 +497,7 @@ max_request_bytes = 67108864
 watch_cluster = false
 watch_namespace = ""
 objective = "normalized-sum"
-break_even = true
+rule = "fair-share"
 cautious = true
 
 [auth]

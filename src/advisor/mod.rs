@@ -34,8 +34,8 @@ pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
 pub use place::{
-    place_in, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
-    DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
+    place_in, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule, PlaceSkipCode, Placement,
+    SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
 };
 pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,

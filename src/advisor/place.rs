@@ -192,6 +192,52 @@ pub struct Placement {
     pub model_version: u64,
 }
 
+/// What a shared GPU must promise before a job may start there, besides memory and caps:
+/// the rule the cluster simulation compares and the scheduler extender applies (README,
+/// "Cluster simulation"). `speeds` are the new set's members' shares of their exclusive
+/// throughput (the job among them), `gain` the change of the set's value with the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceRule {
+    /// The set's value grows with the job.
+    Gain,
+    /// Every member of the new set of k keeps at least 1/k of its exclusive throughput,
+    /// what time-slicing the GPU among the k would give it (Σ >= 1 follows).
+    FairShare,
+    /// The new set's Σ share is at least 1: the GPU does at least one exclusive job's work.
+    BreakEven,
+}
+
+impl PlaceRule {
+    pub const ALL: [PlaceRule; 3] = [PlaceRule::Gain, PlaceRule::FairShare, PlaceRule::BreakEven];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PlaceRule::Gain => "gain",
+            PlaceRule::FairShare => "fair-share",
+            PlaceRule::BreakEven => "break-even",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Whether a GPU whose new set has the members' `speeds` and whose value changes by
+    /// `gain` with the job may take it.
+    pub fn admits(self, gain: f64, speeds: &[f64]) -> bool {
+        // Tolerance for a speed measured or predicted at exactly the floor.
+        const EPSILON: f64 = 1e-9;
+        match self {
+            PlaceRule::Gain => gain > 0.0,
+            PlaceRule::FairShare => {
+                let floor = 1.0 / speeds.len().max(1) as f64;
+                speeds.iter().all(|&s| s >= floor - EPSILON)
+            }
+            PlaceRule::BreakEven => speeds.iter().sum::<f64>() >= 1.0 - EPSILON,
+        }
+    }
+}
+
 /// Why a GPU was left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaceSkipCode {

@@ -4,9 +4,9 @@
 //!
 //! One Place query per call, over the distinct GPUs the extender collected, with the
 //! extender's rules ([`PlacerRules`]: by default NORMALIZED_SUM gains, floors read on the
-//! low ends of the 80 % intervals, break-even), Place's cap of 4 jobs per GPU and its rule
+//! low ends of the 80 % intervals, the fair-share rule), Place's cap of 4 jobs per GPU and its rule
 //! that nobody is sped up by a co-runner, and the pod's `min_job_fraction`; each resident's
-//! own `min_job_fraction` and the break-even rule are then checked on the members Place
+//! own `min_job_fraction` and the rule are then checked on the members Place
 //! predicts (Place's `min_resident_fraction` is one figure for every resident, and
 //! residents differ). What Place skips for a cause the job's placement decides
 //! (memory, a cap, too many jobs) refuses the GPU; what it skips because coloc cannot judge
@@ -20,9 +20,11 @@ use super::{
     pod::MIN_JOB_FRACTION_ANNOTATION,
 };
 use crate::{
-    advisor::{Advisor, Error, GpuState, MemberPrediction, Objective, PlaceQuery, PlaceSkipCode},
+    advisor::{
+        Advisor, Error, GpuState, MemberPrediction, Objective, PlaceQuery, PlaceRule, PlaceSkipCode,
+    },
     domain::{GpuName, WorkloadName},
-    settings::{ExtenderObjective, ExtenderSettings},
+    settings::{ExtenderObjective, ExtenderRule, ExtenderSettings},
 };
 
 pub struct AdvisorPlacer {
@@ -51,12 +53,13 @@ impl AdvisorPlacer {
     }
 }
 
-/// What the extender asks of a GPU (`extender.objective`, `break_even`, `cautious`).
+/// What the extender asks of a GPU (`extender.objective`, `rule`, `cautious`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlacerRules {
     pub objective: Objective,
-    /// Refuse a GPU where the new set's predicted Σ colocated / exclusive is below 1.
-    pub break_even: bool,
+    /// What a shared GPU must promise, on the members' predicted shares (`None`: nothing
+    /// beyond the floors).
+    pub rule: Option<PlaceRule>,
     /// Read floors on the low end of each member's 80 % interval.
     pub cautious: bool,
 }
@@ -68,7 +71,12 @@ impl PlacerRules {
                 ExtenderObjective::NormalizedSum => Objective::NormalizedSum,
                 ExtenderObjective::ThroughputSum => Objective::ThroughputSum,
             },
-            break_even: settings.break_even,
+            rule: match settings.rule {
+                ExtenderRule::None => None,
+                ExtenderRule::Gain => Some(PlaceRule::Gain),
+                ExtenderRule::FairShare => Some(PlaceRule::FairShare),
+                ExtenderRule::BreakEven => Some(PlaceRule::BreakEven),
+            },
             cautious: settings.cautious,
         }
     }
@@ -79,7 +87,7 @@ impl Default for PlacerRules {
     fn default() -> Self {
         Self {
             objective: Objective::NormalizedSum,
-            break_even: true,
+            rule: Some(PlaceRule::FairShare),
             cautious: true,
         }
     }
@@ -87,8 +95,9 @@ impl Default for PlacerRules {
 
 /// Whether a GPU Place admitted fits the extender's rules: each resident keeps its own
 /// `min_job_fraction` (read as the pod's floor is: the low end of its interval when
-/// cautious), and with `break_even` the new set does at least one job's work (`members`:
-/// the job first, then the residents in the order the slot gave them). What the answer
+/// cautious), and the new set passes the [`PlaceRule`] on the point predictions, as the
+/// simulation reads it (`members`: the job first, then the residents in the order the
+/// slot gave them). What the answer
 /// cannot check (a model that predicts only sums, asked for no member) leaves the GPU
 /// unscored.
 fn judge(
@@ -132,23 +141,38 @@ fn judge(
             }
         }
     }
-    if rules.break_even && members.len() > 1 {
-        let Some(normalized_sum) = members
+    if let (Some(rule), true) = (rules.rule, members.len() > 1) {
+        let Some(shares) = members
             .iter()
             .map(MemberPrediction::predicted_speed_fraction)
-            .sum::<Option<f64>>()
+            .collect::<Option<Vec<f64>>>()
         else {
-            return unchecked("every member (break-even)");
+            return unchecked(&format!("every member ({})", rule.name()));
         };
-        if normalized_sum < 1.0 {
-            return SlotOutcome::DoesNotFit {
-                reason: format!(
-                    "below break-even: the {} jobs together are predicted to do {:.2} of one \
-                     job's work (Σ colocated / exclusive throughput)",
-                    members.len(),
-                    normalized_sum
+        if !rule.admits(gain, &shares) {
+            let k = shares.len();
+            let reason = match rule {
+                PlaceRule::FairShare => {
+                    let (worst, share) = members
+                        .iter()
+                        .zip(&shares)
+                        .min_by(|a, b| a.1.total_cmp(b.1))
+                        .map(|(m, s)| (m.workload.to_string(), *s))
+                        .unwrap_or_default();
+                    format!(
+                        "below its fair share: {worst} is predicted to keep {:.0} % of its \
+                         exclusive throughput, less than 1/{k} of the GPU",
+                        share * 100.0
+                    )
+                }
+                PlaceRule::BreakEven => format!(
+                    "below break-even: the {k} jobs together are predicted to do {:.2} of \
+                     one job's work (Σ colocated / exclusive throughput)",
+                    shares.iter().sum::<f64>()
                 ),
+                PlaceRule::Gain => format!("the GPU's predicted value would not grow ({gain:.3})"),
             };
+            return SlotOutcome::DoesNotFit { reason };
         }
     }
     SlotOutcome::Fits { gain }

@@ -171,45 +171,7 @@ impl Policy for SmallestMemory {
     }
 }
 
-/// What a GPU must promise before a queued job may start there (module header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlaceRule {
-    Gain,
-    FairShare,
-    BreakEven,
-}
-
-impl PlaceRule {
-    pub const ALL: [PlaceRule; 3] = [PlaceRule::Gain, PlaceRule::FairShare, PlaceRule::BreakEven];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PlaceRule::Gain => "gain",
-            PlaceRule::FairShare => "fair-share",
-            PlaceRule::BreakEven => "break-even",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name() == name)
-    }
-
-    /// Whether a GPU whose new set has the members' `speeds` (shares of their exclusive
-    /// speeds, the job among them) and whose Σ speed changes by `gain` with the job may
-    /// take it. Caps and memory are checked apart.
-    pub fn admits(self, gain: f64, speeds: &[f64]) -> bool {
-        // Tolerance for a speed measured or predicted at exactly the floor.
-        const EPSILON: f64 = 1e-9;
-        match self {
-            PlaceRule::Gain => gain > 0.0,
-            PlaceRule::FairShare => {
-                let floor = 1.0 / speeds.len().max(1) as f64;
-                speeds.iter().all(|&s| s >= floor - EPSILON)
-            }
-            PlaceRule::BreakEven => speeds.iter().sum::<f64>() >= 1.0 - EPSILON,
-        }
-    }
-}
+pub use coloc::advisor::PlaceRule;
 
 /// Σ speed of a set by the truth the engine runs it at (measured, or the bound).
 fn summed_speed(truth: &Truth, set: SetKey) -> Option<f64> {

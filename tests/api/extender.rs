@@ -143,7 +143,7 @@ async fn place_expectations(
                 })
         })
         .collect();
-    // The extender's default rules: NORMALIZED_SUM, floors on the low ends, break-even.
+    // The extender's default rules: NORMALIZED_SUM, floors on the low ends, fair share.
     let answer = app
         .client
         .place(pb::PlaceRequest {
@@ -159,13 +159,13 @@ async fn place_expectations(
         .into_inner();
     let mut best: BTreeMap<&'static str, Option<f64>> = layout.keys().map(|n| (*n, None)).collect();
     for placement in answer.placements {
-        let together: f64 = placement
+        let k = placement.members.len() as f64;
+        if placement
             .members
             .iter()
-            .map(|m| m.predicted_speed_fraction.unwrap())
-            .sum();
-        if together < 1.0 {
-            continue; // below break-even
+            .any(|m| m.predicted_speed_fraction.unwrap() < 1.0 / k)
+        {
+            continue; // a member below its fair share of the GPU
         }
         let node = layout.keys().find(|n| **n == placement.node).unwrap();
         let entry = best.get_mut(node).unwrap();
@@ -408,31 +408,23 @@ async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_
     );
 }
 
-#[tokio::test]
-async fn below_break_even_a_gpu_refuses_the_pod_unless_the_operator_turns_the_rule_off() {
-    // The published KACE measurements, where some pairs lose and others gain.
-    let job = "vit-base-patch16-224_batch1-inf";
-    for break_even in [true, false] {
-        let config = format!("{EXTENDER_ON}break_even = {break_even}\n");
-        let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
-        let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
-        import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+/// One job of the KACE data and three residents it may join, by the Place RPC's shares:
+/// `below` (together less than one job's work), `unfair` (more than one job's work, but a
+/// member below half its speed) and `fair` (both above half).
+async fn rule_cases(app: &mut TestApp) -> (String, [String; 3]) {
+    let workloads: Vec<String> =
+        coloc::client::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
             .await
-            .unwrap();
-        let addr = app.extender_addr.unwrap();
-        // Σ colocated / exclusive of the job beside each profiled workload, by the Place RPC.
-        let residents: Vec<String> =
-            coloc::client::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|w| w.name)
-                .collect();
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+    for job in &workloads {
         let answer = app
             .client
             .place(pb::PlaceRequest {
-                workload: job.into(),
-                gpus: residents
+                workload: job.clone(),
+                gpus: workloads
                     .iter()
                     .enumerate()
                     .map(|(i, resident)| pb::GpuState {
@@ -447,30 +439,55 @@ async fn below_break_even_a_gpu_refuses_the_pod_unless_the_operator_turns_the_ru
             .await
             .unwrap()
             .into_inner();
-        let together = |placement: &pb::Placement| -> f64 {
-            placement
-                .members
-                .iter()
-                .map(|m| m.predicted_speed_fraction.unwrap())
-                .sum()
+        let find = |wanted: &dyn Fn(f64, f64) -> bool| {
+            answer.placements.iter().find_map(|p| {
+                let shares: Vec<f64> = p
+                    .members
+                    .iter()
+                    .map(|m| m.predicted_speed_fraction.unwrap())
+                    .collect();
+                let (sum, least) = (
+                    shares.iter().sum(),
+                    shares.iter().cloned().fold(1.0, f64::min),
+                );
+                wanted(sum, least).then(|| workloads[p.gpu_id.parse::<usize>().unwrap()].clone())
+            })
         };
-        let resident_where = |wanted: fn(f64) -> bool| {
-            let placement = answer
-                .placements
-                .iter()
-                .find(|p| wanted(together(p)))
-                .expect("the KACE pairs hold both kinds");
-            residents[placement.gpu_id.parse::<usize>().unwrap()].clone()
-        };
-        let below = resident_where(|t| t < 0.95);
-        let above = resident_where(|t| t > 1.05);
+        if let (Some(below), Some(unfair), Some(fair)) = (
+            find(&|sum, _| sum < 0.95),
+            find(&|sum, least| sum > 1.05 && least < 0.45),
+            find(&|_, least| least > 0.55),
+        ) {
+            return (job.clone(), [below, unfair, fair]);
+        }
+    }
+    panic!("no KACE job with all three kinds of partner");
+}
+
+#[tokio::test]
+async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_default() {
+    // The published KACE measurements, where some pairs lose and others gain.
+    for (rule, passes) in [
+        ("", vec!["fair"]),
+        ("rule = \"break-even\"\n", vec!["unfair", "fair"]),
+        ("rule = \"none\"\n", vec!["below", "unfair", "fair"]),
+    ] {
+        let config = format!("{EXTENDER_ON}{rule}");
+        let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
+        let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
+        import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+            .await
+            .unwrap();
+        let addr = app.extender_addr.unwrap();
+        let (job, residents) = rule_cases(&mut app).await;
         let label = KACE_GPU.replace(' ', "-");
-        for (node, resident) in [("below", &below), ("above", &above)] {
+        let nodes = ["below", "unfair", "fair"];
+        for (node, resident) in nodes.iter().zip(&residents) {
             app.cluster.set_node(node, gpus(1, &label));
             app.cluster.set_pod(
                 &format!("{node}-0"),
                 Some(Residency {
-                    node: node.into(),
+                    node: node.to_string(),
                     gpus: vec!["gpu-0".into()],
                     workload: resident.clone(),
                     min_job_fraction: None,
@@ -480,17 +497,28 @@ async fn below_break_even_a_gpu_refuses_the_pod_unless_the_operator_turns_the_ru
         let args = json!({
             "Pod": pod(json!({"coloc.io/workload": job})),
             "Nodes": null,
-            "NodeNames": names(&["below", "above"]),
+            "NodeNames": names(&nodes),
         });
         let (status, body) = post(addr, "/coloc/filter", &args, "").await;
         assert_eq!(status, 200, "{body}");
-        if break_even {
-            assert_eq!(body["NodeNames"], json!(["above"]), "{below}: {body}");
-            let reason = body["FailedNodes"]["below"].as_str().unwrap();
-            assert!(reason.contains("below break-even"), "{reason}");
-        } else {
-            assert_eq!(body["NodeNames"], json!(["below", "above"]), "{body}");
-            assert_eq!(body["FailedNodes"], json!({}));
+        assert_eq!(
+            body["NodeNames"],
+            json!(passes),
+            "{rule:?} {job} {residents:?}: {body}"
+        );
+        let failed = &body["FailedNodes"];
+        match rule {
+            "" => {
+                for node in ["below", "unfair"] {
+                    let reason = failed[node].as_str().unwrap();
+                    assert!(reason.contains("below its fair share"), "{reason}");
+                }
+            }
+            r if r.contains("break-even") => {
+                let reason = failed["below"].as_str().unwrap();
+                assert!(reason.contains("below break-even"), "{reason}");
+            }
+            _ => assert_eq!(failed, &json!({})),
         }
     }
 }
