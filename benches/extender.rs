@@ -12,7 +12,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 
 use axum::body::Body;
 use coloc::{
-    advisor::Advisor,
+    advisor::{Advisor, Objective},
     domain::GpuName,
     extender::{
         http::{router, ServeOptions},
@@ -124,19 +124,28 @@ fn extender(c: &mut Criterion) {
     workloads.sort();
     let job = workloads[workloads.len() / 2].clone();
     let view = cluster(&workloads);
-    let extender = Arc::new(Extender::new(
-        Arc::new(AdvisorPlacer::new(advisor.clone(), PlacerRules::default())),
-        view,
-    ));
-    let app = router(
-        extender,
-        &ServeOptions {
-            url_prefix: String::new(),
-            max_request_bytes: 64 << 20,
-            tokens: None,
-            tls: None,
-        },
-    );
+    let router_with = |rules: PlacerRules| {
+        router(
+            Arc::new(Extender::new(
+                Arc::new(AdvisorPlacer::new(advisor.clone(), rules)),
+                view.clone(),
+            )),
+            &ServeOptions {
+                url_prefix: String::new(),
+                max_request_bytes: 64 << 20,
+                tokens: None,
+                tls: None,
+            },
+        )
+    };
+    let app = router_with(PlacerRules::default());
+    // The baseline of the same run: the rules before 2026-11-24 (THROUGHPUT_SUM gains,
+    // floors on the point predictions, no placement rule).
+    let before = router_with(PlacerRules {
+        objective: Objective::ThroughputSum,
+        rule: None,
+        cautious: false,
+    });
     let names: Vec<String> = (0..NODES).map(|n| format!("gpu-node-{n:05}")).collect();
     let body = serde_json::to_vec(&serde_json::json!({
         "Pod": {"metadata": {"name": "trainer", "namespace": "ml", "uid": "u1",
@@ -147,7 +156,7 @@ fn extender(c: &mut Criterion) {
         "NodeNames": names,
     }))
     .unwrap();
-    let call = |path: &'static str, body: Option<Vec<u8>>| {
+    let call_on = |app: &axum::Router, path: &'static str, body: Option<Vec<u8>>| {
         let app = app.clone();
         async move {
             let request = match body {
@@ -164,6 +173,7 @@ fn extender(c: &mut Criterion) {
                 .unwrap()
         }
     };
+    let call = |path: &'static str, body: Option<Vec<u8>>| call_on(&app, path, body);
     // One answer checked: every node scored, some above the floor.
     let answer: serde_json::Value =
         serde_json::from_slice(&rt.block_on(call("/prioritize", Some(body.clone())))).unwrap();
@@ -211,6 +221,31 @@ fn extender(c: &mut Criterion) {
             times.last().unwrap()
         );
     }
+
+    // Cold prioritize under today's rules against the rules before them, calls alternating
+    // (so that both see the same machine).
+    let rounds = 100;
+    let (mut now, mut then) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (app, times) in [(&app, &mut now), (&before, &mut then)] {
+            advisor.forget_placed_sets();
+            let start = std::time::Instant::now();
+            rt.block_on(call_on(app, "/prioritize", Some(body.clone())));
+            times.push(start.elapsed());
+        }
+    }
+    now.sort();
+    then.sort();
+    println!(
+        "extender prioritize 5000x8 cold, alternating: today's rules p50 {:?} p99 {:?}; the \
+         rules before p50 {:?} p99 {:?}; ratio p50 {:.2} p99 {:.2} over {rounds} calls each",
+        percentile(&now, 0.5),
+        percentile(&now, 0.99),
+        percentile(&then, 0.5),
+        percentile(&then, 0.99),
+        percentile(&now, 0.5).as_secs_f64() / percentile(&then, 0.5).as_secs_f64(),
+        percentile(&now, 0.99).as_secs_f64() / percentile(&then, 0.99).as_secs_f64(),
+    );
 }
 
 criterion_group!(benches, extender);
