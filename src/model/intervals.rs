@@ -130,7 +130,7 @@ pub const CANDIDATES: [(&str, Calibration); 5] = [
 ];
 
 /// One held-out run: what happened, what a model that did not fit it predicted, and the
-/// prediction's difficulty ([`ModelParams::difficulty`]).
+/// prediction's difficulty ([`super::MemberRidgeGbt::difficulty`]; 0 for other kinds).
 #[derive(Debug, Clone)]
 pub struct HeldOut {
     pub throughputs: Vec<f64>,
