@@ -250,6 +250,10 @@ pub struct EvalNwayArgs {
     /// pairs' unseen-workload protocol and these runs').
     #[arg(long)]
     pub coverage: bool,
+    /// With --coverage, measure every candidate way of calibrating the intervals, not only
+    /// the chosen one (README, "N-way", "Intervals").
+    #[arg(long, requires = "coverage")]
+    pub calibrations: bool,
     /// Print the numbers as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -761,7 +765,10 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     if args.json {
         crate::progress::hide();
     }
-    use crate::{eval, model::ModelKind};
+    use crate::{
+        eval,
+        model::{self, ModelKind},
+    };
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,
         Some(raw) => parse_model_kind("--predictions-model", raw)?,
@@ -801,7 +808,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     for (k, path) in args.runs.iter().enumerate() {
         let (path, profiles, run_policies) =
             (path.clone(), args.profiles.clone(), policies.clone());
-        let with_coverage = args.coverage;
+        let (with_coverage, with_calibrations) = (args.coverage, args.calibrations);
         let through_api = args.through_api;
         let targets = args.targets.clone();
         let (data, cases, mut results, run_coverage) =
@@ -823,11 +830,18 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                 let results = eval::nway::evaluate(&data, &cases, &local_policies)?;
                 let mut run_coverage = Vec::new();
                 if with_coverage {
+                    // The chosen calibration, or with --calibrations every one compared.
+                    let calibrations: &[(&str, model::intervals::Calibration)] =
+                        if with_calibrations {
+                            &model::intervals::CANDIDATES
+                        } else {
+                            &[("chosen", model::intervals::Calibration::CHOSEN)]
+                        };
                     // The pairs are the same for every file: measured once.
                     if k == 0 {
-                        run_coverage.push(eval::nway::pair_coverage(&data)?);
+                        run_coverage.extend(eval::nway::pair_coverage(&data, calibrations)?);
                     }
-                    run_coverage.push(eval::nway::coverage(&data, &cases)?);
+                    run_coverage.extend(eval::nway::coverage(&data, &cases, calibrations)?);
                 }
                 Ok((data, cases, results, run_coverage))
             })

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::{split_by_exclusive, ModelKind, SetPrediction},
+    model::{split_by_exclusive, Features, ModelKind, SetPrediction},
     store::StoredModel,
 };
 
@@ -516,11 +516,15 @@ impl<'a> SetCache<'a> {
                             sum: members.iter().sum(),
                             members: Some(members),
                         };
+                        let features: Vec<&Features> = key
+                            .iter()
+                            .map(|&i| &self.ready.table.entries()[i as usize].features)
+                            .collect();
                         let bounds = self
                             .ready
                             .model
                             .params
-                            .interval(key.len(), &prediction)
+                            .interval(&features, &prediction)
                             .and_then(|interval| interval.members);
                         SetValue {
                             sum: prediction.sum,

@@ -451,17 +451,14 @@ impl RankWork {
             && query.min_target_fraction.is_some()
             && model
                 .params
-                .interval(2, &SetPrediction::sum_only(1.0))
+                .pair_interval(&SetPrediction::sum_only(1.0))
                 .is_some();
         let interval_of = |prediction: &PairScore| {
             prediction.members.and_then(|m| {
-                model.params.interval(
-                    2,
-                    &SetPrediction {
-                        sum: prediction.sum,
-                        members: Some(m.to_vec()),
-                    },
-                )
+                model.params.pair_interval(&SetPrediction {
+                    sum: prediction.sum,
+                    members: Some(m.to_vec()),
+                })
             })
         };
 
@@ -633,7 +630,8 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let interval = model.params.interval(entries.len(), &prediction);
+    let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
+    let interval = model.params.interval(&features, &prediction);
     let mut member_answers = member_predictions(&entries, members);
     if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
         for (answer, bound) in member_answers.iter_mut().zip(bounds) {

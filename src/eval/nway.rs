@@ -26,7 +26,7 @@ use super::Policy;
 use crate::{
     dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload},
     domain::WorkloadMode,
-    model::{self, Features, ModelKind, TrainingRow},
+    model::{self, intervals::Calibration, Features, ModelKind, TrainingRow},
 };
 
 /// One measured run: the members (repeats allowed) and each one's colocated throughput.
@@ -546,7 +546,8 @@ mod tests {
     }
 }
 
-/// How often 80 % intervals held what happened, for one protocol and policy.
+/// How often 80 % intervals held what happened, for one protocol and policy (the default
+/// model kind and a way of calibrating its intervals).
 #[derive(Debug, Clone, Serialize)]
 pub struct Coverage {
     pub protocol: String,
@@ -566,16 +567,14 @@ impl Coverage {
         self.sums_inside as f64 / self.sums as f64
     }
 
-    /// Fits the default model as `Train` does (intervals calibrated on `training` alone)
-    /// and counts the held-out `test` runs inside their intervals.
-    fn add(&mut self, training: &[TrainingRow], test: &[TrainingRow]) -> anyhow::Result<()> {
-        let (params, _) = model::fit(ModelKind::DEFAULT, training)?;
+    /// Counts the held-out `test` runs inside the intervals of `params`.
+    fn add(&mut self, params: &model::ModelParams, test: &[TrainingRow]) -> anyhow::Result<()> {
         let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
         for row in test {
             let members: Vec<&Features> = row.members.iter().collect();
             let prediction = params.predict_set(&members);
             let interval = params
-                .interval(row.members.len(), &prediction)
+                .interval(&members, &prediction)
                 .context("the model has no intervals")?;
             self.sums += 1;
             self.sums_inside += usize::from(inside(row.throughput_sum(), interval.sum));
@@ -589,10 +588,10 @@ impl Coverage {
         Ok(())
     }
 
-    fn new(protocol: String) -> Self {
+    fn new(protocol: String, calibration: &str) -> Self {
         Self {
             protocol,
-            policy: ModelKind::DEFAULT.as_str().into(),
+            policy: format!("{}, {calibration}", ModelKind::DEFAULT.as_str()),
             members_inside: 0,
             members: 0,
             sums_inside: 0,
@@ -601,34 +600,96 @@ impl Coverage {
     }
 }
 
-/// Coverage of the default model's 80 % intervals (as `Train` calibrates them) on this
-/// file's protocol: every run, runs training, each target's candidates.
-pub fn coverage(data: &NwayData, cases: &[NwayCase]) -> anyhow::Result<Coverage> {
-    let mut runs = Coverage::new(format!("{} all, runs, unseen family", data.label));
+/// The default model fitted on `training` as `Train` fits it, once per way of calibrating
+/// its intervals (each calibrated on `training` alone).
+fn fit_calibrated_each(
+    training: &[TrainingRow],
+    calibrations: &[(&str, Calibration)],
+) -> anyhow::Result<Vec<model::ModelParams>> {
+    let options = model::MemberOptions::CHOSEN;
+    let point = model::MemberRidgeGbt::fit_with(training, options)?;
+    let ways: Vec<Calibration> = calibrations.iter().map(|(_, c)| *c).collect();
+    Ok(model::MemberRidgeGbt::calibrate(training, options, &ways)?
+        .into_iter()
+        .map(|intervals| {
+            let mut model = point.clone();
+            model.intervals = intervals;
+            model::ModelParams::MemberRidgeGbt(model)
+        })
+        .collect())
+}
+
+/// Coverage of the default model's 80 % intervals, calibrated each way of `calibrations`
+/// (as `Train` calibrates them, on each case's training alone), on this file's protocol:
+/// every run, runs training, each target's candidates. Per calibration three rows: the
+/// selection half of the targets (name order, even positions), the report half (odd), and
+/// every target.
+pub fn coverage(
+    data: &NwayData,
+    cases: &[NwayCase],
+    calibrations: &[(&str, Calibration)],
+) -> anyhow::Result<Vec<Coverage>> {
+    let protocol = format!("{} all, runs, unseen family", data.label);
+    let halves = ["selection targets (even)", "report targets (odd)"];
+    let mut rows: Vec<[Coverage; 3]> = calibrations
+        .iter()
+        .map(|(name, _)| {
+            [
+                Coverage::new(format!("{protocol}, {}", halves[0]), name),
+                Coverage::new(format!("{protocol}, {}", halves[1]), name),
+                Coverage::new(protocol.clone(), name),
+            ]
+        })
+        .collect();
+    // A target's half: its position among every target of the file, in name order (the
+    // cases may be a subset of them).
+    let targets: BTreeSet<&str> = data
+        .runs
+        .iter()
+        .flat_map(|r| r.members.iter().map(String::as_str))
+        .collect();
     for case in cases
         .iter()
         .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
     {
+        let position = targets
+            .iter()
+            .position(|t| *t == case.target)
+            .context("a case's target is one of the runs' workloads")?;
         let test: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
-        runs.add(&data.training_rows(case), &test)?;
+        let models = fit_calibrated_each(&data.training_rows(case), calibrations)?;
+        for (row, params) in rows.iter_mut().zip(&models) {
+            row[position % 2].add(params, &test)?;
+            row[2].add(params, &test)?;
+        }
     }
-    Ok(runs)
+    Ok(rows.into_iter().flatten().collect())
 }
 
 /// The same on the pair dataset's unseen-workload protocol: each workload's pairs against
-/// a model fitted and calibrated on the pairs without it.
-pub fn pair_coverage(data: &NwayData) -> anyhow::Result<Coverage> {
+/// a model fitted and calibrated on the pairs without it; one row per calibration.
+pub fn pair_coverage(
+    data: &NwayData,
+    calibrations: &[(&str, Calibration)],
+) -> anyhow::Result<Vec<Coverage>> {
     let workloads: BTreeSet<&str> = data
         .pairs
         .iter()
         .flat_map(|p| [p.workload1.as_str(), p.workload2.as_str()])
         .collect();
-    let mut pairs = Coverage::new("pairs, unseen workload".into());
+    let mut rows: Vec<Coverage> = calibrations
+        .iter()
+        .map(|(name, _)| Coverage::new("pairs, unseen workload".into(), name))
+        .collect();
     for &w in &workloads {
         let (test, train): (Vec<usize>, Vec<usize>) = (0..data.pairs.len())
             .partition(|&i| data.pairs[i].workload1 == w || data.pairs[i].workload2 == w);
-        let rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
-        pairs.add(&rows(&train), &rows(&test))?;
+        let pair_rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
+        let models = fit_calibrated_each(&pair_rows(&train), calibrations)?;
+        let test = pair_rows(&test);
+        for (row, params) in rows.iter_mut().zip(&models) {
+            row.add(params, &test)?;
+        }
     }
-    Ok(pairs)
+    Ok(rows)
 }

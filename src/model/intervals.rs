@@ -2,8 +2,11 @@
 //! size. A residual is ln(actual / predicted), for each member's throughput and for the
 //! set's sum; the interval of a new prediction is the prediction times e^q for the lower
 //! and upper conformal quantiles of the residuals of runs of its size (2, 3, 4 or more
-//! members; a size without residuals borrows the nearest size that has them). Residuals
-//! must come from runs the model did not fit: [`cross_validated`] gets them by k-fold.
+//! members; a size without residuals borrows the nearest size that has them). A band may
+//! be scaled (normalized split-conformal): its quantiles are of the residual divided by
+//! (floor + the prediction's difficulty), and a prediction's interval is e^(q (floor +
+//! difficulty)) around it. Residuals must come from runs the model did not fit:
+//! [`held_out`] gets them by k-fold.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,8 +15,10 @@ use super::{Features, FitError, ModelParams, SetPrediction, TrainingRow};
 /// The central 80 %: the 10th and 90th percentiles.
 pub const LOWER: f64 = 0.1;
 pub const UPPER: f64 = 0.9;
-/// Folds of [`cross_validated`].
+/// Folds of the profile folds (pairs always; crowded bands with [`Folds::Profiles`]).
 pub const FOLDS: usize = 5;
+/// Folds at most of [`Folds::ProfileOut`]: one profile per fold up to this many profiles.
+pub const PROFILE_OUT_FOLDS: usize = 20;
 
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.
 const BANDS: usize = 3;
@@ -29,6 +34,11 @@ pub struct Band {
     /// (lower, upper) quantile of member residuals; `None` for kinds that predict only sums.
     pub member: Option<(f64, f64)>,
     pub sum: (f64, f64),
+    /// When set, the quantiles are of residual / (floor + difficulty), and an interval
+    /// multiplies them by the prediction's (floor + difficulty); `None`: plain residuals
+    /// (every band of models stored before scaled bands existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<f64>,
 }
 
 /// Calibrated intervals for every set size.
@@ -45,6 +55,89 @@ pub struct SetInterval {
     pub members: Option<Vec<(f64, f64)>>,
 }
 
+/// Which held-out runs calibrate the crowded bands (3 and 4 or more members).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folds {
+    /// [`FOLDS`] folds of whole profiles (profile rank mod [`FOLDS`]); the pairs' folds.
+    Profiles,
+    /// One fold per profile (rank mod [`PROFILE_OUT_FOLDS`]).
+    ProfileOut,
+}
+
+/// The crowded bands' score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scale {
+    /// The log residual.
+    Plain,
+    /// The log residual / (this floor + the difficulty).
+    Fixed(f64),
+    /// The log residual / (the median difficulty of the band's held-out runs + the
+    /// difficulty); plain where that median is 0 (a model without the set-level part).
+    Median,
+}
+
+/// How a model's intervals are calibrated. Pairs always use [`Folds::Profiles`] and plain
+/// residuals; the choice concerns the crowded bands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Calibration {
+    pub folds: Folds,
+    pub scale: Scale,
+}
+
+impl Calibration {
+    /// What `Train` calibrates with: chosen by the rule fixed before comparing (README,
+    /// "N-way", "Intervals").
+    pub const CHOSEN: Calibration = CANDIDATES[4].1;
+}
+
+/// The calibrations `coloc eval nway --coverage --candidates` compares (README, "N-way").
+pub const CANDIDATES: [(&str, Calibration); 5] = [
+    (
+        "profile-folds",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Plain,
+        },
+    ),
+    (
+        "profile-folds, scaled 0.1",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Fixed(0.1),
+        },
+    ),
+    (
+        "profile-folds, scaled median",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Median,
+        },
+    ),
+    (
+        "profile-out",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Plain,
+        },
+    ),
+    (
+        "profile-out, scaled 0.1",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Fixed(0.1),
+        },
+    ),
+];
+
+/// One held-out run: what happened, what a model that did not fit it predicted, and the
+/// prediction's difficulty ([`super::MemberRidgeGbt::difficulty`]; 0 for other kinds).
+#[derive(Debug, Clone)]
+pub struct HeldOut {
+    pub throughputs: Vec<f64>,
+    pub prediction: SetPrediction,
+    pub difficulty: f64,
+}
+
 /// The conformal quantile at level `q` of `values` (sorted in place): the
 /// ceil((n + 1) q)-th smallest for an upper quantile, the floor((n + 1) q)-th for a lower
 /// one, clamped to the sample.
@@ -59,51 +152,57 @@ fn conformal(values: &mut [f64], q: f64, upper: bool) -> f64 {
     values[(rank as usize).clamp(1, n) - 1]
 }
 
+/// The lower median: the ceil(n / 2)-th smallest (`None` for no values).
+fn lower_median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    (n > 0).then(|| values[n.div_ceil(2) - 1])
+}
+
 fn log_residual(actual: f64, predicted: f64) -> Option<f64> {
     (actual > 0.0 && predicted > 0.0).then(|| (actual / predicted).ln())
 }
 
 impl Intervals {
-    /// Calibrates from held-out (row, prediction) pairs.
-    pub fn calibrate<'a>(
-        held_out: impl IntoIterator<Item = (&'a TrainingRow, SetPrediction)>,
+    /// Calibrates every band from held-out runs, with plain residuals.
+    pub fn calibrate<'a>(held_out: impl IntoIterator<Item = &'a HeldOut>) -> Self {
+        Self::calibrate_scaled(held_out, Scale::Plain)
+    }
+
+    /// Calibrates every band from held-out runs; the crowded bands (3 and 4 or more) with
+    /// `scale`, the pairs' plain.
+    pub fn calibrate_scaled<'a>(
+        held_out: impl IntoIterator<Item = &'a HeldOut>,
+        scale: Scale,
     ) -> Self {
-        let mut members: Vec<Vec<f64>> = vec![Vec::new(); BANDS];
-        let mut sums: Vec<Vec<f64>> = vec![Vec::new(); BANDS];
-        let mut runs = [0usize; BANDS];
-        for (row, prediction) in held_out {
-            let b = band(row.members.len());
-            runs[b] += 1;
-            if let Some(r) = log_residual(row.throughput_sum(), prediction.sum) {
-                sums[b].push(r);
-            }
-            if let Some(predicted) = &prediction.members {
-                members[b].extend(
-                    row.throughputs
-                        .iter()
-                        .zip(predicted)
-                        .filter_map(|(a, p)| log_residual(*a, *p)),
-                );
-            }
+        let mut by_band: Vec<Vec<&HeldOut>> = vec![Vec::new(); BANDS];
+        for h in held_out {
+            by_band[band(h.throughputs.len())].push(h);
         }
-        let bands = (0..BANDS)
-            .map(|b| {
-                (!sums[b].is_empty()).then(|| Band {
-                    runs: runs[b],
-                    member: (!members[b].is_empty()).then(|| {
-                        (
-                            conformal(&mut members[b], LOWER, false),
-                            conformal(&mut members[b], UPPER, true),
-                        )
-                    }),
-                    sum: (
-                        conformal(&mut sums[b], LOWER, false),
-                        conformal(&mut sums[b], UPPER, true),
-                    ),
-                })
+        let bands = by_band
+            .iter()
+            .enumerate()
+            .map(|(b, runs)| {
+                let floor = match (b, scale) {
+                    (0, _) | (_, Scale::Plain) => None,
+                    (_, Scale::Fixed(floor)) => Some(floor),
+                    (_, Scale::Median) => lower_median(runs.iter().map(|h| h.difficulty).collect())
+                        .filter(|m| *m > 0.0),
+                };
+                calibrate_band(runs, floor)
             })
             .collect();
         Self { bands }
+    }
+
+    /// The bands of `self` for pairs and of `crowded` for 3 and more members.
+    pub fn with_crowded_from(mut self, crowded: Intervals) -> Self {
+        for (b, band) in crowded.bands.into_iter().enumerate().skip(1) {
+            if let Some(slot) = self.bands.get_mut(b) {
+                *slot = band;
+            }
+        }
+        self
     }
 
     /// The band of a set size, or the nearest size that has one.
@@ -120,10 +219,24 @@ impl Intervals {
             .map(|(_, _, band)| band)
     }
 
-    /// The interval of `prediction` for a set of `size` members.
-    pub fn apply(&self, size: usize, prediction: &SetPrediction) -> Option<SetInterval> {
+    /// Whether the interval of a set of `size` members reads the prediction's difficulty.
+    pub fn needs_difficulty(&self, size: usize) -> bool {
+        self.band(size).is_some_and(|b| b.floor.is_some())
+    }
+
+    /// The interval of `prediction` for a set of `size` members, whose difficulty is
+    /// `difficulty` (read only by scaled bands).
+    pub fn apply(
+        &self,
+        size: usize,
+        prediction: &SetPrediction,
+        difficulty: f64,
+    ) -> Option<SetInterval> {
         let band = self.band(size)?;
-        let scale = |value: f64, (lo, hi): (f64, f64)| (value * lo.exp(), value * hi.exp());
+        let width = band.floor.map_or(1.0, |floor| floor + difficulty);
+        let scale = |value: f64, (lo, hi): (f64, f64)| {
+            (value * (lo * width).exp(), value * (hi * width).exp())
+        };
         Some(SetInterval {
             sum: scale(prediction.sum, band.sum),
             members: match (&prediction.members, band.member) {
@@ -134,17 +247,54 @@ impl Intervals {
     }
 }
 
-/// Calibrates intervals for the procedure `fit` on `rows` by cross-validation over the
-/// given folds (each the indices of its held-out rows; the model is fitted on the rest):
-/// every residual comes from a model that did not see the row. Folds should hold out what
-/// the answers will face: leaving whole workloads out when the intervals serve workloads
-/// the model has not seen ([`folds_by_group`]), random folds otherwise ([`k_folds`]).
-pub fn cross_validated(
+/// One band from its held-out runs: the quantiles of the log residuals, each divided by
+/// (floor + the run's difficulty) when `floor` is set; `None` without a sum residual.
+fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
+    let mut members = Vec::new();
+    let mut sums = Vec::new();
+    for h in runs {
+        let width = floor.map_or(1.0, |floor| floor + h.difficulty);
+        let actual_sum: f64 = h.throughputs.iter().sum();
+        if let Some(r) = log_residual(actual_sum, h.prediction.sum) {
+            sums.push(r / width);
+        }
+        if let Some(predicted) = &h.prediction.members {
+            members.extend(
+                h.throughputs
+                    .iter()
+                    .zip(predicted)
+                    .filter_map(|(a, p)| log_residual(*a, *p))
+                    .map(|r| r / width),
+            );
+        }
+    }
+    (!sums.is_empty()).then(|| Band {
+        runs: runs.len(),
+        member: (!members.is_empty()).then(|| {
+            (
+                conformal(&mut members, LOWER, false),
+                conformal(&mut members, UPPER, true),
+            )
+        }),
+        sum: (
+            conformal(&mut sums, LOWER, false),
+            conformal(&mut sums, UPPER, true),
+        ),
+        floor,
+    })
+}
+
+/// The held-out runs of the procedure `fit` on `rows` by cross-validation over the given
+/// folds (each the indices of its held-out rows; the model is fitted on the rest): every
+/// prediction comes from a model that did not see the row. Folds should hold out what the
+/// answers will face: leaving whole workloads out when the intervals serve workloads the
+/// model has not seen ([`folds_by_group`]), random folds otherwise ([`k_folds`]).
+pub fn held_out(
     rows: &[TrainingRow],
     folds: &[Vec<usize>],
     fit: impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError>,
-) -> Result<Intervals, FitError> {
-    let mut held_out: Vec<(&TrainingRow, SetPrediction)> = Vec::with_capacity(rows.len());
+) -> Result<Vec<HeldOut>, FitError> {
+    let mut held_out = Vec::with_capacity(rows.len());
     for test in folds {
         let mut is_test = vec![false; rows.len()];
         for &i in test {
@@ -162,10 +312,15 @@ pub fn cross_validated(
         let params = fit(&train)?;
         for &i in test {
             let members: Vec<&Features> = rows[i].members.iter().collect();
-            held_out.push((&rows[i], params.predict_set(&members)));
+            let (prediction, difficulty) = params.predict_set_with_difficulty(&members);
+            held_out.push(HeldOut {
+                throughputs: rows[i].throughputs.clone(),
+                prediction,
+                difficulty,
+            });
         }
     }
-    Ok(Intervals::calibrate(held_out))
+    Ok(held_out)
 }
 
 /// [`FOLDS`] folds, row i in fold i mod [`FOLDS`].
@@ -195,13 +350,6 @@ pub fn folds_by_group<G: Ord + Clone>(row_groups: &[Vec<G>]) -> Vec<Vec<usize>> 
 mod tests {
     use super::*;
 
-    fn row(throughputs: &[f64]) -> TrainingRow {
-        TrainingRow {
-            members: vec![Features::default(); throughputs.len()],
-            throughputs: throughputs.to_vec(),
-        }
-    }
-
     #[test]
     fn group_folds_hold_out_every_row_with_the_group() {
         let groups = vec![vec!["a", "b"], vec!["b", "b"], vec!["c", "a"]];
@@ -227,25 +375,32 @@ mod tests {
         assert_eq!(conformal(&mut v, UPPER, true), 18.0);
     }
 
+    fn held(throughputs: &[f64], prediction: SetPrediction, difficulty: f64) -> HeldOut {
+        HeldOut {
+            throughputs: throughputs.to_vec(),
+            prediction,
+            difficulty,
+        }
+    }
+
     #[test]
     fn intervals_scale_the_prediction_by_the_residual_quantiles_of_its_size() {
-        // Pairs predicted at 10 with actual sums 5..=14 (members half each); no triples;
+        // Pairs predicted at 10 with actual sums 5..=23 (members half each); no triples;
         // quads predicted exactly.
-        let pairs: Vec<TrainingRow> = (5..=23).map(|a| row(&[a as f64 / 2.0; 2])).collect();
-        let quads: Vec<TrainingRow> = (0..9).map(|_| row(&[2.5; 4])).collect();
-        let held_out = pairs
-            .iter()
-            .map(|r| {
-                (
-                    r,
+        let held_out: Vec<HeldOut> = (5..=23)
+            .map(|a| {
+                held(
+                    &[a as f64 / 2.0; 2],
                     SetPrediction {
                         sum: 10.0,
                         members: Some(vec![5.0, 5.0]),
                     },
+                    0.0,
                 )
             })
-            .chain(quads.iter().map(|r| (r, SetPrediction::sum_only(10.0))));
-        let intervals = Intervals::calibrate(held_out);
+            .chain((0..9).map(|_| held(&[2.5; 4], SetPrediction::sum_only(10.0), 0.0)))
+            .collect();
+        let intervals = Intervals::calibrate(&held_out);
         let pair = intervals
             .apply(
                 2,
@@ -253,6 +408,7 @@ mod tests {
                     sum: 20.0,
                     members: Some(vec![8.0, 12.0]),
                 },
+                0.0,
             )
             .unwrap();
         // 19 pair sums 5..=23 over 10: ranks 2 and 18 are 6/10 and 22/10.
@@ -262,18 +418,148 @@ mod tests {
             (members[0].0 - 8.0 * 0.6).abs() < 1e-9 && (members[1].1 - 12.0 * 2.2).abs() < 1e-9
         );
         // Four members: exact predictions, a zero-width interval and no member interval.
-        let quad = intervals.apply(4, &SetPrediction::sum_only(7.0)).unwrap();
+        let quad = intervals
+            .apply(4, &SetPrediction::sum_only(7.0), 0.0)
+            .unwrap();
         assert!((quad.sum.0 - 7.0).abs() < 1e-12 && (quad.sum.1 - 7.0).abs() < 1e-12);
         // Three members borrow the larger neighbour's band (four members) on a tie.
-        let three = intervals.apply(3, &SetPrediction::sum_only(7.0)).unwrap();
+        let three = intervals
+            .apply(3, &SetPrediction::sum_only(7.0), 0.0)
+            .unwrap();
         assert_eq!(three.sum, quad.sum);
         // Sixteen members use the four-or-more band.
         assert_eq!(
             intervals
-                .apply(16, &SetPrediction::sum_only(7.0))
+                .apply(16, &SetPrediction::sum_only(7.0), 0.0)
                 .unwrap()
                 .sum,
             quad.sum
         );
+    }
+
+    /// Nine triples predicted at 1 (each member at 1/3) whose actual sums are e^r for the
+    /// log residuals r below, with the difficulties d below; and nine pairs.
+    fn triples_and_pairs() -> Vec<HeldOut> {
+        let residuals = [0.4, -0.2, 0.1, -0.6, 0.3, 0.05, -0.1, 0.9, -0.3];
+        let difficulties = [0.3, 0.1, 0.0, 0.5, 0.2, 0.4, 0.1, 0.8, 0.2];
+        let triples = residuals.iter().zip(difficulties).map(|(r, d)| {
+            let actual = f64::exp(*r);
+            held(
+                &[actual / 3.0; 3],
+                SetPrediction {
+                    sum: 1.0,
+                    members: Some(vec![1.0 / 3.0; 3]),
+                },
+                d,
+            )
+        });
+        let pairs = [-0.5, -0.3, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6]
+            .into_iter()
+            .map(|r: f64| {
+                held(
+                    &[r.exp(), r.exp()],
+                    SetPrediction {
+                        sum: 2.0,
+                        members: Some(vec![1.0, 1.0]),
+                    },
+                    // A pair's difficulty is 0; a wrong one must not reach the pairs' band.
+                    1.0,
+                )
+            });
+        triples.chain(pairs).collect()
+    }
+
+    #[test]
+    fn scaled_bands_take_the_quantiles_of_the_residual_over_floor_plus_difficulty() {
+        let held_out = triples_and_pairs();
+        // Floor 0.1: the scores r / (0.1 + d) are, in order of the runs,
+        // 0.4/0.4 = 1, -0.2/0.2 = -1, 0.1/0.1 = 1, -0.6/0.6 = -1, 0.3/0.3 = 1,
+        // 0.05/0.5 = 0.1, -0.1/0.2 = -0.5, 0.9/0.9 = 1, -0.3/0.3 = -1. Sorted:
+        // -1, -1, -1, -0.5, 0.1, 1, 1, 1, 1; n = 9: ranks 1 and 9, so (-1, 1).
+        let fixed = Intervals::calibrate_scaled(&held_out, Scale::Fixed(0.1));
+        let triple = fixed.bands[1].unwrap();
+        assert_eq!(triple.floor, Some(0.1));
+        assert!((triple.sum.0 + 1.0).abs() < 1e-12 && (triple.sum.1 - 1.0).abs() < 1e-12);
+        // Members (each 1/3 of its set, so the same residual three times): the same ends.
+        let (lo, hi) = triple.member.unwrap();
+        assert!((lo + 1.0).abs() < 1e-12 && (hi - 1.0).abs() < 1e-12);
+        // The median floor: the difficulties sorted are 0, 0.1, 0.1, 0.2, 0.2, 0.3, 0.4,
+        // 0.5, 0.8; the 5th is 0.2. Scores r / (0.2 + d): 0.4/0.5 = 0.8, -0.2/0.3,
+        // 0.1/0.2 = 0.5, -0.6/0.7, 0.3/0.4 = 0.75, 0.05/0.6, -0.1/0.3, 0.9/1.0 = 0.9,
+        // -0.3/0.4 = -0.75: smallest -6/7, largest 0.9.
+        let median = Intervals::calibrate_scaled(&held_out, Scale::Median);
+        let triple = median.bands[1].unwrap();
+        assert_eq!(triple.floor, Some(0.2));
+        assert!((triple.sum.0 + 6.0 / 7.0).abs() < 1e-12, "{:?}", triple.sum);
+        assert!((triple.sum.1 - 0.9).abs() < 1e-12, "{:?}", triple.sum);
+        // The pairs' band is plain whatever the crowded bands' scale: ranks 1 and 9 of the
+        // log residuals -0.5..0.6 (predicted 2, actual 2 e^r).
+        for intervals in [&fixed, &median] {
+            let pair = intervals.bands[0].unwrap();
+            assert_eq!(pair.floor, None);
+            assert!((pair.sum.0 + 0.5).abs() < 1e-12 && (pair.sum.1 - 0.6).abs() < 1e-12);
+            assert_eq!(Some(pair), Intervals::calibrate(&held_out).bands[0]);
+        }
+        // A median difficulty of 0 (no set-level part) leaves the band plain.
+        let flat: Vec<HeldOut> = held_out
+            .iter()
+            .map(|h| HeldOut {
+                difficulty: 0.0,
+                ..h.clone()
+            })
+            .collect();
+        assert_eq!(
+            Intervals::calibrate_scaled(&flat, Scale::Median),
+            Intervals::calibrate(&flat)
+        );
+    }
+
+    #[test]
+    fn a_scaled_band_widens_a_crowded_interval_with_the_difficulty() {
+        let intervals = Intervals::calibrate_scaled(&triples_and_pairs(), Scale::Fixed(0.1));
+        assert!(intervals.needs_difficulty(3) && intervals.needs_difficulty(5));
+        assert!(!intervals.needs_difficulty(2));
+        let prediction = SetPrediction {
+            sum: 30.0,
+            members: Some(vec![10.0, 5.0, 15.0]),
+        };
+        // Quantiles (-1, 1) times 0.1 + 0.4: the prediction times e^-0.5 and e^0.5.
+        let interval = intervals.apply(3, &prediction, 0.4).unwrap();
+        let (lo, hi) = (f64::exp(-0.5), f64::exp(0.5));
+        assert!((interval.sum.0 - 30.0 * lo).abs() < 1e-12);
+        assert!((interval.sum.1 - 30.0 * hi).abs() < 1e-12);
+        let members = interval.members.unwrap();
+        assert!((members[1].0 - 5.0 * lo).abs() < 1e-12);
+        assert!((members[2].1 - 15.0 * hi).abs() < 1e-12);
+        // Where the halves agree, only the floor: e^-0.1 and e^0.1.
+        let agreed = intervals.apply(3, &prediction, 0.0).unwrap();
+        assert!((agreed.sum.0 - 30.0 * f64::exp(-0.1)).abs() < 1e-12);
+        // A pair ignores the difficulty: its plain quantiles (-0.5, 0.6).
+        let pair = SetPrediction {
+            sum: 4.0,
+            members: Some(vec![1.0, 3.0]),
+        };
+        for difficulty in [0.0, 2.0] {
+            let interval = intervals.apply(2, &pair, difficulty).unwrap();
+            assert!((interval.sum.0 - 4.0 * f64::exp(-0.5)).abs() < 1e-12);
+            assert!((interval.sum.1 - 4.0 * f64::exp(0.6)).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn intervals_round_trip_through_json_and_old_ones_read_as_plain() {
+        let intervals = Intervals::calibrate_scaled(&triples_and_pairs(), Scale::Fixed(0.1));
+        let json = serde_json::to_string(&intervals).unwrap();
+        assert!(json.contains("\"floor\":0.1"), "{json}");
+        assert_eq!(serde_json::from_str::<Intervals>(&json).unwrap(), intervals);
+        // As stored before scaled bands: no floor field.
+        let old = r#"{"bands":[{"runs":9,"member":[-0.5,0.6],"sum":[-0.5,0.6]},null,
+            {"runs":4,"member":null,"sum":[-0.25,0.5]}]}"#;
+        let read: Intervals = serde_json::from_str(old).unwrap();
+        assert!(read.bands.iter().flatten().all(|b| b.floor.is_none()));
+        assert!(!read.needs_difficulty(4));
+        let quad = read.apply(4, &SetPrediction::sum_only(8.0), 3.0).unwrap();
+        assert!((quad.sum.0 - 8.0 * f64::exp(-0.25)).abs() < 1e-12);
+        assert!((quad.sum.1 - 8.0 * f64::exp(0.5)).abs() < 1e-12);
     }
 }

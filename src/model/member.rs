@@ -21,7 +21,7 @@ use forust_ml::{data::Matrix, objective::ObjectiveType, sampler::SampleMethod, G
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
-    intervals::{self, Intervals, SetInterval},
+    intervals::{self, Calibration, Intervals, SetInterval},
     member_terms::{
         clamp_log_ratio, member_throughput, ridge_features, MemberOptions, EXCLUSIVE_THROUGHPUT,
         MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
@@ -207,29 +207,97 @@ impl MemberRidgeGbt {
         Self::fit_calibrated(rows, MemberOptions::CHOSEN)
     }
 
-    /// Fits with `options`, and calibrates the model's intervals by cross-validation with
-    /// whole profiles held out (each profile's runs in one of [`intervals::FOLDS`] folds, so
-    /// the residuals are those of workloads the fold's model never saw); at most
-    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part in the calibration.
+    /// Fits with `options`, and calibrates the model's intervals as [`Self::calibrate`]
+    /// does with [`Calibration::CHOSEN`].
     pub fn fit_calibrated(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
         let mut model = Self::fit_with(rows, options)?;
-        let stride = rows.len().div_ceil(CALIBRATION_ROWS).max(1);
-        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
-        let folds = profile_folds(&sample);
-        if folds.len() > 1 {
-            let calibrated = intervals::cross_validated(&sample, &folds, |train| {
-                Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
-            })?;
-            if calibrated.bands.iter().any(Option::is_some) {
-                model.intervals = Some(calibrated);
-            }
-        }
+        model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
+            .pop()
+            .flatten();
         Ok(model)
     }
 
-    /// The interval of a prediction of this model for a set of `size` members.
-    pub fn interval(&self, size: usize, prediction: &SetPrediction) -> Option<SetInterval> {
-        self.intervals.as_ref()?.apply(size, prediction)
+    /// The intervals of the model fitted with `options` on `rows`, calibrated each way of
+    /// `calibrations` (the held-out runs of each way of folding computed once), by
+    /// cross-validation with whole profiles held out, so the residuals are those of
+    /// workloads the fold's model never saw: the pairs' band from [`intervals::FOLDS`]
+    /// folds of profiles, the crowded bands' from the calibration's folds. At most
+    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part. `None` where nothing could be
+    /// held out.
+    pub fn calibrate(
+        rows: &[TrainingRow],
+        options: MemberOptions,
+        calibrations: &[Calibration],
+    ) -> Result<Vec<Option<Intervals>>, FitError> {
+        let stride = rows.len().div_ceil(CALIBRATION_ROWS).max(1);
+        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
+        let held_out = |folds: usize| {
+            let folds = profile_folds(&sample, folds);
+            if folds.len() <= 1 {
+                return Ok(None);
+            }
+            intervals::held_out(&sample, &folds, |train| {
+                Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
+            })
+            .map(Some)
+        };
+        let by_profiles = held_out(intervals::FOLDS)?;
+        let crowded_rows = sample.iter().any(|r| r.members.len() >= 3);
+        let by_profile_out = if crowded_rows
+            && calibrations
+                .iter()
+                .any(|c| c.folds == intervals::Folds::ProfileOut)
+        {
+            held_out(intervals::PROFILE_OUT_FOLDS)?
+        } else {
+            None
+        };
+        Ok(calibrations
+            .iter()
+            .map(|calibration| {
+                let pairs = Intervals::calibrate(by_profiles.as_deref()?);
+                let crowded_runs = match calibration.folds {
+                    intervals::Folds::Profiles => by_profiles.as_deref(),
+                    intervals::Folds::ProfileOut => by_profile_out.as_deref(),
+                };
+                let intervals = match crowded_runs {
+                    Some(runs) => pairs
+                        .with_crowded_from(Intervals::calibrate_scaled(runs, calibration.scale)),
+                    None => pairs,
+                };
+                intervals
+                    .bands
+                    .iter()
+                    .any(Option::is_some)
+                    .then_some(intervals)
+            })
+            .collect())
+    }
+
+    /// The interval of a prediction of this model for the set `members`.
+    pub fn interval(
+        &self,
+        members: &[&Features],
+        prediction: &SetPrediction,
+    ) -> Option<SetInterval> {
+        let intervals = self.intervals.as_ref()?;
+        let difficulty = if intervals.needs_difficulty(members.len()) {
+            self.difficulty(members)
+        } else {
+            0.0
+        };
+        intervals.apply(members.len(), prediction, difficulty)
+    }
+
+    /// How far the set-level linear model moves the set's members' sum:
+    /// |ln(blended sum / members' sum)|, the blend's factor before the cap (0 for pairs and
+    /// for models without the linear part). Large where the two halves of the blend
+    /// disagree: what scaled interval bands widen with.
+    pub fn difficulty(&self, members: &[&Features]) -> f64 {
+        if self.set_linear.is_none() || members.len() < 3 {
+            return 0.0;
+        }
+        self.predict_set_with_difficulty(members).1
     }
 
     /// Fits with `options`, without intervals (the evaluation's candidates, and the
@@ -365,12 +433,13 @@ impl MemberRidgeGbt {
     /// three or more, when the model has one): the set's sum becomes the mean of the
     /// members' sum and the linear sum (below zero read as zero; with `set_linear_bounded`,
     /// held within [1/2, 2] x the members' sum), and every member is scaled by the same
-    /// factor.
-    fn blend_set(&self, members: &[Features], mut predicted: Vec<f64>) -> Vec<f64> {
+    /// factor. Also the difficulty ([`Self::difficulty`]): |ln| of that factor.
+    fn blend_set(&self, members: &[Features], mut predicted: Vec<f64>) -> (Vec<f64>, f64) {
         let Some(linear) = self.set_linear.as_ref().filter(|_| members.len() >= 3) else {
-            return predicted;
+            return (predicted, 0.0);
         };
         let members_sum: f64 = predicted.iter().sum();
+        let mut difficulty = 0.0;
         if members_sum > 0.0 {
             let refs: Vec<&Features> = members.iter().collect();
             let mut linear_sum = linear.predict_set(&refs).sum.max(0.0);
@@ -378,6 +447,7 @@ impl MemberRidgeGbt {
                 linear_sum = linear_sum.clamp(0.5 * members_sum, 2.0 * members_sum);
             }
             let scale = 0.5 * (members_sum + linear_sum) / members_sum;
+            difficulty = scale.ln().abs();
             for (p, member) in predicted.iter_mut().zip(members) {
                 *p *= scale;
                 if self.options.members_capped {
@@ -385,7 +455,7 @@ impl MemberRidgeGbt {
                 }
             }
         }
-        predicted
+        (predicted, difficulty)
     }
 
     pub fn has_expected_shape(&self) -> bool {
@@ -457,18 +527,27 @@ impl MemberRidgeGbt {
         let mut predicted = self.predict_members(&views).into_iter();
         sets.map(|members| {
             let set = predicted.by_ref().take(members.len()).collect();
-            self.blend_set(members, set)
+            self.blend_set(members, set).0
         })
         .collect()
     }
 
     pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
+        self.predict_set_with_difficulty(members).0
+    }
+
+    /// [`Self::predict_set`] and the prediction's [`Self::difficulty`].
+    pub fn predict_set_with_difficulty(&self, members: &[&Features]) -> (SetPrediction, f64) {
         let owned: Vec<Features> = members.iter().map(|m| **m).collect();
-        let predicted = self.blend_set(&owned, self.predict_members(&views_of(&owned)));
-        SetPrediction {
-            sum: predicted.iter().sum(),
-            members: Some(predicted),
-        }
+        let (predicted, difficulty) =
+            self.blend_set(&owned, self.predict_members(&views_of(&owned)));
+        (
+            SetPrediction {
+                sum: predicted.iter().sum(),
+                members: Some(predicted),
+            },
+            difficulty,
+        )
     }
 
     /// The model compiled for scoring pairs (see [`PairScorer`]); `None` only for trees
@@ -544,13 +623,14 @@ impl MemberRidgeGbt {
 }
 
 /// Rows that calibrate a model's intervals at most (the calibration refits the model
-/// [`intervals::FOLDS`] times on them).
+/// [`intervals::FOLDS`] times on them, and up to [`intervals::PROFILE_OUT_FOLDS`] more
+/// times for [`intervals::Folds::ProfileOut`]).
 pub const CALIBRATION_ROWS: usize = 20_000;
 
-/// Folds that hold out whole profiles: each distinct profile (by its exact metrics) goes
-/// to fold (its rank in first-seen order) mod [`intervals::FOLDS`]; a run is held out in
+/// `folds` folds that hold out whole profiles: each distinct profile (by its exact
+/// metrics) goes to fold (its rank in first-seen order) mod `folds`; a run is held out in
 /// the fold of each of its members.
-fn profile_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
+fn profile_folds(rows: &[TrainingRow], folds: usize) -> Vec<Vec<usize>> {
     // By hash, not by a scan of the profiles seen so far: a sample of a large store holds
     // tens of thousands of distinct profiles.
     let mut profiles: std::collections::HashMap<[u64; NUM_FEATURES], usize> = Default::default();
@@ -562,7 +642,7 @@ fn profile_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
                 .map(|m| {
                     let next = profiles.len();
                     let rank = *profiles.entry(m.0.map(f64::to_bits)).or_insert(next);
-                    rank % intervals::FOLDS
+                    rank % folds
                 })
                 .collect()
         })
@@ -992,6 +1072,110 @@ mod tests {
             on_pairs.predict_set(&sets[0]),
             on_pairs_without.predict_set(&sets[0])
         );
+    }
+
+    #[test]
+    fn a_crowded_interval_widens_with_how_far_the_set_model_moves_the_members() {
+        let mut state = 29;
+        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let mut model =
+            MemberRidgeGbt::fit_with(&mixed_rows(&seen), MemberOptions::CHOSEN).expect("fits");
+        let linear = model.set_linear.clone().expect("trained on triples");
+        let members_only = MemberRidgeGbt {
+            set_linear: None,
+            ..model.clone()
+        };
+        // Pairs plain; no band of three (a triple borrows the larger neighbour's); four
+        // or more scaled with floor 0.1.
+        model.intervals = Some(Intervals {
+            bands: vec![
+                Some(intervals::Band {
+                    runs: 9,
+                    member: Some((-0.5, 0.25)),
+                    sum: (-0.2, 0.4),
+                    floor: None,
+                }),
+                None,
+                Some(intervals::Band {
+                    runs: 9,
+                    member: Some((-1.0, 2.0)),
+                    sum: (-0.5, 1.0),
+                    floor: Some(0.1),
+                }),
+            ],
+        });
+        let fresh: Vec<Features> = (0..4).map(|_| workload(&mut state)).collect();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-12);
+        for set in [
+            vec![&fresh[0], &seen[1], &fresh[2], &seen[3]],
+            vec![&fresh[1], &fresh[3], &seen[5]],
+        ] {
+            // The difficulty by hand: |ln((members' sum + linear sum) / 2 / members' sum)|.
+            let m = members_only.predict_set(&set).sum;
+            let l = linear.predict_set(&set).sum.max(0.0);
+            let d = (0.5 * (m + l) / m).ln().abs();
+            assert!(d > 0.0);
+            assert!(
+                close(model.difficulty(&set), d),
+                "{}",
+                model.difficulty(&set)
+            );
+            let prediction = model.predict_set(&set);
+            let interval = model.interval(&set, &prediction).expect("has intervals");
+            let width = 0.1 + d;
+            assert!(close(interval.sum.0, prediction.sum * (-0.5 * width).exp()));
+            assert!(close(interval.sum.1, prediction.sum * (1.0 * width).exp()));
+            let members = prediction.members.as_ref().unwrap();
+            for (bounds, p) in interval.members.unwrap().iter().zip(members) {
+                assert!(close(bounds.0, p * (-width).exp()));
+                assert!(close(bounds.1, p * (2.0 * width).exp()));
+            }
+        }
+        // A pair: the plain band, whatever its members.
+        let pair = [&fresh[0], &seen[2]];
+        assert_eq!(model.difficulty(&pair), 0.0);
+        let prediction = model.predict_set(&pair);
+        let interval = model.interval(&pair, &prediction).unwrap();
+        assert!(close(interval.sum.0, prediction.sum * (-0.2f64).exp()));
+        assert!(close(interval.sum.1, prediction.sum * 0.4f64.exp()));
+        let params = ModelParams::MemberRidgeGbt(model);
+        assert_eq!(params.pair_interval(&prediction), Some(interval));
+    }
+
+    #[test]
+    fn every_calibration_gives_pairs_the_plain_band_of_five_profile_folds() {
+        let mut state = 31;
+        let seen: Vec<Features> = (0..10).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let options = MemberOptions::CHOSEN;
+        let ways: Vec<Calibration> = intervals::CANDIDATES.iter().map(|(_, c)| *c).collect();
+        let calibrated = MemberRidgeGbt::calibrate(&mixed, options, &ways).unwrap();
+        // The calibration before crowded bands had choices: plain quantiles of the runs
+        // held out by five folds of profiles, every band.
+        let folds = profile_folds(&mixed, intervals::FOLDS);
+        assert_eq!(folds.len(), intervals::FOLDS);
+        let before = Intervals::calibrate(
+            &intervals::held_out(&mixed, &folds, |train| {
+                MemberRidgeGbt::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
+            })
+            .unwrap(),
+        );
+        assert!(before.bands[0].is_some() && before.bands[1].is_some());
+        for ((name, way), intervals) in intervals::CANDIDATES.iter().zip(&calibrated) {
+            let intervals = intervals.as_ref().expect("calibrated");
+            assert_eq!(intervals.bands[0], before.bands[0], "{name}");
+            let crowded = intervals.bands[1].unwrap();
+            assert_eq!(
+                crowded.floor.is_some(),
+                way.scale != intervals::Scale::Plain,
+                "{name}"
+            );
+        }
+        assert_eq!(calibrated[0].as_ref(), Some(&before));
+        // Trained on pairs alone, every calibration is the plain one.
+        let pairs = rows(&seen);
+        let on_pairs = MemberRidgeGbt::calibrate(&pairs, options, &ways).unwrap();
+        assert!(on_pairs.windows(2).all(|w| w[0] == w[1]));
     }
 
     #[test]

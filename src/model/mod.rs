@@ -182,17 +182,35 @@ impl ModelParams {
         }
     }
 
-    /// The 80 % interval of `prediction` (of a set of `size` members), for models that
-    /// carry calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
+    /// The 80 % interval of `prediction` of the set `members`, for models that carry
+    /// calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
     /// cautious mode reads the pessimistic end of each member's throughput.
     pub fn interval(
         &self,
-        size: usize,
+        members: &[&Features],
         prediction: &SetPrediction,
     ) -> Option<intervals::SetInterval> {
         match self {
-            Self::MemberRidgeGbt(m) => m.interval(size, prediction),
+            Self::MemberRidgeGbt(m) => m.interval(members, prediction),
             Self::KaceLinear(_) => None,
+        }
+    }
+
+    /// The interval of a pair's `prediction`: a pair's band never reads the members
+    /// (only crowded bands are scaled by a difficulty), so Rank asks without them.
+    pub fn pair_interval(&self, prediction: &SetPrediction) -> Option<intervals::SetInterval> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.intervals.as_ref()?.apply(2, prediction, 0.0),
+            Self::KaceLinear(_) => None,
+        }
+    }
+
+    /// [`Self::predict_set`] and the prediction's difficulty (how far `member-ridge-gbt`'s
+    /// set-level linear model moves the members' sum, |ln| of the factor; 0 otherwise).
+    pub fn predict_set_with_difficulty(&self, members: &[&Features]) -> (SetPrediction, f64) {
+        match self {
+            Self::MemberRidgeGbt(m) => m.predict_set_with_difficulty(members),
+            Self::KaceLinear(m) => (m.predict_set(members), 0.0),
         }
     }
 
