@@ -411,7 +411,7 @@ impl Advisor {
                 .iter()
                 .map(|m| table.get(&m.workload))
                 .collect();
-            let sum = rank::predict_entries(&champion, &table, &entries?).sum;
+            let sum = rank::predict_entries(&champion, &table, &entries?).0.sum;
             Some((sum, champion.version))
         });
         let (id, created) = self

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::{split_by_exclusive, Features, ModelKind, SetPrediction},
+    model::{split_by_exclusive, ModelKind, SetPrediction},
     store::StoredModel,
 };
 
@@ -375,7 +375,8 @@ struct SetCache<'a> {
     shared: Option<&'a PlacedSets>,
     /// The model's own predictions of sets of three and more, made in one batch
     /// ([`Self::prefetch`]) before the min-over-subsets rule reads them.
-    raw: FastMap<Vec<u32>, SetPrediction>,
+    /// Batch predictions not yet turned into values, with their difficulty.
+    raw: FastMap<Vec<u32>, (SetPrediction, f64)>,
     /// The model predicts only sums and the request needs each member: members are
     /// estimated from the sum in proportion to their exclusive throughputs, as Rank and
     /// Predict do (such values are not kept across requests).
@@ -426,7 +427,7 @@ impl<'a> SetCache<'a> {
             .iter()
             .map(|key| key.iter().map(|&i| &entries[i as usize].features).collect())
             .collect();
-        let predicted = self.ready.model.params.predict_sets(&sets);
+        let predicted = self.ready.model.params.predict_sets_with_difficulty(&sets);
         self.raw.extend(needed.into_iter().zip(predicted));
     }
 
@@ -471,7 +472,7 @@ impl<'a> SetCache<'a> {
                 }
             }
             _ => {
-                let raw = match self.raw.remove(key) {
+                let (raw, difficulty) = match self.raw.remove(key) {
                     Some(raw) => raw,
                     None => {
                         let entries: Vec<_> = key
@@ -510,21 +511,18 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        // The interval is the model's for a set of this size around the
-                        // member's prediction (the lowest over the subsets).
+                        // The interval is the model's for a set of this size (and the
+                        // set's difficulty) around the member's prediction (the lowest over
+                        // the subsets).
                         let prediction = SetPrediction {
                             sum: members.iter().sum(),
                             members: Some(members),
                         };
-                        let features: Vec<&Features> = key
-                            .iter()
-                            .map(|&i| &self.ready.table.entries()[i as usize].features)
-                            .collect();
                         let bounds = self
                             .ready
                             .model
                             .params
-                            .interval(&features, &prediction)
+                            .interval_with_difficulty(key.len(), &prediction, difficulty)
                             .and_then(|interval| interval.members);
                         SetValue {
                             sum: prediction.sum,

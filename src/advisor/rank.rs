@@ -582,24 +582,28 @@ impl RankWork {
     }
 }
 
-/// The model's prediction for a set of profiled workloads. A pair is scored exactly as Rank
-/// scores it (the pair scorer and the entries' codes, when the model has them).
+/// The model's prediction for a set of profiled workloads and its difficulty (what a
+/// crowded set's interval needs; 0 for pairs). A pair is scored exactly as Rank scores it
+/// (the pair scorer and the entries' codes, when the model has them).
 pub(super) fn predict_entries(
     model: &StoredModel,
     table: &GpuProfiles,
     entries: &[&ProfileEntry],
-) -> SetPrediction {
+) -> (SetPrediction, f64) {
     match entries {
         [first, second] => {
             let pair = score_pairs(model, table, first, &[second])[0];
-            SetPrediction {
-                sum: pair.sum,
-                members: pair.members.map(|m| m.to_vec()),
-            }
+            (
+                SetPrediction {
+                    sum: pair.sum,
+                    members: pair.members.map(|m| m.to_vec()),
+                },
+                0.0,
+            )
         }
         _ => {
             let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set(&features)
+            model.params.predict_set_with_difficulty(&features)
         }
     }
 }
@@ -621,7 +625,7 @@ pub(super) fn predict(
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
-    let prediction = predict_entries(model, table, &entries);
+    let (prediction, difficulty) = predict_entries(model, table, &entries);
     let exclusive: Vec<f64> = entries
         .iter()
         .map(|e| e.features.exclusive_throughput())
@@ -630,8 +634,9 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-    let interval = model.params.interval(&features, &prediction);
+    let interval = model
+        .params
+        .interval_with_difficulty(entries.len(), &prediction, difficulty);
     let mut member_answers = member_predictions(&entries, members);
     if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
         for (answer, bound) in member_answers.iter_mut().zip(bounds) {

@@ -491,6 +491,18 @@ impl MemberRidgeGbt {
     /// The predictions of many sets in one pass of the trees over all of their members
     /// (equal to [`Self::predict_set`] set by set), in chunks on the caller's threads.
     pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
+        self.predict_sets_with_difficulty(sets)
+            .into_iter()
+            .map(|(prediction, _)| prediction)
+            .collect()
+    }
+
+    /// [`Self::predict_sets`] with each prediction's [`Self::difficulty`] (what a crowded
+    /// set's scaled interval needs, without walking the trees again).
+    pub fn predict_sets_with_difficulty(
+        &self,
+        sets: &[Vec<&Features>],
+    ) -> Vec<(SetPrediction, f64)> {
         use rayon::prelude::*;
         sets.par_chunks(512)
             .flat_map_iter(|chunk| {
@@ -500,9 +512,14 @@ impl MemberRidgeGbt {
                     .collect();
                 self.predict_batch(owned.iter().map(|m| &m[..]))
                     .into_iter()
-                    .map(|members| SetPrediction {
-                        sum: members.iter().sum(),
-                        members: Some(members),
+                    .map(|(members, difficulty)| {
+                        (
+                            SetPrediction {
+                                sum: members.iter().sum(),
+                                members: Some(members),
+                            },
+                            difficulty,
+                        )
                     })
                     .collect::<Vec<_>>()
             })
@@ -514,20 +531,21 @@ impl MemberRidgeGbt {
     pub fn predict_sums(&self, rows: &[TrainingRow]) -> Vec<f64> {
         self.predict_batch(rows.iter().map(|r| &r.members[..]))
             .into_iter()
-            .map(|members| members.iter().sum())
+            .map(|(members, _)| members.iter().sum())
             .collect()
     }
 
-    /// Each set's member predictions, the trees walked once over every member of them all.
+    /// Each set's member predictions and difficulty, the trees walked once over every
+    /// member of them all.
     fn predict_batch<'a>(
         &self,
         sets: impl Iterator<Item = &'a [Features]> + Clone,
-    ) -> Vec<Vec<f64>> {
+    ) -> Vec<(Vec<f64>, f64)> {
         let views: Vec<MemberView> = sets.clone().flat_map(views_of).collect();
         let mut predicted = self.predict_members(&views).into_iter();
         sets.map(|members| {
             let set = predicted.by_ref().take(members.len()).collect();
-            self.blend_set(members, set).0
+            self.blend_set(members, set)
         })
         .collect()
     }
@@ -1051,10 +1069,23 @@ mod tests {
                 );
             }
         }
-        // The batch paths blend as the single-set path does.
+        // The batch paths blend as the single-set path does, and give each set the
+        // difficulty its interval is scaled by (what Place reads instead of predicting the
+        // set again).
         let batch = model.predict_sets(&sets);
-        for (set, predicted) in sets.iter().zip(&batch) {
+        let with_difficulty = model.predict_sets_with_difficulty(&sets);
+        for ((set, predicted), (again, difficulty)) in sets.iter().zip(&batch).zip(&with_difficulty)
+        {
             assert_eq!(predicted, &model.predict_set(set));
+            assert_eq!(again, predicted);
+            assert_eq!(*difficulty, model.difficulty(set));
+            let expected = (predicted.sum / members_only.predict_set(set).sum)
+                .ln()
+                .abs();
+            assert!(
+                (difficulty - expected).abs() <= 1e-9,
+                "{difficulty} vs {expected}"
+            );
         }
         // Pairs are answered by the members alone.
         let pair = [&fresh[0], &seen[2]];

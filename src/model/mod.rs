@@ -182,6 +182,32 @@ impl ModelParams {
         }
     }
 
+    /// [`Self::predict_sets`] with each prediction's difficulty (see
+    /// [`Self::predict_set_with_difficulty`]), for [`Self::interval_with_difficulty`].
+    pub fn predict_sets_with_difficulty(
+        &self,
+        sets: &[Vec<&Features>],
+    ) -> Vec<(SetPrediction, f64)> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.predict_sets_with_difficulty(sets),
+            Self::KaceLinear(m) => sets.iter().map(|set| (m.predict_set(set), 0.0)).collect(),
+        }
+    }
+
+    /// [`Self::interval`] of a set of `size` members whose difficulty is known (it came
+    /// with the prediction), without predicting the set again.
+    pub fn interval_with_difficulty(
+        &self,
+        size: usize,
+        prediction: &SetPrediction,
+        difficulty: f64,
+    ) -> Option<intervals::SetInterval> {
+        match self {
+            Self::MemberRidgeGbt(m) => m.intervals.as_ref()?.apply(size, prediction, difficulty),
+            Self::KaceLinear(_) => None,
+        }
+    }
+
     /// The 80 % interval of `prediction` of the set `members`, for models that carry
     /// calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
     /// cautious mode reads the pessimistic end of each member's throughput.
