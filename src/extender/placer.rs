@@ -4,9 +4,9 @@
 //!
 //! One Place query per call, over the distinct GPUs the extender collected, with the
 //! extender's rules ([`PlacerRules`]: by default NORMALIZED_SUM gains, floors read on the
-//! low ends of the 80 % intervals, the fair-share rule), Place's cap of 4 jobs per GPU and its rule
-//! that nobody is sped up by a co-runner, and the pod's `min_job_fraction`; each resident's
-//! own `min_job_fraction` and the rule are then checked on the members Place
+//! low ends of the 80 % intervals, the fair-share rule), Place's cap of 4 jobs per GPU and
+//! its rule that nobody is sped up by a co-runner, and the pod's `min_job_fraction`; each
+//! resident's own `min_job_fraction` and the rule are then checked on the members Place
 //! predicts (Place's `min_resident_fraction` is one figure for every resident, and
 //! residents differ). What Place skips for a cause the job's placement decides
 //! (memory, a cap, too many jobs) refuses the GPU; what it skips because coloc cannot judge
@@ -97,9 +97,8 @@ impl Default for PlacerRules {
 /// `min_job_fraction` (read as the pod's floor is: the low end of its interval when
 /// cautious), and the new set passes the [`PlaceRule`] on the point predictions, as the
 /// simulation reads it (`members`: the job first, then the residents in the order the
-/// slot gave them). What the answer
-/// cannot check (a model that predicts only sums, asked for no member) leaves the GPU
-/// unscored.
+/// slot gave them). What the answer cannot check (a model that predicts only sums, asked
+/// for no member) leaves the GPU unscored.
 fn judge(
     members: &[MemberPrediction],
     floors: &[Option<f64>],
