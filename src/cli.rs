@@ -401,8 +401,9 @@ pub struct SimulateArgs {
     /// Seeds of the workload assignment, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
     pub seeds: Vec<u64>,
-    /// Policies, comma-separated (default: all): one-per-gpu, fraction-pack,
-    /// smallest-memory, kace-linear, coloc, oracle.
+    /// Policies, comma-separated (default: all but coloc-online): one-per-gpu,
+    /// fraction-pack, smallest-memory, kace-linear, coloc, coloc-online (the service in
+    /// process, learning from the runs its placements report), oracle.
     #[arg(long, value_delimiter = ',')]
     pub policies: Vec<String>,
     /// min_job_fraction of latency-sensitive (LS) jobs: the least share of its exclusive

@@ -132,9 +132,25 @@ pub struct Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
     // Completions first at equal times, so that a freed GPU is seen by the arrivals.
-    Finish { job: usize, version: u32 },
-    Arrive { job: usize },
+    Finish {
+        job: usize,
+        version: u32,
+    },
+    Arrive {
+        job: usize,
+    },
+    /// A GPU's set has run unchanged for [`REPORT_AFTER_S`] since its `version`: a policy
+    /// that learns is told its measured speeds.
+    Report {
+        gpu: usize,
+        version: u64,
+    },
 }
+
+/// How long a set of two or more jobs runs unchanged before the scheduler reports its
+/// measured throughputs to a policy that learns (what a node agent's measurement window
+/// would take); fixed before any learning policy was run.
+pub const REPORT_AFTER_S: f64 = 600.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Event {
@@ -177,6 +193,8 @@ struct Gpu {
     set: SetKey,
     milli: u32,
     memory_gb: f64,
+    /// Bumped by every change of the set.
+    version: u64,
 }
 
 impl Default for SetKey {
@@ -201,8 +219,11 @@ struct State<'a> {
     running_jobs: u32,
     out: Outcome,
     retry: f64,
-    /// Bumped by every placement and departure.
+    /// Bumped by every placement and departure, and whenever a learning policy says its
+    /// answers may have changed.
     cluster_version: u64,
+    /// The policy learns from reported sets (`Policy::learns`).
+    learning: bool,
 }
 
 /// The waiting jobs, in the order they entered the queue.
@@ -300,6 +321,7 @@ impl State<'_> {
     fn rerate(&mut self, gpu: usize) {
         let now = self.now;
         let set = self.gpus[gpu].set;
+        self.gpus[gpu].version += 1;
         let speeds = if self.gpus[gpu].jobs.is_empty() {
             None
         } else {
@@ -307,6 +329,13 @@ impl State<'_> {
                 panic!("the set {set:?} has neither a measurement nor a measured superset")
             }))
         };
+        if self.learning
+            && self.gpus[gpu].jobs.len() >= 2
+            && speeds.as_ref().is_some_and(|s| !s.bound)
+        {
+            let version = self.gpus[gpu].version;
+            self.push(now + REPORT_AFTER_S, EventKind::Report { gpu, version });
+        }
         for &j in &self.gpus[gpu].jobs.clone() {
             let speeds = speeds.as_ref().expect("a GPU with jobs has speeds");
             let r = self.running[j].as_mut().expect("a job on a GPU runs");
@@ -534,6 +563,7 @@ pub fn simulate(
         },
         retry: cluster.retry_delay,
         cluster_version: 0,
+        learning: policy.learns(),
     };
     // Arrivals in trace order (then by index) so that the queue is FIFO by submission.
     let mut order: Vec<usize> = (0..n).collect();
@@ -564,6 +594,22 @@ pub fn simulate(
                     .is_some_and(|r| r.version == version)
                 {
                     state.finish(job);
+                }
+            }
+            EventKind::Report { gpu, version } => {
+                if state.gpus[gpu].version == version {
+                    let members: Vec<(u8, f64)> = state.gpus[gpu]
+                        .jobs
+                        .iter()
+                        .map(|&j| {
+                            let r = state.running[j].as_ref().expect("a job on a GPU runs");
+                            (state.jobs[j].workload, r.speed)
+                        })
+                        .collect();
+                    if policy.observe(&members, state.now) {
+                        // The policy may now answer otherwise: offer refused jobs again.
+                        state.cluster_version += 1;
+                    }
                 }
             }
         }
@@ -671,6 +717,69 @@ mod tests {
         assert_eq!(finishes(&outcome), vec![150.0, 100.0]);
         assert_eq!(outcome.jobs[0].min_speed, 0.5);
         assert_eq!(outcome.bound_job_seconds, 0.0);
+    }
+
+    /// Fraction packing that records what it is told.
+    struct Listening {
+        told: Vec<(f64, Vec<(u8, f64)>)>,
+    }
+
+    impl Policy for Listening {
+        fn name(&self) -> &str {
+            "listening"
+        }
+        fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
+            FractionPack.choose(job, gpus)
+        }
+        fn learns(&self) -> bool {
+            true
+        }
+        fn observe(&mut self, members: &[(u8, f64)], now: f64) -> bool {
+            let mut members = members.to_vec();
+            members.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            self.told.push((now, members));
+            false
+        }
+    }
+
+    #[test]
+    fn a_learning_policy_is_told_each_measured_set_that_ran_long_enough_and_nothing_else() {
+        // a+a runs from 0 s; b joins at 300 s, before a+a has run the 600 s a report needs.
+        // a+a+b (a at 0.2, b at 0.4) then runs until a1 finishes at 300 + (1000 - 150) /
+        // 0.2 = 4 550 s: told once, at 900 s. a+b was never measured: it runs at the bound
+        // and is not told; a job alone is no colocation.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[
+                (vec![0, 0], vec![5.0, 5.0]),
+                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
+            ],
+        )
+        .unwrap();
+        let mut jobs = [
+            job("a1", 0.0, 1000.0, 0),
+            job("a2", 0.0, 20_000.0, 0),
+            job("b", 300.0, 2000.0, 1),
+        ];
+        for j in &mut jobs {
+            j.gpu_milli = 300;
+        }
+        let mut listening = Listening { told: Vec::new() };
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut listening);
+        assert!(
+            (outcome.jobs[0].finish - 4550.0).abs() < 1e-6,
+            "{outcome:?}"
+        );
+        assert!(outcome.bound_job_seconds > 0.0);
+        assert_eq!(
+            listening.told,
+            vec![(900.0, vec![(0, 0.2), (0, 0.2), (1, 0.4)])]
+        );
+        // A policy that does not learn runs the same simulation.
+        assert_eq!(
+            simulate(&jobs, &truth, &one_gpu(), &mut FractionPack),
+            outcome
+        );
     }
 
     #[test]

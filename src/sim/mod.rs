@@ -11,6 +11,7 @@
 //! (PNG).
 
 mod engine;
+mod online;
 mod place;
 mod plot;
 mod policy;
@@ -30,13 +31,28 @@ use coloc::{
 };
 
 use engine::{simulate, Cluster, Outcome, Queue};
+use online::{LearningService, SeededStore};
 use place::{CapCheck, PlacePolicy, ServicePlacer};
 use policy::{FractionPack, OnePerGpu, Oracle, PlaceRule, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
 use truth::Truth;
 
-pub const POLICIES: [&str; 6] = [
+/// Every policy `--policies` may name.
+pub const POLICIES: [&str; 7] = [
+    "one-per-gpu",
+    "fraction-pack",
+    "smallest-memory",
+    "kace-linear",
+    "coloc",
+    "coloc-online",
+    "oracle",
+];
+
+/// The policies run when `--policies` names none: all but `coloc-online`, whose
+/// retraining alone takes longer than the six together (README, "Learning from its own
+/// placements").
+pub const DEFAULT_POLICIES: [&str; 6] = [
     "one-per-gpu",
     "fraction-pack",
     "smallest-memory",
@@ -88,6 +104,8 @@ pub struct World {
     pub caps: CapCheck,
     /// What the oracle and the model policies ask of a shared GPU.
     pub rule: PlaceRule,
+    /// The store `coloc-online` starts from; `None` when it does not run.
+    pub seeded: Option<SeededStore>,
 }
 
 impl World {
@@ -107,6 +125,11 @@ impl World {
             },
             rule: PlaceRule::parse(&args.rule)
                 .with_context(|| format!("unknown --rule {:?}", args.rule))?,
+            seeded: if args.policies.iter().any(|p| p == "coloc-online") {
+                Some(SeededStore::build(&args.kace_v100)?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -121,6 +144,7 @@ pub fn run_policy(
 ) -> anyhow::Result<(Outcome, RunSummary)> {
     let started = Instant::now();
     let mut place_stats = None;
+    let mut learning = None;
     let run = |policy: &mut dyn Policy| {
         let outcome = simulate(jobs, &world.truth, cluster, policy);
         let summary = RunSummary::of(policy.name(), seed, &outcome);
@@ -153,11 +177,33 @@ pub fn run_policy(
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
             result
         }
+        "coloc-online" => {
+            let seeded = world
+                .seeded
+                .as_ref()
+                .context("coloc-online runs without its seeded store")?;
+            let placer = ServicePlacer::learning(
+                LearningService::start(seeded)?,
+                &world.truth.workloads,
+                world.caps,
+                world.rule,
+            )?;
+            let mut policy = PlacePolicy::new(name, placer);
+            let result = run(&mut policy);
+            place_stats = Some((policy.placer.calls, policy.placer.nanos));
+            learning = policy.placer.learning_counts();
+            result
+        }
         other => bail!("unknown policy {other:?}; known: {}", POLICIES.join(", ")),
     };
     if let Some((calls, nanos)) = place_stats {
         summary.place_calls = calls;
         summary.place_us_per_call = nanos as f64 / 1000.0 / calls.max(1) as f64;
+    }
+    if let Some((reports, trainings, promotions)) = learning {
+        summary.reports = reports;
+        summary.trainings = trainings;
+        summary.promotions = promotions;
     }
     summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
     Ok((outcome, summary))
@@ -166,7 +212,7 @@ pub fn run_policy(
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let policies: Vec<String> = if args.policies.is_empty() {
-        POLICIES.iter().map(|p| p.to_string()).collect()
+        DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
     } else {
         args.policies.clone()
     };
@@ -267,7 +313,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("measured_sets", json!(world.truth.measured_sets()));
     put(
         "model_training_data",
-        json!("kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run"),
+        json!(
+            "kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run; coloc-online \
+             starts from the same and learns from the runs of its own placements"
+        ),
     );
     put(
         "load_s",
@@ -309,7 +358,7 @@ mod tests {
             gpus: None,
             load: 1.2,
             seeds: vec![1],
-            policies: Vec::new(),
+            policies: POLICIES.iter().map(|p| p.to_string()).collect(),
             ls_cap: 0.5,
             caps: "point".into(),
             rule: "gain".into(),

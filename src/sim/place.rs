@@ -30,12 +30,16 @@
 //! `kace-linear` predicts only the set's sum, and Place estimates its members from the sum
 //! in proportion to their exclusive throughputs (`ModelUsed::members_estimated`).
 
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Instant,
+};
 
 use anyhow::Context;
 
 use coloc::{
-    advisor::{place_in, Catalog, GpuState, MemberPrediction, Objective, PlaceQuery},
+    advisor::{place_in, Catalog, GpuState, MemberPrediction, Objective, PlaceAnswer, PlaceQuery},
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{FitMetrics, ModelParams},
@@ -43,6 +47,7 @@ use coloc::{
 };
 
 use super::{
+    online::LearningService,
     policy::{DecisionKey, GpuView, JobView, PlaceRule, Policy},
     truth::{Workload, GPU_MEMORY_GB},
 };
@@ -69,6 +74,15 @@ pub struct PlaceDecision {
 
 pub trait Placer {
     fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>>;
+    /// Whether reported runs reach the model ([`Placer::observe`]).
+    fn learns(&self) -> bool {
+        false
+    }
+    /// A run the scheduler reports at `now`: (workload, speed) per member. Returns whether
+    /// Place may now answer otherwise.
+    fn observe(&mut self, _members: &[(u8, f64)], _now: f64) -> anyhow::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// How the model policies read the LS caps.
@@ -80,16 +94,42 @@ pub enum CapCheck {
     Cautious,
 }
 
-/// Place, answered by the advisor's own function on a catalog of the simulation's
-/// workloads and one fitted model.
+/// Who answers Place.
+enum Answerer {
+    /// The advisor's own function on a catalog of the simulation's workloads and one fitted
+    /// model.
+    Fixed {
+        catalog: Catalog,
+        models: HashMap<GpuName, Arc<StoredModel>>,
+    },
+    /// The service in process, retraining from the runs reported to it (`online.rs`).
+    Learning(Box<LearningService>),
+}
+
+impl Answerer {
+    fn answer(&self, query: PlaceQuery) -> anyhow::Result<PlaceAnswer> {
+        match self {
+            Answerer::Fixed { catalog, models } => place_in(catalog, models, None, query)
+                .map_err(|e| anyhow::anyhow!("Place refused the request: {e}")),
+            Answerer::Learning(service) => service.place(query),
+        }
+    }
+}
+
+/// Place, answered by the advisor: with one fitted model, or by the service that learns.
 pub struct ServicePlacer {
-    catalog: Catalog,
-    models: HashMap<GpuName, Arc<StoredModel>>,
+    answerer: Answerer,
     gpu: GpuName,
     /// By workload index.
     names: Vec<WorkloadName>,
+    /// Exclusive throughput by workload index (a reported member's throughput is its speed
+    /// times this).
+    exclusive: Vec<f64>,
     caps: CapCheck,
     rule: PlaceRule,
+    /// The sets reported so far (sorted workload indices): each is reported once, since
+    /// the truth gives a set the same throughputs every time it runs.
+    reported: HashSet<Vec<u8>>,
     pub calls: u64,
     pub nanos: u128,
 }
@@ -139,15 +179,55 @@ impl ServicePlacer {
         }
         catalog.set_scoring_model(model.clone());
         Ok(Self {
-            catalog,
-            models: HashMap::from([(gpu.clone(), model)]),
+            answerer: Answerer::Fixed {
+                catalog,
+                models: HashMap::from([(gpu.clone(), model)]),
+            },
             gpu,
             names,
+            exclusive: workloads.iter().map(|w| w.exclusive_throughput).collect(),
             caps,
             rule,
+            reported: HashSet::new(),
             calls: 0,
             nanos: 0,
         })
+    }
+
+    /// Place answered by the service in process, which learns from reported runs.
+    pub fn learning(
+        service: LearningService,
+        workloads: &[Workload],
+        caps: CapCheck,
+        rule: PlaceRule,
+    ) -> anyhow::Result<Self> {
+        let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
+        let names = workloads
+            .iter()
+            .map(|w| {
+                WorkloadName::parse("workload", &w.name).map_err(|e| anyhow::anyhow!(e.message))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self {
+            answerer: Answerer::Learning(Box::new(service)),
+            gpu,
+            names,
+            exclusive: workloads.iter().map(|w| w.exclusive_throughput).collect(),
+            caps,
+            rule,
+            reported: HashSet::new(),
+            calls: 0,
+            nanos: 0,
+        })
+    }
+
+    /// The learning service's counts (reports, trainings, promotions); `None` for a fixed
+    /// model.
+    pub fn learning_counts(&self) -> Option<(u64, u64, u64)> {
+        match &self.answerer {
+            Answerer::Learning(s) => Some((s.reports, s.trainings, s.promotions)),
+            Answerer::Fixed { .. } => None,
+        }
     }
 
     /// The share of its exclusive throughput a member keeps, as the caps read it.
@@ -194,8 +274,7 @@ impl Placer for ServicePlacer {
         query.objective = Objective::NormalizedSum;
         query.min_job_fraction = request.job_cap;
         query.cautious = self.caps == CapCheck::Cautious;
-        let answer = place_in(&self.catalog, &self.models, None, query)
-            .map_err(|e| anyhow::anyhow!("Place refused the request: {e}"))?;
+        let answer = self.answerer.answer(query)?;
         let mut best: Option<PlaceDecision> = None;
         for placement in &answer.placements {
             let index: usize = placement.gpu_id.parse().context("a GPU id")?;
@@ -224,6 +303,31 @@ impl Placer for ServicePlacer {
         self.calls += 1;
         self.nanos += started.elapsed().as_nanos();
         Ok(best)
+    }
+
+    fn learns(&self) -> bool {
+        matches!(self.answerer, Answerer::Learning(_))
+    }
+
+    fn observe(&mut self, members: &[(u8, f64)], now: f64) -> anyhow::Result<bool> {
+        let Answerer::Learning(service) = &mut self.answerer else {
+            return Ok(false);
+        };
+        let mut set: Vec<u8> = members.iter().map(|m| m.0).collect();
+        set.sort_unstable();
+        if !self.reported.insert(set) {
+            return Ok(false);
+        }
+        let run: Vec<(WorkloadName, f64)> = members
+            .iter()
+            .map(|&(w, speed)| {
+                (
+                    self.names[w as usize].clone(),
+                    speed * self.exclusive[w as usize],
+                )
+            })
+            .collect();
+        service.report(&run, now)
     }
 }
 
@@ -283,6 +387,17 @@ impl<P: Placer> Policy for PlacePolicy<P> {
     /// Place is asked the job's workload and cap, never its gpu_milli.
     fn decision_key(&self, job: &JobView) -> DecisionKey {
         DecisionKey::cap(job)
+    }
+
+    fn learns(&self) -> bool {
+        self.placer.learns()
+    }
+
+    fn observe(&mut self, members: &[(u8, f64)], now: f64) -> bool {
+        // A report the service refuses is a bug, as a refused Place request is.
+        self.placer
+            .observe(members, now)
+            .unwrap_or_else(|error| panic!("{error:#}"))
     }
 }
 
@@ -392,7 +507,7 @@ mod tests {
         };
         let mut query = PlaceQuery::new(p.names[job as usize].clone(), vec![gpu]);
         query.objective = Objective::NormalizedSum;
-        let answer = place_in(&p.catalog, &p.models, None, query).unwrap();
+        let answer = p.answerer.answer(query).unwrap();
         answer.placements[0]
             .members
             .iter()
@@ -436,6 +551,54 @@ mod tests {
         let mut low = request(bert, &[&[(vit, Some(resident_low))]]);
         low.job_cap = Some(job_low);
         assert!(cautious.place(&low).unwrap().is_some_and(|d| d.gpu == 0));
+    }
+
+    #[test]
+    fn the_learning_service_answers_as_the_pairs_model_until_it_learns() {
+        // Seeded as `coloc import kace` seeds a deployment, the service serves the default
+        // model fitted on the same 181 pairs as the `coloc` policy's: before any report
+        // both answer every request alike, point and low ends.
+        let (mut fixed, names) = placer_of(ModelKind::DEFAULT, CapCheck::Cautious);
+        let data = Path::new("../shared/data");
+        let truth = Truth::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .unwrap();
+        let seed = crate::sim::online::SeededStore::build(&data.join("kace-v100")).unwrap();
+        let mut learning = ServicePlacer::learning(
+            LearningService::start(&seed).unwrap(),
+            &truth.workloads,
+            CapCheck::Cautious,
+            PlaceRule::Gain,
+        )
+        .unwrap();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let wav = index(&names, "wav2vec2-base-960h_batch2-inf");
+        for (job, residents) in [
+            (bert, vec![vit]),
+            (vit, vec![bert, wav]),
+            (wav, vec![bert, vit, vit]),
+        ] {
+            assert_eq!(
+                shares(&fixed, job, &residents),
+                shares(&learning, job, &residents)
+            );
+        }
+        let request = request(bert, &[&[(vit, Some(0.3))], &[(wav, None), (vit, None)]]);
+        assert_eq!(
+            fixed.place(&request).unwrap(),
+            learning.place(&request).unwrap()
+        );
+        // A set reported once is not reported again.
+        assert!(learning.learns() && !fixed.learns());
+        learning.observe(&[(bert, 0.5), (vit, 0.6)], 600.0).unwrap();
+        learning
+            .observe(&[(vit, 0.6), (bert, 0.5)], 1200.0)
+            .unwrap();
+        assert_eq!(learning.learning_counts(), Some((1, 0, 0)));
     }
 
     #[test]

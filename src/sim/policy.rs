@@ -71,6 +71,18 @@ pub trait Policy {
     fn decision_key(&self, job: &JobView) -> DecisionKey {
         DecisionKey::everything(job)
     }
+    /// Whether the policy learns from the runs it caused: the engine then reports each set
+    /// of two or more jobs on measured speeds once it has run unchanged for
+    /// [`super::engine::REPORT_AFTER_S`] ([`Policy::observe`]).
+    fn learns(&self) -> bool {
+        false
+    }
+    /// A reported run at `now` (simulated seconds): each member's (workload, measured speed
+    /// as a share of its exclusive speed). Returns whether the policy's answers may have
+    /// changed (the engine then offers jobs it refused again).
+    fn observe(&mut self, _members: &[(u8, f64)], _now: f64) -> bool {
+        false
+    }
 }
 
 /// The fields of a queued job a policy's decision reads (module `engine`, the refusal

@@ -39,6 +39,11 @@ pub struct RunSummary {
     pub bound_job_hours: f64,
     pub place_calls: u64,
     pub place_us_per_call: f64,
+    /// A learning policy's runs reported to the service, its retraining turns that
+    /// trained, and the models they promoted (0 for the others).
+    pub reports: u64,
+    pub trainings: u64,
+    pub promotions: u64,
     pub wall_ms: f64,
 }
 
@@ -96,6 +101,9 @@ impl RunSummary {
             bound_job_hours: outcome.bound_job_seconds / h,
             place_calls: 0,
             place_us_per_call: 0.0,
+            reports: 0,
+            trainings: 0,
+            promotions: 0,
             wall_ms: 0.0,
         }
     }
@@ -297,6 +305,22 @@ impl Report {
                     p.policy,
                     calls,
                     p.place_us_per_call.show(2)
+                );
+            }
+        }
+        for p in &self.policies {
+            let mine: Vec<&RunSummary> =
+                self.runs.iter().filter(|r| r.policy == p.policy).collect();
+            if mine.iter().any(|r| r.reports > 0) {
+                let show = |f: fn(&RunSummary) -> u64| {
+                    Spread::of(mine.iter().map(|r| f(r) as f64)).show(0)
+                };
+                println!(
+                    "{}: runs reported {}, retrainings {}, models promoted {} (per seed)",
+                    p.policy,
+                    show(|r| r.reports),
+                    show(|r| r.trainings),
+                    show(|r| r.promotions)
                 );
             }
         }
