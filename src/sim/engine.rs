@@ -94,7 +94,8 @@ pub struct JobOutcome {
     /// Start of the run that finished.
     pub start: f64,
     pub finish: f64,
-    /// Lowest speed it ran at, as a share of its exclusive speed.
+    /// Lowest speed it ran at for some time, as a share of its exclusive speed (a speed
+    /// held for no time, between events of one instant, is not counted).
     pub min_speed: f64,
     /// Seconds it ran below its cap.
     pub seconds_below_cap: f64,
@@ -349,12 +350,14 @@ impl State<'_> {
                     self.below_cap[j] += elapsed;
                 }
             }
+            if elapsed > 0.0 {
+                self.min_speed[j] = self.min_speed[j].min(r.speed);
+            }
             r.since = now;
             r.speed = speeds.of(self.jobs[j].workload);
             r.on_bound = speeds.bound;
             r.version += 1;
             let (finish, version) = (now + r.remaining / r.speed, r.version);
-            self.min_speed[j] = self.min_speed[j].min(r.speed);
             self.push(finish, EventKind::Finish { job: j, version });
         }
     }
@@ -399,6 +402,9 @@ impl State<'_> {
             if r.speed < cap - 1e-12 {
                 self.below_cap[j] += self.now - r.since;
             }
+        }
+        if self.now > r.since {
+            self.min_speed[j] = self.min_speed[j].min(r.speed);
         }
         let job = &self.jobs[j];
         let g = &mut self.gpus[r.gpu];
@@ -984,5 +990,39 @@ mod tests {
             },
         );
         assert_eq!(oracle.max_set, 1);
+    }
+
+    #[test]
+    fn a_speed_held_for_no_time_is_not_the_lowest_speed_a_job_ran_at() {
+        // a+b: a at 0.4; a+b+c: a at 0.6. A (a, cap 0.5), B and C1 arrive at 0 and are
+        // placed one after another in the same instant, so A is at 0.4 (with B) for no time
+        // before C1 joins. C1 (5 s of work at 0.5) ends at 10 s, and C2, waiting since 1 s
+        // (a fourth job exceeds 1000 thousandths), takes its place at once: a+b again for no
+        // time. A runs at 0.6 throughout and never below its cap.
+        let truth = Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0), workload("c", 1.0)],
+            &[
+                (vec![0, 1], vec![4.0, 5.0]),
+                (vec![0, 1, 2], vec![6.0, 5.0, 5.0]),
+            ],
+        )
+        .unwrap();
+        let mut jobs = [
+            job("A", 0.0, 100.0, 0),
+            job("B", 0.0, 100.0, 1),
+            job("C1", 0.0, 5.0, 2),
+            job("C2", 1.0, 100.0, 2),
+        ];
+        jobs[0].cap = Some(0.5);
+        for j in &mut jobs {
+            j.gpu_milli = 300;
+        }
+        let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
+        assert_eq!(outcome.jobs[2].finish, 10.0);
+        assert_eq!(outcome.jobs[3].start, 10.0);
+        assert!((outcome.jobs[0].finish - 100.0 / 0.6).abs() < 1e-9);
+        assert_eq!(outcome.jobs[0].seconds_below_cap, 0.0);
+        assert_eq!(outcome.jobs[0].min_speed, 0.6);
+        assert_eq!(outcome.jobs[1].min_speed, 0.5);
     }
 }
