@@ -20,6 +20,13 @@ pub const FOLDS: usize = 5;
 /// Folds at most of [`Folds::ProfileOut`]: one profile per fold up to this many profiles.
 pub const PROFILE_OUT_FOLDS: usize = 20;
 
+/// The fewest held-out runs a band is calibrated from: with n runs the conformal quantiles
+/// are the floor((n + 1) x 0.1)-th and ceil((n + 1) x 0.9)-th smallest residuals, which
+/// exist only from n = 9 on (below, the 80 % interval would be unbounded; reading the
+/// smallest and largest residual instead, as before, gave an "80 %" band from three runs).
+/// A size with fewer borrows the nearest size that has a band, as a size with none does.
+pub const MIN_BAND_RUNS: usize = 9;
+
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.
 const BANDS: usize = 3;
 
@@ -248,7 +255,8 @@ impl Intervals {
 }
 
 /// One band from its held-out runs: the quantiles of the log residuals, each divided by
-/// (floor + the run's difficulty) when `floor` is set; `None` without a sum residual.
+/// (floor + the run's difficulty) when `floor` is set; `None` with fewer than
+/// [`MIN_BAND_RUNS`] sum residuals.
 fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
     let mut members = Vec::new();
     let mut sums = Vec::new();
@@ -268,7 +276,7 @@ fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
             );
         }
     }
-    (!sums.is_empty()).then(|| Band {
+    (sums.len() >= MIN_BAND_RUNS).then(|| Band {
         runs: runs.len(),
         member: (!members.is_empty()).then(|| {
             (
@@ -361,6 +369,54 @@ mod tests {
             k_folds(7),
             vec![vec![0, 5], vec![1, 6], vec![2], vec![3], vec![4]]
         );
+    }
+
+    #[test]
+    fn a_band_needs_enough_runs_for_both_ranks_and_a_smaller_one_borrows_its_neighbour() {
+        // The ranks exist from n = 9: floor(10 x 0.1) = 1 and ceil(10 x 0.9) = 9 <= 9; at
+        // n = 8, floor(9 x 0.1) = 0.
+        assert_eq!(((MIN_BAND_RUNS + 1) as f64 * LOWER).floor(), 1.0);
+        assert!(((MIN_BAND_RUNS + 1) as f64 * UPPER).ceil() <= MIN_BAND_RUNS as f64);
+        assert_eq!((MIN_BAND_RUNS as f64 * LOWER).floor(), 0.0);
+        let pair = |actual: f64| {
+            held(
+                &[actual / 2.0; 2],
+                SetPrediction {
+                    sum: 10.0,
+                    members: Some(vec![5.0, 5.0]),
+                },
+                0.0,
+            )
+        };
+        // Pairs under-predicted by 0.5-2x; three triples all predicted at half their sum.
+        let triple = |_| {
+            held(
+                &[10.0; 3],
+                SetPrediction {
+                    sum: 15.0,
+                    members: Some(vec![5.0; 3]),
+                },
+                0.0,
+            )
+        };
+        let mut held_out: Vec<HeldOut> = (0..19).map(|i| pair(5.0 + i as f64 * 0.8)).collect();
+        held_out.extend((0..MIN_BAND_RUNS - 1).map(triple));
+        let intervals = Intervals::calibrate(&held_out);
+        assert!(intervals.bands[1].is_none());
+        // A triple's interval is the pairs' band: it reaches below the prediction.
+        let prediction = SetPrediction {
+            sum: 15.0,
+            members: Some(vec![5.0; 3]),
+        };
+        let borrowed = intervals.apply(3, &prediction, 0.0).unwrap();
+        assert!(borrowed.sum.0 < 15.0, "{borrowed:?}");
+        assert_eq!(borrowed, intervals.apply(2, &prediction, 0.0).unwrap());
+        // With one more triple the band is its own: every residual ln 2, low end above.
+        held_out.push(triple(0));
+        let intervals = Intervals::calibrate(&held_out);
+        assert_eq!(intervals.bands[1].unwrap().runs, MIN_BAND_RUNS);
+        let own = intervals.apply(3, &prediction, 0.0).unwrap();
+        assert!((own.sum.0 - 30.0).abs() < 1e-9, "{own:?}");
     }
 
     #[test]
