@@ -34,8 +34,9 @@ pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
 pub use place::{
-    place_in, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule, PlaceSkipCode, Placement,
-    SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS,
+    place_in, place_in_keeping, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule,
+    PlaceSkipCode, PlacedSets, Placement, SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU,
+    MAX_PLACE_GPUS, PLACED_SETS,
 };
 pub use rank::{
     rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,

@@ -612,6 +612,22 @@ pub fn place_in(
     PlaceWork::new(catalog, models, default_gpu, query)?.run()
 }
 
+/// [`place_in`], keeping set predictions in `shared` across requests as the service does
+/// (answers never depend on it; a tool that asks many times, such as the simulation, is
+/// faster with it).
+pub fn place_in_keeping(
+    catalog: &Catalog,
+    models: &std::collections::HashMap<GpuName, Arc<StoredModel>>,
+    default_gpu: Option<&GpuName>,
+    query: PlaceQuery,
+    shared: &Arc<PlacedSets>,
+) -> Result<PlaceAnswer> {
+    query.validate()?;
+    let mut work = PlaceWork::new(catalog, models, default_gpu, query)?;
+    work.shared = Some(shared.clone());
+    work.run()
+}
+
 impl PlaceWork {
     /// Looks up everything the request needs: for each GPU model its model, profiles and
     /// the job's entry; for each resident its entry.

@@ -1,6 +1,7 @@
 //! The model policies' one path to a decision: the advisor's Place
-//! (`coloc::advisor::place_in`, the function behind the Place RPC, on a catalog and model
-//! built in process). A policy asks "which of these GPUs (each with its residents) for
+//! (`coloc::advisor::place_in_keeping`: the work behind the Place RPC, with the set
+//! predictions kept across requests as the service keeps them, on a catalog and model built
+//! in process; or the service itself for `coloc-online`, `online.rs`). A policy asks "which of these GPUs (each with its residents) for
 //! this job"; Place scores each GPU by the predicted gain under NORMALIZED_SUM (the set's
 //! Σ colocated / exclusive with the job minus without; an empty GPU gains 1; a member's
 //! prediction is the lowest the model gives it in any subset holding it), leaves out GPUs
@@ -39,7 +40,10 @@ use std::{
 use anyhow::Context;
 
 use coloc::{
-    advisor::{place_in, Catalog, GpuState, MemberPrediction, Objective, PlaceAnswer, PlaceQuery},
+    advisor::{
+        place_in_keeping, Catalog, GpuState, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
+        PlacedSets, PLACED_SETS,
+    },
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{FitMetrics, ModelParams},
@@ -101,6 +105,8 @@ enum Answerer {
     Fixed {
         catalog: Catalog,
         models: HashMap<GpuName, Arc<StoredModel>>,
+        /// Set predictions kept across requests, as the service's Place keeps them.
+        kept: Arc<PlacedSets>,
     },
     /// The service in process, retraining from the runs reported to it (`online.rs`).
     Learning(Box<LearningService>),
@@ -109,7 +115,11 @@ enum Answerer {
 impl Answerer {
     fn answer(&self, query: PlaceQuery) -> anyhow::Result<PlaceAnswer> {
         match self {
-            Answerer::Fixed { catalog, models } => place_in(catalog, models, None, query)
+            Answerer::Fixed {
+                catalog,
+                models,
+                kept,
+            } => place_in_keeping(catalog, models, None, query, kept)
                 .map_err(|e| anyhow::anyhow!("Place refused the request: {e}")),
             Answerer::Learning(service) => service.place(query),
         }
@@ -182,6 +192,7 @@ impl ServicePlacer {
             answerer: Answerer::Fixed {
                 catalog,
                 models: HashMap::from([(gpu.clone(), model)]),
+                kept: Arc::new(PlacedSets::new(PLACED_SETS)),
             },
             gpu,
             names,
