@@ -158,36 +158,33 @@ pub fn run_policy(
             truth: &world.truth,
             rule: world.rule,
         }),
-        "kace-linear" | "coloc" => {
-            let (params, metrics) = if name == "coloc" {
-                world.coloc.clone()
+        "kace-linear" | "coloc" | "coloc-online" => {
+            let placer = if name == "coloc-online" {
+                let seeded = world
+                    .seeded
+                    .as_ref()
+                    .context("coloc-online runs without its seeded store")?;
+                ServicePlacer::learning(
+                    LearningService::start(seeded)?,
+                    &world.truth.workloads,
+                    world.caps,
+                    world.rule,
+                )?
             } else {
-                world.kace_linear.clone()
+                let (params, metrics) = if name == "coloc" {
+                    world.coloc.clone()
+                } else {
+                    world.kace_linear.clone()
+                };
+                ServicePlacer::new(
+                    &world.dataset,
+                    &world.truth.workloads,
+                    params,
+                    metrics,
+                    world.caps,
+                    world.rule,
+                )?
             };
-            let placer = ServicePlacer::new(
-                &world.dataset,
-                &world.truth.workloads,
-                params,
-                metrics,
-                world.caps,
-                world.rule,
-            )?;
-            let mut policy = PlacePolicy::new(name, placer);
-            let result = run(&mut policy);
-            place_stats = Some((policy.placer.calls, policy.placer.nanos));
-            result
-        }
-        "coloc-online" => {
-            let seeded = world
-                .seeded
-                .as_ref()
-                .context("coloc-online runs without its seeded store")?;
-            let placer = ServicePlacer::learning(
-                LearningService::start(seeded)?,
-                &world.truth.workloads,
-                world.caps,
-                world.rule,
-            )?;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));

@@ -188,12 +188,26 @@ impl ServicePlacer {
             names.push(kace.name.clone());
         }
         catalog.set_scoring_model(model.clone());
-        Ok(Self {
-            answerer: Answerer::Fixed {
-                catalog,
-                models: HashMap::from([(gpu.clone(), model)]),
-                kept: Arc::new(PlacedSets::new(PLACED_SETS)),
-            },
+        let answerer = Answerer::Fixed {
+            catalog,
+            models: HashMap::from([(gpu.clone(), model)]),
+            kept: Arc::new(PlacedSets::new(PLACED_SETS)),
+        };
+        Ok(Self::answered_by(
+            answerer, gpu, names, workloads, caps, rule,
+        ))
+    }
+
+    fn answered_by(
+        answerer: Answerer,
+        gpu: GpuName,
+        names: Vec<WorkloadName>,
+        workloads: &[Workload],
+        caps: CapCheck,
+        rule: PlaceRule,
+    ) -> Self {
+        Self {
+            answerer,
             gpu,
             names,
             exclusive: workloads.iter().map(|w| w.exclusive_throughput).collect(),
@@ -202,7 +216,7 @@ impl ServicePlacer {
             reported: HashSet::new(),
             calls: 0,
             nanos: 0,
-        })
+        }
     }
 
     /// Place answered by the service in process, which learns from reported runs.
@@ -219,17 +233,10 @@ impl ServicePlacer {
                 WorkloadName::parse("workload", &w.name).map_err(|e| anyhow::anyhow!(e.message))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self {
-            answerer: Answerer::Learning(Box::new(service)),
-            gpu,
-            names,
-            exclusive: workloads.iter().map(|w| w.exclusive_throughput).collect(),
-            caps,
-            rule,
-            reported: HashSet::new(),
-            calls: 0,
-            nanos: 0,
-        })
+        let answerer = Answerer::Learning(Box::new(service));
+        Ok(Self::answered_by(
+            answerer, gpu, names, workloads, caps, rule,
+        ))
     }
 
     /// The learning service's counts (reports, trainings, promotions); `None` for a fixed
@@ -430,12 +437,7 @@ mod tests {
         rule: PlaceRule,
     ) -> (ServicePlacer, Vec<String>) {
         let data = Path::new("../shared/data");
-        let truth = Truth::read(
-            &data.join("kace-v100"),
-            &data.join("kace-3way/runs.csv"),
-            &data.join("kace-4way/runs.csv"),
-        )
-        .unwrap();
+        let truth = Truth::shared_data();
         let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
         let rows = crate::sim::pair_rows(&dataset).unwrap();
         let (params, metrics) = fit(kind, &rows).unwrap();
@@ -571,12 +573,7 @@ mod tests {
         // both answer every request alike, point and low ends.
         let (mut fixed, names) = placer_of(ModelKind::DEFAULT, CapCheck::Cautious);
         let data = Path::new("../shared/data");
-        let truth = Truth::read(
-            &data.join("kace-v100"),
-            &data.join("kace-3way/runs.csv"),
-            &data.join("kace-4way/runs.csv"),
-        )
-        .unwrap();
+        let truth = Truth::shared_data();
         let seed = crate::sim::online::SeededStore::build(&data.join("kace-v100")).unwrap();
         let mut learning = ServicePlacer::learning(
             LearningService::start(&seed).unwrap(),

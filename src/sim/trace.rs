@@ -155,13 +155,7 @@ mod tests {
 
     #[test]
     fn the_assignment_follows_the_request_and_the_seed() {
-        let data = Path::new("../shared/data");
-        let truth = Truth::read(
-            &data.join("kace-v100"),
-            &data.join("kace-3way/runs.csv"),
-            &data.join("kace-4way/runs.csv"),
-        )
-        .unwrap();
+        let truth = Truth::shared_data();
         let pods = read_pods(Path::new(TRACE)).unwrap();
         let jobs = assign(&pods, &truth, 7, 0.5);
         for (pod, job) in pods.iter().zip(&jobs) {

@@ -131,6 +131,18 @@ pub enum Admission {
 }
 
 impl Truth {
+    /// The KACE truth from `../shared/data`, where the tests read it.
+    #[cfg(test)]
+    pub fn shared_data() -> Self {
+        let data = Path::new("../shared/data");
+        Self::read(
+            &data.join("kace-v100"),
+            &data.join("kace-3way/runs.csv"),
+            &data.join("kace-4way/runs.csv"),
+        )
+        .expect("the shared KACE data")
+    }
+
     /// Builds the truth from explicit measurements (hand-made tests use this): `runs` are
     /// (members by workload index, each member's colocated throughput in the same order).
     pub fn new(workloads: Vec<Workload>, runs: &[(Vec<u8>, Vec<f64>)]) -> anyhow::Result<Self> {
@@ -366,13 +378,7 @@ mod tests {
 
     #[test]
     fn the_kace_truth_holds_the_fourteen_workloads_and_every_measured_set() {
-        let data = Path::new("../shared/data");
-        let truth = Truth::read(
-            &data.join("kace-v100"),
-            &data.join("kace-3way/runs.csv"),
-            &data.join("kace-4way/runs.csv"),
-        )
-        .unwrap();
+        let truth = Truth::shared_data();
         assert_eq!(truth.workloads.len(), 14);
         // 91 measured pairs among them, 400 3-sets, 1 107 4-sets, none repeated.
         assert_eq!(truth.measured_sets(), 91 + 400 + 1107);
