@@ -388,7 +388,7 @@ impl MemberRidgeGbt {
         .map_err(|e| FitError::Solver(format!("gradient boosting: {e}")))?;
         let set_linear = if options.set_linear {
             let crowded: Vec<&TrainingRow> = rows.iter().filter(|r| r.members.len() >= 3).collect();
-            (crowded.len() >= MIN_TRAINING_ROWS)
+            (crowded.len() >= SET_LINEAR_MIN_SETS)
                 .then(|| match options.set_linear_shrink {
                     0 => KaceLinear::fit_refs(&crowded),
                     shrink => {
@@ -639,6 +639,14 @@ impl MemberRidgeGbt {
             .collect()
     }
 }
+
+/// Training sets of three or more members the set-level linear model needs before it is
+/// fitted: ten per coefficient (the summed metrics and the intercept), the usual rule for
+/// least squares. With fewer it interpolates rather than fits (it was fitted from
+/// `MIN_TRAINING_ROWS`, 12, on: a service that had received its first 16 crowded runs
+/// trained a model whose cross-validated MSE was 6x the champion's), and the sum is the
+/// members' alone. Every KACE evaluation trains on 230 or more such sets.
+pub const SET_LINEAR_MIN_SETS: usize = 10 * (super::NUM_FEATURES + 1);
 
 /// Rows that calibrate a model's intervals at most (the calibration refits the model
 /// [`intervals::FOLDS`] times on them, and up to [`intervals::PROFILE_OUT_FOLDS`] more
@@ -951,7 +959,7 @@ mod tests {
     #[test]
     fn capped_members_never_exceed_their_exclusive_throughput_and_ridge_shrinks_the_set_model() {
         let mut state = 29;
-        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
         let mixed = mixed_rows(&seen);
         let linear = MemberOptions {
             set_linear: true,
@@ -1026,7 +1034,8 @@ mod tests {
     #[test]
     fn set_linear_averages_the_sum_of_crowded_sets_with_a_linear_model_of_those_sets() {
         let mut state = 23;
-        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        // 16 workloads: 120 triples, enough for the linear part.
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
         let with_linear = MemberOptions {
             set_linear: true,
             ..CROWDING
@@ -1039,9 +1048,27 @@ mod tests {
             .filter(|r| r.members.len() == 3)
             .cloned()
             .collect();
-        assert!(triples.len() >= MIN_TRAINING_ROWS, "{}", triples.len());
+        assert!(triples.len() >= SET_LINEAR_MIN_SETS, "{}", triples.len());
         let linear = KaceLinear::fit(&triples).unwrap();
         assert_eq!(model.set_linear.as_ref(), Some(&linear));
+        // One crowded set fewer than the linear part needs: the members alone.
+        let few: Vec<TrainingRow> = mixed
+            .iter()
+            .filter(|r| r.members.len() == 2)
+            .chain(triples.iter().take(SET_LINEAR_MIN_SETS - 1))
+            .cloned()
+            .collect();
+        let fitted = MemberRidgeGbt::fit_with(&few, with_linear).unwrap();
+        assert!(fitted.set_linear.is_none());
+        assert_eq!(
+            fitted,
+            MemberRidgeGbt::fit_with(&few, CROWDING)
+                .map(|m| MemberRidgeGbt {
+                    options: with_linear,
+                    ..m
+                })
+                .unwrap()
+        );
 
         let fresh: Vec<Features> = (0..6).map(|_| workload(&mut state)).collect();
         let sets: Vec<Vec<&Features>> = vec![
@@ -1108,7 +1135,7 @@ mod tests {
     #[test]
     fn a_crowded_interval_widens_with_how_far_the_set_model_moves_the_members() {
         let mut state = 29;
-        let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
         let mut model =
             MemberRidgeGbt::fit_with(&mixed_rows(&seen), MemberOptions::CHOSEN).expect("fits");
         let linear = model.set_linear.clone().expect("trained on triples");
@@ -1176,7 +1203,8 @@ mod tests {
     #[test]
     fn every_calibration_gives_pairs_the_plain_band_of_five_profile_folds() {
         let mut state = 31;
-        let seen: Vec<Features> = (0..10).map(|_| workload(&mut state)).collect();
+        // 24 workloads: 276 triples, so that every fold's model has its linear part.
+        let seen: Vec<Features> = (0..24).map(|_| workload(&mut state)).collect();
         let mixed = mixed_rows(&seen);
         let options = MemberOptions::CHOSEN;
         let ways: Vec<Calibration> = intervals::CANDIDATES.iter().map(|(_, c)| *c).collect();
