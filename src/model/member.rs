@@ -27,8 +27,7 @@ use super::{
         MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
-    ridge, Features, FitError, KaceLinear, ModelParams, SetPrediction, TrainingRow,
-    MIN_TRAINING_ROWS, NUM_FEATURES,
+    ridge, Features, FitError, KaceLinear, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
 };
 
 pub use super::member_terms::ridge_feature_names;
@@ -166,7 +165,7 @@ pub struct MemberRidgeGbt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
     /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
-    /// more members (none when the training held fewer than [`MIN_TRAINING_ROWS`] of them).
+    /// more members (none when the training held fewer than [`SET_LINEAR_MIN_SETS`] of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_linear: Option<KaceLinear>,
     #[serde(skip)]
@@ -646,7 +645,7 @@ impl MemberRidgeGbt {
 /// `MIN_TRAINING_ROWS`, 12, on: a service that had received its first 16 crowded runs
 /// trained a model whose cross-validated MSE was 6x the champion's), and the sum is the
 /// members' alone. Every KACE evaluation trains on 230 or more such sets.
-pub const SET_LINEAR_MIN_SETS: usize = 10 * (super::NUM_FEATURES + 1);
+pub const SET_LINEAR_MIN_SETS: usize = 10 * (NUM_FEATURES + 1);
 
 /// Rows that calibrate a model's intervals at most (the calibration refits the model
 /// [`intervals::FOLDS`] times on them, and up to [`intervals::PROFILE_OUT_FOLDS`] more
