@@ -6,8 +6,9 @@
 //! A tool beside the service, not part of it: a module of the `coloc` binary that the
 //! service's library never compiles. Its parts, in the order data flows: `truth` (measured
 //! sets and the conservative bound), `trace` (pods and the workload-assignment rule),
-//! `policy` (the rule policies and the oracle), `place` (the model policies, through the
-//! Place adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
+//! `policy` (the rule policies and the oracle), `online` (the service in process, which
+//! `coloc-online` asks and reports to), `place` (the model policies, through the Place
+//! adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
 //! (PNG).
 
 mod engine;
