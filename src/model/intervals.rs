@@ -289,48 +289,38 @@ fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
 /// prediction comes from a model that did not see the row. Folds should hold out what the
 /// answers will face: leaving whole workloads out when the intervals serve workloads the
 /// model has not seen ([`folds_by_group`]), random folds otherwise ([`k_folds`]).
-///
-/// The folds' fits run on the caller's rayon pool, each on its own; the runs come back in
-/// fold order, so the answer is the one a fold-by-fold loop gives.
 pub fn held_out(
     rows: &[TrainingRow],
     folds: &[Vec<usize>],
-    fit: impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError> + Sync,
+    fit: impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError>,
 ) -> Result<Vec<HeldOut>, FitError> {
-    use rayon::prelude::*;
-    let by_fold = folds
-        .par_iter()
-        .map(|test| {
-            let mut is_test = vec![false; rows.len()];
-            for &i in test {
-                is_test[i] = true;
-            }
-            let train: Vec<TrainingRow> = rows
-                .iter()
-                .zip(&is_test)
-                .filter(|(_, t)| !**t)
-                .map(|(r, _)| r.clone())
-                .collect();
-            if train.len() < super::MIN_TRAINING_ROWS {
-                return Ok(Vec::new());
-            }
-            let params = fit(&train)?;
-            drop(train);
-            Ok(test
-                .iter()
-                .map(|&i| {
-                    let members: Vec<&Features> = rows[i].members.iter().collect();
-                    let (prediction, difficulty) = params.predict_set_with_difficulty(&members);
-                    HeldOut {
-                        throughputs: rows[i].throughputs.clone(),
-                        prediction,
-                        difficulty,
-                    }
-                })
-                .collect::<Vec<_>>())
-        })
-        .collect::<Result<Vec<_>, FitError>>()?;
-    Ok(by_fold.into_iter().flatten().collect())
+    let mut held_out = Vec::with_capacity(rows.len());
+    for test in folds {
+        let mut is_test = vec![false; rows.len()];
+        for &i in test {
+            is_test[i] = true;
+        }
+        let train: Vec<TrainingRow> = rows
+            .iter()
+            .zip(&is_test)
+            .filter(|(_, t)| !**t)
+            .map(|(r, _)| r.clone())
+            .collect();
+        if train.len() < super::MIN_TRAINING_ROWS {
+            continue;
+        }
+        let params = fit(&train)?;
+        for &i in test {
+            let members: Vec<&Features> = rows[i].members.iter().collect();
+            let (prediction, difficulty) = params.predict_set_with_difficulty(&members);
+            held_out.push(HeldOut {
+                throughputs: rows[i].throughputs.clone(),
+                prediction,
+                difficulty,
+            });
+        }
+    }
+    Ok(held_out)
 }
 
 /// [`FOLDS`] folds, row i in fold i mod [`FOLDS`].

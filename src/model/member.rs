@@ -226,8 +226,8 @@ impl MemberRidgeGbt {
     /// workloads the fold's model never saw: the pairs' band from [`intervals::FOLDS`]
     /// folds of profiles, the crowded bands' from the calibration's folds. At most
     /// [`CALIBRATION_ROWS`] rows, evenly strided, take part, and at most
-    /// [`PROFILE_OUT_CALIBRATION_ROWS`] of them in the one-profile-per-fold refits. Every
-    /// fold's refit runs on the caller's rayon pool. `None` where nothing could be held out.
+    /// [`PROFILE_OUT_CALIBRATION_ROWS`] of them in the one-profile-per-fold refits, beside
+    /// the profile folds' on the caller's rayon pool. `None` where nothing could be held out.
     pub fn calibrate(
         rows: &[TrainingRow],
         options: MemberOptions,
@@ -253,7 +253,8 @@ impl MemberRidgeGbt {
             && calibrations
                 .iter()
                 .any(|c| c.folds == intervals::Folds::ProfileOut);
-        // Both ways of folding fit side by side, each fold's fit on its own.
+        // The two ways of folding fit side by side (each fold after fold: on a store of pairs
+        // the calibration runs as it always has, beside the champion comparison).
         let (by_profiles, by_profile_out) = rayon::join(
             || held_out(&sample, intervals::FOLDS),
             || {
