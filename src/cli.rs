@@ -456,6 +456,11 @@ pub struct BenchArgs {
     /// Synthetic store: colocated runs of random pairs (the training data).
     #[arg(long, default_value_t = 2_000)]
     pub observations: usize,
+    /// Synthetic store: the share (0 to 1) of its runs that are sets of three or four
+    /// members (half each, in expectation) instead of pairs; 0 gives the pairs-only store
+    /// of earlier releases, run for run.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub crowded_share: f64,
     /// Keep the synthetic store in this SQLite file; an existing file is used as it is.
     #[arg(long)]
     pub database: Option<PathBuf>,
@@ -752,6 +757,15 @@ fn new_database_file(url: &str) -> Option<PathBuf> {
     }
     let path = PathBuf::from(path);
     (!path.exists()).then_some(path)
+}
+
+fn parse_share(raw: &str) -> Result<f64, String> {
+    let share: f64 = raw.parse().map_err(|e| format!("{raw:?}: {e}"))?;
+    if (0.0..=1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err(format!("a share is between 0 and 1, got {raw}"))
+    }
 }
 
 fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<crate::model::ModelKind> {

@@ -1,6 +1,7 @@
 //! `coloc bench`: the load generator. It starts the server in-process on a loopback port
 //! with a synthetic store (W workloads with profiles drawn from the KACE V100 metric
-//! ranges, runs of random pairs, a model trained through the Train RPC), or drives a
+//! ranges, runs of random pairs, and of three and four with `--crowded-share`, a model
+//! trained through the Train RPC), or drives a
 //! running server (`--addr`), and measures each scenario with C concurrent clients for T
 //! seconds: Health/Check (the floor any RPC pays on this machine, in the same run), Rank
 //! over N named candidates, Rank over every workload, ReportColocation, and Rank on the
@@ -72,7 +73,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 Some(path) => path.clone(),
                 None => scratch.path().join("bench.db"),
             };
-            let synthetic = synthetic(args.workloads, args.observations, args.seed)?;
+            let synthetic = synthetic(
+                args.workloads,
+                args.observations,
+                args.crowded_share,
+                args.seed,
+            )?;
             let url = format!("sqlite://{}", path.display());
             if !path.exists() {
                 let started = Instant::now();
@@ -83,6 +89,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
             setup("workloads", args.workloads.into());
             setup("observations", args.observations.into());
+            setup("crowded_share", args.crowded_share.into());
             let settings = Settings::load(SettingsSources {
                 file: None,
                 environment: Some(Default::default()),

@@ -49,7 +49,8 @@ pub(super) fn start_peer(
     let observations = dir.path().join("observations.csv");
     let mut out = csv::Writer::from_path(&observations)?;
     out.write_record(["workload_a", "workload_b", "throughput_sum"])?;
-    for run in &data.runs {
+    // The peer is KACE's pairwise model: it learns from the pairs alone.
+    for run in data.runs.iter().filter(|run| run.members.len() == 2) {
         out.write_record([
             run.members[0].workload.to_string(),
             run.members[1].workload.to_string(),

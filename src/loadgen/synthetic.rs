@@ -1,5 +1,20 @@
 //! The synthetic store `coloc bench` serves: W workloads with profiles drawn from the
-//! KACE V100 metric ranges, and runs of random pairs under a known interference law.
+//! KACE V100 metric ranges, and runs of random pairs under a known interference law; with
+//! `--crowded-share F`, a share F of the runs are sets of three or four members instead.
+//!
+//! The law, for a run of any size: each member keeps
+//! `1.15 - 0.35 SM - 0.3 MEM + 0.03 (u - 1/2)` of its exclusive throughput, clamped to
+//! [0.15, 1], where SM and MEM are the run's summed `sm_busy_pct` and `mem_busy_pct` over
+//! 100 (every member's, its own included) and u is uniform on [0, 1), drawn per member.
+//! For a pair it is the law the store has always had, to the bit; a larger set presses
+//! harder on the SMs and the memory system, so its members keep less (a typical triple's
+//! members about a third, a typical quadruple's the floor of 0.15).
+//!
+//! Draws, in order from one RNG seeded with `--seed`: every profile; then per run, only
+//! when the crowded share is above 0, whether it is crowded (u < F) and, if so, its size (3
+//! or 4, even odds); its members (uniform over the workloads, independently, so a workload
+//! may run beside itself, as in the pairs); each member's noise. With F = 0 nothing is drawn
+//! for the first two, so the store is the pairs-only one run for run.
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -42,7 +57,19 @@ fn draw(rng: &mut StdRng, (lo, hi, log): (f64, f64, bool)) -> f64 {
     }
 }
 
-pub(super) fn synthetic(workloads: usize, runs: usize, seed: u64) -> anyhow::Result<Synthetic> {
+/// The largest set the crowded runs hold.
+const MAX_CROWDED_MEMBERS: usize = 4;
+
+pub(super) fn synthetic(
+    workloads: usize,
+    runs: usize,
+    crowded_share: f64,
+    seed: u64,
+) -> anyhow::Result<Synthetic> {
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&crowded_share),
+        "the crowded share is between 0 and 1, got {crowded_share}"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let gpu = GpuName::parse("gpu", GPU)?;
     let names: Vec<WorkloadName> = (0..workloads)
@@ -75,32 +102,29 @@ pub(super) fn synthetic(workloads: usize, runs: usize, seed: u64) -> anyhow::Res
             }
         })
         .collect();
-    // Each member keeps less of its throughput the busier the pair keeps the SMs and the
-    // memory system, with 3 % noise.
-    let kept = |own: &Profile, other: &Profile, rng: &mut StdRng| {
-        let sm = (own.system.sm_busy_pct + other.system.sm_busy_pct) / 100.0;
-        let mem = (own.system.mem_busy_pct + other.system.mem_busy_pct) / 100.0;
-        (1.15 - 0.35 * sm - 0.3 * mem + 0.03 * (rng.random::<f64>() - 0.5)).clamp(0.15, 1.0)
-    };
     let runs = (0..runs)
         .map(|i| {
-            let (a, b) = (
-                rng.random_range(0..workloads),
-                rng.random_range(0..workloads),
-            );
-            let (pa, pb) = (&profiles[a], &profiles[b]);
-            let members = vec![
-                ColocatedMember {
-                    workload: names[a].clone(),
-                    throughput: pa.system.exclusive_throughput * kept(pa, pb, &mut rng),
-                    job_id: String::new(),
-                },
-                ColocatedMember {
-                    workload: names[b].clone(),
-                    throughput: pb.system.exclusive_throughput * kept(pb, pa, &mut rng),
-                    job_id: String::new(),
-                },
-            ];
+            let size = if crowded_share > 0.0 && rng.random::<f64>() < crowded_share {
+                rng.random_range(3..=MAX_CROWDED_MEMBERS)
+            } else {
+                2
+            };
+            let set: Vec<usize> = (0..size).map(|_| rng.random_range(0..workloads)).collect();
+            let members = (0..size)
+                .map(|k| {
+                    let own = &profiles[set[k]];
+                    let others = set
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != k)
+                        .map(|(_, &w)| &profiles[w]);
+                    ColocatedMember {
+                        workload: names[set[k]].clone(),
+                        throughput: own.system.exclusive_throughput * kept(own, others, &mut rng),
+                        job_id: String::new(),
+                    }
+                })
+                .collect();
             Ok(Observation::new(gpu.clone(), members, 1 + i as i64)?)
         })
         .collect::<anyhow::Result<_>>()?;
@@ -109,6 +133,19 @@ pub(super) fn synthetic(workloads: usize, runs: usize, seed: u64) -> anyhow::Res
         profiles,
         runs,
     })
+}
+
+/// The share of its exclusive throughput a member keeps beside `others` (the module's law):
+/// less the busier the whole set keeps the SMs and the memory system, with 3 % noise. The
+/// others' load is summed first, so a pair's figure is the same float as before sets
+/// existed.
+fn kept<'a>(own: &Profile, others: impl Iterator<Item = &'a Profile>, rng: &mut StdRng) -> f64 {
+    let (others_sm, others_mem) = others.fold((0.0, 0.0), |(sm, mem), p| {
+        (sm + p.system.sm_busy_pct, mem + p.system.mem_busy_pct)
+    });
+    let sm = (own.system.sm_busy_pct + others_sm) / 100.0;
+    let mem = (own.system.mem_busy_pct + others_mem) / 100.0;
+    (1.15 - 0.35 * sm - 0.3 * mem + 0.03 * (rng.random::<f64>() - 0.5)).clamp(0.15, 1.0)
 }
 
 pub(super) async fn seed_store(store: &Store, data: &Synthetic) -> anyhow::Result<()> {
@@ -142,9 +179,9 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_store_and_another_seed_another() {
-        let a = synthetic(20, 50, 7).unwrap();
-        let b = synthetic(20, 50, 7).unwrap();
-        let c = synthetic(20, 50, 8).unwrap();
+        let a = synthetic(20, 50, 0.0, 7).unwrap();
+        let b = synthetic(20, 50, 0.0, 7).unwrap();
+        let c = synthetic(20, 50, 0.0, 8).unwrap();
         assert_eq!(a.profiles, b.profiles);
         assert_eq!(a.runs, b.runs);
         assert_ne!(a.profiles, c.profiles);
@@ -152,7 +189,7 @@ mod tests {
 
     #[test]
     fn profiles_stay_in_the_kace_ranges_and_runs_follow_the_interference_law() {
-        let data = synthetic(200, 500, 1).unwrap();
+        let data = synthetic(200, 500, 0.0, 1).unwrap();
         assert_eq!(data.names.len(), 200);
         assert_eq!(data.runs.len(), 500);
         for p in &data.profiles {
@@ -183,5 +220,93 @@ mod tests {
                 assert!((0.15 - 1e-12..=1.0 + 1e-12).contains(&kept), "{kept}");
             }
         }
+    }
+
+    #[test]
+    fn without_a_crowded_share_the_runs_are_the_pairs_drawn_before_sets_existed() {
+        let (workloads, seed) = (50, 3);
+        let data = synthetic(workloads, 400, 0.0, seed).unwrap();
+        // The pairs generator as it was, replayed on the same RNG after the profiles' draws.
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..workloads {
+            for range in METRIC_RANGES {
+                draw(&mut rng, range);
+            }
+        }
+        let kept_before = |own: &Profile, other: &Profile, rng: &mut StdRng| {
+            let sm = (own.system.sm_busy_pct + other.system.sm_busy_pct) / 100.0;
+            let mem = (own.system.mem_busy_pct + other.system.mem_busy_pct) / 100.0;
+            (1.15 - 0.35 * sm - 0.3 * mem + 0.03 * (rng.random::<f64>() - 0.5)).clamp(0.15, 1.0)
+        };
+        for run in &data.runs {
+            let (a, b) = (
+                rng.random_range(0..workloads),
+                rng.random_range(0..workloads),
+            );
+            let (pa, pb) = (&data.profiles[a], &data.profiles[b]);
+            let expected = [
+                (
+                    a,
+                    pa.system.exclusive_throughput * kept_before(pa, pb, &mut rng),
+                ),
+                (
+                    b,
+                    pb.system.exclusive_throughput * kept_before(pb, pa, &mut rng),
+                ),
+            ];
+            assert_eq!(run.members.len(), 2);
+            for (member, (w, throughput)) in run.members.iter().zip(expected) {
+                assert_eq!(member.workload, data.names[w]);
+                assert_eq!(member.throughput.to_bits(), throughput.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn a_crowded_share_makes_that_share_of_runs_sets_of_three_and_four_under_the_law() {
+        let runs = 20_000;
+        let data = synthetic(300, runs, 0.3, 5).unwrap();
+        let again = synthetic(300, runs, 0.3, 5).unwrap();
+        assert_eq!((&data.profiles, &data.runs), (&again.profiles, &again.runs));
+        assert_ne!(data.runs, synthetic(300, runs, 0.3, 6).unwrap().runs);
+        let mut by_size = [0usize; 5];
+        for run in &data.runs {
+            by_size[run.members.len()] += 1;
+        }
+        assert_eq!(by_size[2] + by_size[3] + by_size[4], runs, "{by_size:?}");
+        // Binomial: a standard deviation of the share is 0.0032 here, of the halves 0.006.
+        let crowded = (by_size[3] + by_size[4]) as f64;
+        assert!((crowded / runs as f64 - 0.3).abs() < 0.015, "{by_size:?}");
+        assert!(
+            (by_size[3] as f64 / crowded - 0.5).abs() < 0.03,
+            "{by_size:?}"
+        );
+
+        let by_name: std::collections::HashMap<_, _> =
+            data.names.iter().zip(&data.profiles).collect();
+        for run in data.runs.iter().filter(|r| r.members.len() >= 3) {
+            let profiles: Vec<&Profile> =
+                run.members.iter().map(|m| by_name[&m.workload]).collect();
+            let sm: f64 = profiles.iter().map(|p| p.system.sm_busy_pct).sum::<f64>() / 100.0;
+            let mem: f64 = profiles.iter().map(|p| p.system.mem_busy_pct).sum::<f64>() / 100.0;
+            let law = 1.15 - 0.35 * sm - 0.3 * mem;
+            for (member, profile) in run.members.iter().zip(&profiles) {
+                let kept = member.throughput / profile.system.exclusive_throughput;
+                let (lo, hi) = (
+                    (law - 0.015).clamp(0.15, 1.0),
+                    (law + 0.015).clamp(0.15, 1.0),
+                );
+                assert!(
+                    (lo - 1e-9..=hi + 1e-9).contains(&kept),
+                    "{kept} vs law {law}"
+                );
+            }
+        }
+        assert!(synthetic(300, 100, 1.0, 5)
+            .unwrap()
+            .runs
+            .iter()
+            .all(|r| r.members.len() >= 3));
+        assert!(synthetic(10, 10, 1.5, 5).is_err());
     }
 }

@@ -208,6 +208,9 @@ impl MemberRidgeGbt {
 
     /// Fits with `options`, and calibrates the model's intervals as [`Self::calibrate`]
     /// does with [`Calibration::CHOSEN`].
+    ///
+    /// One after the other, not side by side: on a large store the fit's matrices are most
+    /// of the memory, and the calibration's refits would add to them.
     pub fn fit_calibrated(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
         let mut model = Self::fit_with(rows, options)?;
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
@@ -221,36 +224,50 @@ impl MemberRidgeGbt {
     /// cross-validation with whole profiles held out, so the residuals are those of
     /// workloads the fold's model never saw: the pairs' band from [`intervals::FOLDS`]
     /// folds of profiles, the crowded bands' from the calibration's folds. At most
-    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part. `None` where nothing could be
-    /// held out.
+    /// [`CALIBRATION_ROWS`] rows, evenly strided, take part, and at most
+    /// [`PROFILE_OUT_CALIBRATION_ROWS`] of them in the one-profile-per-fold refits, beside
+    /// the profile folds' on the caller's rayon pool. `None` where nothing could be held out.
     pub fn calibrate(
         rows: &[TrainingRow],
         options: MemberOptions,
         calibrations: &[Calibration],
     ) -> Result<Vec<Option<Intervals>>, FitError> {
-        let stride = rows.len().div_ceil(CALIBRATION_ROWS).max(1);
-        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
-        let held_out = |folds: usize| {
-            let folds = profile_folds(&sample, folds);
+        let strided = |rows: &[TrainingRow], at_most: usize| -> Vec<TrainingRow> {
+            let stride = rows.len().div_ceil(at_most).max(1);
+            rows.iter().step_by(stride).cloned().collect()
+        };
+        let sample = strided(rows, CALIBRATION_ROWS);
+        let held_out = |sample: &[TrainingRow], folds: usize| {
+            let folds = profile_folds(sample, folds);
             if folds.len() <= 1 {
                 return Ok(None);
             }
-            intervals::held_out(&sample, &folds, |train| {
+            intervals::held_out(sample, &folds, |train| {
                 Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
             })
             .map(Some)
         };
-        let by_profiles = held_out(intervals::FOLDS)?;
         let crowded_rows = sample.iter().any(|r| r.members.len() >= 3);
-        let by_profile_out = if crowded_rows
+        let profile_out = crowded_rows
             && calibrations
                 .iter()
-                .any(|c| c.folds == intervals::Folds::ProfileOut)
-        {
-            held_out(intervals::PROFILE_OUT_FOLDS)?
-        } else {
-            None
-        };
+                .any(|c| c.folds == intervals::Folds::ProfileOut);
+        // The two ways of folding fit side by side (each fold after fold: on a store of pairs
+        // the calibration runs as it always has, beside the champion comparison).
+        let (by_profiles, by_profile_out) = rayon::join(
+            || held_out(&sample, intervals::FOLDS),
+            || {
+                if profile_out {
+                    held_out(
+                        &strided(&sample, PROFILE_OUT_CALIBRATION_ROWS),
+                        intervals::PROFILE_OUT_FOLDS,
+                    )
+                } else {
+                    Ok(None)
+                }
+            },
+        );
+        let (by_profiles, by_profile_out) = (by_profiles?, by_profile_out?);
         Ok(calibrations
             .iter()
             .map(|calibration| {
@@ -649,8 +666,17 @@ pub const SET_LINEAR_MIN_SETS: usize = 10 * (NUM_FEATURES + 1);
 
 /// Rows that calibrate a model's intervals at most (the calibration refits the model
 /// [`intervals::FOLDS`] times on them, and up to [`intervals::PROFILE_OUT_FOLDS`] more
-/// times for [`intervals::Folds::ProfileOut`]).
+/// times for [`intervals::Folds::ProfileOut`], on at most
+/// [`PROFILE_OUT_CALIBRATION_ROWS`] of them).
 pub const CALIBRATION_ROWS: usize = 20_000;
+
+/// Rows the one-profile-per-fold refits of the crowded bands take at most, evenly strided
+/// from the calibration's rows: so that their 20 refits fit as many rows in all as the
+/// profile folds' 5 (20 x 5,000 = 5 x 20,000). Without it a store with crowded runs paid
+/// 25 refits on 20,000 rows each, four times the calibration of a store of pairs. Every
+/// store of KACE's size (hundreds of runs) is below it, so its intervals are unchanged.
+pub const PROFILE_OUT_CALIBRATION_ROWS: usize =
+    CALIBRATION_ROWS * intervals::FOLDS / intervals::PROFILE_OUT_FOLDS;
 
 /// `folds` folds that hold out whole profiles: each distinct profile (by its exact
 /// metrics) goes to fold (its rank in first-seen order) mod `folds`; a run is held out in
@@ -1234,6 +1260,42 @@ mod tests {
         let pairs = rows(&seen);
         let on_pairs = MemberRidgeGbt::calibrate(&pairs, options, &ways).unwrap();
         assert!(on_pairs.windows(2).all(|w| w[0] == w[1]));
+    }
+
+    #[test]
+    fn held_out_runs_and_calibrated_intervals_are_the_same_on_one_thread_and_on_several() {
+        let mut state = 47;
+        let seen: Vec<Features> = (0..10).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let options = MemberOptions::CHOSEN;
+        let folds = profile_folds(&mixed, intervals::PROFILE_OUT_FOLDS);
+        assert!(folds.len() > 2);
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let held_out = intervals::held_out(&mixed, &folds, |train| {
+                    MemberRidgeGbt::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
+                })
+                .unwrap();
+                let calibrated =
+                    MemberRidgeGbt::calibrate(&mixed, options, &[Calibration::CHOSEN]).unwrap();
+                (held_out, calibrated)
+            })
+        };
+        let ((one, one_calibrated), (several, several_calibrated)) = (on(1), on(3));
+        assert_eq!(one.len(), several.len());
+        assert_eq!(one.len(), folds.iter().map(Vec::len).sum::<usize>());
+        for (a, b) in one.iter().zip(&several) {
+            // Fold by fold, in the folds' order: the same runs and the same bits.
+            assert_eq!(a.throughputs, b.throughputs);
+            assert_eq!(a.prediction, b.prediction);
+            assert_eq!(a.difficulty.to_bits(), b.difficulty.to_bits());
+        }
+        assert!(one_calibrated[0].is_some());
+        assert_eq!(one_calibrated, several_calibrated);
     }
 
     #[test]
