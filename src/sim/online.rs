@@ -1,7 +1,7 @@
 //! The learning model policy's Place: the service itself, in process. `coloc-online` asks
 //! a real [`Advisor`] (a SQLite store in a scratch folder, the service's default settings
 //! and `COLOC__*` from the environment, as `coloc serve` reads them), seeded the way
-//! `coloc import kace` seeds a fresh deployment (the 30 KACE V100 profiles, the 181
+//! `coloc import kace` seeds a fresh deployment (the KACE V100 profiles, the 181
 //! measured pairs, `kace-linear` then the default model trained), so it starts from the
 //! model the `coloc` policy places with. The scheduler then reports back each set it ran
 //! (ReportColocation's `Advisor::report`), and after every report the service's own
@@ -196,8 +196,8 @@ mod tests {
         assert_eq!(seeded.len(), 2);
         assert_eq!(service.advisor.current_model(&gpu).unwrap().version, 2);
 
-        // Twenty distinct three-job runs (made up, plausible: each member keeps half its
-        // speed); the service's default is a retrain after 20 new runs.
+        // Twenty distinct three-job runs (made-up throughputs, 10 + i for each member of the
+        // i-th); the service's default is a retrain after 20 new runs.
         let workloads = [
             "bert-base-cased_batch2-inf",
             "vit-base-patch16-224_batch2-inf",
