@@ -725,6 +725,33 @@ mod tests {
         assert_eq!(outcome.bound_job_seconds, 0.0);
     }
 
+    /// a+a and a+a+b measured (in the latter a at 0.2, b at 0.4 of their 10), a+b not.
+    fn pair_and_triple_but_not_a_b() -> Truth {
+        Truth::new(
+            vec![workload("a", 1.0), workload("b", 1.0)],
+            &[
+                (vec![0, 0], vec![5.0, 5.0]),
+                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Jobs a1, a2 (workload a) and b, each (arrival, work), at 300 thousandths of a GPU so
+    /// that fraction packing puts all three on one.
+    fn three_jobs(timing: [(f64, f64); 3]) -> [Job; 3] {
+        let [a1, a2, b] = timing;
+        let mut jobs = [
+            job("a1", a1.0, a1.1, 0),
+            job("a2", a2.0, a2.1, 0),
+            job("b", b.0, b.1, 1),
+        ];
+        for j in &mut jobs {
+            j.gpu_milli = 300;
+        }
+        jobs
+    }
+
     /// Fraction packing that records what it is told.
     struct Listening {
         told: Vec<(f64, Vec<(u8, f64)>)>,
@@ -754,22 +781,8 @@ mod tests {
         // a+a+b (a at 0.2, b at 0.4) then runs until a1 finishes at 300 + (1000 - 150) /
         // 0.2 = 4 550 s: told once, at 900 s. a+b was never measured: it runs at the bound
         // and is not told; a job alone is no colocation.
-        let truth = Truth::new(
-            vec![workload("a", 1.0), workload("b", 1.0)],
-            &[
-                (vec![0, 0], vec![5.0, 5.0]),
-                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
-            ],
-        )
-        .unwrap();
-        let mut jobs = [
-            job("a1", 0.0, 1000.0, 0),
-            job("a2", 0.0, 20_000.0, 0),
-            job("b", 300.0, 2000.0, 1),
-        ];
-        for j in &mut jobs {
-            j.gpu_milli = 300;
-        }
+        let truth = pair_and_triple_but_not_a_b();
+        let jobs = three_jobs([(0.0, 1000.0), (0.0, 20_000.0), (300.0, 2000.0)]);
         let mut listening = Listening { told: Vec::new() };
         let outcome = simulate(&jobs, &truth, &one_gpu(), &mut listening);
         assert!(
@@ -810,22 +823,8 @@ mod tests {
         // that superset. The second a then needs (30 - 10) / 0.2 = 100 s more, b (40 - 20)
         // / 0.4 = 50 s: b ends at 100 s, then a runs alone: 10 s of work left at 100 s,
         // ending at 110 s. Bound time: two jobs x 50 s.
-        let truth = Truth::new(
-            vec![workload("a", 1.0), workload("b", 1.0)],
-            &[
-                (vec![0, 0], vec![5.0, 5.0]),
-                (vec![0, 0, 1], vec![2.0, 2.0, 4.0]),
-            ],
-        )
-        .unwrap();
-        let mut jobs = [
-            job("a1", 0.0, 10.0, 0),
-            job("a2", 0.0, 30.0, 0),
-            job("b", 0.0, 40.0, 1),
-        ];
-        for j in &mut jobs {
-            j.gpu_milli = 300;
-        }
+        let truth = pair_and_triple_but_not_a_b();
+        let jobs = three_jobs([(0.0, 10.0), (0.0, 30.0), (0.0, 40.0)]);
         let outcome = simulate(&jobs, &truth, &one_gpu(), &mut FractionPack);
         let f = finishes(&outcome);
         assert_eq!(f[0], 50.0);

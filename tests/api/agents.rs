@@ -774,22 +774,33 @@ async fn claim_one(agents: &mut ProfilingAgentsClient<Channel>, id: &str) -> pb:
         .expect("a job to claim")
 }
 
+/// One agent, `agent`, announced on a 16 GB GPU, holding the job of workload `workload`
+/// registered for that GPU model.
+async fn one_agent_holding(
+    app: &TestApp,
+    agents: &mut ProfilingAgentsClient<Channel>,
+    agent: &str,
+    workload: &str,
+) -> pb::ProfilingJob {
+    agents
+        .announce_agent(announce(agent, GPU_16))
+        .await
+        .unwrap();
+    app.client
+        .clone()
+        .register_workload(register(workload, &["ok"], &[GPU_16]))
+        .await
+        .unwrap();
+    claim_one(agents, agent).await
+}
+
 /// The only agent dies holding the job (it never renews): the service takes the job back
 /// by itself once the lease ran out, with no other claim arriving.
 #[tokio::test]
 async fn a_job_whose_only_agent_died_is_pending_again_without_another_claim() {
     let app = app(1).await;
     let mut agents = agents_client(&app);
-    agents
-        .announce_agent(announce("dead", GPU_16))
-        .await
-        .unwrap();
-    app.client
-        .clone()
-        .register_workload(register("w", &["ok"], &[GPU_16]))
-        .await
-        .unwrap();
-    let job = claim_one(&mut agents, "dead").await;
+    let job = one_agent_holding(&app, &mut agents, "dead", "w").await;
     assert_eq!(job.attempt, 1);
     assert_eq!(live_agents(&app).await[0].job_workload, "w");
     // Nobody claims from here on: only the service's own sweep can take the job back.
@@ -846,14 +857,8 @@ async fn a_job_whose_only_agent_died_is_pending_again_without_another_claim() {
 async fn a_job_that_loses_its_lease_on_its_last_attempt_fails_for_good() {
     let app = app_with_profiler(1, "max_attempts = 2\n").await;
     let mut agents = agents_client(&app);
-    agents.announce_agent(announce("a", GPU_16)).await.unwrap();
-    app.client
-        .clone()
-        .register_workload(register("killer", &["ok"], &[GPU_16]))
-        .await
-        .unwrap();
+    let first = one_agent_holding(&app, &mut agents, "a", "killer").await;
     let pending = "SELECT COUNT(*) FROM profiling_jobs WHERE state = 'pending'";
-    let first = claim_one(&mut agents, "a").await;
     assert_eq!(first.attempt, 1);
     until(
         Duration::from_secs(10),
@@ -992,16 +997,7 @@ async fn only_the_agent_holding_a_claim_may_renew_it_or_submit_for_it() {
 async fn a_renewal_after_handing_the_claim_back_says_so() {
     let app = app(30).await;
     let mut agents = agents_client(&app);
-    agents
-        .announce_agent(announce("holder", GPU_16))
-        .await
-        .unwrap();
-    app.client
-        .clone()
-        .register_workload(register("w", &["ok"], &[GPU_16]))
-        .await
-        .unwrap();
-    let job = claim_one(&mut agents, "holder").await;
+    let job = one_agent_holding(&app, &mut agents, "holder", "w").await;
     agents
         .submit_failure(pb::SubmitFailureRequest {
             agent_id: "holder".into(),

@@ -237,6 +237,44 @@ async fn train_rejects_an_invalid_gpu_name_or_an_unknown_kind() {
     assert_eq!(app.dump_store().await, before);
 }
 
+/// Every triple of distinct workloads among the first `n`, in order.
+fn triples_of(n: usize) -> Vec<[usize; 3]> {
+    let mut triples = Vec::new();
+    for i in 0..n {
+        for j in i + 1..n {
+            for l in j + 1..n {
+                triples.push([i, j, l]);
+            }
+        }
+    }
+    triples
+}
+
+/// Reports one run of `members` (workload, colocated throughput), the `k`-th of a test's,
+/// each at its own time.
+async fn report_run(app: &mut crate::helpers::TestApp, members: Vec<(&String, f64)>, k: usize) {
+    let members = members
+        .into_iter()
+        .map(|(workload, throughput)| pb::ColocatedMember {
+            workload: workload.clone(),
+            throughput,
+            job_id: String::new(),
+        })
+        .collect();
+    app.client
+        .report_colocation(pb::ReportColocationRequest {
+            gpu: GPU.into(),
+            members,
+            observed_at: Some(prost_types::Timestamp {
+                seconds: 1_800_000_000 + k as i64,
+                nanos: 0,
+            }),
+            gpu_id: String::new(),
+        })
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn reported_runs_of_three_members_reach_training_and_move_the_models_answers() {
     let (mut app, workloads) = crate::helpers::slowdown_app(8).await;
@@ -257,35 +295,13 @@ async fn reported_runs_of_three_members_reach_training_and_move_the_models_answe
     // Every triple of distinct workloads, each member keeping 20 % of its speed: below
     // anything the pairs teach (the pair law keeps 30-95 %).
     let exclusive = |p: &pb::Profile| p.system.as_ref().unwrap().exclusive_throughput;
-    let mut triples = Vec::new();
-    for i in 0..8 {
-        for j in i + 1..8 {
-            for l in j + 1..8 {
-                triples.push([i, j, l]);
-            }
-        }
-    }
+    let triples = triples_of(8);
     for (k, triple) in triples.iter().enumerate() {
         let members = triple
             .iter()
-            .map(|&i| pb::ColocatedMember {
-                workload: workloads[i].0.clone(),
-                throughput: 0.2 * exclusive(&workloads[i].1),
-                job_id: String::new(),
-            })
+            .map(|&i| (&workloads[i].0, 0.2 * exclusive(&workloads[i].1)))
             .collect();
-        app.client
-            .report_colocation(pb::ReportColocationRequest {
-                gpu: GPU.into(),
-                members,
-                observed_at: Some(prost_types::Timestamp {
-                    seconds: 1_800_000_000 + k as i64,
-                    nanos: 0,
-                }),
-                gpu_id: String::new(),
-            })
-            .await
-            .unwrap();
+        report_run(&mut app, members, k).await;
     }
     let trained = app.client.train(train("")).await.unwrap().into_inner();
     let with_triples = trained.model.unwrap();
@@ -339,47 +355,25 @@ async fn reported_runs_of_three_members_reach_training_and_move_the_models_answe
 #[tokio::test]
 async fn get_model_shows_the_sum_level_linear_model_fitted_on_runs_of_three() {
     let mut app = spawn_app().await;
-    let workloads = seed_workloads_and_runs(&mut app, 12).await; // 78 pairs
-                                                                 // Every triple of distinct workloads, its sum following the known linear truth of the
-                                                                 // summed metrics (thirds to each member): the sum-level model must recover it.
-    let mut k = 0;
-    for i in 0..12 {
-        for j in i + 1..12 {
-            for l in j + 1..12 {
-                let triple = [i, j, l];
-                let sum = TRUE_INTERCEPT
-                    + (0..10)
-                        .map(|f| {
-                            TRUE_COEFFICIENTS[f]
-                                * triple
-                                    .iter()
-                                    .map(|&w| features(&workloads[w].1)[f])
-                                    .sum::<f64>()
-                        })
-                        .sum::<f64>();
-                let members = triple
-                    .iter()
-                    .map(|&w| pb::ColocatedMember {
-                        workload: workloads[w].0.clone(),
-                        throughput: sum / 3.0,
-                        job_id: String::new(),
-                    })
-                    .collect();
-                app.client
-                    .report_colocation(pb::ReportColocationRequest {
-                        gpu: GPU.into(),
-                        members,
-                        observed_at: Some(prost_types::Timestamp {
-                            seconds: 1_800_000_000 + k,
-                            nanos: 0,
-                        }),
-                        gpu_id: String::new(),
-                    })
-                    .await
-                    .unwrap();
-                k += 1;
-            }
-        }
+    // 78 pairs. Every triple of distinct workloads, its sum following the known linear truth
+    // of the summed metrics (thirds to each member): the sum-level model must recover it.
+    let workloads = seed_workloads_and_runs(&mut app, 12).await;
+    for (k, triple) in triples_of(12).iter().enumerate() {
+        let sum = TRUE_INTERCEPT
+            + (0..10)
+                .map(|f| {
+                    TRUE_COEFFICIENTS[f]
+                        * triple
+                            .iter()
+                            .map(|&w| features(&workloads[w].1)[f])
+                            .sum::<f64>()
+                })
+                .sum::<f64>();
+        let members = triple
+            .iter()
+            .map(|&w| (&workloads[w].0, sum / 3.0))
+            .collect();
+        report_run(&mut app, members, k).await;
     }
     let trained = app
         .client
