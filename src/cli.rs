@@ -202,6 +202,20 @@ pub struct CalibrateArgs {
     /// At most this many pairs.
     #[arg(long, default_value_t = 10)]
     pub pairs: usize,
+    /// Only pairs with this workload in them (repeatable), e.g. a newly profiled one.
+    #[arg(long = "with", value_name = "WORKLOAD")]
+    pub with: Vec<String>,
+    /// How the pairs share the GPU: MPS, plain time-sliced sharing, or MPS when
+    /// nvidia-cuda-mps-control is installed.
+    #[arg(long, value_enum, default_value_t = SharingArg::Auto)]
+    pub sharing: SharingArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SharingArg {
+    Auto,
+    Mps,
+    Shared,
 }
 
 #[derive(Debug, Subcommand)]
@@ -633,6 +647,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 identity,
                 settings.profiler,
                 args.pairs,
+                &args
+                    .with
+                    .iter()
+                    .map(|w| crate::domain::WorkloadName::parse("--with", w))
+                    .collect::<Result<Vec<_>, _>>()?,
+                match args.sharing {
+                    SharingArg::Auto => None,
+                    SharingArg::Mps => Some(crate::profiler::calibrate::Sharing::Mps),
+                    SharingArg::Shared => Some(crate::profiler::calibrate::Sharing::Shared),
+                },
                 &cancel,
             )
             .await;

@@ -115,6 +115,14 @@ pub enum WorkloadsCommand {
         args: Vec<String>,
         #[arg(long)]
         working_dir: Option<String>,
+        /// Launch spec: an environment variable KEY=VALUE for the program, repeatable.
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Launch spec: the NVTX range that marks one step for Nsight Compute (default
+        /// coloc_step); "" selects kernels by launch count (profiler.ncu_launch_skip and
+        /// ncu_launch_count) instead.
+        #[arg(long)]
+        nvtx_range: Option<String>,
         /// A GPU model to profile it on (one job each, run by an agent of that model),
         /// repeatable; none = every GPU model with a live agent, else model.default_gpu.
         #[arg(long = "profile-on")]
@@ -563,22 +571,35 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             program,
             args,
             working_dir,
+            env,
+            nvtx_range,
             profile_on,
         } => {
-            let labels = labels
-                .iter()
-                .map(|l| {
-                    l.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .with_context(|| format!("--label {l:?} is not KEY=VALUE"))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            let launch = program.map(|program| pb::LaunchSpec {
-                program,
-                args,
-                working_dir: working_dir.unwrap_or_default(),
-                ..Default::default()
-            });
+            let key_values = |flag: &str, pairs: &[String]| {
+                pairs
+                    .iter()
+                    .map(|l| {
+                        l.split_once('=')
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .with_context(|| format!("--{flag} {l:?} is not KEY=VALUE"))
+                    })
+                    .collect::<anyhow::Result<_>>()
+            };
+            let labels = key_values("label", &labels)?;
+            if program.is_none() && (!args.is_empty() || !env.is_empty() || nvtx_range.is_some()) {
+                anyhow::bail!("--arg, --env and --nvtx-range belong to a launch spec: give --program");
+            }
+            let launch = match program {
+                Some(program) => Some(pb::LaunchSpec {
+                    program,
+                    args,
+                    env: key_values("env", &env)?,
+                    working_dir: working_dir.unwrap_or_default(),
+                    nvtx_range,
+                    ..Default::default()
+                }),
+                None => None,
+            };
             let w = client
                 .register_workload(pb::RegisterWorkloadRequest {
                     name,

@@ -97,6 +97,12 @@ pub struct ProfilerSettings {
     /// = the real NVML.
     #[serde(with = "empty_path_is_none")]
     pub nvml_recording: Option<PathBuf>,
+    /// Keep each profile's raw measurements here (one folder per profile: the NVML
+    /// readings as a recording in `nvml_recording`'s format, Nsight Compute's CSV exactly
+    /// as it wrote it, and the command lines): for checking a profile afterwards and for
+    /// test fixtures. "" = keep nothing.
+    #[serde(with = "empty_path_is_none")]
+    pub keep_raw_dir: Option<PathBuf>,
     /// Nsight Compute: a path, or a name looked up in PATH.
     pub ncu_path: PathBuf,
     /// Glob patterns of programs a launch spec may name; empty = launch specs are refused.
@@ -517,6 +523,7 @@ replay_gpu = "Tesla V100-SXM2-32GB"
 replay_gpu_memory_gb = 32.0
 gpu_index = 0
 nvml_recording = ""
+keep_raw_dir = ""
 ncu_path = "ncu"
 allowed_programs = []
 env_allowlist = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME", "PYTHONPATH", "VIRTUAL_ENV"]

@@ -1,9 +1,8 @@
 """ResNet-18 training step on random data: a coloc example workload.
 
-Runs --warmup untimed steps, then --steps timed steps (forward, backward, SGD update) on
-random images and labels; no downloads. The first timed step is wrapped in the NVTX range
-`coloc_step` (on CUDA only) so that `ncu --nvtx --nvtx-include coloc_step/` profiles exactly
-one training step. Prints one line on stdout at the end:
+One step is a forward pass, a backward pass and an SGD update on random images and labels;
+no downloads. Timing, the start line and the NVTX range are `coloc_workload.py`'s. Prints
+one line on stdout at the end:
 
     COLOC_THROUGHPUT <samples per second> samples/s
 
@@ -11,11 +10,11 @@ ResNet-18 is defined here with torch.nn only, so torchvision is not needed.
 """
 
 import argparse
-import sys
-import time
 
 import torch
 from torch import nn
+
+import coloc_workload
 
 
 class BasicBlock(nn.Module):
@@ -55,10 +54,7 @@ def resnet18(num_classes=1000):
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100, help="timed steps after warmup")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
+    coloc_workload.add_arguments(parser, batch_size=32)
     parser.add_argument("--image-size", type=int, default=224)
     return parser.parse_args()
 
@@ -66,7 +62,6 @@ def parse_args():
 def main():
     args = parse_args()
     device = torch.device(args.device)
-    on_cuda = device.type == "cuda"
     model = resnet18().to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -79,27 +74,13 @@ def main():
         loss.backward()
         optimizer.step()
 
-    def synchronize():
-        if on_cuda:
-            torch.cuda.synchronize()
-
-    for _ in range(args.warmup):
-        train_step()
-    synchronize()
-
-    start = time.perf_counter()
-    for step in range(args.steps):
-        if step == 0 and on_cuda:
-            torch.cuda.nvtx.range_push("coloc_step")
-        train_step()
-        if step == 0 and on_cuda:
-            synchronize()
-            torch.cuda.nvtx.range_pop()
-    synchronize()
-    elapsed = time.perf_counter() - start
-
-    print(f"{args.steps} steps in {elapsed:.3f} s", file=sys.stderr)
-    print(f"COLOC_THROUGHPUT {args.steps * args.batch_size / elapsed:.1f} samples/s")
+    coloc_workload.measure(
+        args,
+        train_step,
+        *coloc_workload.torch_device_hooks(torch, device),
+        work_per_step=args.batch_size,
+        unit="samples/s",
+    )
 
 
 if __name__ == "__main__":

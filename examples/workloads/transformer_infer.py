@@ -2,28 +2,23 @@
 
 A BERT-base-sized torch.nn.TransformerEncoder (token embedding, 12 layers, d_model 768,
 12 heads) runs forward passes under torch.inference_mode() on random token ids; no
-downloads. Runs --warmup untimed steps, then --steps timed steps; the first timed step is
-wrapped in the NVTX range `coloc_step` (on CUDA only) so that
-`ncu --nvtx --nvtx-include coloc_step/` profiles exactly one inference step. Prints one line
-on stdout at the end:
+downloads. One step is one forward pass; timing, the start line and the NVTX range are
+`coloc_workload.py`'s. Prints one line on stdout at the end:
 
     COLOC_THROUGHPUT <sequences per second> samples/s
 """
 
 import argparse
-import sys
-import time
 
 import torch
 from torch import nn
 
+import coloc_workload
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100, help="timed steps after warmup")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
+    coloc_workload.add_arguments(parser, batch_size=16)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--d-model", type=int, default=768)
@@ -46,32 +41,17 @@ class Encoder(nn.Module):
 def main():
     args = parse_args()
     device = torch.device(args.device)
-    on_cuda = device.type == "cuda"
     model = Encoder(args.vocab, args.d_model, args.heads, args.layers).to(device).eval()
     tokens = torch.randint(0, args.vocab, (args.batch_size, args.seq_len), device=device)
 
-    def synchronize():
-        if on_cuda:
-            torch.cuda.synchronize()
-
     with torch.inference_mode():
-        for _ in range(args.warmup):
-            model(tokens)
-        synchronize()
-
-        start = time.perf_counter()
-        for step in range(args.steps):
-            if step == 0 and on_cuda:
-                torch.cuda.nvtx.range_push("coloc_step")
-            model(tokens)
-            if step == 0 and on_cuda:
-                synchronize()
-                torch.cuda.nvtx.range_pop()
-        synchronize()
-        elapsed = time.perf_counter() - start
-
-    print(f"{args.steps} steps in {elapsed:.3f} s", file=sys.stderr)
-    print(f"COLOC_THROUGHPUT {args.steps * args.batch_size / elapsed:.1f} samples/s")
+        coloc_workload.measure(
+            args,
+            lambda: model(tokens),
+            *coloc_workload.torch_device_hooks(torch, device),
+            work_per_step=args.batch_size,
+            unit="samples/s",
+        )
 
 
 if __name__ == "__main__":

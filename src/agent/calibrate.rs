@@ -183,6 +183,8 @@ pub async fn run(
     identity: AgentIdentity,
     settings: ProfilerSettings,
     max_pairs: usize,
+    with: &[crate::domain::WorkloadName],
+    sharing: Option<profiler::calibrate::Sharing>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
     // Calibration runs workloads on the GPU, whatever backend the agent profiles with.
@@ -197,5 +199,5 @@ pub async fn run(
     let target = ServiceTarget::new(channel, token, identity.id.clone())?;
     target.announce(announcement).await?;
     tracing::info!(agent = %identity.id, gpu = %gpu.as_str(), "announced; calibrating");
-    profiler::calibrate::calibrate(&target, &gpu, &settings, max_pairs, cancel).await
+    profiler::calibrate::calibrate(&target, &gpu, &settings, max_pairs, with, sharing, cancel).await
 }

@@ -33,6 +33,15 @@ pub trait CalibrationTarget: Send + Sync {
 
 const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
 
+/// A start line for the members of a run: each member gets a fresh folder in
+/// `COLOC_START_DIR` and the number of members in `COLOC_START_COUNT`. A workload that
+/// honours them (the examples do) writes a file into the folder once warmed up and starts
+/// its timed window when the folder holds one file per member, so the members measure the
+/// same stretch of time together rather than their start-up and each other's absence. A
+/// workload that ignores them still runs; its window is then only as shared as its timing.
+pub const START_DIR_VAR: &str = "COLOC_START_DIR";
+pub const START_COUNT_VAR: &str = "COLOC_START_COUNT";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sharing {
     Mps,
@@ -111,18 +120,25 @@ impl Mps {
     }
 }
 
-/// Runs up to `max_pairs` pairs (in name order, a workload with itself included) of the
-/// workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
+/// Runs up to `max_pairs` pairs (in name order, a workload with itself included; only
+/// those with a member in `with` unless it is empty) of the workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
 /// this node's GPU), and hands each measured pair to `target`.
+/// `sharing`: how the members share the GPU; `None` = MPS when its control program is
+/// installed, else plain sharing.
 pub async fn calibrate(
     target: &dyn CalibrationTarget,
     gpu: &GpuName,
     settings: &ProfilerSettings,
     max_pairs: usize,
+    with: &[WorkloadName],
+    sharing: Option<Sharing>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
     let gpu = gpu.clone();
     let workloads = target.workloads(&gpu).await?;
+    if let Some(unknown) = with.iter().find(|w| !workloads.iter().any(|(name, _)| name == *w)) {
+        bail!("{unknown} has no launch spec and complete profile on {gpu}: it cannot be calibrated");
+    }
     // Checked here, on the node that runs them, right before the runs: the service named
     // the programs, this node's profiler.allowed_programs decides (as for profiling).
     let allowed = AllowedPrograms::new(&settings.allowed_programs)
@@ -132,12 +148,19 @@ pub async fn calibrate(
     }
     let pairs: Vec<(usize, usize)> = (0..workloads.len())
         .flat_map(|i| (i..workloads.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| {
+            with.is_empty() || with.contains(&workloads[i].0) || with.contains(&workloads[j].0)
+        })
         .take(max_pairs)
         .collect();
 
-    let mps = match runner::resolve_program(MPS_CONTROL) {
-        Some(control) => Some(Mps::start(control, settings).await?),
-        None => None,
+    let mps = match (sharing, runner::resolve_program(MPS_CONTROL)) {
+        (Some(Sharing::Shared), _) => None,
+        (_, Some(control)) => Some(Mps::start(control, settings).await?),
+        (Some(Sharing::Mps), None) => {
+            bail!("MPS sharing was asked for, but {MPS_CONTROL} is not in PATH")
+        }
+        (None, None) => None,
     };
     let sharing = if mps.is_some() {
         Sharing::Mps
@@ -193,6 +216,19 @@ pub async fn calibrate(
                     .extend(mps.env.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
+        // The start line (see [`START_DIR_VAR`]): both members time the same window.
+        let start_dir = tempfile::Builder::new()
+            .prefix("coloc-start-")
+            .tempdir()
+            .context("cannot make the pair's start folder")?;
+        for spec in [&mut spec_a, &mut spec_b] {
+            spec.env.insert(
+                START_DIR_VAR.into(),
+                start_dir.path().to_string_lossy().into_owned(),
+            );
+            spec.env.insert(START_COUNT_VAR.into(), "2".into());
+        }
+        let started = std::time::Instant::now();
         let (out_a, out_b) = tokio::join!(
             runner::run(&spec_a, cancel, |_| {}),
             runner::run(&spec_b, cancel, |_| {})
@@ -217,9 +253,15 @@ pub async fn calibrate(
                     now_ms(),
                 )?;
                 match target.store(&observation).await {
-                    Ok(None) => summary
-                        .measured
-                        .push((a.to_string(), b.to_string(), ta, tb)),
+                    Ok(None) => {
+                        tracing::info!(
+                            workload1 = %a, workload2 = %b, throughput1 = ta, throughput2 = tb,
+                            secs = started.elapsed().as_secs_f64(), "pair measured"
+                        );
+                        summary
+                            .measured
+                            .push((a.to_string(), b.to_string(), ta, tb))
+                    }
                     Ok(Some(why)) => {
                         tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair refused");
                         summary.failed.push((a.to_string(), b.to_string(), why));

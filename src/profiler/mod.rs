@@ -132,7 +132,7 @@ impl Backend {
                 "profiling is off (profiler.backend = \"off\")".into(),
             )),
             Self::Replay(replay) => replay.profile(workload),
-            Self::Nvml(nvml) => nvml.profile(launch, cancel).await,
+            Self::Nvml(nvml) => nvml.profile(workload, launch, cancel).await,
         }
     }
 }
@@ -233,6 +233,7 @@ impl NvmlBackend {
 
     async fn profile(
         &self,
+        workload: &WorkloadName,
         launch: Option<&LaunchSpec>,
         cancel: &CancellationToken,
     ) -> Result<Measurement, ProfileError> {
@@ -261,10 +262,21 @@ impl NvmlBackend {
             ProfileError::Unavailable(format!("NVML names the GPU oddly: {}", e.message))
         })?;
 
+        let raw = self
+            .settings
+            .keep_raw_dir
+            .as_deref()
+            .and_then(|dir| RawRecord::create(dir, workload));
+
         let started = std::time::Instant::now();
-        let (system, samples) = self.system_phase(launch, sampler.as_ref(), cancel).await?;
+        let (system, samples) = self
+            .system_phase(launch, sampler.as_ref(), raw.as_ref(), cancel)
+            .await?;
         let system_secs = started.elapsed().as_secs_f64();
-        tracing::info!(samples, secs = system_secs, "system phase done");
+        tracing::info!(samples = samples.len(), secs = system_secs, "system phase done");
+        if let Some(raw) = &raw {
+            raw.write_samples(&info, &samples);
+        }
 
         let started = std::time::Instant::now();
         let (kernel, kernel_missing, note) =
@@ -278,7 +290,7 @@ impl NvmlBackend {
                         self.settings.ncu_path
                     ),
                 ),
-                Some(ncu) => match self.kernel_phase(&ncu, launch, cancel).await? {
+                Some(ncu) => match self.kernel_phase(&ncu, launch, raw.as_ref(), cancel).await? {
                     Ok(kernel) => (kernel, false, String::new()),
                     // Another attempt would print the same: keep the system metrics and say
                     // which kernel metrics are missing.
@@ -293,6 +305,7 @@ impl NvmlBackend {
                 },
             };
         let kernel_secs = started.elapsed().as_secs_f64();
+        tracing::info!(secs = kernel_secs, kernel_missing, "kernel phase done");
 
         let profile = Profile {
             gpu,
@@ -314,14 +327,18 @@ impl NvmlBackend {
     }
 
     /// Runs the workload alone while sampling NVML; returns its system metrics and the
-    /// number of samples.
+    /// samples.
     async fn system_phase(
         &self,
         launch: &LaunchSpec,
         sampler: &dyn GpuSampler,
+        raw: Option<&RawRecord>,
         cancel: &CancellationToken,
-    ) -> Result<(SystemMetrics, usize), ProfileError> {
+    ) -> Result<(SystemMetrics, Vec<GpuSample>), ProfileError> {
         let spec = self.run_spec(launch, self.settings.system_timeout_secs);
+        if let Some(raw) = raw {
+            raw.write_command("system", &spec);
+        }
         let (pid_tx, pid_rx) = tokio::sync::oneshot::channel();
         let samples = std::sync::Mutex::new(Vec::new());
         let sampling_error = std::sync::Mutex::new(None);
@@ -354,6 +371,10 @@ impl NvmlBackend {
             _ = sampling => unreachable!("sampling never finishes"),
         };
         let output = output.map_err(|e| run_error("system phase", e))?;
+        if let Some(raw) = raw {
+            raw.write("system_stdout.txt", output.stdout.as_bytes());
+            raw.write("system_stderr.txt", output.stderr.as_bytes());
+        }
         if !output.status.success() {
             return Err(ProfileError::Failed(format!(
                 "system phase: the workload exited with {}: {}",
@@ -383,7 +404,7 @@ impl NvmlBackend {
                 mem_busy_pct,
                 memory_gb,
             },
-            samples.len(),
+            samples,
         ))
     }
 
@@ -394,6 +415,7 @@ impl NvmlBackend {
         &self,
         ncu: &Path,
         launch: &LaunchSpec,
+        raw: Option<&RawRecord>,
         cancel: &CancellationToken,
     ) -> Result<Result<KernelMetrics, ncu::NcuError>, ProfileError> {
         let selector = match launch.nvtx_range.as_deref() {
@@ -423,9 +445,19 @@ impl NvmlBackend {
         spec.args = ncu::ncu_args(&selector, &output_file);
         spec.args.push(launch.program.clone());
         spec.args.extend(launch.args.iter().cloned());
+        if let Some(raw) = raw {
+            raw.write_command("kernel", &spec);
+        }
         let output = runner::run(&spec, cancel, |_| {})
             .await
             .map_err(|e| run_error("kernel phase", e))?;
+        if let Some(raw) = raw {
+            // Byte for byte, as ncu wrote it (absent when ncu wrote nothing).
+            if let Ok(bytes) = std::fs::read(&output_file) {
+                raw.write("ncu.csv", &bytes);
+            }
+            raw.write("kernel_stderr.txt", output.stderr.as_bytes());
+        }
         // Reading and parsing a large step's output is CPU work: off the async threads.
         let parsed = tokio::task::spawn_blocking(move || {
             let parsed = ncu::read_output_file(&output_file)
@@ -456,6 +488,58 @@ impl NvmlBackend {
             Ok(kernel) => Ok(Ok(kernel)),
             Err(missing @ ncu::NcuError::MissingMetrics { .. }) => Ok(Err(missing)),
             Err(other) => Err(ProfileError::Failed(format!("kernel phase: {other}"))),
+        }
+    }
+}
+
+/// One profile's raw measurements under `profiler.keep_raw_dir`, in a folder of its own
+/// (`<workload>-<unix ms>`). Keeping them is a side effect that never fails a profile: a
+/// file that cannot be written is logged and left out.
+struct RawRecord {
+    dir: PathBuf,
+}
+
+impl RawRecord {
+    fn create(base: &Path, workload: &WorkloadName) -> Option<Self> {
+        let dir = base.join(format!("{workload}-{}", now_ms()));
+        match std::fs::create_dir_all(&dir) {
+            Ok(()) => Some(Self { dir }),
+            Err(error) => {
+                tracing::warn!(%error, dir = %dir.display(), "cannot keep the raw measurements");
+                None
+            }
+        }
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) {
+        let path = self.dir.join(name);
+        if let Err(error) = std::fs::write(&path, bytes) {
+            tracing::warn!(%error, path = %path.display(), "cannot keep a raw measurement");
+        }
+    }
+
+    /// The command line of a phase (program and arguments, one per line, then the
+    /// environment's names: their values may be secrets).
+    fn write_command(&self, phase: &str, spec: &RunSpec) {
+        let mut text = format!("{}\n", spec.program);
+        for arg in &spec.args {
+            text.push_str(arg);
+            text.push('\n');
+        }
+        text.push_str("# environment: ");
+        text.push_str(&spec.env.keys().cloned().collect::<Vec<_>>().join(" "));
+        text.push('\n');
+        self.write(&format!("{phase}_command.txt"), text.as_bytes());
+    }
+
+    /// The NVML readings as a recording that `profiler.nvml_recording` replays.
+    fn write_samples(&self, info: &GpuInfo, samples: &[GpuSample]) {
+        let lines = std::iter::once(serde_json::to_string(info))
+            .chain(samples.iter().map(serde_json::to_string))
+            .collect::<Result<Vec<_>, _>>();
+        match lines {
+            Ok(lines) => self.write("nvml_samples.jsonl", (lines.join("\n") + "\n").as_bytes()),
+            Err(error) => tracing::warn!(%error, "cannot write the NVML readings"),
         }
     }
 }
