@@ -151,9 +151,11 @@ fn stage<T: Serialize>(
 ) -> Result<Staged, KaceWriteError> {
     let path = dir.join(name);
     let io = |e| KaceWriteError::Io(path.clone(), e);
+    // A dataset file like any other (0o666 less the umask), not a private temporary one.
     let file = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(io)?;
     let mut writer = csv::WriterBuilder::new()
@@ -251,9 +253,19 @@ impl KaceDataset {
         }
 
         let staged = [
-            stage(dir, KACE_FILES[0], SYSTEM_HEADER, self.workloads.iter().map(system_row))?,
+            stage(
+                dir,
+                KACE_FILES[0],
+                SYSTEM_HEADER,
+                self.workloads.iter().map(system_row),
+            )?,
             stage(dir, KACE_FILES[1], PAIRS_HEADER, pair_rows)?,
-            stage(dir, KACE_FILES[2], KERNEL_HEADER, self.workloads.iter().map(kernel_row))?,
+            stage(
+                dir,
+                KACE_FILES[2],
+                KERNEL_HEADER,
+                self.workloads.iter().map(kernel_row),
+            )?,
         ];
         for Staged { file, path } in staged {
             let persisted = match overwrite {
@@ -372,8 +384,18 @@ mod tests {
         assert_eq!(read.pairs.len(), 2);
         for (w, r) in written.pairs.iter().zip(&read.pairs) {
             assert_eq!(
-                (&w.workload1, &w.workload2, w.throughput1.to_bits(), w.throughput2.to_bits()),
-                (&r.workload1, &r.workload2, r.throughput1.to_bits(), r.throughput2.to_bits())
+                (
+                    &w.workload1,
+                    &w.workload2,
+                    w.throughput1.to_bits(),
+                    w.throughput2.to_bits()
+                ),
+                (
+                    &r.workload1,
+                    &r.workload2,
+                    r.throughput1.to_bits(),
+                    r.throughput2.to_bits()
+                )
             );
         }
         // idx1/idx2 are 1-based positions in kernel_metrics.csv; no temporary file is left.
@@ -471,9 +493,16 @@ mod tests {
         let pairs = dir.path().join("pairs.csv");
         fs::write(&pairs, "mine").unwrap();
         let error = dataset().write(dir.path(), Overwrite::Refuse).unwrap_err();
-        assert!(matches!(&error, KaceWriteError::Exists(p) if *p == pairs), "{error}");
+        assert!(
+            matches!(&error, KaceWriteError::Exists(p) if *p == pairs),
+            "{error}"
+        );
         assert_eq!(fs::read_to_string(&pairs).unwrap(), "mine");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing else written");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "nothing else written"
+        );
 
         dataset().write(dir.path(), Overwrite::Replace).unwrap();
         assert_eq!(KaceDataset::read(dir.path()).unwrap().pairs.len(), 2);
@@ -484,7 +513,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut data = dataset();
         data.pairs[1].workload2 = "ghost".into();
-        let error = data.write(&dir.path().join("out"), Overwrite::Refuse).unwrap_err();
+        let error = data
+            .write(&dir.path().join("out"), Overwrite::Refuse)
+            .unwrap_err();
         assert!(
             matches!(&error, KaceWriteError::UnknownWorkload { row: 2, name } if name == "ghost"),
             "{error}"
