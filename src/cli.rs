@@ -1,4 +1,5 @@
-//! The command line: `coloc serve` runs the service; `coloc import` loads datasets.
+//! The command line: `coloc serve` runs the service; `coloc import` loads datasets and
+//! `coloc export` writes them.
 
 use std::path::PathBuf;
 
@@ -35,6 +36,10 @@ pub enum Command {
     /// Load a dataset measured elsewhere into the store, then train.
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Write what the store holds for one GPU model as a dataset that `coloc import` reads
+    /// back. Reads the database read-only: safe while a server runs on it.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Measure how well each model kind picks partners, on a published dataset.
     #[command(subcommand)]
     Eval(EvalCommand),
@@ -372,6 +377,28 @@ pub struct ImportKaceArgs {
     pub ca_cert: Option<PathBuf>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// A KACE-format folder (kernel_metrics.csv, system_metrics.csv, pairs.csv): every
+    /// workload with a complete profile on --gpu, and every stored run of two of them as a
+    /// pair (runs of 3 or more members are counted, not exported).
+    Kace(ExportKaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportKaceArgs {
+    /// The folder to write (created if missing; existing dataset files are refused).
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// GPU model whose profiles and runs to export.
+    #[arg(long)]
+    pub gpu: String,
+    /// Replace kernel_metrics.csv, system_metrics.csv and pairs.csv if the folder has them.
+    #[arg(long)]
+    pub force: bool,
+}
+
 fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result<Settings> {
     let mut overrides = Vec::new();
     if let Some(url) = &common.database {
@@ -680,6 +707,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // The load generator is a tool of the binary, not of the service's library.
         Command::Bench(_) => anyhow::bail!("coloc bench is run by the coloc binary"),
         Command::Simulate(_) => anyhow::bail!("coloc simulate is run by the coloc binary"),
+        Command::Export(ExportCommand::Kace(args)) => {
+            let settings = load_settings(&args.common, None)?;
+            telemetry::init(&settings.log.level, settings.log.format);
+            let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
+            let overwrite = if args.force {
+                crate::dataset::Overwrite::Replace
+            } else {
+                crate::dataset::Overwrite::Refuse
+            };
+            let summary =
+                crate::export::export_kace(&settings.database.url, &gpu, &args.dir, overwrite)
+                    .await
+                    .with_context(|| {
+                        format!("cannot export {gpu} from {}", settings.database.url)
+                    })?;
+            print_export_summary(&summary);
+            Ok(())
+        }
         Command::Import(ImportCommand::Kace(args)) => {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, settings.log.format);
@@ -1080,5 +1125,33 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
             ),
             Err(reason) => println!("model: not trained: {reason}"),
         }
+    }
+}
+
+fn print_export_summary(summary: &crate::export::ExportSummary) {
+    let gpu = &summary.gpu;
+    println!(
+        "exported {} workloads and {} pairs of {gpu} to {}",
+        summary.workloads,
+        summary.pairs,
+        summary.dir.display()
+    );
+    if summary.incomplete_workloads > 0 {
+        println!(
+            "{} workloads profiled on {gpu} without kernel metrics not exported",
+            summary.incomplete_workloads
+        );
+    }
+    if summary.crowded_runs > 0 {
+        println!(
+            "{} runs of 3 or more members not exported",
+            summary.crowded_runs
+        );
+    }
+    if summary.pairs_without_profiles > 0 {
+        println!(
+            "{} pairs not exported: a member has no complete profile on {gpu}",
+            summary.pairs_without_profiles
+        );
     }
 }

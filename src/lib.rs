@@ -16,8 +16,9 @@
 //!   service.
 //! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots; the
 //!   N-way protocol also through a real server's API, `eval::nway_api`, which builds the
-//!   service's `App` and talks to it with the generated client) and `import` (loading
-//!   KACE-format datasets into a store).
+//!   service's `App` and talks to it with the generated client), `import` (loading
+//!   KACE-format datasets into a store) and `export` (writing a store's data of one GPU
+//!   model as a KACE-format dataset, reading the store read-only).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
 //!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
 //!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
@@ -45,6 +46,7 @@ pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
 pub mod eval;
+pub mod export;
 pub mod extender;
 pub mod import;
 pub mod metrics;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::{KernelMetrics, SystemMetrics, WorkloadMode, WorkloadName};
 
@@ -48,35 +48,40 @@ pub struct KaceDataset {
     pub incomplete_workloads: Vec<String>,
 }
 
-#[derive(Deserialize)]
-struct KernelRow {
-    #[serde(rename = "Type")]
-    name: String,
+/// A row of kernel_metrics.csv; the fields in the published file's column order (the
+/// writer, `kace_write.rs`, writes them in this order).
+#[derive(Deserialize, Serialize)]
+pub(super) struct KernelRow {
     #[serde(rename = "Threads")]
-    threads: f64,
+    pub(super) threads: f64,
     #[serde(rename = "Compute (SM) Throughput")]
-    compute: f64,
+    pub(super) compute: f64,
     #[serde(rename = "DRAM Throughput")]
-    dram: f64,
+    pub(super) dram: f64,
     #[serde(rename = "Memory Throughput")]
-    memory: f64,
+    pub(super) memory: f64,
     #[serde(rename = "Registers")]
-    registers: f64,
+    pub(super) registers: f64,
     #[serde(rename = "Static Shared Memory")]
-    static_shared_memory: f64,
+    pub(super) static_shared_memory: f64,
+    #[serde(rename = "Type")]
+    pub(super) name: String,
 }
 
-#[derive(Deserialize)]
-struct SystemRow {
+/// A row of system_metrics.csv. The published file also has `Exclusive50` (throughput
+/// alone at 50 % MPS threads, sometimes empty); nothing here reads it, so files without it
+/// (coloc's exports) read the same.
+#[derive(Deserialize, Serialize)]
+pub(super) struct SystemRow {
     #[serde(rename = "Type")]
-    name: String,
+    pub(super) name: String,
     #[serde(rename = "Exclusive100")]
-    exclusive_throughput: f64,
+    pub(super) exclusive_throughput: f64,
     #[serde(rename = "sm%")]
-    sm_busy: f64,
+    pub(super) sm_busy: f64,
     #[serde(rename = "mem%")]
-    mem_busy: f64,
-    memcap: f64,
+    pub(super) mem_busy: f64,
+    pub(super) memcap: f64,
 }
 
 #[derive(Deserialize)]

@@ -2,7 +2,8 @@
 //! needs (WAL, synchronous FULL, foreign keys), runs the embedded migrations, and offers
 //! typed operations; every multi-row write is one transaction, and constraint violations
 //! come back as domain errors rather than SQL text. Single reported runs go through the
-//! observation writer (group commit).
+//! observation writer (group commit). Tools that only read a database, beside a running
+//! service or not, go through `snapshot` (read-only: no migration, no lock, no write).
 
 mod agents;
 pub mod backup;
@@ -14,6 +15,7 @@ mod models;
 mod observation_writer;
 mod observations;
 mod occupancy;
+pub mod snapshot;
 mod workloads;
 
 use std::{str::FromStr, sync::Arc, time::Duration};

@@ -268,29 +268,41 @@ impl Store {
         gpu: &GpuName,
         limit: usize,
     ) -> Result<Vec<StoredObservation>, StoreError> {
-        let limit = if limit == 0 { -1 } else { limit as i64 };
-        let rows = sqlx::query_as::<_, (i64, String, f64)>(
-            "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
-             WHERE m.observation_id IN \
-               (SELECT id FROM observations WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2) \
-             ORDER BY m.observation_id, m.position",
-        )
-        .bind(gpu.as_str())
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut observations: Vec<StoredObservation> = Vec::new();
-        let mut index: HashMap<i64, usize> = HashMap::new();
-        for (id, workload, throughput) in rows {
-            let slot = *index.entry(id).or_insert_with(|| {
-                observations.push(StoredObservation {
-                    id,
-                    members: Vec::new(),
-                });
-                observations.len() - 1
-            });
-            observations[slot].members.push((workload, throughput));
-        }
-        Ok(observations)
+        let mut connection = self.pool.acquire().await?;
+        runs_on_gpu(&mut connection, gpu, limit).await
     }
+}
+
+/// The newest `limit` stored runs on `gpu` (all for 0), oldest first (by id: the order
+/// they were stored), each with its members in report order. Read through the caller's
+/// connection (the pool's, or a read-only snapshot's transaction, `snapshot.rs`).
+pub(super) async fn runs_on_gpu(
+    connection: &mut sqlx::SqliteConnection,
+    gpu: &GpuName,
+    limit: usize,
+) -> Result<Vec<StoredObservation>, StoreError> {
+    let limit = if limit == 0 { -1 } else { limit as i64 };
+    let rows = sqlx::query_as::<_, (i64, String, f64)>(
+        "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
+         WHERE m.observation_id IN \
+           (SELECT id FROM observations WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2) \
+         ORDER BY m.observation_id, m.position",
+    )
+    .bind(gpu.as_str())
+    .bind(limit)
+    .fetch_all(connection)
+    .await?;
+    let mut observations: Vec<StoredObservation> = Vec::new();
+    let mut index: HashMap<i64, usize> = HashMap::new();
+    for (id, workload, throughput) in rows {
+        let slot = *index.entry(id).or_insert_with(|| {
+            observations.push(StoredObservation {
+                id,
+                members: Vec::new(),
+            });
+            observations.len() - 1
+        });
+        observations[slot].members.push((workload, throughput));
+    }
+    Ok(observations)
 }

@@ -340,6 +340,47 @@ impl Store {
     }
 }
 
+/// Every profile on `gpu` with its workload's name, by name; and every GPU model that has
+/// a profile at all. Read through the caller's connection (a read-only snapshot's
+/// transaction, `snapshot.rs`).
+pub(super) async fn profiles_on_gpu(
+    connection: &mut sqlx::SqliteConnection,
+    gpu: &GpuName,
+) -> Result<(Vec<(WorkloadName, Profile)>, Vec<GpuName>), StoreError> {
+    let rows = sqlx::query_as::<_, ProfileRow>(select_profiles!("WHERE p.gpu = ?1"))
+        .bind(gpu.as_str())
+        .fetch_all(&mut *connection)
+        .await?;
+    let names: HashMap<i64, String> = sqlx::query_as::<_, (i64, String)>(
+        "SELECT w.id, w.name FROM workloads w JOIN profiles p ON p.workload_id = w.id \
+         WHERE p.gpu = ?1",
+    )
+    .bind(gpu.as_str())
+    .fetch_all(&mut *connection)
+    .await?
+    .into_iter()
+    .collect();
+    let gpus = sqlx::query_scalar::<_, String>("SELECT DISTINCT gpu FROM profiles ORDER BY gpu")
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut profiles = rows
+        .into_iter()
+        .map(|row| {
+            let name = names
+                .get(&row.workload_id)
+                .ok_or_else(|| corrupt("a profile of no workload"))?;
+            let name = WorkloadName::parse("name", name).map_err(|e| corrupt(e.message))?;
+            Ok((name, row.into_profile()?))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    profiles.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let gpus = gpus
+        .iter()
+        .map(|g| GpuName::parse("gpu", g).map_err(|e| corrupt(e.message)))
+        .collect::<Result<_, StoreError>>()?;
+    Ok((profiles, gpus))
+}
+
 async fn register_in(
     tx: &mut Transaction<'_, Sqlite>,
     workload: &NewWorkload,

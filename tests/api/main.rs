@@ -9,6 +9,7 @@ mod bounds;
 mod cli;
 mod damaged;
 mod eval;
+mod export;
 mod extender;
 mod faults;
 mod grpcurl;
