@@ -673,16 +673,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 args.node.connection.token.clone(),
                 identity,
                 settings.profiler,
-                args.pairs,
-                &args
-                    .with
-                    .iter()
-                    .map(|w| crate::domain::WorkloadName::parse("--with", w))
-                    .collect::<Result<Vec<_>, _>>()?,
-                match args.sharing {
-                    SharingArg::Auto => None,
-                    SharingArg::Mps => Some(crate::profiler::calibrate::Sharing::Mps),
-                    SharingArg::Shared => Some(crate::profiler::calibrate::Sharing::Shared),
+                &crate::profiler::calibrate::Plan {
+                    max_pairs: args.pairs,
+                    with: args
+                        .with
+                        .iter()
+                        .map(|w| crate::domain::WorkloadName::parse("--with", w))
+                        .collect::<Result<_, _>>()?,
+                    sharing: match args.sharing {
+                        SharingArg::Auto => None,
+                        SharingArg::Mps => Some(crate::profiler::calibrate::Sharing::Mps),
+                        SharingArg::Shared => Some(crate::profiler::calibrate::Sharing::Shared),
+                    },
                 },
                 &cancel,
             )

@@ -587,7 +587,9 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             };
             let labels = key_values("label", &labels)?;
             if program.is_none() && (!args.is_empty() || !env.is_empty() || nvtx_range.is_some()) {
-                anyhow::bail!("--arg, --env and --nvtx-range belong to a launch spec: give --program");
+                anyhow::bail!(
+                    "--arg, --env and --nvtx-range belong to a launch spec: give --program"
+                );
             }
             let launch = match program {
                 Some(program) => Some(pb::LaunchSpec {

@@ -175,16 +175,14 @@ impl CalibrationTarget for ServiceTarget {
 }
 
 /// Runs `coloc calibrate` on this node: announces it as the agent `identity` (its GPU
-/// model from NVML, or from `profiler.nvml_recording`), runs up to `max_pairs` pairs of
-/// the workloads profiled on that GPU model, and submits each one.
+/// model from NVML, or from `profiler.nvml_recording`), runs the pairs of `plan` of the
+/// workloads profiled on that GPU model, and submits each one.
 pub async fn run(
     channel: Channel,
     token: Option<String>,
     identity: AgentIdentity,
     settings: ProfilerSettings,
-    max_pairs: usize,
-    with: &[crate::domain::WorkloadName],
-    sharing: Option<profiler::calibrate::Sharing>,
+    plan: &profiler::calibrate::Plan,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
     // Calibration runs workloads on the GPU, whatever backend the agent profiles with.
@@ -199,5 +197,5 @@ pub async fn run(
     let target = ServiceTarget::new(channel, token, identity.id.clone())?;
     target.announce(announcement).await?;
     tracing::info!(agent = %identity.id, gpu = %gpu.as_str(), "announced; calibrating");
-    profiler::calibrate::calibrate(&target, &gpu, &settings, max_pairs, with, sharing, cancel).await
+    profiler::calibrate::calibrate(&target, &gpu, &settings, plan, cancel).await
 }

@@ -120,24 +120,42 @@ impl Mps {
     }
 }
 
-/// Runs up to `max_pairs` pairs (in name order, a workload with itself included; only
-/// those with a member in `with` unless it is empty) of the workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
+/// Runs up to `plan.max_pairs` pairs (in name order, a workload with itself included; only
+/// those with a member in `plan.with` unless it is empty) of the workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
 /// this node's GPU), and hands each measured pair to `target`.
-/// `sharing`: how the members share the GPU; `None` = MPS when its control program is
-/// installed, else plain sharing.
+/// Which pairs a calibration runs, and how they share the GPU.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// At most this many pairs.
+    pub max_pairs: usize,
+    /// Only pairs with one of these workloads in them; empty = every pair.
+    pub with: Vec<WorkloadName>,
+    /// `None` = MPS when its control program is installed, else plain sharing.
+    pub sharing: Option<Sharing>,
+}
+
 pub async fn calibrate(
     target: &dyn CalibrationTarget,
     gpu: &GpuName,
     settings: &ProfilerSettings,
-    max_pairs: usize,
-    with: &[WorkloadName],
-    sharing: Option<Sharing>,
+    plan: &Plan,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
+    let Plan {
+        max_pairs,
+        with,
+        sharing,
+    } = plan;
+    let (max_pairs, sharing) = (*max_pairs, *sharing);
     let gpu = gpu.clone();
     let workloads = target.workloads(&gpu).await?;
-    if let Some(unknown) = with.iter().find(|w| !workloads.iter().any(|(name, _)| name == *w)) {
-        bail!("{unknown} has no launch spec and complete profile on {gpu}: it cannot be calibrated");
+    if let Some(unknown) = with
+        .iter()
+        .find(|w| !workloads.iter().any(|(name, _)| name == *w))
+    {
+        bail!(
+            "{unknown} has no launch spec and complete profile on {gpu}: it cannot be calibrated"
+        );
     }
     // Checked here, on the node that runs them, right before the runs: the service named
     // the programs, this node's profiler.allowed_programs decides (as for profiling).

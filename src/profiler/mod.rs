@@ -184,7 +184,8 @@ impl ReplayBackend {
 /// Measures on this machine's GPU: NVML for the system phase, Nsight Compute for the
 /// kernel phase.
 pub struct NvmlBackend {
-    settings: ProfilerSettings,
+    /// Boxed: the settings are most of the backend's size, and `Backend` holds it inline.
+    settings: Box<ProfilerSettings>,
     sampler: OnceLock<Arc<dyn GpuSampler>>,
 }
 
@@ -209,7 +210,7 @@ impl NvmlBackend {
             let _ = cell.set(sampler);
         }
         Self {
-            settings,
+            settings: Box::new(settings),
             sampler: cell,
         }
     }
@@ -273,7 +274,11 @@ impl NvmlBackend {
             .system_phase(launch, sampler.as_ref(), raw.as_ref(), cancel)
             .await?;
         let system_secs = started.elapsed().as_secs_f64();
-        tracing::info!(samples = samples.len(), secs = system_secs, "system phase done");
+        tracing::info!(
+            samples = samples.len(),
+            secs = system_secs,
+            "system phase done"
+        );
         if let Some(raw) = &raw {
             raw.write_samples(&info, &samples);
         }
@@ -290,7 +295,10 @@ impl NvmlBackend {
                         self.settings.ncu_path
                     ),
                 ),
-                Some(ncu) => match self.kernel_phase(&ncu, launch, raw.as_ref(), cancel).await? {
+                Some(ncu) => match self
+                    .kernel_phase(&ncu, launch, raw.as_ref(), cancel)
+                    .await?
+                {
                     Ok(kernel) => (kernel, false, String::new()),
                     // Another attempt would print the same: keep the system metrics and say
                     // which kernel metrics are missing.

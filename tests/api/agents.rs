@@ -1116,6 +1116,31 @@ fn profiled(name: &str, gpu: &str, throughput: f64, args: &[&str]) -> pb::Regist
     request
 }
 
+/// `coloc calibrate` with `args` as the node `node-c` (a real child process; NVML
+/// replaced by the 24 GB recording, the fake workloads allowed), against `app`.
+async fn calibrate(app: &TestApp, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["calibrate", "--addr", &format!("http://{}", app.addr)])
+        .args(["--id", "node-c-gpu0", "--node", "node-c"])
+        .args(args)
+        .env("COLOC_TOKEN", AGENT_TOKEN)
+        .env("COLOC_NO_PROGRESS", "1")
+        .env("COLOC__PROFILER__NVML_RECORDING", recording(GPU_24))
+        .env(
+            "COLOC__PROFILER__NCU_PATH",
+            fixtures().join("workloads/fake_ncu.py"),
+        )
+        .env(
+            "COLOC__PROFILER__ALLOWED_PROGRAMS",
+            format!("{}/*", fixtures().join("workloads").display()),
+        )
+        .env("COLOC__LOG__FORMAT", "text")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
 /// `coloc calibrate` on a GPU node (a real child process; NVML replaced by the 24 GB
 /// recording) talks to the service only, with an agent's token: it announces itself,
 /// runs every pair of the workloads with a launch spec and a profile on its GPU model,
@@ -1137,25 +1162,7 @@ async fn calibrate_runs_pairs_through_the_service_as_an_agent_of_its_gpu_model()
             .unwrap();
     }
 
-    let calibrated = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["calibrate", "--addr", &format!("http://{}", app.addr)])
-        .args(["--id", "node-c-gpu0", "--node", "node-c", "--pairs", "10"])
-        .env("COLOC_TOKEN", AGENT_TOKEN)
-        .env("COLOC_NO_PROGRESS", "1")
-        .env("COLOC__PROFILER__NVML_RECORDING", recording(GPU_24))
-        .env(
-            "COLOC__PROFILER__NCU_PATH",
-            fixtures().join("workloads/fake_ncu.py"),
-        )
-        .env(
-            "COLOC__PROFILER__ALLOWED_PROGRAMS",
-            format!("{}/*", fixtures().join("workloads").display()),
-        )
-        .env("COLOC__LOG__FORMAT", "text")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let calibrated = calibrate(&app, &["--pairs", "10"]).await;
     let stdout = String::from_utf8_lossy(&calibrated.stdout);
     assert!(
         calibrated.status.success(),
@@ -1198,6 +1205,113 @@ async fn calibrate_runs_pairs_through_the_service_as_an_agent_of_its_gpu_model()
         .map(|a| (a.agent_id.as_str(), a.node.as_str(), a.gpu.as_str()))
         .collect();
     assert_eq!(listed, [("node-c-gpu0", "node-c", GPU_24)]);
+}
+
+/// `--with` runs only the pairs holding that workload, `--sharing shared` says so in the
+/// job ids, and the members of a pair share a start line: the member that is ready first
+/// (the example workloads' own wait, `coloc_workload.py`) waits for the slow one, so both
+/// start timing together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_with_runs_only_its_pairs_and_members_start_timing_together() {
+    let app = app_with_tokens().await;
+    let mut client = app.client.clone();
+    let dir = TempDir::new().unwrap();
+    let marks = |name: &str| dir.path().join(name).display().to_string();
+    let (quick_file, slow_file) = (marks("quick"), marks("slow"));
+    for request in [
+        profiled("quick", GPU_24, 25.0, &["start", &quick_file, "0"]),
+        profiled("slow", GPU_24, 35.0, &["start", &slow_file, "1.5"]),
+    ] {
+        client
+            .register_workload(with_token(request, OPERATOR_TOKEN))
+            .await
+            .unwrap();
+    }
+
+    let calibrated = calibrate(&app, &["--with", "slow", "--sharing", "shared"]).await;
+    let stdout = String::from_utf8_lossy(&calibrated.stdout);
+    assert!(
+        calibrated.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&calibrated.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("GPU {GPU_24} (shared sharing)")),
+        "{stdout}"
+    );
+    // quick+slow and slow+slow; quick+quick holds no `slow`.
+    assert!(
+        stdout.contains(&format!("2 pairs stored as calibrated runs of {GPU_24}")),
+        "{stdout}"
+    );
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM observation_members WHERE workload = 'quick' \
+             AND job_id LIKE 'calibrate-shared-%'"
+        )
+        .await,
+        1
+    );
+
+    // Each line: arrived at the line, passed it, the pair's start folder, the member count.
+    let lines = |file: &str| -> Vec<(f64, f64, String, String)> {
+        std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                let f: Vec<&str> = line.split(' ').collect();
+                (
+                    f[0].parse().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].to_string(),
+                    f[3].to_string(),
+                )
+            })
+            .collect()
+    };
+    let quick = lines(&quick_file);
+    let slow = lines(&slow_file);
+    assert_eq!(quick.len(), 1, "quick ran in one pair: {quick:?}");
+    assert_eq!(
+        slow.len(),
+        3,
+        "slow ran in two pairs, twice in its own: {slow:?}"
+    );
+    let (q_arrived, q_passed, q_folder, q_count) = &quick[0];
+    assert_eq!(q_count, "2");
+    let partner = slow
+        .iter()
+        .find(|(.., folder, _)| folder == q_folder)
+        .expect("the slow member of quick's pair saw the same start folder");
+    // quick arrived about 1.5 s before slow, and passed the line only when slow arrived.
+    assert!(q_passed - q_arrived > 1.0, "{quick:?} {slow:?}");
+    assert!((q_passed - partner.1).abs() < 0.5, "{quick:?} {slow:?}");
+    // Each pair had a start folder of its own.
+    assert_eq!(
+        slow.iter()
+            .filter(|(.., folder, _)| folder != q_folder)
+            .count(),
+        2
+    );
+
+    // MPS asked for where none is installed is an error, before anything runs.
+    if which_mps().is_none() {
+        let refused = calibrate(&app, &["--sharing", "mps"]).await;
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("MPS sharing was asked for"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+        assert_eq!(app.count("observations").await, 2);
+    }
+}
+
+/// Where `nvidia-cuda-mps-control` is in PATH, if anywhere.
+fn which_mps() -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("nvidia-cuda-mps-control"))
+        .find(|path| path.is_file())
 }
 
 /// SubmitCalibration stores only what an agent can have measured: on its own GPU model,

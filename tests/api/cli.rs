@@ -2,7 +2,11 @@
 
 use tokio::process::Command;
 
-use crate::helpers::{trained_app, TestApp};
+use std::sync::Arc;
+
+use tempfile::TempDir;
+
+use crate::helpers::{spawn_app_with_config, trained_app, TestApp};
 
 async fn coloc(app: &TestApp, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
@@ -372,4 +376,84 @@ async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy
     let (ok, _, err) = coloc(&app, &["place", "w00", "--gpu-state", "/nonexistent.json"]).await;
     assert!(!ok);
     assert!(err.contains("/nonexistent.json"), "{err}");
+}
+
+/// `workloads register` writes the whole launch spec: arguments, environment and the NVTX
+/// range, an empty one included (ncu then selects kernels by launch count); launch flags
+/// without a program are refused before anything is sent.
+#[tokio::test]
+async fn register_sends_the_launch_specs_environment_and_nvtx_range() {
+    let app = spawn_app_with_config(
+        Arc::new(TempDir::new().unwrap()),
+        "[profiler]\nallowed_programs = [\"/usr/bin/*\"]\n",
+    )
+    .await;
+    let (ok, _, err) = coloc(
+        &app,
+        &[
+            "workloads",
+            "register",
+            "decoder_batch4-inf",
+            "--mode",
+            "inference",
+            "--program",
+            "/usr/bin/env",
+            "--arg",
+            "--steps",
+            "--arg",
+            "3",
+            "--env",
+            "PYTHONPATH=/opt/site:/x=y",
+            "--env",
+            "EMPTY=",
+            "--nvtx-range",
+            "",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = coloc(&app, &["workloads", "get", "decoder_batch4-inf", "--json"]).await;
+    assert!(ok, "{err}");
+    let launch = &json(&out)["launch"];
+    assert_eq!(launch["args"], serde_json::json!(["--steps", "3"]));
+    assert_eq!(
+        launch["env"],
+        serde_json::json!({"PYTHONPATH": "/opt/site:/x=y", "EMPTY": ""})
+    );
+    assert_eq!(launch["nvtxRange"], "");
+
+    let (ok, _, err) = coloc(
+        &app,
+        &[
+            "workloads",
+            "register",
+            "x",
+            "--mode",
+            "training",
+            "--env",
+            "A=1",
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("give --program"), "{err}");
+    let (ok, _, err) = coloc(
+        &app,
+        &[
+            "workloads",
+            "register",
+            "y",
+            "--mode",
+            "training",
+            "--program",
+            "/usr/bin/env",
+            "--env",
+            "A",
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("is not KEY=VALUE"), "{err}");
+    let (_, out, _) = coloc(&app, &["workloads", "list"]).await;
+    assert!(!out.contains("x ") && !out.contains("y "), "{out}");
 }

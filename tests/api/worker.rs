@@ -938,3 +938,115 @@ async fn a_job_left_claimed_by_refused_writes_is_handed_back_before_the_next_cla
     assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
     assert_eq!(store.job_counts().await.unwrap(), (0, 0, 0, 1));
 }
+
+/// With `profiler.keep_raw_dir`, a profile leaves its raw measurements in a folder of its
+/// own: the NVML readings as a recording that replays (the readings the worker was served,
+/// in order), ncu's CSV from which the stored kernel metrics are rebuilt exactly, and the
+/// command lines and output of both phases.
+#[tokio::test]
+async fn the_raw_measurements_of_a_profile_are_kept_when_asked() {
+    let mut app = app("").await;
+    app.client
+        .register_workload(register("w", Some(launch(&["ok", "42.5"]))))
+        .await
+        .unwrap();
+    let raw = TempDir::new().unwrap();
+    let recording = fixtures().join("nvml/synthetic_samples.jsonl");
+    let settings = ProfilerSettings {
+        ncu_path: fake_ncu().into(),
+        keep_raw_dir: Some(raw.path().to_path_buf()),
+        ..app.settings.profiler.clone()
+    };
+    let backend = NvmlBackend::new(
+        settings.clone(),
+        Some(Arc::new(RecordedSampler::from_file(&recording).unwrap())),
+    );
+    let worker = Worker::new(
+        app.advisor.clone(),
+        app.advisor.store().clone(),
+        Arc::new(Backend::Nvml(backend)),
+        settings,
+    );
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
+
+    let folders: Vec<PathBuf> = std::fs::read_dir(raw.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let folder = &folders[0];
+    let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.strip_prefix("w-")
+            .is_some_and(|ms| ms.parse::<u64>().is_ok()),
+        "{name}"
+    );
+
+    // The readings replay: the recording's GPU, then its readings in the order served
+    // (the last one repeats once the recording is used up).
+    let recorded: Vec<serde_json::Value> = std::fs::read_to_string(&recording)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kept: Vec<serde_json::Value> = std::fs::read_to_string(folder.join("nvml_samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(kept.len() >= 2, "{kept:?}");
+    assert_eq!(kept[0], recorded[0]);
+    for (i, sample) in kept[1..].iter().enumerate() {
+        assert_eq!(
+            sample,
+            &recorded[(i + 1).min(recorded.len() - 1)],
+            "sample {i}"
+        );
+    }
+    RecordedSampler::from_file(&folder.join("nvml_samples.jsonl")).unwrap();
+
+    // ncu's CSV rebuilds the stored kernel metrics exactly.
+    let text = std::fs::read_to_string(folder.join("ncu.csv")).unwrap();
+    let rebuilt = coloc::profiler::ncu::parse(&text)
+        .unwrap()
+        .kernel_metrics()
+        .unwrap();
+    let w = workload(&mut app, "w").await;
+    let stored = w.profiles[0].kernel.as_ref().unwrap();
+    assert_eq!(
+        (
+            rebuilt.threads,
+            rebuilt.compute_throughput_pct,
+            rebuilt.registers
+        ),
+        (
+            stored.threads,
+            stored.compute_throughput_pct,
+            stored.registers
+        )
+    );
+
+    let lines = |file: &str| -> Vec<String> {
+        std::fs::read_to_string(folder.join(file))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let system = lines("system_command.txt");
+    assert!(system[0].ends_with("fake_workload.py"), "{system:?}");
+    assert_eq!(system[1..3], ["ok", "42.5"]);
+    assert!(system.last().unwrap().starts_with("# environment: "));
+    let kernel = lines("kernel_command.txt");
+    assert_eq!(kernel[0], fake_ncu());
+    assert!(kernel.iter().any(|a| a == "--nvtx-include"), "{kernel:?}");
+    assert!(
+        kernel.iter().any(|a| a.ends_with("fake_workload.py")),
+        "{kernel:?}"
+    );
+    assert!(lines("system_stdout.txt").contains(&"COLOC_THROUGHPUT 42.5 samples/s".to_string()));
+}
