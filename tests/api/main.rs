@@ -33,6 +33,7 @@ mod rank;
 mod report;
 mod restart;
 mod sim;
+mod starter;
 mod train;
 mod trust;
 mod worker;
