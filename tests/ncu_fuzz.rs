@@ -1,6 +1,7 @@
 //! Property test of the Nsight Compute parser over mutated real recordings
-//! (`../shared/data/ncu-real`) and the constructed fixtures: truncated files, shuffled
-//! columns, garbage bytes, huge numbers, NaN and other non-numbers. Whatever the input,
+//! (`../shared/data/ncu-real`, two of the H100 ones in `tests/fixtures/ncu`) and the
+//! constructed fixtures: truncated files, shuffled columns, garbage bytes, huge numbers, NaN
+//! and other non-numbers. Whatever the input,
 //! parsing and checking never panic, a kernel profile that is built is valid (finite,
 //! percentages within 0..=100), and the heap the parser uses stays within a small multiple
 //! of the input's size. Shuffling the columns alone changes nothing the parser reads.
@@ -74,6 +75,8 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
         "../shared/data/ncu-real/llm-perf-opt_kernel_0001_ncu.details.csv",
         "../shared/data/ncu-real/actual-param_sam_flashattn_nsight.csv",
         "../shared/data/ncu-real/actual-param_dropout_nsight162.csv",
+        "tests/fixtures/ncu/h100_bmm_nvtx_details.csv",
+        "tests/fixtures/ncu/h100_bert_encoder_nvtx_details.csv",
         "tests/fixtures/ncu/details_page_three_kernels.csv",
         "tests/fixtures/ncu/raw_page_three_kernels.csv",
     ]

@@ -1,14 +1,22 @@
 //! The Nsight Compute parser on real recordings (`../shared/data/ncu-real`, read in place;
 //! see its README), and `coloc ncu FILE`, the operator's check, run as the built binary.
 //!
+//! Also the three recordings coloc's own worker made on an H100 (`tests/fixtures/ncu/h100_*`,
+//! the worker's exact command; see that folder's README): the only real files that hold all
+//! eight metrics, so the only real complete profiles.
+//!
 //! Expected values come from `tests/fixtures/ncu/expected.py`, a separate reading of the
 //! same files with Python's csv module (units honoured), run as
 //! `python3 tests/fixtures/ncu/expected.py ../shared/data/ncu-real/*.csv
-//! tests/fixtures/ncu/details_page_three_kernels.csv`; its printed numbers are pasted below.
+//! tests/fixtures/ncu/h100_*.csv tests/fixtures/ncu/details_page_three_kernels.csv`; its
+//! printed numbers are pasted below.
 
 use std::path::{Path, PathBuf};
 
-use coloc::profiler::ncu::{self, Layout, Metric, NcuError, NcuTable, NumberFormat};
+use coloc::{
+    domain::KernelMetrics,
+    profiler::ncu::{self, Layout, Metric, NcuError, NcuTable, NumberFormat},
+};
 
 fn real(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -242,6 +250,170 @@ fn the_ncu_2025_recording_reads_microseconds_the_dram_alternative_and_the_sectio
     let (kernels, missing) = missing(&table);
     assert_eq!(kernels, 1);
     assert_eq!(missing, LAUNCH_METRICS.map(|m| (m, 0)));
+}
+
+const H100_BMM: &str = "h100_bmm_nvtx_details.csv";
+const H100_BERT: &str = "h100_bert_encoder_nvtx_details.csv";
+const H100_GPT: &str = "h100_gpt_decoder_launch_count_details.csv";
+
+/// The raw names `--metrics` puts in the section `Command line profiler metrics`, in the
+/// order of `Metric::ALL`: what the worker's command gets from ncu 2025.3.
+const RAW_NAMES: [&[&str]; 8] = [
+    &["gpu__time_duration.sum"],
+    &["launch__thread_count"],
+    &[SM],
+    &["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
+    &[MEMORY],
+    &["launch__registers_per_thread"],
+    &["launch__grid_size"],
+    &["launch__shared_mem_per_block_static"],
+];
+
+/// The profile's six kernel metrics against expected.py's figures, in its order: threads,
+/// sm, dram, memory (duration-weighted means), then "registers (threads x per thread)" and
+/// "static shared (grid x per block)".
+fn assert_kernel_metrics(metrics: &KernelMetrics, expected: [f64; 6]) {
+    let read = [
+        metrics.threads,
+        metrics.compute_throughput_pct,
+        metrics.dram_throughput_pct,
+        metrics.memory_throughput_pct,
+        metrics.registers,
+        metrics.static_shared_memory_bytes,
+    ];
+    for (actual, expected) in read.into_iter().zip(expected) {
+        assert_close(actual, expected);
+    }
+}
+
+#[test]
+fn the_h100_bmm_recording_is_a_complete_one_kernel_profile_with_the_independent_means() {
+    let table = table(&fixture(H100_BMM));
+    assert_eq!(table.layout, Layout::Details);
+    // 15 columns plus the two NVTX columns that --nvtx adds after "Host Name".
+    assert_eq!(table.columns, 17);
+    assert_eq!(table.number_format, NumberFormat::DecimalPoint);
+    assert_eq!(table.ncu_version, None, "ncu's log file does not name it");
+    assert_eq!(table.kernels.len(), 1);
+    assert_eq!(
+        table.kernels[0].name,
+        "void Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(Params)"
+    );
+    assert_found_as(&table, RAW_NAMES);
+    let summary = table.summary();
+    // expected.py: "kernels: 1", "duration in 1 of 1 kernels; total 3318880.0 ns" (printed
+    // "3,318,880" ns), registers per thread 202, grid 1024.
+    assert_eq!(summary.kernels, 1);
+    assert_close(summary.total_duration_ns.unwrap(), 3_318_880.0);
+    let mean = |metric: Metric| summary.metrics[metric.index()].weighted_mean.unwrap();
+    assert_close(mean(Metric::RegistersPerThread), 202.0);
+    assert_close(mean(Metric::GridSize), 1024.0);
+    // expected.py: threads 262144.0, sm 85.77999999999999, dram 4.55, memory 46.7,
+    // registers (threads x per thread) 52953088.0, static shared (grid x per block) 0.0.
+    assert_kernel_metrics(
+        &table.kernel_metrics().unwrap(),
+        [262_144.0, 85.77999999999999, 4.55, 46.7, 52_953_088.0, 0.0],
+    );
+}
+
+#[test]
+fn the_h100_bert_encoder_recording_aggregates_its_109_kernels_to_the_independent_means() {
+    let table = table(&fixture(H100_BERT));
+    assert_eq!(table.layout, Layout::Details);
+    assert_eq!(table.columns, 17);
+    assert_eq!(table.kernels.len(), 109);
+    assert!(table.kernels[0]
+        .name
+        .starts_with("void at::vectorized_gather_kernel<16, long>"));
+    assert_found_as(&table, RAW_NAMES);
+    let summary = table.summary();
+    // expected.py: "kernels: 109", "total 11898400.0 ns".
+    assert_eq!(summary.kernels, 109);
+    assert_eq!(summary.kernels_without_duration, 0);
+    assert_close(summary.total_duration_ns.unwrap(), 11_898_400.0);
+    let mean = |metric: Metric| summary.metrics[metric.index()].weighted_mean.unwrap();
+    // expected.py: registers (per thread) 151.53350635379547, grid 737.6462798359444.
+    assert_close(mean(Metric::RegistersPerThread), 151.53350635379547);
+    assert_close(mean(Metric::GridSize), 737.6462798359444);
+    // expected.py: threads 94491.69337188193, sm 73.9958149936126, dram 4.603490082700195,
+    // memory 80.74086242183823, registers (threads x per thread) 13795668.083942715,
+    // static shared (grid x per block) 0.0 (no kernel of the step has static shared memory).
+    assert_kernel_metrics(
+        &table.kernel_metrics().unwrap(),
+        [
+            94_491.69337188193,
+            73.9958149936126,
+            4.603490082700195,
+            80.74086242183823,
+            13_795_668.083942715,
+            0.0,
+        ],
+    );
+}
+
+#[test]
+fn the_h100_gpt_decoder_launch_count_recording_aggregates_its_200_kernels_to_the_independent_means()
+{
+    let table = table(&fixture(H100_GPT));
+    assert_eq!(table.layout, Layout::Details);
+    // No --nvtx: no NVTX columns.
+    assert_eq!(table.columns, 15);
+    assert_eq!(table.kernels.len(), 200, "--launch-count 200");
+    assert!(table.kernels[0]
+        .name
+        .starts_with("fmha_cutlassF_f32_aligned_64x64_rf_sm80("));
+    assert_found_as(&table, RAW_NAMES);
+    let summary = table.summary();
+    // expected.py: "kernels: 200", "total 2035200.0 ns".
+    assert_eq!(summary.kernels, 200);
+    assert_close(summary.total_duration_ns.unwrap(), 2_035_200.0);
+    // expected.py: threads 101466.77937106918, sm 12.24973899371069, dram 12.68754198113208,
+    // memory 19.004591666666663, registers (threads x per thread) 7432014.546918239,
+    // static shared (grid x per block) 3145766.5670440253.
+    assert_kernel_metrics(
+        &table.kernel_metrics().unwrap(),
+        [
+            101_466.77937106918,
+            12.24973899371069,
+            12.68754198113208,
+            19.004591666666663,
+            7_432_014.546918239,
+            3_145_766.5670440253,
+        ],
+    );
+}
+
+#[test]
+fn coloc_ncu_exits_0_complete_on_the_real_h100_recordings() {
+    let path = fixture(H100_BERT);
+    let (ok, out, err) = coloc_ncu(&[path.to_str().unwrap()]);
+    assert!(ok, "{err}\n{out}");
+    assert!(
+        out.contains("complete: a kernel profile can be built"),
+        "{out}"
+    );
+    assert!(
+        out.contains("kernels: 109, total duration 11898400 ns"),
+        "{out}"
+    );
+
+    for (file, kernels, threads) in [
+        (H100_BMM, 1, 262_144.0),
+        (H100_BERT, 109, 94_491.69337188193),
+        (H100_GPT, 200, 101_466.77937106918),
+    ] {
+        let path = fixture(file);
+        let (ok, out, err) = coloc_ncu(&[path.to_str().unwrap(), "--json"]);
+        assert!(ok, "{file}: {err}\n{out}");
+        let check: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(check["complete"], true, "{file}");
+        assert_eq!(check["error"], serde_json::Value::Null, "{file}");
+        assert_eq!(check["summary"]["kernels"], kernels, "{file}");
+        assert_close(
+            check["kernel_metrics"]["threads"].as_f64().unwrap(),
+            threads,
+        );
+    }
 }
 
 #[test]

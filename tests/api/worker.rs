@@ -1,7 +1,8 @@
 //! The profiling worker, driven through `Worker::run_once` beside a real server: launch
 //! specs and the allow-list, the replay backend, and the nvml backend's job lifecycle with
-//! real child processes. Only the GPU is replaced: NVML by a recording, Nsight Compute by a
-//! program that checks it is asked what real ncu is asked and writes a details-page CSV
+//! real child processes. Only the GPU is replaced: NVML by a recording (a real one from an
+//! H100 where the readings are asserted), Nsight Compute by a program that checks it is asked
+//! what real ncu is asked and writes a details-page CSV that real ncu wrote
 //! (`tests/fixtures/workloads/fake_ncu.py`).
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -62,15 +63,22 @@ fn register(name: &str, launch: Option<pb::LaunchSpec>) -> pb::RegisterWorkloadR
     }
 }
 
-/// A worker on the nvml backend with NVML replaced by the recording and ncu by `ncu_path`.
+/// A worker on the nvml backend with NVML replaced by the synthetic recording and ncu by
+/// `ncu_path`. The synthetic recording is busy from its third reading on: these tests'
+/// workloads live a few milliseconds, far shorter than a real recording's start-up (the
+/// H100 ones are idle for their first 2.3 s, 23 readings).
 fn nvml_worker(app: &TestApp, ncu_path: &str, max_attempts: u32) -> Worker {
     let settings = ProfilerSettings {
         ncu_path: ncu_path.into(),
         max_attempts,
         ..app.settings.profiler.clone()
     };
-    let sampler =
-        RecordedSampler::from_file(&fixtures().join("nvml/synthetic_samples.jsonl")).unwrap();
+    worker_replaying(app, settings, "nvml/synthetic_samples.jsonl")
+}
+
+/// A worker on the nvml backend with `settings` and NVML replaced by `recording`.
+fn worker_replaying(app: &TestApp, settings: ProfilerSettings, recording: &str) -> Worker {
+    let sampler = RecordedSampler::from_file(&fixtures().join(recording)).unwrap();
     let backend = NvmlBackend::new(settings.clone(), Some(Arc::new(sampler)));
     Worker::new(
         app.advisor.clone(),
@@ -170,14 +178,69 @@ async fn launch_specs_are_refused_unless_the_program_is_allowed() {
     assert_eq!(open.count("profiling_jobs").await, 1);
 }
 
+/// The recording that H100 run took for bmm-2048_batch8-inf (`tests/fixtures/nvml/`), and
+/// what `tests/fixtures/nvml/expected.py` prints for it.
+const H100_BMM_SAMPLES: &str = "nvml/h100_bmm_samples.jsonl";
+const H100_GPU: &str = "NVIDIA H100 80GB HBM3";
+
+/// The real H100 recordings summarized by `profiler::gpu::summarize`, against
+/// `tests/fixtures/nvml/expected.py` (Python, json module only, the rule the README states).
+#[test]
+fn the_real_h100_recordings_summarize_to_the_independent_means_and_peaks() {
+    use coloc::profiler::{gpu::summarize, GpuSampler};
+
+    let read_all = |file: &str, count: usize| {
+        let sampler = RecordedSampler::from_file(&fixtures().join(file)).unwrap();
+        let info = sampler.info().unwrap();
+        let samples: Vec<_> = (0..count).map(|_| sampler.sample(0).unwrap()).collect();
+        (info, samples)
+    };
+    let close = |actual: f64, expected: f64| {
+        assert!(
+            (actual - expected).abs() <= 1e-12 * expected,
+            "expected {expected}, got {actual}"
+        )
+    };
+    // expected.py: "samples: 134; first with activity: index 23; from there: 111",
+    // utilization.gpu mean 97.69369369369369, utilization.memory mean 7.801801801801802,
+    // peak 1050673152 bytes = 0.978515625 GiB; the GPU 85520809984 bytes.
+    let (info, samples) = read_all(H100_BMM_SAMPLES, 134);
+    assert_eq!(info.name, H100_GPU);
+    assert_eq!(info.total_memory_bytes, 85_520_809_984);
+    let (sm, mem, gb) = summarize(&samples).unwrap();
+    close(sm, 97.69369369369369);
+    close(mem, 7.801801801801802);
+    assert_eq!(gb, 0.978515625);
+    // expected.py: "samples: 113; first with activity: index 0; from there: 113", means
+    // 71.11504424778761 and 5.6902654867256635, peak 1281359872 bytes = 1.193359375 GiB.
+    // Its first reading (6 %) is activity left from before the workload started (NVML's
+    // utilization covers a past period), so the 22 idle start-up readings after it count.
+    let (info, samples) = read_all("nvml/h100_bert_encoder_samples.jsonl", 113);
+    assert_eq!(info.name, H100_GPU);
+    let (sm, mem, gb) = summarize(&samples).unwrap();
+    close(sm, 71.11504424778761);
+    close(mem, 5.6902654867256635);
+    assert_eq!(gb, 1.193359375);
+}
+
+/// A real profile end to end: the H100 bmm run's NVML readings replayed and its ncu output
+/// written by the fake ncu, byte for byte; the workload stays long enough for the worker to
+/// read the whole recording (134 readings at 1 ms here instead of 100 ms).
 #[tokio::test]
 async fn the_nvml_backend_profiles_a_workload_and_makes_it_profiled() {
     let mut app = app("").await;
     app.client
-        .register_workload(register("w", Some(launch(&["ok", "42.5"]))))
+        .register_workload(register("w", Some(launch(&["ok", "42.5", "0.5"]))))
         .await
         .unwrap();
-    let worker = nvml_worker(&app, &fake_ncu(), 3);
+    let raw_dir = TempDir::new().unwrap();
+    let settings = ProfilerSettings {
+        ncu_path: fake_ncu().into(),
+        max_attempts: 3,
+        keep_raw_dir: Some(raw_dir.path().to_path_buf()),
+        ..app.settings.profiler.clone()
+    };
+    let worker = worker_replaying(&app, settings, H100_BMM_SAMPLES);
 
     let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
     assert!(
@@ -189,48 +252,68 @@ async fn the_nvml_backend_profiles_a_workload_and_makes_it_profiled() {
         RunOutcome::Idle
     );
 
+    // What the worker read, as profiler.keep_raw_dir kept it: the recording, line for line,
+    // then its last reading repeated (RecordedSampler repeats it once the recording is out).
+    let kept: Vec<PathBuf> = std::fs::read_dir(raw_dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let recording = std::fs::read_to_string(fixtures().join(H100_BMM_SAMPLES)).unwrap();
+    let read = std::fs::read_to_string(kept[0].join("nvml_samples.jsonl")).unwrap();
+    let (whole, repeats) = read
+        .strip_prefix(recording.as_str())
+        .map(|rest| (true, rest.lines().collect::<Vec<_>>()))
+        .unwrap_or((false, Vec::new()));
+    assert!(
+        whole,
+        "the worker did not read the whole recording ({} of 134 readings)",
+        read.lines().count() - 1
+    );
+    let last = recording.lines().last().unwrap();
+    assert!(repeats.iter().all(|line| line == &last), "{repeats:?}");
+    let repeated = repeats.len() as f64;
+    // ncu's output, as the fake ncu wrote it: the real recording, byte for byte.
+    assert_eq!(
+        std::fs::read(kept[0].join("ncu.csv")).unwrap(),
+        std::fs::read(fixtures().join("ncu/h100_bmm_nvtx_details.csv")).unwrap()
+    );
+
     let w = workload(&mut app, "w").await;
     assert_eq!(w.state(), pb::WorkloadState::Profiled, "{}", w.state_reason);
     let profile = &w.profiles[0];
-    assert_eq!(profile.gpu, "Recorded Test GPU 24GB");
-    assert_eq!(profile.gpu_memory_gb, 24.0);
+    assert_eq!(profile.gpu, H100_GPU);
+    // 85520809984 bytes in GiB.
+    assert_eq!(profile.gpu_memory_gb, 79.6474609375);
     assert_eq!(profile.source(), pb::ProfileSource::Measured);
     assert!(!profile.kernel_missing);
     let system = profile.system.as_ref().unwrap();
     assert_eq!(system.exclusive_throughput, 42.5);
     assert_eq!(system.throughput_unit, "samples/s");
-    // The recording's busy readings average 90 % and 33 %; its peak is 3 GiB.
+    let close = |actual: f64, expected: f64| (actual - expected).abs() <= 1e-9 * expected.max(1.0);
+    // tests/fixtures/nvml/expected.py: from the first busy reading (index 23) the recording
+    // holds 111 readings summing to 10844 (utilization.gpu) and 866 (utilization.memory);
+    // its last reading, repeated, is 0 and 0; its peak 1050673152 bytes = 0.978515625 GiB.
     assert!(
-        (system.sm_busy_pct - 90.0).abs() < 1e-9,
-        "{}",
+        close(system.sm_busy_pct, 10_844.0 / (111.0 + repeated)),
+        "{} after {repeated} repeats",
         system.sm_busy_pct
     );
     assert!(
-        (system.mem_busy_pct - 33.0).abs() < 1e-9,
-        "{}",
+        close(system.mem_busy_pct, 866.0 / (111.0 + repeated)),
+        "{} after {repeated} repeats",
         system.mem_busy_pct
     );
-    assert_eq!(system.memory_gb, 3.0);
-    // The kernel metrics are the details-page fixture's three kernels, aggregated: the
-    // duration-weighted means computed by hand in its README and by
-    // tests/fixtures/ncu/expected.py.
+    assert_eq!(system.memory_gb, 0.978515625);
+    // The kernel metrics are the recording's one kernel (a cutlass SGEMM): what
+    // tests/fixtures/ncu/expected.py prints for h100_bmm_nvtx_details.csv.
     let kernel = profile.kernel.as_ref().unwrap();
-    let close = |actual: f64, expected: f64| (actual - expected).abs() <= 1e-9 * expected;
-    assert!(close(kernel.threads, 55_488.512), "{kernel:?}");
-    assert!(
-        close(kernel.compute_throughput_pct, 65.43577142857143),
-        "{kernel:?}"
-    );
-    assert!(
-        close(kernel.dram_throughput_pct, 26.45725714285714),
-        "{kernel:?}"
-    );
-    assert!(close(kernel.memory_throughput_pct, 48.624), "{kernel:?}");
-    assert!(close(kernel.registers, 7_586_826.532571428), "{kernel:?}");
-    assert!(
-        close(kernel.static_shared_memory_bytes, 1_870_145.5542857142),
-        "{kernel:?}"
-    );
+    assert!(close(kernel.threads, 262_144.0), "{kernel:?}");
+    assert!(close(kernel.compute_throughput_pct, 85.78), "{kernel:?}");
+    assert!(close(kernel.dram_throughput_pct, 4.55), "{kernel:?}");
+    assert!(close(kernel.memory_throughput_pct, 46.7), "{kernel:?}");
+    assert!(close(kernel.registers, 52_953_088.0), "{kernel:?}");
+    assert_eq!(kernel.static_shared_memory_bytes, 0.0, "{kernel:?}");
     assert_eq!(
         app.advisor.store().job_counts().await.unwrap(),
         (0, 0, 1, 0)
