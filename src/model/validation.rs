@@ -274,7 +274,11 @@ mod tests {
     fn an_extreme_value_that_a_repeat_of_the_set_confirms_is_kept() {
         let typical = |i: i64| {
             let i_ = i as f64;
-            run(i, ["a", "b"], [0.6 + 0.01 * (i_ % 5.0), 0.45 + 0.02 * (i_ % 4.0)])
+            run(
+                i,
+                ["a", "b"],
+                [0.6 + 0.01 * (i_ % 5.0), 0.45 + 0.02 * (i_ % 4.0)],
+            )
         };
         // Once: flagged. Twice, within 15 %: the pairing's behaviour, kept. Twice, far
         // apart: both flagged. A copy of the same workload in the same run confirms
