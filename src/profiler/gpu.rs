@@ -160,24 +160,33 @@ impl GpuSampler for RecordedSampler {
 }
 
 /// KACE's system metrics from the samples of one run: mean GPU and memory utilization over
-/// the samples from the first one with GPU activity on (start-up, before the first kernel,
-/// is not the workload's steady state), and the peak memory of its processes in GB (GiB,
-/// converted by [`gb_from_bytes`]).
+/// the run's steady window, and the peak memory of its processes in GB (GiB, converted by
+/// [`gb_from_bytes`]). The steady window runs from the first to the last sample whose GPU
+/// utilization reaches half the run's highest: start-up before the first kernels, the
+/// tail after the last, and a stray reading left over from the GPU's previous work (NVML
+/// averages utilization over its own sample period, which can reach back before the run)
+/// are not the workload's steady state. On the H100, bert's recording began with one such
+/// reading at 6 %, then 22 idle ones, and the old rule (from the first busy reading on)
+/// put it at 71 % instead of 93 %.
 pub fn summarize(samples: &[GpuSample]) -> Result<(f64, f64, f64), String> {
-    let active: Vec<&GpuSample> = samples
+    let highest = samples
         .iter()
-        .skip_while(|s| s.gpu_util_pct <= 0.0)
-        .collect();
-    if active.is_empty() {
+        .map(|s| s.gpu_util_pct)
+        .fold(0.0_f64, f64::max);
+    if highest <= 0.0 {
         return Err(format!(
             "the GPU showed no activity in {} samples: did the workload use GPU {}?",
             samples.len(),
             "profiler.gpu_index"
         ));
     }
-    let n = active.len() as f64;
-    let sm_busy = active.iter().map(|s| s.gpu_util_pct).sum::<f64>() / n;
-    let mem_busy = active.iter().map(|s| s.mem_util_pct).sum::<f64>() / n;
+    let steady = |s: &&GpuSample| s.gpu_util_pct >= highest / 2.0;
+    let first = samples.iter().position(|s| steady(&s)).unwrap_or(0);
+    let last = samples.iter().rposition(|s| steady(&s)).unwrap_or(first);
+    let window = &samples[first..=last];
+    let n = window.len() as f64;
+    let sm_busy = window.iter().map(|s| s.gpu_util_pct).sum::<f64>() / n;
+    let mem_busy = window.iter().map(|s| s.mem_util_pct).sum::<f64>() / n;
     let peak = samples
         .iter()
         .map(|s| s.process_memory_bytes)
@@ -208,6 +217,25 @@ mod tests {
         ];
         let (sm, mem, gb) = summarize(&samples).unwrap();
         assert_eq!((sm, mem, gb), (80.0, 40.0, 3.0));
+    }
+
+    #[test]
+    fn a_stray_reading_before_start_up_and_the_idle_tail_are_left_out() {
+        let samples = [
+            sample(6.0, 1.0, 0),
+            sample(0.0, 0.0, 0),
+            sample(0.0, 0.0, 1 << 29),
+            sample(30.0, 2.0, 1 << 30),
+            sample(100.0, 10.0, 2 << 30),
+            sample(90.0, 20.0, 2 << 30),
+            sample(40.0, 5.0, 2 << 30),
+            sample(80.0, 30.0, 2 << 30),
+            sample(0.0, 0.0, 0),
+        ];
+        // From 100 (the first at half of the highest, 100) to 80 (the last): the dip to 40
+        // inside the window counts.
+        let (sm, mem, gb) = summarize(&samples).unwrap();
+        assert_eq!((sm, mem, gb), (77.5, 16.25, 2.0));
     }
 
     #[test]

@@ -201,25 +201,26 @@ fn the_real_h100_recordings_summarize_to_the_independent_means_and_peaks() {
             "expected {expected}, got {actual}"
         )
     };
-    // expected.py: "samples: 134; first with activity: index 23; from there: 111",
-    // utilization.gpu mean 97.69369369369369, utilization.memory mean 7.801801801801802,
-    // peak 1050673152 bytes = 0.978515625 GiB; the GPU 85520809984 bytes.
+    // expected.py: "samples: 134; highest 100.0; steady window: index 23 to 131, 109
+    // samples", utilization.gpu mean 99.4862385321101, utilization.memory mean
+    // 7.944954128440367, peak 1050673152 bytes = 0.978515625 GiB; the GPU 85520809984 bytes.
     let (info, samples) = read_all(H100_BMM_SAMPLES, 134);
     assert_eq!(info.name, H100_GPU);
     assert_eq!(info.total_memory_bytes, 85_520_809_984);
     let (sm, mem, gb) = summarize(&samples).unwrap();
-    close(sm, 97.69369369369369);
-    close(mem, 7.801801801801802);
+    close(sm, 99.4862385321101);
+    close(mem, 7.944954128440367);
     assert_eq!(gb, 0.978515625);
-    // expected.py: "samples: 113; first with activity: index 0; from there: 113", means
-    // 71.11504424778761 and 5.6902654867256635, peak 1281359872 bytes = 1.193359375 GiB.
-    // Its first reading (6 %) is activity left from before the workload started (NVML's
-    // utilization covers a past period), so the 22 idle start-up readings after it count.
+    // expected.py: "samples: 113; highest 100.0; steady window: index 27 to 107, 81
+    // samples", means 99.03703703703704 and 7.925925925925926, peak 1281359872 bytes =
+    // 1.193359375 GiB. Its first reading (6 %) is activity left from before the workload
+    // started (NVML's utilization covers a past period): below half the highest, it does
+    // not open the window, nor do the 22 idle start-up readings after it.
     let (info, samples) = read_all("nvml/h100_bert_encoder_samples.jsonl", 113);
     assert_eq!(info.name, H100_GPU);
     let (sm, mem, gb) = summarize(&samples).unwrap();
-    close(sm, 71.11504424778761);
-    close(mem, 5.6902654867256635);
+    close(sm, 99.03703703703704);
+    close(mem, 7.925925925925926);
     assert_eq!(gb, 1.193359375);
 }
 
@@ -291,16 +292,17 @@ async fn the_nvml_backend_profiles_a_workload_and_makes_it_profiled() {
     assert_eq!(system.exclusive_throughput, 42.5);
     assert_eq!(system.throughput_unit, "samples/s");
     let close = |actual: f64, expected: f64| (actual - expected).abs() <= 1e-9 * expected.max(1.0);
-    // tests/fixtures/nvml/expected.py: from the first busy reading (index 23) the recording
-    // holds 111 readings summing to 10844 (utilization.gpu) and 866 (utilization.memory);
-    // its last reading, repeated, is 0 and 0; its peak 1050673152 bytes = 0.978515625 GiB.
+    // tests/fixtures/nvml/expected.py: the steady window (index 23 to 131) holds 109
+    // readings summing to 10844 (utilization.gpu) and 866 (utilization.memory); the
+    // repeats of the last, idle, reading fall outside it; the peak is 1050673152 bytes =
+    // 0.978515625 GiB.
     assert!(
-        close(system.sm_busy_pct, 10_844.0 / (111.0 + repeated)),
+        close(system.sm_busy_pct, 10_844.0 / 109.0),
         "{} after {repeated} repeats",
         system.sm_busy_pct
     );
     assert!(
-        close(system.mem_busy_pct, 866.0 / (111.0 + repeated)),
+        close(system.mem_busy_pct, 866.0 / 109.0),
         "{} after {repeated} repeats",
         system.mem_busy_pct
     );
