@@ -346,22 +346,12 @@ mod tests {
         }
     }
 
+    /// The ten metrics (the model's features, all of them), as bits.
     fn bits(w: &KaceWorkload) -> Vec<u64> {
-        let (k, s) = (&w.kernel, &w.system);
-        [
-            k.threads,
-            k.compute_throughput_pct,
-            k.dram_throughput_pct,
-            k.memory_throughput_pct,
-            k.registers,
-            k.static_shared_memory_bytes,
-            s.exclusive_throughput,
-            s.sm_busy_pct,
-            s.mem_busy_pct,
-            s.memory_gb,
-        ]
-        .map(f64::to_bits)
-        .to_vec()
+        crate::model::Features::from_metrics(&w.kernel, &w.system)
+            .0
+            .map(f64::to_bits)
+            .to_vec()
     }
 
     #[test]

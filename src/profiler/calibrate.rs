@@ -120,9 +120,6 @@ impl Mps {
     }
 }
 
-/// Runs up to `plan.max_pairs` pairs (in name order, a workload with itself included; only
-/// those with a member in `plan.with` unless it is empty) of the workloads `target` names (a launch spec and a complete profile on `gpu`, the model of
-/// this node's GPU), and hands each measured pair to `target`.
 /// Which pairs a calibration runs, and how they share the GPU.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -134,6 +131,10 @@ pub struct Plan {
     pub sharing: Option<Sharing>,
 }
 
+/// Runs up to `plan.max_pairs` pairs (in name order, a workload with itself included; only
+/// those with a member in `plan.with` unless it is empty) of the workloads `target` names
+/// (a launch spec and a complete profile on `gpu`, the model of this node's GPU), and hands
+/// each measured pair to `target`.
 pub async fn calibrate(
     target: &dyn CalibrationTarget,
     gpu: &GpuName,
@@ -235,10 +236,17 @@ pub async fn calibrate(
             }
         }
         // The start line (see [`START_DIR_VAR`]): both members time the same window.
-        let start_dir = tempfile::Builder::new()
-            .prefix("coloc-start-")
-            .tempdir()
-            .context("cannot make the pair's start folder")?;
+        let start_dir = match tempfile::Builder::new().prefix("coloc-start-").tempdir() {
+            Ok(dir) => dir,
+            Err(error) => {
+                if let Some(mps) = mps {
+                    mps.stop().await;
+                }
+                return Err(
+                    anyhow::Error::new(error).context("cannot make the pair's start folder")
+                );
+            }
+        };
         for spec in [&mut spec_a, &mut spec_b] {
             spec.env.insert(
                 START_DIR_VAR.into(),

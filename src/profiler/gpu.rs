@@ -167,7 +167,7 @@ impl GpuSampler for RecordedSampler {
 /// averages utilization over its own sample period, which can reach back before the run)
 /// are not the workload's steady state. On the H100, bert's recording began with one such
 /// reading at 6 %, then 22 idle ones, and the old rule (from the first busy reading on)
-/// put it at 71 % instead of 93 %.
+/// put it at 71 % instead of 99 %.
 pub fn summarize(samples: &[GpuSample]) -> Result<(f64, f64, f64), String> {
     let highest = samples
         .iter()

@@ -271,7 +271,7 @@ impl NvmlBackend {
 
         let started = std::time::Instant::now();
         let (system, samples) = self
-            .system_phase(launch, sampler.as_ref(), raw.as_ref(), cancel)
+            .system_phase(launch, sampler.as_ref(), &info, raw.as_ref(), cancel)
             .await?;
         let system_secs = started.elapsed().as_secs_f64();
         tracing::info!(
@@ -279,9 +279,6 @@ impl NvmlBackend {
             secs = system_secs,
             "system phase done"
         );
-        if let Some(raw) = &raw {
-            raw.write_samples(&info, &samples);
-        }
 
         let started = std::time::Instant::now();
         let (kernel, kernel_missing, note) =
@@ -340,6 +337,7 @@ impl NvmlBackend {
         &self,
         launch: &LaunchSpec,
         sampler: &dyn GpuSampler,
+        info: &GpuInfo,
         raw: Option<&RawRecord>,
         cancel: &CancellationToken,
     ) -> Result<(SystemMetrics, Vec<GpuSample>), ProfileError> {
@@ -382,6 +380,8 @@ impl NvmlBackend {
         if let Some(raw) = raw {
             raw.write("system_stdout.txt", output.stdout.as_bytes());
             raw.write("system_stderr.txt", output.stderr.as_bytes());
+            // Kept whatever comes next: a run without activity is when they matter most.
+            raw.write_samples(info, &samples.lock().unwrap_or_else(|e| e.into_inner()));
         }
         if !output.status.success() {
             return Err(ProfileError::Failed(format!(
@@ -460,14 +460,17 @@ impl NvmlBackend {
             .await
             .map_err(|e| run_error("kernel phase", e))?;
         if let Some(raw) = raw {
-            // Byte for byte, as ncu wrote it (absent when ncu wrote nothing).
-            if let Ok(bytes) = std::fs::read(&output_file) {
-                raw.write("ncu.csv", &bytes);
-            }
             raw.write("kernel_stderr.txt", output.stderr.as_bytes());
         }
+        let raw = raw.cloned();
         // Reading and parsing a large step's output is CPU work: off the async threads.
         let parsed = tokio::task::spawn_blocking(move || {
+            if let Some(raw) = raw {
+                // Byte for byte, as ncu wrote it (absent when ncu wrote nothing).
+                if let Ok(bytes) = std::fs::read(&output_file) {
+                    raw.write("ncu.csv", &bytes);
+                }
+            }
             let parsed = ncu::read_output_file(&output_file)
                 .map(|text| (ncu::parse(&text).map(|table| table.kernel_metrics()), text));
             drop(output_dir);
@@ -503,6 +506,7 @@ impl NvmlBackend {
 /// One profile's raw measurements under `profiler.keep_raw_dir`, in a folder of its own
 /// (`<workload>-<unix ms>`). Keeping them is a side effect that never fails a profile: a
 /// file that cannot be written is logged and left out.
+#[derive(Clone)]
 struct RawRecord {
     dir: PathBuf,
 }

@@ -39,14 +39,12 @@ async fn app(lease_secs: u64) -> TestApp {
     spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await
 }
 
-/// A real `coloc agent` for `gpu` (its NVML recording), logging into the test's folder.
-fn spawn_agent(app: &TestApp, id: &str, gpu: &str) -> tokio::process::Child {
-    let log = std::fs::File::create(app.dir.path().join(format!("{id}.log"))).unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["agent", "--addr", &format!("http://{}", app.addr)])
-        .args(["--id", id, "--node", &format!("node-of-{id}")])
-        .env_remove("COLOC_TOKEN")
-        .env("COLOC__PROFILER__BACKEND", "nvml")
+/// `coloc SUBCOMMAND --addr <app>` as a GPU node of `gpu`: NVML replaced by its
+/// recording, ncu by the fake one, the fake workloads allowed.
+fn gpu_node_command(app: &TestApp, subcommand: &str, gpu: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"));
+    command
+        .args([subcommand, "--addr", &format!("http://{}", app.addr)])
         .env("COLOC__PROFILER__NVML_RECORDING", recording(gpu))
         .env(
             "COLOC__PROFILER__NCU_PATH",
@@ -55,7 +53,17 @@ fn spawn_agent(app: &TestApp, id: &str, gpu: &str) -> tokio::process::Child {
         .env(
             "COLOC__PROFILER__ALLOWED_PROGRAMS",
             format!("{}/*", fixtures().join("workloads").display()),
-        )
+        );
+    command
+}
+
+/// A real `coloc agent` for `gpu` (its NVML recording), logging into the test's folder.
+fn spawn_agent(app: &TestApp, id: &str, gpu: &str) -> tokio::process::Child {
+    let log = std::fs::File::create(app.dir.path().join(format!("{id}.log"))).unwrap();
+    gpu_node_command(app, "agent", gpu)
+        .args(["--id", id, "--node", &format!("node-of-{id}")])
+        .env_remove("COLOC_TOKEN")
+        .env("COLOC__PROFILER__BACKEND", "nvml")
         .env("COLOC__PROFILER__SAMPLE_INTERVAL_MS", "1")
         .env("COLOC__PROFILER__POLL_INTERVAL_MS", "50")
         .env("COLOC__PROFILER__RETRY_BACKOFF_SECS", "0")
@@ -1119,21 +1127,11 @@ fn profiled(name: &str, gpu: &str, throughput: f64, args: &[&str]) -> pb::Regist
 /// `coloc calibrate` with `args` as the node `node-c` (a real child process; NVML
 /// replaced by the 24 GB recording, the fake workloads allowed), against `app`.
 async fn calibrate(app: &TestApp, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["calibrate", "--addr", &format!("http://{}", app.addr)])
+    gpu_node_command(app, "calibrate", GPU_24)
         .args(["--id", "node-c-gpu0", "--node", "node-c"])
         .args(args)
         .env("COLOC_TOKEN", AGENT_TOKEN)
         .env("COLOC_NO_PROGRESS", "1")
-        .env("COLOC__PROFILER__NVML_RECORDING", recording(GPU_24))
-        .env(
-            "COLOC__PROFILER__NCU_PATH",
-            fixtures().join("workloads/fake_ncu.py"),
-        )
-        .env(
-            "COLOC__PROFILER__ALLOWED_PROGRAMS",
-            format!("{}/*", fixtures().join("workloads").display()),
-        )
         .env("COLOC__LOG__FORMAT", "text")
         .stdin(Stdio::null())
         .output()

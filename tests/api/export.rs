@@ -47,28 +47,16 @@ fn stdout_of(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-/// A workload's name and its ten metrics, as bits.
+/// A workload's name and its ten metrics (the model's features, all of them), as bits.
 fn workload_bits(w: &KaceWorkload) -> (String, [u64; 10]) {
-    let (k, s) = (&w.kernel, &w.system);
     (
         w.name.to_string(),
-        [
-            k.threads,
-            k.compute_throughput_pct,
-            k.dram_throughput_pct,
-            k.memory_throughput_pct,
-            k.registers,
-            k.static_shared_memory_bytes,
-            s.exclusive_throughput,
-            s.sm_busy_pct,
-            s.mem_busy_pct,
-            s.memory_gb,
-        ]
-        .map(f64::to_bits),
+        coloc::model::Features::from_metrics(&w.kernel, &w.system)
+            .0
+            .map(f64::to_bits),
     )
 }
 
-/// Each pair's names and throughputs (as bits), in file order.
 fn pair_bits(data: &KaceDataset) -> Vec<(String, String, u64, u64)> {
     data.pairs
         .iter()

@@ -1057,13 +1057,44 @@ async fn the_raw_measurements_of_a_profile_are_kept_when_asked() {
         matches!(outcome, RunOutcome::Profiled { .. }),
         "{outcome:?}"
     );
+    // A system phase that fails (no throughput line) still leaves its readings and output.
+    app.client
+        .register_workload(register("s", Some(launch(&["silent"]))))
+        .await
+        .unwrap();
+    let outcome = worker.run_once(&CancellationToken::new()).await.unwrap();
+    assert!(
+        !matches!(outcome, RunOutcome::Profiled { .. }),
+        "{outcome:?}"
+    );
 
-    let folders: Vec<PathBuf> = std::fs::read_dir(raw.path())
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(raw.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(folders.len(), 1, "{folders:?}");
-    let folder = &folders[0];
+    folders.sort();
+    assert_eq!(folders.len(), 2, "{folders:?}");
+    let failed = &folders[0];
+    assert!(failed
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("s-"));
+    let mut kept: Vec<String> = std::fs::read_dir(failed)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            "nvml_samples.jsonl",
+            "system_command.txt",
+            "system_stderr.txt",
+            "system_stdout.txt"
+        ]
+    );
+    let folder = &folders[1];
     let name = folder.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.strip_prefix("w-")
