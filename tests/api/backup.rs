@@ -9,25 +9,10 @@ use std::sync::{
 use coloc::proto as pb;
 use tempfile::TempDir;
 
-use crate::helpers::{database_url, spawn_app_in, trained_app, GPU};
+use crate::helpers::{database_url, report_request, spawn_app_in, trained_app, GPU};
 
 fn run(a: &str, b: &str, t: f64, at: i64) -> pb::ReportColocationRequest {
-    pb::ReportColocationRequest {
-        gpu_id: String::new(),
-        gpu: GPU.into(),
-        members: [a, b]
-            .iter()
-            .map(|w| pb::ColocatedMember {
-                workload: w.to_string(),
-                throughput: t,
-                ..Default::default()
-            })
-            .collect(),
-        observed_at: Some(prost_types::Timestamp {
-            seconds: at,
-            nanos: 0,
-        }),
-    }
+    report_request(GPU, &[(a, t), (b, t)], at)
 }
 
 #[tokio::test]

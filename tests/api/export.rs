@@ -21,7 +21,7 @@ use coloc::{
 use tempfile::TempDir;
 
 use crate::{
-    helpers::{database_url, kace_dir, spawn_app_in},
+    helpers::{database_url, kace_dir, report_request, spawn_app_in},
     kace::import,
 };
 
@@ -251,22 +251,7 @@ fn member(name: &str, throughput: f64) -> ColocatedMember {
 }
 
 fn reported(members: &[(&str, f64)], at: i64) -> pb::ReportColocationRequest {
-    pb::ReportColocationRequest {
-        gpu_id: String::new(),
-        gpu: V100.into(),
-        members: members
-            .iter()
-            .map(|(w, t)| pb::ColocatedMember {
-                workload: w.to_string(),
-                throughput: *t,
-                ..Default::default()
-            })
-            .collect(),
-        observed_at: Some(prost_types::Timestamp {
-            seconds: at,
-            nanos: 0,
-        }),
-    }
+    report_request(V100, members, at)
 }
 
 #[tokio::test]

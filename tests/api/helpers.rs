@@ -206,6 +206,27 @@ pub fn profile(seed: u64, memory_gb: f64) -> pb::Profile {
     }
 }
 
+/// A ReportColocation of `members` (workload, throughput) on `gpu`, observed at `at`
+/// (seconds since the epoch).
+pub fn report_request(gpu: &str, members: &[(&str, f64)], at: i64) -> pb::ReportColocationRequest {
+    pb::ReportColocationRequest {
+        gpu_id: String::new(),
+        gpu: gpu.into(),
+        members: members
+            .iter()
+            .map(|(w, t)| pb::ColocatedMember {
+                workload: w.to_string(),
+                throughput: *t,
+                ..Default::default()
+            })
+            .collect(),
+        observed_at: Some(prost_types::Timestamp {
+            seconds: at,
+            nanos: 0,
+        }),
+    }
+}
+
 pub fn register_request(name: &str, profile: Option<pb::Profile>) -> pb::RegisterWorkloadRequest {
     pb::RegisterWorkloadRequest {
         name: name.into(),
