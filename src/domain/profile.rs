@@ -19,6 +19,19 @@ pub struct KernelMetrics {
     pub static_shared_memory_bytes: f64,
 }
 
+impl KernelMetrics {
+    /// The kernel metrics of a profile that has none (`kernel_missing`, e.g. its kernel
+    /// phase could not measure them): zeros, never ranked.
+    pub const MISSING: Self = Self {
+        threads: 0.0,
+        compute_throughput_pct: 0.0,
+        dram_throughput_pct: 0.0,
+        memory_throughput_pct: 0.0,
+        registers: 0.0,
+        static_shared_memory_bytes: 0.0,
+    };
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SystemMetrics {
     pub exclusive_throughput: f64,

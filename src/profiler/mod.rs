@@ -284,7 +284,7 @@ impl NvmlBackend {
         let (kernel, kernel_missing, note) =
             match find_ncu(&self.settings.ncu_path.to_string_lossy()) {
                 None => (
-                    NO_KERNEL_METRICS,
+                    KernelMetrics::MISSING,
                     true,
                     format!(
                         "kernel metrics missing: Nsight Compute was not found at {:?} \
@@ -300,7 +300,7 @@ impl NvmlBackend {
                     // Another attempt would print the same: keep the system metrics and say
                     // which kernel metrics are missing.
                     Err(missing) => (
-                        NO_KERNEL_METRICS,
+                        KernelMetrics::MISSING,
                         true,
                         format!(
                             "kernel metrics missing: Nsight Compute ran, but {missing}; not \
@@ -555,17 +555,6 @@ impl RawRecord {
         }
     }
 }
-
-/// The kernel metrics of a profile whose kernel phase could not measure them
-/// (`kernel_missing`): zeros, never ranked.
-const NO_KERNEL_METRICS: KernelMetrics = KernelMetrics {
-    threads: 0.0,
-    compute_throughput_pct: 0.0,
-    dram_throughput_pct: 0.0,
-    memory_throughput_pct: 0.0,
-    registers: 0.0,
-    static_shared_memory_bytes: 0.0,
-};
 
 /// How a launch spec runs on the profiling GPU under these settings.
 pub fn launch_run_spec(

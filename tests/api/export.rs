@@ -269,14 +269,7 @@ async fn runs_that_the_pair_format_cannot_hold_are_counted_and_export_runs_besid
         .unwrap()
         .unwrap();
     let mut partial = stored.profiles[0].clone();
-    partial.kernel = KernelMetrics {
-        threads: 0.0,
-        compute_throughput_pct: 0.0,
-        dram_throughput_pct: 0.0,
-        memory_throughput_pct: 0.0,
-        registers: 0.0,
-        static_shared_memory_bytes: 0.0,
-    };
+    partial.kernel = KernelMetrics::MISSING;
     partial.kernel_missing = true;
     store
         .register_workload(
