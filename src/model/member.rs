@@ -17,7 +17,8 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
-use forust_ml::{data::Matrix, objective::ObjectiveType, sampler::SampleMethod, GradientBooster};
+use forust_ml::{data::Matrix, objective::ObjectiveType, GradientBooster};
+use rand::{rngs::StdRng, SeedableRng};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
@@ -36,10 +37,15 @@ pub const RIDGE_ALPHA: f64 = 1.0;
 pub const BOOSTER_TREES: usize = 500;
 pub const BOOSTER_DEPTH: usize = 2;
 pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
-/// Member rows each tree is grown on at most: above it, a random sample of this size per
-/// tree (2,000,000 member rows, a million stored pairs, fit in seconds; every store of
-/// KACE's size, hundreds of rows, is fitted on every row by every tree).
+/// Member rows the trees are grown on at most: above it, on one random sample of this size
+/// (drawn once per fit with [`TREE_SAMPLE_SEED`], the same for every tree), so that a
+/// million stored runs (2,000,000-2,500,000 member rows) fit in seconds and the trees'
+/// matrix stays at this size; the ridge half still sums every row. Every store of KACE's
+/// size, hundreds of rows, is fitted on every row by every tree.
 pub const TREE_SAMPLE_ROWS: usize = 100_000;
+/// The seed of the trees' sample ([`TREE_SAMPLE_ROWS`]): a refit on the same rows is the
+/// same model.
+const TREE_SAMPLE_SEED: u64 = 0x636f_6c6f_63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
 pub const CANDIDATES: [(&str, MemberOptions); 17] = {
@@ -321,11 +327,19 @@ impl MemberRidgeGbt {
     ///
     /// Memory and time stay bounded on large stores: the ridge half is fitted from sums
     /// over the member rows ([`super::ridge`]), never a matrix of them; the trees' matrix
-    /// is built column-major in place; and above [`TREE_SAMPLE_ROWS`] member rows each
-    /// tree is grown on a random [`TREE_SAMPLE_ROWS`] of them (stochastic gradient
-    /// boosting: every row takes part, each tree sees a sample), on the caller's threads.
-    /// Below it the fit is exactly the full-batch one.
+    /// is built column-major in place, and above [`TREE_SAMPLE_ROWS`] member rows it holds
+    /// a random [`TREE_SAMPLE_ROWS`] of them, on which every tree is grown, on the caller's
+    /// threads. Below it the fit is exactly the full-batch one.
     pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+        Self::fit_sampling(rows, options, TREE_SAMPLE_ROWS)
+    }
+
+    /// [`Self::fit_with`], the trees grown on at most `tree_rows` member rows.
+    fn fit_sampling(
+        rows: &[TrainingRow],
+        options: MemberOptions,
+        tree_rows: usize,
+    ) -> Result<Self, FitError> {
         let width = options.booster_features();
         let member_rows = || {
             rows.iter().flat_map(|row| {
@@ -345,17 +359,31 @@ impl MemberRidgeGbt {
         })?;
         let (ridge_intercept, ridge_coefficients) = (ridge.intercept, ridge.coefficients);
 
+        // Above `tree_rows` member rows the trees are grown on a fixed random sample of
+        // them (the same sample for every tree), so that neither the trees' matrix nor
+        // their per-iteration work grows with the store.
         let n: usize = rows.iter().map(|r| r.members.len()).sum();
-        let mut data = vec![0.0; n * width];
-        let mut target = Vec::with_capacity(n);
-        let mut weights = Vec::with_capacity(if options.weighs_rows() { n } else { 0 });
+        let sample = tree_sample(n, tree_rows);
+        let m = sample.as_ref().map_or(n, Vec::len);
+        let mut next_chosen = sample.as_ref().map(|s| s.iter().copied().peekable());
+        let mut data = vec![0.0; m * width];
+        let mut target = Vec::with_capacity(m);
+        let mut weights = Vec::with_capacity(if options.weighs_rows() { m } else { 0 });
+        let mut member_index = 0;
         for row in rows {
             let weighted = options.weighted || (options.weighted_crowded && row.members.len() >= 3);
             let set_exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
-            for view in views_of(&row.members) {
+            for (view, throughput) in views_of(&row.members).into_iter().zip(&row.throughputs) {
+                let index = member_index;
+                member_index += 1;
+                if let Some(chosen) = next_chosen.as_mut() {
+                    if chosen.next_if_eq(&index).is_none() {
+                        continue;
+                    }
+                }
                 let i = target.len();
                 for (j, value) in booster_features(&view, options)[..width].iter().enumerate() {
-                    data[j * n + i] = *value;
+                    data[j * m + i] = *value;
                 }
                 if options.weighs_rows() {
                     let exclusive = view.own.0[EXCLUSIVE_THROUGHPUT];
@@ -365,19 +393,19 @@ impl MemberRidgeGbt {
                         1.0
                     });
                 }
-                target.push(0.0);
+                let ratio = throughput / view.own.0[EXCLUSIVE_THROUGHPUT];
+                let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln());
+                target.push(if options.stacked {
+                    let x = ridge_features(view.own, &view.others);
+                    y - ridge_linear(ridge_intercept, &ridge_coefficients, &x)
+                } else {
+                    y
+                });
             }
         }
-        for (i, (view, y)) in member_rows().enumerate() {
-            target[i] = if options.stacked {
-                let x = ridge_features(view.own, &view.others);
-                y - ridge_linear(ridge_intercept, &ridge_coefficients, &x)
-            } else {
-                y
-            };
-        }
+        debug_assert_eq!(target.len(), m);
 
-        let mut booster = GradientBooster::default()
+        let booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(BOOSTER_TREES)
             .set_learning_rate(BOOSTER_LEARNING_RATE)
@@ -387,15 +415,10 @@ impl MemberRidgeGbt {
             .set_gamma(0.0)
             .set_initialize_base_score(true)
             .set_nbins(256)
-            .set_parallel(false)
+            .set_parallel(sample.is_some())
             .set_seed(0);
-        if n > TREE_SAMPLE_ROWS {
-            booster = booster
-                .set_sample_method(SampleMethod::Random)
-                .set_subsample(TREE_SAMPLE_ROWS as f32 / n as f32)
-                .set_parallel(true);
-        }
-        let matrix = Matrix::new(&data, n, width);
+        let mut booster = booster;
+        let matrix = Matrix::new(&data, m, width);
         if options.weighs_rows() {
             booster.fit(&matrix, &target, &weights, None)
         } else {
@@ -723,6 +746,17 @@ fn views_of(members: &[Features]) -> Vec<MemberView<'_>> {
         .collect()
 }
 
+/// The member rows (indices in order, distinct) the trees are grown on when there are more
+/// than `at_most` of `n`: a random `at_most` of them, the same for the same `n`.
+fn tree_sample(n: usize, at_most: usize) -> Option<Vec<usize>> {
+    (n > at_most).then(|| {
+        let mut rng = StdRng::seed_from_u64(TREE_SAMPLE_SEED);
+        let mut chosen = rand::seq::index::sample(&mut rng, n, at_most).into_vec();
+        chosen.sort_unstable();
+        chosen
+    })
+}
+
 fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES]) -> f64 {
     x.iter()
         .zip(coefficients)
@@ -789,6 +823,61 @@ mod tests {
             }
         }
         assert!(worst < 0.15, "worst relative error {worst}");
+    }
+
+    #[test]
+    fn the_trees_sample_is_distinct_ordered_and_fixed() {
+        assert_eq!(tree_sample(100, 100), None);
+        let sample = tree_sample(1_000, 300).unwrap();
+        assert_eq!(sample.len(), 300);
+        assert!(sample.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
+        assert!(*sample.last().unwrap() < 1_000);
+        assert_eq!(tree_sample(1_000, 300).unwrap(), sample);
+        // Drawn from the whole range, not its head.
+        assert!(sample.iter().filter(|&&i| i >= 500).count() > 100);
+    }
+
+    #[test]
+    fn trees_grown_on_a_sample_of_the_member_rows_still_learn_the_law() {
+        let mut state = 11;
+        let seen: Vec<Features> = (0..24).map(|_| workload(&mut state)).collect();
+        let training = rows(&seen);
+        let member_rows: usize = training.iter().map(|r| r.members.len()).sum();
+        assert_eq!(member_rows, 600);
+        let options = MemberOptions::CHOSEN;
+        let full = MemberRidgeGbt::fit_with(&training, options).unwrap();
+        let sampled = MemberRidgeGbt::fit_sampling(&training, options, 200).unwrap();
+        let again = MemberRidgeGbt::fit_sampling(&training, options, 200).unwrap();
+        let unseen: Vec<Features> = (0..6).map(|_| workload(&mut state)).collect();
+        // Mean relative error of each model's members on the unseen workloads' pairs.
+        let (mut full_error, mut sampled_error, mut count) = (0.0, 0.0, 0.0);
+        let mut differs = false;
+        for a in &unseen {
+            for b in &seen {
+                let predicted = sampled.predict_set(&[a, b]);
+                assert_eq!(predicted, again.predict_set(&[a, b]), "a refit is the same model");
+                let reference = full.predict_set(&[a, b]);
+                differs |= predicted != reference;
+                let pairs = predicted.members.unwrap().into_iter().zip(reference.members.unwrap());
+                for ((s, f), (own, other)) in pairs.zip([(a, b), (b, a)]) {
+                    let truth = own.0[6] * true_ratio(own, other);
+                    sampled_error += (s - truth).abs() / truth;
+                    full_error += (f - truth).abs() / truth;
+                    count += 1.0;
+                }
+            }
+        }
+        let (full_error, sampled_error) = (full_error / count, sampled_error / count);
+        // A third of the rows: the trees saw a sample (their answers differ from the
+        // full-batch fit's), and every feature row met its own target: the sample learns
+        // the law about as well as every row does (3.2 % against 3.0 % when written; a
+        // misaligned sample would not learn it).
+        assert!(differs);
+        assert!(full_error < 0.05, "full-batch mean relative error {full_error}");
+        assert!(
+            sampled_error < 1.5 * full_error,
+            "sampled {sampled_error} against full-batch {full_error}"
+        );
     }
 
     #[test]
