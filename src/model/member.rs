@@ -243,34 +243,33 @@ impl MemberRidgeGbt {
             rows.iter().step_by(stride).cloned().collect()
         };
         let sample = strided(rows, CALIBRATION_ROWS);
-        let held_out = |sample: &[TrainingRow], folds: usize| {
-            let folds = profile_folds(sample, folds);
-            if folds.len() <= 1 {
-                return Ok(None);
-            }
-            intervals::held_out(sample, &folds, |train| {
-                Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
-            })
-            .map(Some)
-        };
+        let fit =
+            |train: &[TrainingRow]| Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt);
         let crowded_rows = sample.iter().any(|r| r.members.len() >= 3);
         let profile_out = crowded_rows
             && calibrations
                 .iter()
                 .any(|c| c.folds == intervals::Folds::ProfileOut);
-        // The two ways of folding fit side by side (each fold after fold: on a store of pairs
-        // the calibration runs as it always has, beside the champion comparison).
+        // The two ways of folding fit side by side. The five profile folds fit fold after
+        // fold (on a store of pairs the calibration runs as it always has, beside the
+        // champion comparison); the one-profile-per-fold refits, many and small, each as
+        // its own task, so that they take whichever core the rest leaves idle.
         let (by_profiles, by_profile_out) = rayon::join(
-            || held_out(&sample, intervals::FOLDS),
             || {
-                if profile_out {
-                    held_out(
-                        &strided(&sample, PROFILE_OUT_CALIBRATION_ROWS),
-                        intervals::PROFILE_OUT_FOLDS,
-                    )
-                } else {
-                    Ok(None)
+                let folds = profile_folds(&sample, intervals::FOLDS);
+                (folds.len() > 1)
+                    .then(|| intervals::held_out(&sample, &folds, fit))
+                    .transpose()
+            },
+            || {
+                if !profile_out {
+                    return Ok(None);
                 }
+                let rows = strided(&sample, PROFILE_OUT_CALIBRATION_ROWS);
+                let folds = profile_folds(&rows, intervals::PROFILE_OUT_FOLDS);
+                (folds.len() > 1)
+                    .then(|| intervals::held_out_in_parallel(&rows, &folds, fit))
+                    .transpose()
             },
         );
         let (by_profiles, by_profile_out) = (by_profiles?, by_profile_out?);
@@ -830,7 +829,10 @@ mod tests {
         assert_eq!(tree_sample(100, 100), None);
         let sample = tree_sample(1_000, 300).unwrap();
         assert_eq!(sample.len(), 300);
-        assert!(sample.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
+        assert!(
+            sample.windows(2).all(|w| w[0] < w[1]),
+            "sorted and distinct"
+        );
         assert!(*sample.last().unwrap() < 1_000);
         assert_eq!(tree_sample(1_000, 300).unwrap(), sample);
         // Drawn from the whole range, not its head.
@@ -855,10 +857,18 @@ mod tests {
         for a in &unseen {
             for b in &seen {
                 let predicted = sampled.predict_set(&[a, b]);
-                assert_eq!(predicted, again.predict_set(&[a, b]), "a refit is the same model");
+                assert_eq!(
+                    predicted,
+                    again.predict_set(&[a, b]),
+                    "a refit is the same model"
+                );
                 let reference = full.predict_set(&[a, b]);
                 differs |= predicted != reference;
-                let pairs = predicted.members.unwrap().into_iter().zip(reference.members.unwrap());
+                let pairs = predicted
+                    .members
+                    .unwrap()
+                    .into_iter()
+                    .zip(reference.members.unwrap());
                 for ((s, f), (own, other)) in pairs.zip([(a, b), (b, a)]) {
                     let truth = own.0[6] * true_ratio(own, other);
                     sampled_error += (s - truth).abs() / truth;
@@ -873,7 +883,10 @@ mod tests {
         // the law about as well as every row does (3.2 % against 3.0 % when written; a
         // misaligned sample would not learn it).
         assert!(differs);
-        assert!(full_error < 0.05, "full-batch mean relative error {full_error}");
+        assert!(
+            full_error < 0.05,
+            "full-batch mean relative error {full_error}"
+        );
         assert!(
             sampled_error < 1.5 * full_error,
             "sampled {sampled_error} against full-batch {full_error}"
@@ -1352,7 +1365,8 @@ mod tests {
     }
 
     #[test]
-    fn held_out_runs_and_calibrated_intervals_are_the_same_on_one_thread_and_on_several() {
+    fn held_out_runs_and_calibrated_intervals_are_the_same_on_one_thread_and_on_several_fold_by_fold_or_side_by_side(
+    ) {
         let mut state = 47;
         let seen: Vec<Features> = (0..10).map(|_| workload(&mut state)).collect();
         let mixed = mixed_rows(&seen);
@@ -1365,19 +1379,27 @@ mod tests {
                 .build()
                 .unwrap();
             pool.install(|| {
-                let held_out = intervals::held_out(&mixed, &folds, |train| {
+                let fit = |train: &[TrainingRow]| {
                     MemberRidgeGbt::fit_with(train, options).map(ModelParams::MemberRidgeGbt)
-                })
-                .unwrap();
+                };
+                let held_out = intervals::held_out(&mixed, &folds, fit).unwrap();
+                let in_parallel = intervals::held_out_in_parallel(&mixed, &folds, fit).unwrap();
                 let calibrated =
                     MemberRidgeGbt::calibrate(&mixed, options, &[Calibration::CHOSEN]).unwrap();
-                (held_out, calibrated)
+                (held_out, in_parallel, calibrated)
             })
         };
-        let ((one, one_calibrated), (several, several_calibrated)) = (on(1), on(3));
+        let ((one, one_parallel, one_calibrated), (several, several_parallel, several_calibrated)) =
+            (on(1), on(3));
         assert_eq!(one.len(), several.len());
         assert_eq!(one.len(), folds.iter().map(Vec::len).sum::<usize>());
-        for (a, b) in one.iter().zip(&several) {
+        assert_eq!(one.len(), one_parallel.len());
+        assert_eq!(one.len(), several_parallel.len());
+        let runs = one
+            .iter()
+            .zip(&several)
+            .chain(one.iter().zip(&one_parallel));
+        for (a, b) in runs.chain(one.iter().zip(&several_parallel)) {
             // Fold by fold, in the folds' order: the same runs and the same bits.
             assert_eq!(a.throughputs, b.throughputs);
             assert_eq!(a.prediction, b.prediction);
