@@ -45,7 +45,7 @@ pub const BOOSTER_LEARNING_RATE: f32 = 0.05;
 pub const TREE_SAMPLE_ROWS: usize = 100_000;
 /// The seed of the trees' sample ([`TREE_SAMPLE_ROWS`]): a refit on the same rows is the
 /// same model.
-const TREE_SAMPLE_SEED: u64 = 0x636f_6c6f_63;
+const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
 pub const CANDIDATES: [(&str, MemberOptions); 17] = {
