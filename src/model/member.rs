@@ -24,8 +24,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{
     intervals::{self, Calibration, Intervals, SetInterval},
     member_terms::{
-        clamp_log_ratio, member_throughput, ridge_features, MemberOptions, EXCLUSIVE_THROUGHPUT,
-        MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
+        clamp_log_ratio, member_throughput, ridge_features, time_share_log_ratio, MemberOptions,
+        EXCLUSIVE_THROUGHPUT, MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
     ridge, Features, FitError, KaceLinear, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
@@ -48,7 +48,7 @@ pub const TREE_SAMPLE_ROWS: usize = 100_000;
 const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 17] = {
+pub const CANDIDATES: [(&str, MemberOptions); 18] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -59,6 +59,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 17] = {
             set_linear_bounded: false,
             set_linear_shrink: 0,
             members_capped: false,
+            time_share: false,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -71,6 +72,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 17] = {
             set_linear_bounded: false,
             set_linear_shrink: 0,
             members_capped: false,
+            time_share: false,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -104,6 +106,13 @@ pub const CANDIDATES: [(&str, MemberOptions); 17] = {
         ("crowding+set-ridge-1", linear(10, false)),
         ("crowding+set-ridge-0.1+capped", linear(1, true)),
         ("crowding+set-ridge-1+capped", linear(10, true)),
+        (
+            "crowding+set-linear+capped+time-share",
+            MemberOptions {
+                time_share: true,
+                ..linear(0, true)
+            },
+        ),
     ]
 };
 
@@ -347,7 +356,8 @@ impl MemberRidgeGbt {
                     .zip(row.throughputs.iter().copied())
                     .map(|(view, throughput)| {
                         let ratio = throughput / view.own.0[EXCLUSIVE_THROUGHPUT];
-                        let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln());
+                        let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln())
+                            - prior(options, &view);
                         (view, y)
                     })
                     .collect::<Vec<_>>()
@@ -393,7 +403,7 @@ impl MemberRidgeGbt {
                     });
                 }
                 let ratio = throughput / view.own.0[EXCLUSIVE_THROUGHPUT];
-                let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln());
+                let y = clamp_log_ratio(ratio.max(f64::MIN_POSITIVE).ln()) - prior(options, &view);
                 target.push(if options.stacked {
                     let x = ridge_features(view.own, &view.others);
                     y - ridge_linear(ridge_intercept, &ridge_coefficients, &x)
@@ -521,7 +531,14 @@ impl MemberRidgeGbt {
                     &self.ridge_coefficients,
                     &ridge_features(view.own, &view.others),
                 );
-                member_throughput(linear, boosted, view.own, self.options.stacked)
+                let prior = prior(self.options, view);
+                // Stacked: the trees learn the ridge half's residual, so the prior once.
+                let boosted = if self.options.stacked {
+                    boosted
+                } else {
+                    boosted + prior
+                };
+                member_throughput(linear + prior, boosted, view.own, self.options.stacked)
             })
             .collect()
     }
@@ -609,6 +626,10 @@ impl MemberRidgeGbt {
     /// The model compiled for scoring pairs (see [`PairScorer`]); `None` only for trees
     /// deeper than the ones this kind fits.
     pub fn pair_scorer(&self) -> Option<&PairScorer> {
+        if self.options.time_share {
+            // The compiled tables know no prior: such a model walks its trees.
+            return None;
+        }
         self.scorer
             .0
             .get_or_init(|| {
@@ -754,6 +775,15 @@ fn tree_sample(n: usize, at_most: usize) -> Option<Vec<usize>> {
         chosen.sort_unstable();
         chosen
     })
+}
+
+/// The log ratio both halves learn around (with [`MemberOptions::time_share`]), else 0.
+fn prior(options: MemberOptions, view: &MemberView) -> f64 {
+    if options.time_share {
+        time_share_log_ratio(view.own, &view.others)
+    } else {
+        0.0
+    }
 }
 
 fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES]) -> f64 {

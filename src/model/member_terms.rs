@@ -59,6 +59,12 @@ pub struct MemberOptions {
     /// above what it does alone.
     #[serde(default)]
     pub members_capped: bool,
+    /// Both halves learn each member's log ratio around the time-sharing law, ln min(1,
+    /// 100 / the set's summed sm busy %), and add it back when predicting: a set whose
+    /// members together keep the SMs busy less than all the time shares them unslowed, a
+    /// busier one in proportion (candidate; README, "N-way").
+    #[serde(default)]
+    pub time_share: bool,
 }
 
 impl MemberOptions {
@@ -72,6 +78,7 @@ impl MemberOptions {
         set_linear_bounded: false,
         set_linear_shrink: 0,
         members_capped: true,
+        time_share: false,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
@@ -90,6 +97,18 @@ impl MemberOptions {
 
 /// Index of the exclusive throughput among a profile's metrics.
 pub(super) const EXCLUSIVE_THROUGHPUT: usize = 6;
+const SM_BUSY_PCT: usize = 7;
+
+/// The time-sharing law's log ratio for a member with metrics `own` beside co-runners whose
+/// summed metrics are `others`: ln min(1, 100 / (own + others' sm busy %)).
+pub(super) fn time_share_log_ratio(own: &Features, others: &Features) -> f64 {
+    let demand = (own.0[SM_BUSY_PCT] + others.0[SM_BUSY_PCT]) / 100.0;
+    if demand > 1.0 {
+        -demand.ln()
+    } else {
+        0.0
+    }
+}
 /// Predicted and observed ratios are kept within [e^-7, e^3] (0.1 % to 20x of exclusive):
 /// far outside anything measured, and it keeps a wild extrapolation finite.
 const LOG_RATIO_RANGE: (f64, f64) = (-7.0, 3.0);
