@@ -48,7 +48,7 @@ pub const TREE_SAMPLE_ROWS: usize = 100_000;
 const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 18] = {
+pub const CANDIDATES: [(&str, MemberOptions); 19] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -60,6 +60,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 18] = {
             set_linear_shrink: 0,
             members_capped: false,
             time_share: false,
+            time_share_crowded: false,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -73,6 +74,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 18] = {
             set_linear_shrink: 0,
             members_capped: false,
             time_share: false,
+            time_share_crowded: false,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -110,6 +112,13 @@ pub const CANDIDATES: [(&str, MemberOptions); 18] = {
             "crowding+set-linear+capped+time-share",
             MemberOptions {
                 time_share: true,
+                ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+set-linear+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
                 ..linear(0, true)
             },
         ),
@@ -777,9 +786,10 @@ fn tree_sample(n: usize, at_most: usize) -> Option<Vec<usize>> {
     })
 }
 
-/// The log ratio both halves learn around (with [`MemberOptions::time_share`]), else 0.
+/// The log ratio both halves learn around (with [`MemberOptions::time_share`], or
+/// [`MemberOptions::time_share_crowded`] in a set of three or more), else 0.
 fn prior(options: MemberOptions, view: &MemberView) -> f64 {
-    if options.time_share {
+    if options.time_share || (options.time_share_crowded && view.n_others >= 2) {
         time_share_log_ratio(view.own, &view.others)
     } else {
         0.0

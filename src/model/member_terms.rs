@@ -65,6 +65,10 @@ pub struct MemberOptions {
     /// busier one in proportion (candidate; README, "N-way").
     #[serde(default)]
     pub time_share: bool,
+    /// [`Self::time_share`] for sets of three or more members only: pairs are learned and
+    /// answered as without it, so a model fitted on pairs alone is unchanged.
+    #[serde(default)]
+    pub time_share_crowded: bool,
 }
 
 impl MemberOptions {
@@ -79,6 +83,7 @@ impl MemberOptions {
         set_linear_shrink: 0,
         members_capped: true,
         time_share: false,
+        time_share_crowded: false,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
