@@ -357,6 +357,15 @@ impl MemberRidgeGbt {
         options: MemberOptions,
         tree_rows: usize,
     ) -> Result<Self, FitError> {
+        // The time-sharing offset of crowded sets, as the set-level model, only from
+        // SET_LINEAR_MIN_SETS crowded training sets on: with fewer, the halves have learned
+        // crowded sets from pairs (the full ratio, no offset), and an offset added to that
+        // would count the crowding twice. The fitted model's options say which it has.
+        let crowded_sets = rows.iter().filter(|r| r.members.len() >= 3).count();
+        let options = MemberOptions {
+            time_share_crowded: options.time_share_crowded && crowded_sets >= SET_LINEAR_MIN_SETS,
+            ..options
+        };
         let width = options.booster_features();
         let member_rows = || {
             rows.iter().flat_map(|row| {
@@ -1087,7 +1096,71 @@ mod tests {
         set_linear_bounded: false,
         set_linear_shrink: 0,
         members_capped: false,
+        time_share: false,
+        time_share_crowded: false,
     };
+
+    #[test]
+    fn the_time_sharing_law_is_one_over_the_sets_summed_sm_busy_share() {
+        let with_sm = |sm: f64| {
+            let mut f = Features::default();
+            f.0[7] = sm;
+            f
+        };
+        // Four jobs busy 28 % of the time each: 112 % of demand, each keeps 100 / 112.
+        let law = time_share_log_ratio(&with_sm(28.0), &with_sm(84.0));
+        assert!((law - (100.0_f64 / 112.0).ln()).abs() < 1e-12, "{law}");
+        // Four busy 96 %: each keeps about a quarter.
+        let busy = time_share_log_ratio(&with_sm(96.0), &with_sm(288.0)).exp();
+        assert!((busy - 100.0 / 384.0).abs() < 1e-12, "{busy}");
+        // Under 100 % together: nobody waits.
+        assert_eq!(time_share_log_ratio(&with_sm(30.0), &with_sm(40.0)), 0.0);
+    }
+
+    #[test]
+    fn the_time_sharing_offset_needs_as_many_crowded_sets_as_the_set_model_and_spares_pairs() {
+        let mut state = 23;
+        // 16 workloads: 120 triples, enough for the crowded parts.
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let without = MemberOptions {
+            time_share_crowded: false,
+            ..MemberOptions::CHOSEN
+        };
+        assert!(MemberOptions::CHOSEN.time_share_crowded);
+        let model = MemberRidgeGbt::fit_with(&mixed, MemberOptions::CHOSEN).unwrap();
+        assert!(model.options.time_share_crowded);
+        let plain = MemberRidgeGbt::fit_with(&mixed, without).unwrap();
+        let triple = [&seen[0], &seen[5], &seen[9]];
+        assert_ne!(model.predict_set(&triple), plain.predict_set(&triple));
+        // Pairs are answered by the pair scorer as by walking the trees: no offset there.
+        let scorer = model
+            .pair_scorer()
+            .expect("the pair scorer serves this model");
+        let refs: Vec<&Features> = seen.iter().collect();
+        let fast = scorer.predict_pairs(&seen[3], &refs);
+        let walked = model.predict_pairs_reference(&seen[3], &refs);
+        for (a, b) in fast.iter().zip(&walked) {
+            assert!(
+                (a.sum - b.sum).abs() <= 1e-9 * b.sum.abs(),
+                "{} vs {}",
+                a.sum,
+                b.sum
+            );
+        }
+        // One crowded set fewer than the set-level model needs: no offset, the model
+        // fitted without the option, bit for bit.
+        let triples = mixed.iter().filter(|r| r.members.len() == 3);
+        let few: Vec<TrainingRow> = mixed
+            .iter()
+            .filter(|r| r.members.len() == 2)
+            .chain(triples.take(SET_LINEAR_MIN_SETS - 1))
+            .cloned()
+            .collect();
+        let fitted = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
+        assert!(!fitted.options.time_share_crowded);
+        assert_eq!(fitted, MemberRidgeGbt::fit_with(&few, without).unwrap());
+    }
 
     #[test]
     fn weighing_crowded_rows_leaves_a_model_fitted_on_pairs_alone_as_it_was() {

@@ -66,7 +66,9 @@ pub struct MemberOptions {
     #[serde(default)]
     pub time_share: bool,
     /// [`Self::time_share`] for sets of three or more members only: pairs are learned and
-    /// answered as without it, so a model fitted on pairs alone is unchanged.
+    /// answered as without it, so a model fitted on pairs alone is unchanged. Fitted only
+    /// from `member::SET_LINEAR_MIN_SETS` crowded training sets on, as the set-level model
+    /// (a fitted model's options are false below).
     #[serde(default)]
     pub time_share_crowded: bool,
 }
@@ -83,7 +85,7 @@ impl MemberOptions {
         set_linear_shrink: 0,
         members_capped: true,
         time_share: false,
-        time_share_crowded: false,
+        time_share_crowded: true,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
