@@ -1127,7 +1127,7 @@ mod tests {
             time_share_crowded: false,
             ..MemberOptions::CHOSEN
         };
-        assert!(MemberOptions::CHOSEN.time_share_crowded);
+        const { assert!(MemberOptions::CHOSEN.time_share_crowded) };
         let model = MemberRidgeGbt::fit_with(&mixed, MemberOptions::CHOSEN).unwrap();
         assert!(model.options.time_share_crowded);
         let plain = MemberRidgeGbt::fit_with(&mixed, without).unwrap();
