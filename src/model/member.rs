@@ -8,6 +8,8 @@
 //! three or more members, the sum is averaged with a sum-level linear model of the training
 //! sets of that size ([`MemberOptions::set_linear`]): linear terms extrapolate to unseen
 //! workloads in crowded sets where the trees cannot; pairs are answered by the members alone.
+//! In those sets both halves also learn each member around the time-sharing law, ln min(1,
+//! 100 / the set's summed SM-busy %) ([`MemberOptions::time_share_crowded`]).
 //!
 //! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality";
 //! the options by `coloc eval nway --candidates`, README, "N-way".
