@@ -434,7 +434,7 @@ impl MemberRidgeGbt {
         }
         debug_assert_eq!(target.len(), m);
 
-        let booster = GradientBooster::default()
+        let mut booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(BOOSTER_TREES)
             .set_learning_rate(BOOSTER_LEARNING_RATE)
@@ -446,7 +446,6 @@ impl MemberRidgeGbt {
             .set_nbins(256)
             .set_parallel(sample.is_some())
             .set_seed(0);
-        let mut booster = booster;
         let matrix = Matrix::new(&data, m, width);
         if options.weighs_rows() {
             booster.fit(&matrix, &target, &weights, None)
@@ -643,8 +642,9 @@ impl MemberRidgeGbt {
         )
     }
 
-    /// The model compiled for scoring pairs (see [`PairScorer`]); `None` only for trees
-    /// deeper than the ones this kind fits.
+    /// The model compiled for scoring pairs (see [`PairScorer`]); `None` for trees deeper
+    /// than the ones this kind fits, and for the `time-share` candidate (an offset on pairs
+    /// too, which the compiled tables do not know).
     pub fn pair_scorer(&self) -> Option<&PairScorer> {
         if self.options.time_share {
             // The compiled tables know no prior: such a model walks its trees.

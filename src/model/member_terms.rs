@@ -116,6 +116,7 @@ pub(super) fn time_share_log_ratio(own: &Features, others: &Features) -> f64 {
         0.0
     }
 }
+
 /// Predicted and observed ratios are kept within [e^-7, e^3] (0.1 % to 20x of exclusive):
 /// far outside anything measured, and it keeps a wild extrapolation finite.
 const LOG_RATIO_RANGE: (f64, f64) = (-7.0, 3.0);
