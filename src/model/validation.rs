@@ -280,9 +280,9 @@ mod tests {
                 [0.6 + 0.01 * (i_ % 5.0), 0.45 + 0.02 * (i_ % 4.0)],
             )
         };
-        // Once: flagged. Twice, within 15 %: the pairing's behaviour, kept. Twice, far
-        // apart: both flagged. A copy of the same workload in the same run confirms
-        // nothing.
+        // Once: flagged. Twice, within 15 %: the pairing's behaviour, kept. Repeated far
+        // from it (at an ordinary 0.5): the extreme run is still flagged. A copy of the
+        // same workload in the same run confirms nothing.
         let cases: [(&[(&str, f64)], usize); 4] = [
             (&[("x", 0.08)], 1),
             (&[("x", 0.08), ("x", 0.09)], 0),
