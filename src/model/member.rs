@@ -50,7 +50,7 @@ pub const TREE_SAMPLE_ROWS: usize = 100_000;
 const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 19] = {
+pub const CANDIDATES: [(&str, MemberOptions); 22] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -122,6 +122,28 @@ pub const CANDIDATES: [(&str, MemberOptions); 19] = {
             MemberOptions {
                 time_share_crowded: true,
                 ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                ..o(true, false, false)
+            },
+        ),
+        (
+            "crowding+set-linear-bounded+capped+time-share-crowded",
+            MemberOptions {
+                set_linear_bounded: true,
+                time_share_crowded: true,
+                ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                ..linear(1, true)
             },
         ),
     ]
