@@ -5,11 +5,12 @@
 //! gradient-boosted trees (forust-ml) on the raw metrics — and averages the two predicted
 //! throughputs. The set's sum is the sum over members, so the same model serves pairs and
 //! larger sets, and every answer carries each member's predicted slowdown. For sets of
-//! three or more members, the sum is averaged with a sum-level linear model of the training
-//! sets of that size ([`MemberOptions::set_linear`]): linear terms extrapolate to unseen
-//! workloads in crowded sets where the trees cannot; pairs are answered by the members alone.
-//! In those sets both halves also learn each member around the time-sharing law, ln min(1,
-//! 100 / the set's summed SM-busy %) ([`MemberOptions::time_share_crowded`]).
+//! three or more members, both halves learn each member around the time-sharing law, ln
+//! min(1, 100 / the set's summed SM-busy %) ([`MemberOptions::time_share_crowded`]), and
+//! the sum is averaged with a sum-level linear model of the training sets of that size,
+//! fitted by ridge ([`MemberOptions::set_linear`], [`MemberOptions::set_linear_shrink`]):
+//! linear terms extrapolate to unseen workloads in crowded sets where the trees cannot, and
+//! the penalty keeps them from extrapolating wildly. Pairs are answered by the members alone.
 //!
 //! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality";
 //! the options by `coloc eval nway --candidates`, README, "N-way".

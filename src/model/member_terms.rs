@@ -82,7 +82,7 @@ impl MemberOptions {
         weighted_crowded: false,
         set_linear: true,
         set_linear_bounded: false,
-        set_linear_shrink: 0,
+        set_linear_shrink: 1,
         members_capped: true,
         time_share: false,
         time_share_crowded: true,
