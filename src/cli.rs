@@ -416,7 +416,7 @@ fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result
 
 /// `coloc simulate`: what the cluster simulation (a module of the binary, `src/sim/`) is
 /// told. The defaults are the setup README reports.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     /// The pod list of the Alibaba GPU trace v2023 (one-GPU pods are simulated).
     #[arg(
@@ -472,6 +472,16 @@ pub struct SimulateArgs {
     /// Seconds before a job that ran out of memory is submitted again.
     #[arg(long, default_value_t = 60.0)]
     pub retry_delay: f64,
+    /// Split the measured 3- and 4-job sets in two fixed halves (a hash of each set): the
+    /// truth keeps the pairs and the judged half only, and the training half is what
+    /// `--train-on pairs+runs` adds to the model policies' training (README, "Cluster
+    /// simulation").
+    #[arg(long)]
+    pub split_runs: bool,
+    /// What the model policies (kace-linear, coloc) are trained on: pairs (the 181 measured
+    /// pairs) or pairs+runs (with the training half of --split-runs, which it needs).
+    #[arg(long, default_value = "pairs", value_parser = ["pairs", "pairs+runs"])]
+    pub train_on: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]
     pub max_pods: Option<usize>,

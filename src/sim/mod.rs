@@ -37,7 +37,7 @@ use place::{CapCheck, PlacePolicy, ServicePlacer};
 use policy::{FractionPack, OnePerGpu, Oracle, PlaceRule, Policy, SmallestMemory};
 use report::{Report, RunSummary};
 use trace::{assign, read_pods, Pod};
-use truth::Truth;
+use truth::{NamedRun, Truth};
 
 /// Every policy `--policies` may name.
 pub const POLICIES: [&str; 7] = [
@@ -73,25 +73,35 @@ pub fn gpus_for_load(pods: &[Pod], load: f64) -> usize {
     ((work / (span * load)).round() as usize).max(1)
 }
 
-/// The model policies' training data: the measured pairs only (see `place.rs`).
-pub(crate) fn pair_rows(dataset: &KaceDataset) -> anyhow::Result<Vec<TrainingRow>> {
+/// The model policies' training data: the measured pairs (see `place.rs`), and with
+/// `--train-on pairs+runs` the training half's runs of three and four (`runs`).
+pub(crate) fn training_rows(
+    dataset: &KaceDataset,
+    runs: &[NamedRun],
+) -> anyhow::Result<Vec<TrainingRow>> {
     let features = dataset.features();
-    dataset
-        .pairs
-        .iter()
-        .map(|p| {
-            let f = |name: &str| -> anyhow::Result<Features> {
-                features
-                    .get(name)
-                    .copied()
-                    .with_context(|| format!("{name} has no profile"))
-            };
-            Ok(TrainingRow {
-                members: vec![f(&p.workload1)?, f(&p.workload2)?],
-                throughputs: vec![p.throughput1, p.throughput2],
-            })
+    let f = |name: &str| -> anyhow::Result<Features> {
+        features
+            .get(name)
+            .copied()
+            .with_context(|| format!("{name} has no profile"))
+    };
+    let pairs = dataset.pairs.iter().map(|p| {
+        Ok(TrainingRow {
+            members: vec![f(&p.workload1)?, f(&p.workload2)?],
+            throughputs: vec![p.throughput1, p.throughput2],
         })
-        .collect()
+    });
+    let crowded = runs.iter().map(|(members, throughputs)| {
+        Ok(TrainingRow {
+            members: members
+                .iter()
+                .map(|m| f(m))
+                .collect::<anyhow::Result<_>>()?,
+            throughputs: throughputs.clone(),
+        })
+    });
+    pairs.chain(crowded).collect()
 }
 
 /// Everything a run needs besides the jobs.
@@ -111,9 +121,25 @@ pub struct World {
 
 impl World {
     pub fn load(args: &SimulateArgs) -> anyhow::Result<Self> {
-        let truth = Truth::read(&args.kace_v100, &args.kace_3way, &args.kace_4way)?;
+        let with_runs = match args.train_on.as_str() {
+            "pairs" => false,
+            "pairs+runs" => true,
+            other => bail!("unknown --train-on {other:?}; known: pairs, pairs+runs"),
+        };
+        if with_runs && !args.split_runs {
+            bail!(
+                "--train-on pairs+runs needs --split-runs: a model may not be judged on the \
+                 runs it was trained on"
+            );
+        }
+        let (truth, training_half) = Truth::read_split(
+            &args.kace_v100,
+            &args.kace_3way,
+            &args.kace_4way,
+            args.split_runs,
+        )?;
         let dataset = KaceDataset::read(&args.kace_v100)?;
-        let rows = pair_rows(&dataset)?;
+        let rows = training_rows(&dataset, if with_runs { &training_half } else { &[] })?;
         Ok(Self {
             truth,
             dataset,
@@ -220,6 +246,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.seeds.is_empty() {
         bail!("--seeds names no seed");
     }
+    if args.split_runs && policies.iter().any(|p| p == "coloc-online") {
+        bail!("coloc-online does not run under --split-runs (its store is seeded with the pairs alone)");
+    }
     if !(0.0..=1.0).contains(&args.ls_cap) {
         bail!("--ls-cap must lie in [0, 1], got {}", args.ls_cap);
     }
@@ -309,12 +338,16 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
+    put("split_runs", json!(args.split_runs));
     put(
         "model_training_data",
-        json!(
+        json!(if args.train_on == "pairs+runs" {
+            "kace-v100/pairs.csv (181 measured pairs) and the training half of the 3-way and \
+             4-way runs (--split-runs); judged on the pairs and the other half"
+        } else {
             "kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run; coloc-online \
              starts from the same and learns from the runs of its own placements"
-        ),
+        }),
     );
     put(
         "load_s",
@@ -362,6 +395,8 @@ mod tests {
             rule: "gain".into(),
             queue: "k8s".into(),
             retry_delay: 60.0,
+            split_runs: false,
+            train_on: "pairs".into(),
             max_pods: Some(max_pods),
             json: false,
             plots: None,
@@ -415,6 +450,36 @@ mod tests {
         let (a, _) = run_policy(&world, "one-per-gpu", &jobs, &keyed, 1).unwrap();
         let (b, _) = run_policy(&world, "one-per-gpu", &jobs, &fifo, 1).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_model_policies_train_on_runs_only_beside_the_split_that_hides_them() {
+        let mut args = args(10);
+        args.train_on = "pairs+runs".into();
+        let refused = World::load(&args).err().expect("refused").to_string();
+        assert!(refused.contains("--split-runs"), "{refused}");
+        let pairs_only = World::load(&SimulateArgs {
+            split_runs: true,
+            train_on: "pairs".into(),
+            ..args.clone()
+        })
+        .unwrap();
+        args.split_runs = true;
+        let world = World::load(&args).unwrap();
+        // The 181 pairs, and with the runs about half of the 1 507 crowded sets more.
+        assert_eq!(pairs_only.coloc.1.observations, 181);
+        assert_eq!(pairs_only.kace_linear.1.observations, 181);
+        let with_runs = world.coloc.1.observations;
+        assert!((181 + 650..=181 + 860).contains(&with_runs), "{with_runs}");
+        assert_eq!(world.kace_linear.1.observations, with_runs);
+        // Trained on crowded runs, the default has its set-level part and crowded bands.
+        match (&world.coloc.0, &pairs_only.coloc.0) {
+            (ModelParams::MemberRidgeGbt(runs), ModelParams::MemberRidgeGbt(pairs)) => {
+                assert!(runs.set_linear.is_some() && runs.options.time_share_crowded);
+                assert!(pairs.set_linear.is_none() && !pairs.options.time_share_crowded);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -24,9 +24,11 @@
 //! are asked about once, the first of them standing for all (ties go to the lowest GPU).
 //!
 //! Training data: both model policies are fitted on the measured pairs of
-//! `kace-v100/pairs.csv` only (all 181, as `coloc import kace` trains the service), never
-//! on a 3-way or 4-way run. The simulation judges them on pairs too (the pair measurements
-//! are also its truth for 2-job sets), but every 3- and 4-job set is unseen by the models.
+//! `kace-v100/pairs.csv` (all 181, as `coloc import kace` trains the service) and, with
+//! `--split-runs --train-on pairs+runs`, the training half of the 3- and 4-way runs, never
+//! on a crowded run the simulation judges them on (the split's truth holds only the other
+//! half). The simulation judges them on pairs too (the pair measurements are also its
+//! truth for 2-job sets).
 //! Both place by the same objective with the same caps, so that only the model differs:
 //! `kace-linear` predicts only the set's sum, and Place estimates its members from the sum
 //! in proportion to their exclusive throughputs (`ModelUsed::members_estimated`).
@@ -439,7 +441,7 @@ mod tests {
         let data = Path::new("../shared/data");
         let truth = Truth::shared_data();
         let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
-        let rows = crate::sim::pair_rows(&dataset).unwrap();
+        let rows = crate::sim::training_rows(&dataset, &[]).unwrap();
         let (params, metrics) = fit(kind, &rows).unwrap();
         let names = truth.workloads.iter().map(|w| w.name.clone()).collect();
         let placer =

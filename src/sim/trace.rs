@@ -18,7 +18,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Deserialize;
 
-use super::truth::Truth;
+use super::truth::{draw, Truth};
 
 /// One simulated job.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,18 +105,6 @@ fn candidates(truth: &Truth, gpu_milli: u32) -> Vec<u8> {
     } else {
         pool
     }
-}
-
-/// SplitMix64 over (seed, name): a stable draw that no library version can change.
-fn draw(seed: u64, name: &str) -> u64 {
-    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
-    for b in name.bytes() {
-        x = (x ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
-    }
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// Gives each pod its workload for `seed`.

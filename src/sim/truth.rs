@@ -21,6 +21,32 @@ use coloc::dataset::KaceDataset;
 /// GPU memory of the simulated GPUs (the V100 the truth was measured on).
 pub const GPU_MEMORY_GB: f64 = 32.0;
 
+/// The seed of the fixed split of the 3- and 4-way runs (`coloc simulate --split-runs`).
+pub const SPLIT_SEED: u64 = 0x7370_6c69_7421;
+
+/// A measured run by name: its members and their colocated throughputs, in the same order.
+pub type NamedRun = (Vec<String>, Vec<f64>);
+
+/// Whether a measured set falls in the training half of the fixed split: SplitMix64 over
+/// its sorted member names (so both copies of a set measured twice fall alike).
+pub fn in_training_half(members: &[String]) -> bool {
+    let mut sorted: Vec<&str> = members.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    draw(SPLIT_SEED, &sorted.join(",")) & 1 == 0
+}
+
+/// SplitMix64 over (seed, name): a stable draw that no library version can change.
+pub(super) fn draw(seed: u64, name: &str) -> u64 {
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    for b in name.bytes() {
+        x = (x ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+    }
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 /// Members a set key can hold (5 bits each in a u64).
 pub const MAX_SET: usize = 12;
 
@@ -135,12 +161,14 @@ impl Truth {
     #[cfg(test)]
     pub fn shared_data() -> Self {
         let data = Path::new("../shared/data");
-        Self::read(
+        Self::read_split(
             &data.join("kace-v100"),
             &data.join("kace-3way/runs.csv"),
             &data.join("kace-4way/runs.csv"),
+            false,
         )
         .expect("the shared KACE data")
+        .0
     }
 
     /// Builds the truth from explicit measurements (hand-made tests use this): `runs` are
@@ -182,11 +210,18 @@ impl Truth {
 
     /// Reads the KACE measurements: the workloads are the ones that appear in the 3-way or
     /// 4-way runs (their pairs, 3-sets and 4-sets were all measured on the same testbed);
-    /// pairs of other workloads are left out.
-    pub fn read(kace_v100: &Path, three_way: &Path, four_way: &Path) -> anyhow::Result<Self> {
+    /// pairs of other workloads are left out. With `split`, the 3- and 4-way runs of the
+    /// training half ([`in_training_half`]) are left out of the truth and returned (members
+    /// by name, their colocated throughputs), for the model policies to train on.
+    pub fn read_split(
+        kace_v100: &Path,
+        three_way: &Path,
+        four_way: &Path,
+        split: bool,
+    ) -> anyhow::Result<(Self, Vec<NamedRun>)> {
         let dataset = KaceDataset::read(kace_v100)
             .with_context(|| format!("cannot read {}", kace_v100.display()))?;
-        let mut runs_by_name: Vec<(Vec<String>, Vec<f64>)> = Vec::new();
+        let mut runs_by_name: Vec<NamedRun> = Vec::new();
         for (path, n) in [(three_way, 3), (four_way, 4)] {
             let mut reader = csv::Reader::from_path(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
@@ -215,6 +250,15 @@ impl Truth {
         }
         let pool: std::collections::BTreeSet<String> =
             runs_by_name.iter().flat_map(|r| r.0.clone()).collect();
+        let training: Vec<NamedRun> = if split {
+            let (training, judged) = runs_by_name
+                .into_iter()
+                .partition(|(members, _)| in_training_half(members));
+            runs_by_name = judged;
+            training
+        } else {
+            Vec::new()
+        };
         for pair in &dataset.pairs {
             if pool.contains(&pair.workload1) && pool.contains(&pair.workload2) {
                 runs_by_name.push((
@@ -247,7 +291,7 @@ impl Truth {
             .iter()
             .map(|(names, t)| (names.iter().map(|n| index[n.as_str()]).collect(), t.clone()))
             .collect();
-        Self::new(workloads, &runs)
+        Ok((Self::new(workloads, &runs)?, training))
     }
 
     pub fn measured_sets(&self) -> usize {
@@ -382,5 +426,66 @@ mod tests {
         assert_eq!(truth.workloads.len(), 14);
         // 91 measured pairs among them, 400 3-sets, 1 107 4-sets, none repeated.
         assert_eq!(truth.measured_sets(), 91 + 400 + 1107);
+    }
+
+    #[test]
+    fn the_split_keeps_every_pair_and_judges_on_the_half_it_does_not_train_on() {
+        let data = Path::new("../shared/data");
+        let read = |split| {
+            Truth::read_split(
+                &data.join("kace-v100"),
+                &data.join("kace-3way/runs.csv"),
+                &data.join("kace-4way/runs.csv"),
+                split,
+            )
+            .unwrap()
+        };
+        let (whole, none) = read(false);
+        assert!(none.is_empty());
+        let (judged, training) = read(true);
+        let names = |t: &Truth| {
+            t.workloads
+                .iter()
+                .map(|w| w.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&judged), names(&whole));
+        let index = |name: &String| {
+            whole
+                .workloads
+                .iter()
+                .position(|w| &w.name == name)
+                .unwrap() as u8
+        };
+        let training_keys: Vec<SetKey> = training
+            .iter()
+            .map(|(members, throughputs)| {
+                assert!(members.len() >= 3 && members.len() == throughputs.len());
+                assert!(in_training_half(members));
+                SetKey::of(&members.iter().map(index).collect::<Vec<_>>())
+            })
+            .collect();
+        // The training half is measured in the whole truth and never in the judged one.
+        for key in &training_keys {
+            assert!(whole.is_measured(*key) && !judged.is_measured(*key));
+        }
+        // Every set is in exactly one half: the judged truth holds the rest, pairs included.
+        assert_eq!(
+            judged.measured_sets() + training_keys.len(),
+            whole.measured_sets()
+        );
+        for key in whole.measured.keys() {
+            let in_training = training_keys.contains(key);
+            assert_eq!(judged.is_measured(*key), !in_training, "{key:?}");
+            if key.len() == 2 {
+                assert!(!in_training);
+            }
+        }
+        // About half of the 1 507 crowded sets each way.
+        assert!(
+            (650..=860).contains(&training_keys.len()),
+            "{}",
+            training_keys.len()
+        );
     }
 }
