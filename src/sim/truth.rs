@@ -7,6 +7,10 @@
 //! run at the conservative bound "at least as fast as in any measured superset" (the
 //! largest speed the member's workload had in a measured superset), and the engine counts
 //! the time spent there.
+//!
+//! With `--split-runs` the truth keeps the pairs and one fixed half of the 3- and 4-way
+//! sets ([`in_training_half`] picks the other), and hands the other half over as the model
+//! policies' extra training data: no model is judged on a run it trained on.
 
 use std::{
     collections::{BTreeMap, HashMap},
