@@ -279,7 +279,8 @@ pub struct EvalNwayArgs {
     /// Write every prediction of the default model kind (or --predictions-model) to this CSV.
     #[arg(long, value_name = "FILE.csv")]
     pub predictions_out: Option<PathBuf>,
-    /// The model kind whose predictions --predictions-out writes.
+    /// The model kind whose predictions --predictions-out writes, or with --candidates a
+    /// candidate as `cand:NAME` (as the table names it).
     #[arg(long, value_name = "KIND")]
     pub predictions_model: Option<String>,
     /// Judge the model kinds through the public API: per case a fresh server (loopback
@@ -865,9 +866,25 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         eval,
         model::{self, ModelKind},
     };
-    let predictions_kind = match &args.predictions_model {
-        None => ModelKind::DEFAULT,
-        Some(raw) => parse_model_kind("--predictions-model", raw)?,
+    // A model kind, or with --candidates one of them as `cand:NAME` (the name --candidates
+    // prints), for tracing what a candidate predicts.
+    let predictions_policy = match &args.predictions_model {
+        None => eval::Policy::Model(ModelKind::DEFAULT),
+        Some(raw) => match raw.strip_prefix("cand:") {
+            Some(name) => {
+                let i = model::MEMBER_CANDIDATES
+                    .iter()
+                    .position(|(n, _)| *n == name)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--predictions-model {raw:?} names no candidate")
+                    })?;
+                if !args.candidates {
+                    anyhow::bail!("--predictions-model {raw:?} needs --candidates");
+                }
+                eval::Policy::Candidate(i)
+            }
+            None => eval::Policy::Model(parse_model_kind("--predictions-model", raw)?),
+        },
     };
     let kinds: Vec<ModelKind> = if args.models.is_empty() {
         ModelKind::ALL.to_vec()
@@ -877,11 +894,13 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
             .map(|raw| parse_model_kind("--model", raw))
             .collect::<anyhow::Result<_>>()?
     };
-    if args.predictions_out.is_some() && !kinds.contains(&predictions_kind) {
-        anyhow::bail!(
-            "--predictions-out writes {}, which --model leaves out",
-            predictions_kind.as_str()
-        );
+    if let eval::Policy::Model(kind) = predictions_policy {
+        if args.predictions_out.is_some() && !kinds.contains(&kind) {
+            anyhow::bail!(
+                "--predictions-out writes {}, which --model leaves out",
+                kind.as_str()
+            );
+        }
     }
     let mut policies: Vec<eval::Policy> = kinds.into_iter().map(eval::Policy::Model).collect();
     if args.candidates {
@@ -963,13 +982,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         targets_found.extend(cases.iter().map(|c| c.target.clone()));
         coverage_rows.extend(run_coverage);
         if let Some(writer) = writer.as_mut() {
-            eval::write_nway_predictions(
-                writer,
-                &data,
-                &cases,
-                &results,
-                eval::Policy::Model(predictions_kind),
-            )?;
+            eval::write_nway_predictions(writer, &data, &cases, &results, predictions_policy)?;
         }
         rows.extend(eval::nway::summarize(&data, &cases, &policies, &results));
     }

@@ -367,6 +367,66 @@ fn eval_nway_scores_the_default_model_and_an_independent_scorer_agrees() {
     }
 }
 
+/// `--predictions-model cand:NAME` writes a candidate's predictions (for tracing what one
+/// predicts), only beside `--candidates`; a name that is no candidate is refused.
+#[test]
+fn eval_nway_writes_a_candidate_s_predictions_when_asked_by_name() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let run = |extra: &[&str], out: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_coloc"))
+            .args(["eval", "nway"])
+            .arg(kace_runs("kace-3way"))
+            .arg("--profiles")
+            .arg(kace_dir())
+            .args([
+                "--target",
+                "vit_h_14_batch8-train",
+                "--json",
+                "--predictions-out",
+            ])
+            .arg(out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let default_csv = dir.path().join("default.csv");
+    let plain_csv = dir.path().join("plain.csv");
+    assert!(run(&["--candidates"], &default_csv).status.success());
+    let output = run(
+        &["--candidates", "--predictions-model", "cand:plain"],
+        &plain_csv,
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (default, plain) = (nway_predictions(&default_csv), nway_predictions(&plain_csv));
+    // The same cases and runs, other predictions: the plain candidate has neither the
+    // crowding features, the time-share law nor the set-level model.
+    assert_eq!(
+        default.keys().collect::<Vec<_>>(),
+        plain.keys().collect::<Vec<_>>()
+    );
+    assert!(!default.is_empty());
+    assert!(default.iter().any(|(k, v)| plain[k] != *v));
+    for (extra, why) in [
+        (
+            &["--predictions-model", "cand:plain"][..],
+            "needs --candidates",
+        ),
+        (
+            &["--candidates", "--predictions-model", "cand:nothing"][..],
+            "names no candidate",
+        ),
+    ] {
+        let output = run(extra, &dir.path().join("refused.csv"));
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}
+
 /// `coloc eval objectives`: the figures README gives for choosing Rank's default objective.
 #[test]
 fn eval_objectives_prefers_the_normalized_sum_on_the_selection_half() {
