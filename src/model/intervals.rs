@@ -87,23 +87,40 @@ pub enum Scale {
 /// residuals; the choice concerns the crowded bands.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Calibration {
+    /// The folds whose held-out runs calibrate the crowded bands (their member quantiles,
+    /// and their sum quantiles unless `sums` names other folds).
     pub folds: Folds,
     pub scale: Scale,
+    /// The folds whose held-out runs calibrate the crowded bands' sum quantiles, where they
+    /// differ from `folds` (plain residuals only: a member and a sum quantile are computed
+    /// apart, so each may come from the folding that matches its own error).
+    pub sums: Option<Folds>,
 }
 
 impl Calibration {
     /// What `Train` calibrates with: chosen by the rule fixed before comparing (README,
     /// "N-way", "Intervals").
-    pub const CHOSEN: Calibration = CANDIDATES[3].1;
+    pub const CHOSEN: Calibration = CANDIDATES[5].1;
+
+    /// The folds of the crowded bands' sum quantiles.
+    pub fn sum_folds(&self) -> Folds {
+        self.sums.unwrap_or(self.folds)
+    }
+
+    /// Whether any of the crowded bands' quantiles come from `folds`.
+    pub fn uses(&self, folds: Folds) -> bool {
+        self.folds == folds || self.sum_folds() == folds
+    }
 }
 
 /// The calibrations `coloc eval nway --coverage --candidates` compares (README, "N-way").
-pub const CANDIDATES: [(&str, Calibration); 5] = [
+pub const CANDIDATES: [(&str, Calibration); 6] = [
     (
         "profile-folds",
         Calibration {
             folds: Folds::Profiles,
             scale: Scale::Plain,
+            sums: None,
         },
     ),
     (
@@ -111,6 +128,7 @@ pub const CANDIDATES: [(&str, Calibration); 5] = [
         Calibration {
             folds: Folds::Profiles,
             scale: Scale::Fixed(0.1),
+            sums: None,
         },
     ),
     (
@@ -118,6 +136,7 @@ pub const CANDIDATES: [(&str, Calibration); 5] = [
         Calibration {
             folds: Folds::Profiles,
             scale: Scale::Median,
+            sums: None,
         },
     ),
     (
@@ -125,6 +144,7 @@ pub const CANDIDATES: [(&str, Calibration); 5] = [
         Calibration {
             folds: Folds::ProfileOut,
             scale: Scale::Plain,
+            sums: None,
         },
     ),
     (
@@ -132,6 +152,15 @@ pub const CANDIDATES: [(&str, Calibration); 5] = [
         Calibration {
             folds: Folds::ProfileOut,
             scale: Scale::Fixed(0.1),
+            sums: None,
+        },
+    ),
+    (
+        "profile-out members, profile-folds sums",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Plain,
+            sums: Some(Folds::Profiles),
         },
     ),
 ];
@@ -207,6 +236,19 @@ impl Intervals {
         for (b, band) in crowded.bands.into_iter().enumerate().skip(1) {
             if let Some(slot) = self.bands.get_mut(b) {
                 *slot = band;
+            }
+        }
+        self
+    }
+
+    /// `self` with the sum quantiles of each crowded band taken from `sums`'s band of the
+    /// same size, where it has one (plain bands only: a scaled band's sum and member
+    /// quantiles share its floor).
+    pub fn with_crowded_sums_from(mut self, sums: &Intervals) -> Self {
+        for (b, slot) in self.bands.iter_mut().enumerate().skip(1) {
+            if let (Some(own), Some(Some(other))) = (slot.as_mut(), sums.bands.get(b)) {
+                debug_assert!(own.floor.is_none() && other.floor.is_none());
+                own.sum = other.sum;
             }
         }
         self

@@ -292,7 +292,7 @@ impl MemberRidgeGbt {
         let profile_out = crowded_rows
             && calibrations
                 .iter()
-                .any(|c| c.folds == intervals::Folds::ProfileOut);
+                .any(|c| c.uses(intervals::Folds::ProfileOut));
         // The two ways of folding fit side by side. The five profile folds fit fold after
         // fold (on a store of pairs the calibration runs as it always has, beside the
         // champion comparison); the one-profile-per-fold refits, many and small, each as
@@ -320,13 +320,23 @@ impl MemberRidgeGbt {
             .iter()
             .map(|calibration| {
                 let pairs = Intervals::calibrate(by_profiles.as_deref()?);
-                let crowded_runs = match calibration.folds {
+                let runs_of = |folds| match folds {
                     intervals::Folds::Profiles => by_profiles.as_deref(),
                     intervals::Folds::ProfileOut => by_profile_out.as_deref(),
                 };
-                let intervals = match crowded_runs {
-                    Some(runs) => pairs
-                        .with_crowded_from(Intervals::calibrate_scaled(runs, calibration.scale)),
+                let crowded = runs_of(calibration.folds)
+                    .map(|runs| Intervals::calibrate_scaled(runs, calibration.scale));
+                let crowded = match (crowded, calibration.sums.and_then(runs_of)) {
+                    (Some(crowded), Some(sum_runs)) => Some(
+                        crowded.with_crowded_sums_from(&Intervals::calibrate_scaled(
+                            sum_runs,
+                            calibration.scale,
+                        )),
+                    ),
+                    (crowded, _) => crowded,
+                };
+                let intervals = match crowded {
+                    Some(crowded) => pairs.with_crowded_from(crowded),
                     None => pairs,
                 };
                 intervals
@@ -1496,6 +1506,23 @@ mod tests {
             );
         }
         assert_eq!(calibrated[0].as_ref(), Some(&before));
+        // The split candidate: each crowded band's member quantiles from one profile per
+        // fold (candidate 4), its sum quantiles from the five profile folds (candidate 1).
+        let (profile_folds_bands, profile_out_bands, split) = (
+            calibrated[0].as_ref().unwrap(),
+            calibrated[3].as_ref().unwrap(),
+            calibrated[5].as_ref().unwrap(),
+        );
+        assert_eq!(intervals::CANDIDATES[5].1.sums, Some(intervals::Folds::Profiles));
+        let (folds, out, split) = (
+            profile_folds_bands.bands[1].unwrap(),
+            profile_out_bands.bands[1].unwrap(),
+            split.bands[1].unwrap(),
+        );
+        assert_eq!(split.member, out.member);
+        assert_eq!(split.sum, folds.sum);
+        assert_ne!(folds.sum, out.sum, "the two foldings must differ here");
+        assert_eq!((split.runs, split.floor), (out.runs, None));
         // Trained on pairs alone, every calibration is the plain one.
         let pairs = rows(&seen);
         let on_pairs = MemberRidgeGbt::calibrate(&pairs, options, &ways).unwrap();
