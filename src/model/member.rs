@@ -51,7 +51,7 @@ pub const TREE_SAMPLE_ROWS: usize = 100_000;
 const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 22] = {
+pub const CANDIDATES: [(&str, MemberOptions); 24] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -64,6 +64,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 22] = {
             members_capped: false,
             time_share: false,
             time_share_crowded: false,
+            set_linear_ratio: false,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -78,6 +79,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 22] = {
             members_capped: false,
             time_share: false,
             time_share_crowded: false,
+            set_linear_ratio: false,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -145,6 +147,22 @@ pub const CANDIDATES: [(&str, MemberOptions); 22] = {
             MemberOptions {
                 time_share_crowded: true,
                 ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ratio-ridge-0.1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                set_linear_ratio: true,
+                ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ratio-ridge-1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                set_linear_ratio: true,
+                ..linear(10, true)
             },
         ),
     ]
@@ -493,10 +511,17 @@ impl MemberRidgeGbt {
                     0 => KaceLinear::fit_refs(&crowded),
                     shrink => {
                         let alpha = crowded.len() as f64 * f64::from(shrink) / 10.0;
+                        let ratio = options.set_linear_ratio;
                         let fit = ridge::fit(alpha, || {
-                            crowded
-                                .iter()
-                                .map(|row| (Features::sum(&row.members).0, row.throughput_sum()))
+                            crowded.iter().filter_map(move |row| {
+                                let summed = Features::sum(&row.members).0;
+                                let sum = row.throughput_sum();
+                                if !ratio {
+                                    return Some((summed, sum));
+                                }
+                                let exclusive = summed[EXCLUSIVE_THROUGHPUT];
+                                (exclusive > 0.0).then(|| (summed, sum / exclusive))
+                            })
                         })?;
                         Ok(KaceLinear {
                             intercept: fit.intercept,
@@ -543,6 +568,9 @@ impl MemberRidgeGbt {
         if members_sum > 0.0 {
             let refs: Vec<&Features> = members.iter().collect();
             let mut linear_sum = linear.predict_set(&refs).sum.max(0.0);
+            if self.options.set_linear_ratio && self.options.set_linear_shrink > 0 {
+                linear_sum *= members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum::<f64>();
+            }
             if self.options.set_linear_bounded {
                 linear_sum = linear_sum.clamp(0.5 * members_sum, 2.0 * members_sum);
             }
@@ -1133,6 +1161,7 @@ mod tests {
         members_capped: false,
         time_share: false,
         time_share_crowded: false,
+        set_linear_ratio: false,
     };
 
     #[test]

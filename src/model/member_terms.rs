@@ -71,6 +71,14 @@ pub struct MemberOptions {
     /// (a fitted model's options are false below).
     #[serde(default)]
     pub time_share_crowded: bool,
+    /// With `set_linear` and ridge (`set_linear_shrink` > 0), the sum-level model predicts
+    /// the set's efficiency, its summed colocated over its summed exclusive throughput,
+    /// instead of the sum itself, and the linear sum is that times the summed exclusive
+    /// throughput: a sum in throughput units extrapolates with the units of the workloads
+    /// it was fitted on, an efficiency stays on the scale of any set (candidate; README,
+    /// "N-way").
+    #[serde(default)]
+    pub set_linear_ratio: bool,
 }
 
 impl MemberOptions {
@@ -86,6 +94,7 @@ impl MemberOptions {
         members_capped: true,
         time_share: false,
         time_share_crowded: true,
+        set_linear_ratio: false,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
