@@ -345,12 +345,9 @@ impl MemberRidgeGbt {
                 let crowded = runs_of(calibration.folds)
                     .map(|runs| Intervals::calibrate_scaled(runs, calibration.scale));
                 let crowded = match (crowded, calibration.sums.and_then(runs_of)) {
-                    (Some(crowded), Some(sum_runs)) => Some(
-                        crowded.with_crowded_sums_from(&Intervals::calibrate_scaled(
-                            sum_runs,
-                            calibration.scale,
-                        )),
-                    ),
+                    (Some(crowded), Some(sum_runs)) => Some(crowded.with_crowded_sums_from(
+                        &Intervals::calibrate_scaled(sum_runs, calibration.scale),
+                    )),
                     (crowded, _) => crowded,
                 };
                 let intervals = match crowded {
@@ -569,7 +566,10 @@ impl MemberRidgeGbt {
             let refs: Vec<&Features> = members.iter().collect();
             let mut linear_sum = linear.predict_set(&refs).sum.max(0.0);
             if self.options.set_linear_ratio && self.options.set_linear_shrink > 0 {
-                linear_sum *= members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum::<f64>();
+                linear_sum *= members
+                    .iter()
+                    .map(|m| m.0[EXCLUSIVE_THROUGHPUT])
+                    .sum::<f64>();
             }
             if self.options.set_linear_bounded {
                 linear_sum = linear_sum.clamp(0.5 * members_sum, 2.0 * members_sum);
@@ -1542,7 +1542,10 @@ mod tests {
             calibrated[3].as_ref().unwrap(),
             calibrated[5].as_ref().unwrap(),
         );
-        assert_eq!(intervals::CANDIDATES[5].1.sums, Some(intervals::Folds::Profiles));
+        assert_eq!(
+            intervals::CANDIDATES[5].1.sums,
+            Some(intervals::Folds::Profiles)
+        );
         let (folds, out, split) = (
             profile_folds_bands.bands[1].unwrap(),
             profile_out_bands.bands[1].unwrap(),
