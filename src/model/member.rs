@@ -1336,6 +1336,67 @@ mod tests {
     }
 
     #[test]
+    fn the_efficiency_candidate_fits_the_set_model_on_summed_colocated_over_summed_exclusive() {
+        let mut state = 37;
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let options = MemberOptions {
+            set_linear: true,
+            set_linear_shrink: 1,
+            set_linear_ratio: true,
+            ..CROWDING
+        };
+        let model = MemberRidgeGbt::fit_with(&mixed, options).unwrap();
+        let on_sums = MemberRidgeGbt::fit_with(
+            &mixed,
+            MemberOptions {
+                set_linear_ratio: false,
+                ..options
+            },
+        )
+        .unwrap();
+        // The set-level ridge of the efficiencies, alpha = sets x 0.1.
+        let crowded: Vec<&TrainingRow> = mixed.iter().filter(|r| r.members.len() >= 3).collect();
+        let efficiency = |row: &TrainingRow| {
+            let exclusive: f64 = row.members.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
+            row.throughputs.iter().sum::<f64>() / exclusive
+        };
+        let ridge = ridge::fit(crowded.len() as f64 * 0.1, || {
+            crowded
+                .iter()
+                .map(|row| (Features::sum(&row.members).0, efficiency(row)))
+        })
+        .unwrap();
+        let set_model = model.set_linear.as_ref().unwrap();
+        assert_eq!(
+            (set_model.intercept, &set_model.coefficients),
+            (ridge.intercept, &ridge.coefficients)
+        );
+        // The sets' efficiencies are below 1.5 here, their sums far above: the fitted
+        // intercept is on the efficiencies' scale, not the sums'.
+        assert!(crowded.iter().all(|r| efficiency(r) < 1.5));
+        assert!(
+            on_sums.set_linear.as_ref().unwrap().intercept.abs() > 10.0 * ridge.intercept.abs()
+        );
+        // A prediction: the members' sum averaged with efficiency x summed exclusive
+        // throughput (members unchanged by the ratio option, the trees and ridge half equal).
+        let fresh: Vec<Features> = (0..4).map(|_| workload(&mut state)).collect();
+        let set: Vec<&Features> = fresh.iter().collect();
+        let members_sum: f64 = MemberRidgeGbt::fit_with(&mixed, CROWDING)
+            .unwrap()
+            .predict_set(&set)
+            .sum;
+        let exclusive: f64 = fresh.iter().map(|m| m.0[EXCLUSIVE_THROUGHPUT]).sum();
+        let linear_sum = (set_model.predict_set(&set).sum * exclusive).max(0.0);
+        let expected = 0.5 * (members_sum + linear_sum);
+        let blended = model.predict_set(&set).sum;
+        assert!(
+            (blended - expected).abs() <= 1e-9 * expected,
+            "{blended} vs {expected}"
+        );
+    }
+
+    #[test]
     fn set_linear_averages_the_sum_of_crowded_sets_with_a_linear_model_of_those_sets() {
         let mut state = 23;
         // 16 workloads: 120 triples, enough for the linear part.
