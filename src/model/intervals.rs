@@ -242,13 +242,14 @@ impl Intervals {
     }
 
     /// `self` with the sum quantiles of each crowded band taken from `sums`'s band of the
-    /// same size, where it has one (plain bands only: a scaled band's sum and member
-    /// quantiles share its floor).
+    /// same size, where it has one with the same floor (a band's sum and member quantiles
+    /// are read with one floor; a band whose floor differs keeps its own sums).
     pub fn with_crowded_sums_from(mut self, sums: &Intervals) -> Self {
         for (b, slot) in self.bands.iter_mut().enumerate().skip(1) {
             if let (Some(own), Some(Some(other))) = (slot.as_mut(), sums.bands.get(b)) {
-                debug_assert!(own.floor.is_none() && other.floor.is_none());
-                own.sum = other.sum;
+                if own.floor == other.floor {
+                    own.sum = other.sum;
+                }
             }
         }
         self
@@ -671,6 +672,39 @@ mod tests {
             assert!((interval.sum.0 - 4.0 * f64::exp(-0.5)).abs() < 1e-12);
             assert!((interval.sum.1 - 4.0 * f64::exp(0.6)).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn crowded_sums_come_from_the_other_calibration_where_its_band_reads_the_same_floor() {
+        let held_out = triples_and_pairs();
+        let plain = Intervals::calibrate(&held_out);
+        // Other sums: every triple's actual sum doubled, members unchanged.
+        let doubled: Vec<HeldOut> = held_out
+            .iter()
+            .map(|h| {
+                if h.throughputs.len() < 3 {
+                    return h.clone();
+                }
+                HeldOut {
+                    throughputs: h.throughputs.iter().map(|t| t * 2.0).collect(),
+                    ..h.clone()
+                }
+            })
+            .collect();
+        let other = Intervals::calibrate(&doubled);
+        let merged = plain.clone().with_crowded_sums_from(&other);
+        let (own, theirs, got) = (
+            plain.bands[1].unwrap(),
+            other.bands[1].unwrap(),
+            merged.bands[1].unwrap(),
+        );
+        assert!((theirs.sum.0 - own.sum.0 - 2f64.ln()).abs() < 1e-12);
+        assert_eq!((got.member, got.sum), (own.member, theirs.sum));
+        // The pairs' band is never touched.
+        assert_eq!(merged.bands[0], plain.bands[0]);
+        // A scaled band (floor 0.1) takes no plain band's sums.
+        let scaled = Intervals::calibrate_scaled(&held_out, Scale::Fixed(0.1));
+        assert_eq!(scaled.clone().with_crowded_sums_from(&other), scaled);
     }
 
     #[test]
