@@ -11,6 +11,7 @@
 //! adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
 //! (PNG).
 
+mod audit;
 mod engine;
 mod online;
 mod place;
@@ -260,6 +261,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         bail!("{} holds no one-GPU pod that ran", args.trace.display());
     }
     let world = World::load(&args)?;
+    let interval_audit = audit::intervals_on_truth(
+        &world.coloc.0,
+        &world.truth,
+        &world.dataset.features(),
+        args.ls_cap,
+    )?;
     let loaded = started.elapsed();
     let gpus = args.gpus.unwrap_or_else(|| gpus_for_load(&pods, args.load));
     if gpus == 0 {
@@ -338,6 +345,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
+    put("coloc_intervals_on_the_truth", json!(interval_audit));
     put("split_runs", json!(args.split_runs));
     put(
         "model_training_data",
@@ -401,6 +409,36 @@ mod tests {
             json: false,
             plots: None,
         }
+    }
+
+    #[test]
+    fn the_interval_audit_counts_every_measured_set_by_size_and_reads_the_low_end_below_the_point()
+    {
+        let args = args(10);
+        let world = World::load(&args).unwrap();
+        let audit =
+            audit::intervals_on_truth(&world.coloc.0, &world.truth, &world.dataset.features(), 0.5)
+                .unwrap();
+        // The measured sets: 91 pairs, 400 runs of three and 1,107 of four, each distinct.
+        let sizes: Vec<(usize, usize)> = audit.iter().map(|a| (a.size, a.sets)).collect();
+        assert_eq!(sizes, vec![(2, 91), (3, 400), (4, 1107)]);
+        for a in &audit {
+            assert!(a.members >= a.sets && a.members <= a.sets * a.size, "{a:?}");
+            assert!(a.admitted_on_low_end <= a.admitted_on_point, "{a:?}");
+            assert!(
+                a.admitted_on_low_end_below_cap <= a.admitted_on_point_below_cap,
+                "{a:?}"
+            );
+            assert!(a.below_low_end < a.members, "{a:?}");
+        }
+        // The model is trained on these very pairs: their members lie above the low end.
+        assert!(
+            audit[0].below_low_end * 20 < audit[0].members,
+            "{:?}",
+            audit[0]
+        );
+        // The 4-sets are new to it: some of their members fall below the low end.
+        assert!(audit[2].below_low_end > 0, "{:?}", audit[2]);
     }
 
     #[test]

@@ -302,6 +302,11 @@ impl Truth {
         self.measured.len()
     }
 
+    /// Every measured set of two or more, with each distinct member's speed.
+    pub fn measured_iter(&self) -> impl Iterator<Item = (SetKey, &BTreeMap<u8, f64>)> {
+        self.measured.iter().map(|(k, v)| (*k, v))
+    }
+
     pub fn memory_gb(&self, set: SetKey) -> f64 {
         set.members()
             .iter()
