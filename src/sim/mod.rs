@@ -9,7 +9,8 @@
 //! `policy` (the rule policies and the oracle), `online` (the service in process, which
 //! `coloc-online` asks and reports to), `place` (the model policies, through the Place
 //! adapter), `engine` (the event-driven cluster), `report` (table, JSON), `plot`
-//! (PNG).
+//! (PNG); beside them `audit`, which sets `coloc`'s intervals against the truth once per
+//! run.
 
 mod audit;
 mod engine;
