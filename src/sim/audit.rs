@@ -8,13 +8,22 @@
 //! truth, not on a seed or a policy's choices, so it is computed once per `coloc simulate`.
 //! The members are the model's raw answers; Place's own reading (a member's lowest
 //! prediction over the subsets holding it) can only be lower.
+//!
+//! Beside it, a what-if that no policy uses: the same model with its intervals calibrated
+//! on runs held out at random (five folds of the training runs, so that every held-out
+//! run's workloads were in its fold's training) instead of on held-out profiles: how wide
+//! the intervals would be for sets of workloads the model has seen, which is what the
+//! simulation asks of it.
 
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
 use serde::Serialize;
 
-use coloc::model::{Features, ModelParams};
+use coloc::model::{
+    intervals::{self, Intervals},
+    Features, MemberOptions, MemberRidgeGbt, ModelParams, TrainingRow,
+};
 
 use super::truth::Truth;
 
@@ -94,4 +103,26 @@ pub fn intervals_on_truth(
         }
     }
     Ok(by_size.into_values().collect())
+}
+
+/// `model` with its intervals calibrated as `Train` calibrates them but on five random folds
+/// of `rows` (runs held out, their workloads seen) instead of folds of profiles; `None` for
+/// a model kind without intervals, or when too few runs are left to calibrate.
+pub fn calibrated_on_held_out_runs(
+    model: &ModelParams,
+    rows: &[TrainingRow],
+) -> anyhow::Result<Option<ModelParams>> {
+    let ModelParams::MemberRidgeGbt(fitted) = model else {
+        return Ok(None);
+    };
+    let held_out = intervals::held_out(rows, &intervals::k_folds(rows.len()), |train| {
+        MemberRidgeGbt::fit_with(train, MemberOptions::CHOSEN).map(ModelParams::MemberRidgeGbt)
+    })?;
+    let calibrated = Intervals::calibrate(&held_out);
+    if calibrated.bands.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut recalibrated = fitted.clone();
+    recalibrated.intervals = Some(calibrated);
+    Ok(Some(ModelParams::MemberRidgeGbt(recalibrated)))
 }

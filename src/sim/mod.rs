@@ -119,6 +119,8 @@ pub struct World {
     pub rule: PlaceRule,
     /// The store `coloc-online` starts from; `None` when it does not run.
     pub seeded: Option<SeededStore>,
+    /// What the model policies were trained on (the interval audit's what-if refits them).
+    pub training_rows: Vec<TrainingRow>,
 }
 
 impl World {
@@ -159,6 +161,7 @@ impl World {
             } else {
                 None
             },
+            training_rows: rows,
         })
     }
 }
@@ -262,12 +265,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         bail!("{} holds no one-GPU pod that ran", args.trace.display());
     }
     let world = World::load(&args)?;
-    let interval_audit = audit::intervals_on_truth(
-        &world.coloc.0,
-        &world.truth,
-        &world.dataset.features(),
-        args.ls_cap,
-    )?;
+    let features = world.dataset.features();
+    let interval_audit =
+        audit::intervals_on_truth(&world.coloc.0, &world.truth, &features, args.ls_cap)?;
+    let audit_if_on_runs =
+        match audit::calibrated_on_held_out_runs(&world.coloc.0, &world.training_rows)? {
+            Some(model) => Some(audit::intervals_on_truth(
+                &model,
+                &world.truth,
+                &features,
+                args.ls_cap,
+            )?),
+            None => None,
+        };
     let loaded = started.elapsed();
     let gpus = args.gpus.unwrap_or_else(|| gpus_for_load(&pods, args.load));
     if gpus == 0 {
@@ -347,6 +357,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
     put("coloc_intervals_on_the_truth", json!(interval_audit));
+    put(
+        "coloc_intervals_on_the_truth_if_calibrated_on_held_out_runs",
+        json!(audit_if_on_runs),
+    );
     put("split_runs", json!(args.split_runs));
     put(
         "model_training_data",
@@ -440,6 +454,41 @@ mod tests {
         );
         // The 4-sets are new to it: some of their members fall below the low end.
         assert!(audit[2].below_low_end > 0, "{:?}", audit[2]);
+
+        // The what-if: the same model with bands from runs held out at random, whose
+        // workloads the folds' models saw, so narrower bands: a cap check on the low end
+        // admits more pair members, and the pairs' band, lent to the 4-sets the model never
+        // saw, leaves more of them below its low end.
+        let what_if = audit::calibrated_on_held_out_runs(&world.coloc.0, &world.training_rows)
+            .unwrap()
+            .expect("a member-ridge-gbt model, 181 pairs");
+        assert_eq!(
+            what_if.predict_set(&[]).sum,
+            world.coloc.0.predict_set(&[]).sum
+        );
+        let if_on_runs =
+            audit::intervals_on_truth(&what_if, &world.truth, &world.dataset.features(), 0.5)
+                .unwrap();
+        for (a, b) in audit.iter().zip(&if_on_runs) {
+            assert_eq!(
+                (a.size, a.sets, a.members, a.admitted_on_point),
+                (b.size, b.sets, b.members, b.admitted_on_point)
+            );
+        }
+        assert!(
+            if_on_runs[0].admitted_on_low_end > audit[0].admitted_on_low_end,
+            "{if_on_runs:?}"
+        );
+        assert!(
+            if_on_runs[2].below_low_end > audit[2].below_low_end,
+            "{if_on_runs:?}"
+        );
+        // kace-linear has no intervals to recalibrate.
+        assert!(
+            audit::calibrated_on_held_out_runs(&world.kace_linear.0, &world.training_rows)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
