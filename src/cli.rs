@@ -483,6 +483,11 @@ pub struct SimulateArgs {
     /// pairs) or pairs+runs (with the training half of --split-runs, which it needs).
     #[arg(long, default_value = "pairs", value_parser = ["pairs", "pairs+runs"])]
     pub train_on: String,
+    /// How coloc's model is banded: profiles (its 80 % intervals as `Train` calibrates
+    /// them, on held-out profiles) or held-out-runs (an experiment: recalibrated on runs
+    /// held out at random, whose workloads the model saw; README, "Cluster simulation").
+    #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs"])]
+    pub bands: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]
     pub max_pods: Option<usize>,

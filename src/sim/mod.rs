@@ -144,11 +144,20 @@ impl World {
         )?;
         let dataset = KaceDataset::read(&args.kace_v100)?;
         let rows = training_rows(&dataset, if with_runs { &training_half } else { &[] })?;
+        let mut coloc = fit(ModelKind::DEFAULT, &rows)?;
+        match args.bands.as_str() {
+            "profiles" => {}
+            "held-out-runs" => {
+                coloc.0 = audit::calibrated_on_held_out_runs(&coloc.0, &rows)?
+                    .context("--bands held-out-runs: too few runs to calibrate on")?;
+            }
+            other => bail!("unknown --bands {other:?}; known: profiles, held-out-runs"),
+        }
         Ok(Self {
             truth,
             dataset,
             kace_linear: fit(ModelKind::KaceLinear, &rows)?,
-            coloc: fit(ModelKind::DEFAULT, &rows)?,
+            coloc,
             caps: match args.caps.as_str() {
                 "cautious" => CapCheck::Cautious,
                 "point" => CapCheck::Point,
@@ -356,6 +365,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
+    put("coloc_bands", json!(args.bands));
     put("coloc_intervals_on_the_truth", json!(interval_audit));
     put(
         "coloc_intervals_on_the_truth_if_calibrated_on_held_out_runs",
@@ -420,6 +430,7 @@ mod tests {
             retry_delay: 60.0,
             split_runs: false,
             train_on: "pairs".into(),
+            bands: "profiles".into(),
             max_pods: Some(max_pods),
             json: false,
             plots: None,
@@ -480,6 +491,14 @@ mod tests {
             if_on_runs[2].below_low_end > audit[2].below_low_end,
             "{if_on_runs:?}"
         );
+        // --bands held-out-runs places coloc with exactly that model.
+        let banded = World::load(&SimulateArgs {
+            bands: "held-out-runs".into(),
+            ..args.clone()
+        })
+        .unwrap();
+        assert!(banded.coloc.0 == what_if);
+        assert!(banded.coloc.0 != world.coloc.0);
         // kace-linear has no intervals to recalibrate.
         assert!(
             audit::calibrated_on_held_out_runs(&world.kace_linear.0, &world.training_rows)
