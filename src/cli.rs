@@ -484,9 +484,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "pairs", value_parser = ["pairs", "pairs+runs"])]
     pub train_on: String,
     /// How coloc's model is banded: profiles (its 80 % intervals as `Train` calibrates
-    /// them, on held-out profiles) or held-out-runs (an experiment: recalibrated on runs
-    /// held out at random, whose workloads the model saw; README, "Cluster simulation").
-    #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs"])]
+    /// them, on held-out profiles), held-out-runs (an experiment: recalibrated on runs held
+    /// out at random, whose workloads the model saw) or held-out-runs-95 (the same, 95 %
+    /// intervals); README, "Cluster simulation".
+    #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs", "held-out-runs-95"])]
     pub bands: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]

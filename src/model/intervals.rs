@@ -225,10 +225,29 @@ impl Intervals {
                     (_, Scale::Median) => lower_median(runs.iter().map(|h| h.difficulty).collect())
                         .filter(|m| *m > 0.0),
                 };
-                calibrate_band(runs, floor)
+                calibrate_band(runs, floor, (LOWER, UPPER))
             })
             .collect();
         Self { bands }
+    }
+
+    /// Every band from held-out runs, plain, at the quantiles `levels` (lower, upper)
+    /// instead of 10 % and 90 %: for experiments with other intervals (`coloc simulate
+    /// --bands held-out-runs-95`). A band needs as many runs as both ranks need.
+    pub fn calibrate_at<'a>(
+        held_out: impl IntoIterator<Item = &'a HeldOut>,
+        levels: (f64, f64),
+    ) -> Self {
+        let mut by_band: Vec<Vec<&HeldOut>> = vec![Vec::new(); BANDS];
+        for h in held_out {
+            by_band[band(h.throughputs.len())].push(h);
+        }
+        Self {
+            bands: by_band
+                .iter()
+                .map(|runs| calibrate_band(runs, None, levels))
+                .collect(),
+        }
     }
 
     /// The bands of `self` for pairs and of `crowded` for 3 and more members.
@@ -300,7 +319,11 @@ impl Intervals {
 /// One band from its held-out runs: the quantiles of the log residuals, each divided by
 /// (floor + the run's difficulty) when `floor` is set; `None` with fewer than
 /// [`MIN_BAND_RUNS`] sum residuals.
-fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
+fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>, levels: (f64, f64)) -> Option<Band> {
+    let (lower, upper) = levels;
+    // The fewest runs for which the lower rank floor((n + 1) lower) is at least 1 (and the
+    // upper rank at most n, for symmetric levels): MIN_BAND_RUNS at 10 % and 90 %.
+    let min_runs = (((1.0 / lower).ceil() as usize).saturating_sub(1)).max(MIN_BAND_RUNS);
     let mut members = Vec::new();
     let mut sums = Vec::new();
     for h in runs {
@@ -319,17 +342,17 @@ fn calibrate_band(runs: &[&HeldOut], floor: Option<f64>) -> Option<Band> {
             );
         }
     }
-    (sums.len() >= MIN_BAND_RUNS).then(|| Band {
+    (sums.len() >= min_runs).then(|| Band {
         runs: runs.len(),
         member: (!members.is_empty()).then(|| {
             (
-                conformal(&mut members, LOWER, false),
-                conformal(&mut members, UPPER, true),
+                conformal(&mut members, lower, false),
+                conformal(&mut members, upper, true),
             )
         }),
         sum: (
-            conformal(&mut sums, LOWER, false),
-            conformal(&mut sums, UPPER, true),
+            conformal(&mut sums, lower, false),
+            conformal(&mut sums, upper, true),
         ),
         floor,
     })
@@ -489,6 +512,42 @@ mod tests {
         assert_eq!(intervals.bands[1].unwrap().runs, MIN_BAND_RUNS);
         let own = intervals.apply(3, &prediction, 0.0).unwrap();
         assert!((own.sum.0 - 30.0).abs() < 1e-9, "{own:?}");
+    }
+
+    #[test]
+    fn bands_at_other_levels_read_their_own_ranks_and_need_enough_runs_for_them() {
+        // 39 pairs predicted at 10 (members 5 each) with actual sums 1..=39: at 2.5 % and
+        // 97.5 % the ranks are floor(40 x 0.025) = 1 and ceil(40 x 0.975) = 39.
+        let pairs = |n: usize| -> Vec<HeldOut> {
+            (1..=n)
+                .map(|a| {
+                    held(
+                        &[a as f64 / 2.0; 2],
+                        SetPrediction {
+                            sum: 10.0,
+                            members: Some(vec![5.0, 5.0]),
+                        },
+                        0.0,
+                    )
+                })
+                .collect()
+        };
+        let wide = Intervals::calibrate_at(&pairs(39), (0.025, 0.975));
+        let band = wide.bands[0].unwrap();
+        assert!(
+            (band.sum.0 - (1.0f64 / 10.0).ln()).abs() < 1e-12,
+            "{band:?}"
+        );
+        assert!(
+            (band.sum.1 - (39.0f64 / 10.0).ln()).abs() < 1e-12,
+            "{band:?}"
+        );
+        // At 10 % and 90 % the same runs give ranks 4 and 36, as `calibrate` does.
+        let narrow = Intervals::calibrate_at(&pairs(39), (LOWER, UPPER));
+        assert_eq!(narrow, Intervals::calibrate(&pairs(39)));
+        assert!((narrow.bands[0].unwrap().sum.0 - (4.0f64 / 10.0).ln()).abs() < 1e-12);
+        // 38 runs are too few for the 2.5 % rank (floor(39 x 0.025) = 0): no band.
+        assert!(Intervals::calibrate_at(&pairs(38), (0.025, 0.975)).bands[0].is_none());
     }
 
     #[test]

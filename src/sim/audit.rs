@@ -112,13 +112,22 @@ pub fn calibrated_on_held_out_runs(
     model: &ModelParams,
     rows: &[TrainingRow],
 ) -> anyhow::Result<Option<ModelParams>> {
+    calibrated_on_held_out_runs_at(model, rows, (intervals::LOWER, intervals::UPPER))
+}
+
+/// [`calibrated_on_held_out_runs`] with the bands at the quantiles `levels` (lower, upper).
+pub fn calibrated_on_held_out_runs_at(
+    model: &ModelParams,
+    rows: &[TrainingRow],
+    levels: (f64, f64),
+) -> anyhow::Result<Option<ModelParams>> {
     let ModelParams::MemberRidgeGbt(fitted) = model else {
         return Ok(None);
     };
     let held_out = intervals::held_out(rows, &intervals::k_folds(rows.len()), |train| {
         MemberRidgeGbt::fit_with(train, MemberOptions::CHOSEN).map(ModelParams::MemberRidgeGbt)
     })?;
-    let calibrated = Intervals::calibrate(&held_out);
+    let calibrated = Intervals::calibrate_at(&held_out, levels);
     if calibrated.bands.iter().all(Option::is_none) {
         return Ok(None);
     }

@@ -151,7 +151,13 @@ impl World {
                 coloc.0 = audit::calibrated_on_held_out_runs(&coloc.0, &rows)?
                     .context("--bands held-out-runs: too few runs to calibrate on")?;
             }
-            other => bail!("unknown --bands {other:?}; known: profiles, held-out-runs"),
+            "held-out-runs-95" => {
+                coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, (0.025, 0.975))?
+                    .context("--bands held-out-runs-95: too few runs to calibrate on")?;
+            }
+            other => {
+                bail!("unknown --bands {other:?}; known: profiles, held-out-runs, held-out-runs-95")
+            }
         }
         Ok(Self {
             truth,
