@@ -367,6 +367,37 @@ fn eval_nway_scores_the_default_model_and_an_independent_scorer_agrees() {
     }
 }
 
+/// The 80 % intervals `Train` calibrates cover 75-85 % of held-out runs: members and sums,
+/// pairs (unseen workload) and 4-way runs (unseen family, every target), the N-way issue's
+/// line. Counts as `--coverage` prints them; the bounds are the issue's.
+#[test]
+fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let summary = eval_nway(
+        &["--coverage", "--model", "member-ridge-gbt"],
+        &["kace-4way"],
+        &dir.path().join("nway.csv"),
+    );
+    let rows = summary["coverage"].as_array().unwrap();
+    let find = |protocol: &str| {
+        rows.iter()
+            .find(|r| r["protocol"] == protocol)
+            .unwrap_or_else(|| panic!("no coverage row {protocol:?}: {rows:?}"))
+    };
+    for protocol in ["pairs, unseen workload", "4-way all, runs, unseen family"] {
+        let row = find(protocol);
+        for (inside, of) in [("members_inside", "members"), ("sums_inside", "sums")] {
+            let (inside, of) = (row[inside].as_f64().unwrap(), row[of].as_f64().unwrap());
+            assert!(of >= 300.0, "{protocol}: {row}");
+            let share = inside / of;
+            assert!(
+                (0.75..=0.85).contains(&share),
+                "{protocol}: {share:.3} inside ({row})"
+            );
+        }
+    }
+}
+
 /// `--predictions-model cand:NAME` writes a candidate's predictions (for tracing what one
 /// predicts), only beside `--candidates`; a name that is no candidate is refused.
 #[test]
