@@ -1,8 +1,9 @@
 //! How honest the model policies' cautious caps are on the simulation's truth. For every
 //! measured set the simulation may create, each distinct member's measured speed (colocated
 //! / exclusive throughput) is set against what `coloc`'s model says of that member in that
-//! set: the point and the low end of its 80 % interval. By set size: how often the truth
-//! falls below the low end (10 % is what a calibrated 80 % interval promises), and, at the
+//! set: the point and the low end of its interval (80 %, as `Train` calibrates it, unless
+//! `--bands` says otherwise). By set size: how often the truth falls below the low end (10 %
+//! is what a calibrated 80 % interval promises), and, at the
 //! latency-sensitive cap, how many members a cap check on the low end (or on the point)
 //! would admit whose measured speed is below the cap. It depends on the model and the
 //! truth, not on a seed or a policy's choices, so it is computed once per `coloc simulate`.
