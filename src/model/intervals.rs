@@ -211,6 +211,25 @@ impl Intervals {
         held_out: impl IntoIterator<Item = &'a HeldOut>,
         scale: Scale,
     ) -> Self {
+        Self::calibrate_scaled_at(held_out, scale, (LOWER, UPPER))
+    }
+
+    /// Every band from held-out runs, plain, at the quantiles `levels` (lower, upper)
+    /// instead of 10 % and 90 %: for experiments with other intervals (`coloc simulate
+    /// --bands held-out-runs-95`). A band needs as many runs as both ranks need.
+    pub fn calibrate_at<'a>(
+        held_out: impl IntoIterator<Item = &'a HeldOut>,
+        levels: (f64, f64),
+    ) -> Self {
+        Self::calibrate_scaled_at(held_out, Scale::Plain, levels)
+    }
+
+    /// [`Self::calibrate_scaled`] at the quantiles `levels`.
+    fn calibrate_scaled_at<'a>(
+        held_out: impl IntoIterator<Item = &'a HeldOut>,
+        scale: Scale,
+        levels: (f64, f64),
+    ) -> Self {
         let mut by_band: Vec<Vec<&HeldOut>> = vec![Vec::new(); BANDS];
         for h in held_out {
             by_band[band(h.throughputs.len())].push(h);
@@ -225,29 +244,10 @@ impl Intervals {
                     (_, Scale::Median) => lower_median(runs.iter().map(|h| h.difficulty).collect())
                         .filter(|m| *m > 0.0),
                 };
-                calibrate_band(runs, floor, (LOWER, UPPER))
+                calibrate_band(runs, floor, levels)
             })
             .collect();
         Self { bands }
-    }
-
-    /// Every band from held-out runs, plain, at the quantiles `levels` (lower, upper)
-    /// instead of 10 % and 90 %: for experiments with other intervals (`coloc simulate
-    /// --bands held-out-runs-95`). A band needs as many runs as both ranks need.
-    pub fn calibrate_at<'a>(
-        held_out: impl IntoIterator<Item = &'a HeldOut>,
-        levels: (f64, f64),
-    ) -> Self {
-        let mut by_band: Vec<Vec<&HeldOut>> = vec![Vec::new(); BANDS];
-        for h in held_out {
-            by_band[band(h.throughputs.len())].push(h);
-        }
-        Self {
-            bands: by_band
-                .iter()
-                .map(|runs| calibrate_band(runs, None, levels))
-                .collect(),
-        }
     }
 
     /// The bands of `self` for pairs and of `crowded` for 3 and more members.

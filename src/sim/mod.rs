@@ -30,7 +30,7 @@ use serde_json::json;
 use coloc::{
     cli::SimulateArgs,
     dataset::KaceDataset,
-    model::{fit, Features, FitMetrics, ModelKind, ModelParams, TrainingRow},
+    model::{fit, intervals, Features, FitMetrics, ModelKind, ModelParams, TrainingRow},
 };
 
 use engine::{simulate, Cluster, Outcome, Queue};
@@ -145,19 +145,17 @@ impl World {
         let dataset = KaceDataset::read(&args.kace_v100)?;
         let rows = training_rows(&dataset, if with_runs { &training_half } else { &[] })?;
         let mut coloc = fit(ModelKind::DEFAULT, &rows)?;
-        match args.bands.as_str() {
-            "profiles" => {}
-            "held-out-runs" => {
-                coloc.0 = audit::calibrated_on_held_out_runs(&coloc.0, &rows)?
-                    .context("--bands held-out-runs: too few runs to calibrate on")?;
-            }
-            "held-out-runs-95" => {
-                coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, (0.025, 0.975))?
-                    .context("--bands held-out-runs-95: too few runs to calibrate on")?;
-            }
+        let levels = match args.bands.as_str() {
+            "profiles" => None,
+            "held-out-runs" => Some((intervals::LOWER, intervals::UPPER)),
+            "held-out-runs-95" => Some((0.025, 0.975)),
             other => {
                 bail!("unknown --bands {other:?}; known: profiles, held-out-runs, held-out-runs-95")
             }
+        };
+        if let Some(levels) = levels {
+            coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, levels)?
+                .with_context(|| format!("--bands {}: too few runs to calibrate on", args.bands))?;
         }
         Ok(Self {
             truth,
