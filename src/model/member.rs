@@ -10,7 +10,10 @@
 //! the sum is averaged with a sum-level linear model of the training sets of that size,
 //! fitted by ridge ([`MemberOptions::set_linear`], [`MemberOptions::set_linear_shrink`]):
 //! linear terms extrapolate to unseen workloads in crowded sets where the trees cannot, and
-//! the penalty keeps them from extrapolating wildly. Pairs are answered by the members alone.
+//! the penalty keeps them from extrapolating wildly; last, each crowded member is moved a
+//! tenth of the way to the time-sharing law itself ([`MemberOptions::law_blend`]), which
+//! learns nothing from busy workloads and so reads sets of light ones it has never seen
+//! where they run. Pairs are answered by the members alone.
 //!
 //! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality";
 //! the options by `coloc eval nway --candidates`, README, "N-way".
@@ -27,8 +30,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{
     intervals::{self, Calibration, Intervals, SetInterval},
     member_terms::{
-        clamp_log_ratio, member_throughput, ridge_features, time_share_log_ratio, MemberOptions,
-        EXCLUSIVE_THROUGHPUT, MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
+        clamp_log_ratio, member_throughput, ridge_features, time_share_law, time_share_log_ratio,
+        MemberOptions, EXCLUSIVE_THROUGHPUT, MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
     ridge, Features, FitError, KaceLinear, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
@@ -51,7 +54,7 @@ pub const TREE_SAMPLE_ROWS: usize = 100_000;
 const TREE_SAMPLE_SEED: u64 = 0x0063_6f6c_6f63;
 
 /// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
-pub const CANDIDATES: [(&str, MemberOptions); 24] = {
+pub const CANDIDATES: [(&str, MemberOptions); 26] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
             crowding,
@@ -65,6 +68,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 24] = {
             time_share: false,
             time_share_crowded: false,
             set_linear_ratio: false,
+            law_blend: 0,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -80,6 +84,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 24] = {
             time_share: false,
             time_share_crowded: false,
             set_linear_ratio: false,
+            law_blend: 0,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -163,6 +168,22 @@ pub const CANDIDATES: [(&str, MemberOptions); 24] = {
                 time_share_crowded: true,
                 set_linear_ratio: true,
                 ..linear(10, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.1",
+            MemberOptions {
+                time_share_crowded: true,
+                law_blend: 10,
+                ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.25",
+            MemberOptions {
+                time_share_crowded: true,
+                law_blend: 25,
+                ..linear(1, true)
             },
         ),
     ]
@@ -557,8 +578,30 @@ impl MemberRidgeGbt {
     /// held within [1/2, 2] x the members' sum), and every member is scaled by the same
     /// factor. Also the difficulty ([`Self::difficulty`]): |ln| of that factor.
     fn blend_set(&self, members: &[Features], mut predicted: Vec<f64>) -> (Vec<f64>, f64) {
+        let difficulty = self.blend_set_linear(members, &mut predicted);
+        self.blend_law(members, &mut predicted);
+        (predicted, difficulty)
+    }
+
+    /// With [`MemberOptions::law_blend`], in a set of three or more of a model that learns
+    /// crowded sets around the time-sharing law: each member's prediction becomes (1 - w) x
+    /// itself + w x its exclusive throughput x the law, w = `law_blend` / 100. Each term is
+    /// at most the member's exclusive throughput, so the blend keeps the cap.
+    fn blend_law(&self, members: &[Features], predicted: &mut [f64]) {
+        if self.options.law_blend == 0 || !self.options.time_share_crowded || members.len() < 3 {
+            return;
+        }
+        let w = f64::from(self.options.law_blend) / 100.0;
+        let law = time_share_law(members);
+        for (p, member) in predicted.iter_mut().zip(members) {
+            *p = (1.0 - w) * *p + w * member.0[EXCLUSIVE_THROUGHPUT] * law;
+        }
+    }
+
+    /// The set-level blend of [`Self::blend_set`], in place; returns the difficulty.
+    fn blend_set_linear(&self, members: &[Features], predicted: &mut [f64]) -> f64 {
         let Some(linear) = self.set_linear.as_ref().filter(|_| members.len() >= 3) else {
-            return (predicted, 0.0);
+            return 0.0;
         };
         let members_sum: f64 = predicted.iter().sum();
         let mut difficulty = 0.0;
@@ -583,7 +626,7 @@ impl MemberRidgeGbt {
                 }
             }
         }
-        (predicted, difficulty)
+        difficulty
     }
 
     pub fn has_expected_shape(&self) -> bool {
@@ -1162,6 +1205,7 @@ mod tests {
         time_share: false,
         time_share_crowded: false,
         set_linear_ratio: false,
+        law_blend: 0,
     };
 
     #[test]
@@ -1224,6 +1268,50 @@ mod tests {
         let fitted = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
         assert!(!fitted.options.time_share_crowded);
         assert_eq!(fitted, MemberRidgeGbt::fit_with(&few, without).unwrap());
+    }
+
+    #[test]
+    fn the_law_blend_moves_each_crowded_member_a_tenth_of_the_way_to_the_law_and_spares_pairs() {
+        let mut state = 29;
+        let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        const { assert!(MemberOptions::CHOSEN.law_blend == 10) };
+        let without = MemberOptions {
+            law_blend: 0,
+            ..MemberOptions::CHOSEN
+        };
+        let model = MemberRidgeGbt::fit_with(&mixed, MemberOptions::CHOSEN).unwrap();
+        let plain = MemberRidgeGbt::fit_with(&mixed, without).unwrap();
+        for set in [
+            vec![&seen[0], &seen[5], &seen[9]],
+            vec![&seen[1], &seen[2], &seen[3], &seen[4]],
+        ] {
+            // The law by hand: min(1, 100 / the summed sm busy %, metric 7).
+            let sm: f64 = set.iter().map(|m| m.0[7]).sum();
+            let law = (100.0 / sm).min(1.0);
+            let blended = model.predict_set(&set).members.unwrap();
+            let members = plain.predict_set(&set).members.unwrap();
+            for ((b, m), features) in blended.iter().zip(&members).zip(&set) {
+                let expected = 0.9 * m + 0.1 * features.0[EXCLUSIVE_THROUGHPUT] * law;
+                assert!((b - expected).abs() <= 1e-9 * expected, "{b} vs {expected}");
+                assert!(*b <= features.0[EXCLUSIVE_THROUGHPUT] + 1e-9);
+            }
+            assert_ne!(blended, members);
+        }
+        // Pairs are the members alone.
+        let pair = [&seen[2], &seen[7]];
+        assert_eq!(model.predict_set(&pair), plain.predict_set(&pair));
+        // Too few crowded sets to learn them around the law: no blend either.
+        let few: Vec<TrainingRow> = mixed
+            .iter()
+            .filter(|r| r.members.len() == 2)
+            .chain(mixed.iter().filter(|r| r.members.len() == 3).take(3))
+            .cloned()
+            .collect();
+        let fitted = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
+        let unblended = MemberRidgeGbt::fit_with(&few, without).unwrap();
+        let triple = [&seen[0], &seen[5], &seen[9]];
+        assert_eq!(fitted.predict_set(&triple), unblended.predict_set(&triple));
     }
 
     #[test]
@@ -1504,8 +1592,13 @@ mod tests {
         let mut model =
             MemberRidgeGbt::fit_with(&mixed_rows(&seen), MemberOptions::CHOSEN).expect("fits");
         let linear = model.set_linear.clone().expect("trained on triples");
+        // The members before either blend (the difficulty is the set-level blend's alone).
         let members_only = MemberRidgeGbt {
             set_linear: None,
+            options: MemberOptions {
+                law_blend: 0,
+                ..model.options
+            },
             ..model.clone()
         };
         // Pairs plain; no band of three (a triple borrows the larger neighbour's); four

@@ -79,6 +79,15 @@ pub struct MemberOptions {
     /// "N-way").
     #[serde(default)]
     pub set_linear_ratio: bool,
+    /// In a set of three or more, each member's prediction is blended with the
+    /// time-sharing law, after the set-level blend and the cap: (1 - w) x member + w x its
+    /// exclusive throughput x min(1, 100 / the set's summed sm busy %), w = `law_blend` /
+    /// 100. The law learns nothing from busy workloads, so it cannot carry their units to
+    /// light ones the model has never seen. Only where the fitted model learns crowded sets
+    /// around the law (`time_share_crowded` in its options); 0 = off (candidate; README,
+    /// "N-way").
+    #[serde(default)]
+    pub law_blend: u8,
 }
 
 impl MemberOptions {
@@ -95,6 +104,7 @@ impl MemberOptions {
         time_share: false,
         time_share_crowded: true,
         set_linear_ratio: false,
+        law_blend: 10,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
@@ -123,6 +133,18 @@ pub(super) fn time_share_log_ratio(own: &Features, others: &Features) -> f64 {
         -demand.ln()
     } else {
         0.0
+    }
+}
+
+/// The time-sharing law of a whole set: the share of its exclusive throughput each member
+/// keeps, min(1, 100 / the members' summed sm busy %) (what [`time_share_log_ratio`] gives
+/// any member of it, as a ratio).
+pub(super) fn time_share_law(members: &[Features]) -> f64 {
+    let demand: f64 = members.iter().map(|m| m.0[SM_BUSY_PCT]).sum::<f64>() / 100.0;
+    if demand > 1.0 {
+        1.0 / demand
+    } else {
+        1.0
     }
 }
 

@@ -348,13 +348,22 @@ fn eval_nway_scores_the_default_model_and_an_independent_scorer_agrees() {
         // Far above a random pick on every protocol.
         assert!(reported > row["mean"]["random"].as_f64().unwrap() + 0.3);
         // The N-way issue's targets, which README's figures meet on every row: 4-way >= 0.95
-        // (0.9766 and 0.9912 on runs alone, 0.9942 and 0.9912 with pairs + runs), 3-way >=
+        // (0.9942 and 0.9912 on runs alone and with pairs + runs), 3-way >=
         // 0.97 (0.9784 both).
         let floor = if set == "4-way" { 0.95 } else { 0.97 };
         assert!(
             reported >= floor,
             "{set} {scope} {training}: {reported} < {floor}"
         );
+        // The worst 4-way target >= 0.80 on every row (README: 0.940, whisper-large-v2 b2
+        // inference; 0.754 on the 505 runs with runs alone before the law blend).
+        if set == "4-way" {
+            let worst = row["worst"]["member-ridge-gbt"].as_f64().unwrap();
+            assert!(
+                worst >= 0.80,
+                "{set} {scope} {training}: worst target {worst}"
+            );
+        }
         // Never below kace-linear, the paper's model, on any target of any row.
         let per_target = &row["per_target"];
         for (target, score) in per_target["member-ridge-gbt"].as_object().unwrap() {
