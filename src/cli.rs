@@ -489,6 +489,12 @@ pub struct SimulateArgs {
     /// intervals); README, "Cluster simulation".
     #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs", "held-out-runs-95"])]
     pub bands: String,
+    /// Where coloc's model blends crowded members with the time-sharing law: always (the
+    /// default's way since 2026-11-27: a model fitted on pairs alone too) or crowded-fits
+    /// (only a model that learned crowded sets, the way before); README, "Cluster
+    /// simulation".
+    #[arg(long, default_value = "always", value_parser = ["always", "crowded-fits"])]
+    pub law_blend: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]
     pub max_pods: Option<usize>,

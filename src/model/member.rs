@@ -69,6 +69,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 26] = {
             time_share_crowded: false,
             set_linear_ratio: false,
             law_blend: 0,
+            law_blend_always: false,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -85,6 +86,7 @@ pub const CANDIDATES: [(&str, MemberOptions); 26] = {
             time_share_crowded: false,
             set_linear_ratio: false,
             law_blend: 0,
+            law_blend_always: false,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -584,11 +586,13 @@ impl MemberRidgeGbt {
     }
 
     /// With [`MemberOptions::law_blend`], in a set of three or more of a model that learns
-    /// crowded sets around the time-sharing law: each member's prediction becomes (1 - w) x
+    /// crowded sets around the time-sharing law (of any model, with
+    /// [`MemberOptions::law_blend_always`]): each member's prediction becomes (1 - w) x
     /// itself + w x its exclusive throughput x the law, w = `law_blend` / 100. Each term is
     /// at most the member's exclusive throughput, so the blend keeps the cap.
     fn blend_law(&self, members: &[Features], predicted: &mut [f64]) {
-        if self.options.law_blend == 0 || !self.options.time_share_crowded || members.len() < 3 {
+        let learned_crowded = self.options.time_share_crowded || self.options.law_blend_always;
+        if self.options.law_blend == 0 || !learned_crowded || members.len() < 3 {
             return;
         }
         let w = f64::from(self.options.law_blend) / 100.0;
@@ -1206,6 +1210,7 @@ mod tests {
         time_share_crowded: false,
         set_linear_ratio: false,
         law_blend: 0,
+        law_blend_always: false,
     };
 
     #[test]
@@ -1301,17 +1306,40 @@ mod tests {
         // Pairs are the members alone.
         let pair = [&seen[2], &seen[7]];
         assert_eq!(model.predict_set(&pair), plain.predict_set(&pair));
-        // Too few crowded sets to learn them around the law: no blend either.
+        // Too few crowded sets to learn them around the law: without `law_blend_always`, no
+        // blend either; with it (the default since the simulation chose it), the
+        // pair-learned members are blended.
         let few: Vec<TrainingRow> = mixed
             .iter()
             .filter(|r| r.members.len() == 2)
             .chain(mixed.iter().filter(|r| r.members.len() == 3).take(3))
             .cloned()
             .collect();
-        let fitted = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
+        const { assert!(MemberOptions::CHOSEN.law_blend_always) };
+        let crowded_fits_only = MemberOptions {
+            law_blend_always: false,
+            ..MemberOptions::CHOSEN
+        };
         let unblended = MemberRidgeGbt::fit_with(&few, without).unwrap();
         let triple = [&seen[0], &seen[5], &seen[9]];
-        assert_eq!(fitted.predict_set(&triple), unblended.predict_set(&triple));
+        assert_eq!(
+            MemberRidgeGbt::fit_with(&few, crowded_fits_only)
+                .unwrap()
+                .predict_set(&triple),
+            unblended.predict_set(&triple)
+        );
+        let always = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
+        assert!(!always.options.time_share_crowded);
+        let sm: f64 = triple.iter().map(|m| m.0[7]).sum();
+        let law = (100.0 / sm).min(1.0);
+        let members = unblended.predict_set(&triple).members.unwrap();
+        let blended = always.predict_set(&triple).members.unwrap();
+        for ((b, m), features) in blended.iter().zip(&members).zip(&triple) {
+            let expected = 0.9 * m + 0.1 * features.0[EXCLUSIVE_THROUGHPUT] * law;
+            assert!((b - expected).abs() <= 1e-9 * expected, "{b} vs {expected}");
+        }
+        // Pairs stay the members alone there too.
+        assert_eq!(always.predict_set(&pair), unblended.predict_set(&pair));
     }
 
     #[test]

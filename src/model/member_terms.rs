@@ -84,10 +84,15 @@ pub struct MemberOptions {
     /// exclusive throughput x min(1, 100 / the set's summed sm busy %), w = `law_blend` /
     /// 100. The law learns nothing from busy workloads, so it cannot carry their units to
     /// light ones the model has never seen. Only where the fitted model learns crowded sets
-    /// around the law (`time_share_crowded` in its options); 0 = off (candidate; README,
-    /// "N-way").
+    /// around the law (`time_share_crowded` in its options), or with `law_blend_always`;
+    /// 0 = off (README, "N-way").
     #[serde(default)]
     pub law_blend: u8,
+    /// With `law_blend`, the blend in every crowded set, also where the fitted model
+    /// learned none (its crowded answers are then pair-learned members, blended with the
+    /// law) (chosen by the simulation; README, "Cluster simulation").
+    #[serde(default)]
+    pub law_blend_always: bool,
 }
 
 impl MemberOptions {
@@ -105,6 +110,7 @@ impl MemberOptions {
         time_share_crowded: true,
         set_linear_ratio: false,
         law_blend: 10,
+        law_blend_always: true,
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).

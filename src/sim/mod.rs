@@ -30,7 +30,10 @@ use serde_json::json;
 use coloc::{
     cli::SimulateArgs,
     dataset::KaceDataset,
-    model::{fit, intervals, Features, FitMetrics, ModelKind, ModelParams, TrainingRow},
+    model::{
+        evaluate, fit, intervals, Features, FitMetrics, MemberOptions, MemberRidgeGbt, ModelKind,
+        ModelParams, TrainingRow,
+    },
 };
 
 use engine::{simulate, Cluster, Outcome, Queue};
@@ -144,7 +147,23 @@ impl World {
         )?;
         let dataset = KaceDataset::read(&args.kace_v100)?;
         let rows = training_rows(&dataset, if with_runs { &training_half } else { &[] })?;
-        let mut coloc = fit(ModelKind::DEFAULT, &rows)?;
+        let law_blend_always = match args.law_blend.as_str() {
+            "always" => true,
+            "crowded-fits" => false,
+            other => bail!("unknown --law-blend {other:?}; known: always, crowded-fits"),
+        };
+        let mut coloc = if law_blend_always == MemberOptions::CHOSEN.law_blend_always {
+            fit(ModelKind::DEFAULT, &rows)?
+        } else {
+            let options = MemberOptions {
+                law_blend_always,
+                ..MemberOptions::CHOSEN
+            };
+            let params =
+                ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_calibrated(&rows, options)?);
+            let metrics = evaluate(&params, &rows);
+            (params, metrics)
+        };
         let levels = match args.bands.as_str() {
             "profiles" => None,
             "held-out-runs" => Some((intervals::LOWER, intervals::UPPER)),
@@ -370,6 +389,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("seeds", json!(args.seeds));
     put("measured_sets", json!(world.truth.measured_sets()));
     put("coloc_bands", json!(args.bands));
+    put("coloc_law_blend", json!(args.law_blend));
     put("coloc_intervals_on_the_truth", json!(interval_audit));
     put(
         "coloc_intervals_on_the_truth_if_calibrated_on_held_out_runs",
@@ -435,6 +455,7 @@ mod tests {
             split_runs: false,
             train_on: "pairs".into(),
             bands: "profiles".into(),
+            law_blend: "always".into(),
             max_pods: Some(max_pods),
             json: false,
             plots: None,
@@ -588,6 +609,23 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // The default (--law-blend always): the model on pairs alone blends its crowded
+        // answers too; --law-blend crowded-fits does not. Their pairs are the same.
+        let always = pairs_only;
+        let pairs_only = World::load(&SimulateArgs {
+            split_runs: true,
+            train_on: "pairs".into(),
+            law_blend: "crowded-fits".into(),
+            ..args.clone()
+        })
+        .unwrap();
+        let features = always.dataset.features();
+        let names: Vec<&String> = features.keys().collect();
+        let set =
+            |n: usize| -> Vec<&Features> { names[..n].iter().map(|k| &features[*k]).collect() };
+        let (a, p) = (&always.coloc.0, &pairs_only.coloc.0);
+        assert_eq!(a.predict_set(&set(2)), p.predict_set(&set(2)));
+        assert_ne!(a.predict_set(&set(4)).sum, p.predict_set(&set(4)).sum);
     }
 
     #[test]
