@@ -1285,24 +1285,23 @@ mod tests {
             law_blend: 0,
             ..MemberOptions::CHOSEN
         };
-        let model = MemberRidgeGbt::fit_with(&mixed, MemberOptions::CHOSEN).unwrap();
-        let plain = MemberRidgeGbt::fit_with(&mixed, without).unwrap();
-        for set in [
-            vec![&seen[0], &seen[5], &seen[9]],
-            vec![&seen[1], &seen[2], &seen[3], &seen[4]],
-        ] {
-            // The law by hand: min(1, 100 / the summed sm busy %, metric 7).
-            let sm: f64 = set.iter().map(|m| m.0[7]).sum();
-            let law = (100.0 / sm).min(1.0);
-            let blended = model.predict_set(&set).members.unwrap();
-            let members = plain.predict_set(&set).members.unwrap();
-            for ((b, m), features) in blended.iter().zip(&members).zip(&set) {
+        // `blended`'s members are `plain`'s moved a tenth of the way to the law, by hand:
+        // min(1, 100 / the summed sm busy %, metric 7) x the exclusive throughput.
+        let check_blend = |blended: &MemberRidgeGbt, plain: &MemberRidgeGbt, set: &[&Features]| {
+            let law = (100.0 / set.iter().map(|m| m.0[7]).sum::<f64>()).min(1.0);
+            let blended = blended.predict_set(set).members.unwrap();
+            let members = plain.predict_set(set).members.unwrap();
+            for ((b, m), features) in blended.iter().zip(&members).zip(set) {
                 let expected = 0.9 * m + 0.1 * features.0[EXCLUSIVE_THROUGHPUT] * law;
                 assert!((b - expected).abs() <= 1e-9 * expected, "{b} vs {expected}");
                 assert!(*b <= features.0[EXCLUSIVE_THROUGHPUT] + 1e-9);
             }
             assert_ne!(blended, members);
-        }
+        };
+        let model = MemberRidgeGbt::fit_with(&mixed, MemberOptions::CHOSEN).unwrap();
+        let plain = MemberRidgeGbt::fit_with(&mixed, without).unwrap();
+        check_blend(&model, &plain, &[&seen[0], &seen[5], &seen[9]]);
+        check_blend(&model, &plain, &[&seen[1], &seen[2], &seen[3], &seen[4]]);
         // Pairs are the members alone.
         let pair = [&seen[2], &seen[7]];
         assert_eq!(model.predict_set(&pair), plain.predict_set(&pair));
@@ -1330,14 +1329,7 @@ mod tests {
         );
         let always = MemberRidgeGbt::fit_with(&few, MemberOptions::CHOSEN).unwrap();
         assert!(!always.options.time_share_crowded);
-        let sm: f64 = triple.iter().map(|m| m.0[7]).sum();
-        let law = (100.0 / sm).min(1.0);
-        let members = unblended.predict_set(&triple).members.unwrap();
-        let blended = always.predict_set(&triple).members.unwrap();
-        for ((b, m), features) in blended.iter().zip(&members).zip(&triple) {
-            let expected = 0.9 * m + 0.1 * features.0[EXCLUSIVE_THROUGHPUT] * law;
-            assert!((b - expected).abs() <= 1e-9 * expected, "{b} vs {expected}");
-        }
+        check_blend(&always, &unblended, &triple);
         // Pairs stay the members alone there too.
         assert_eq!(always.predict_set(&pair), unblended.predict_set(&pair));
     }
