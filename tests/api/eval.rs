@@ -355,7 +355,7 @@ fn eval_nway_scores_the_default_model_and_an_independent_scorer_agrees() {
             reported >= floor,
             "{set} {scope} {training}: {reported} < {floor}"
         );
-        // The worst 4-way target >= 0.80 on every row (README: 0.940, whisper-large-v2 b2
+        // The worst 4-way target >= 0.80 on every row (README: 0.940, whisper-large-v2 b8
         // inference; 0.754 on the 505 runs with runs alone before the law blend).
         if set == "4-way" {
             let worst = row["worst"]["member-ridge-gbt"].as_f64().unwrap();
