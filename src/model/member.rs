@@ -591,8 +591,8 @@ impl MemberRidgeGbt {
     /// itself + w x its exclusive throughput x the law, w = `law_blend` / 100. Each term is
     /// at most the member's exclusive throughput, so the blend keeps the cap.
     fn blend_law(&self, members: &[Features], predicted: &mut [f64]) {
-        let learned_crowded = self.options.time_share_crowded || self.options.law_blend_always;
-        if self.options.law_blend == 0 || !learned_crowded || members.len() < 3 {
+        let applies = self.options.time_share_crowded || self.options.law_blend_always;
+        if self.options.law_blend == 0 || !applies || members.len() < 3 {
             return;
         }
         let w = f64::from(self.options.law_blend) / 100.0;

@@ -328,6 +328,17 @@ pub fn fit_point(kind: ModelKind, rows: &[TrainingRow]) -> Result<ModelParams, F
 /// Fits a model of `kind` on `rows` and measures it in-sample. CPU-bound: call it off the
 /// async threads.
 pub fn fit(kind: ModelKind, rows: &[TrainingRow]) -> Result<(ModelParams, FitMetrics), FitError> {
+    fit_with_options(kind, rows, MemberOptions::CHOSEN)
+}
+
+/// [`fit`], `member-ridge-gbt` with `options` instead of the chosen ones (`kace-linear` has
+/// none): for experiments that serve another form of the default, as `coloc simulate
+/// --law-blend` does.
+pub fn fit_with_options(
+    kind: ModelKind,
+    rows: &[TrainingRow],
+    options: MemberOptions,
+) -> Result<(ModelParams, FitMetrics), FitError> {
     if rows.len() < MIN_TRAINING_ROWS {
         return Err(FitError::TooFewObservations {
             have: rows.len(),
@@ -335,7 +346,9 @@ pub fn fit(kind: ModelKind, rows: &[TrainingRow]) -> Result<(ModelParams, FitMet
         });
     }
     let params = match kind {
-        ModelKind::MemberRidgeGbt => ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit(rows)?),
+        ModelKind::MemberRidgeGbt => {
+            ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_calibrated(rows, options)?)
+        }
         ModelKind::KaceLinear => ModelParams::KaceLinear(KaceLinear::fit(rows)?),
     };
     let metrics = evaluate(&params, rows);

@@ -31,7 +31,7 @@ use coloc::{
     cli::SimulateArgs,
     dataset::KaceDataset,
     model::{
-        evaluate, fit, intervals, Features, FitMetrics, MemberOptions, MemberRidgeGbt, ModelKind,
+        fit, fit_with_options, intervals, Features, FitMetrics, MemberOptions, ModelKind,
         ModelParams, TrainingRow,
     },
 };
@@ -152,18 +152,11 @@ impl World {
             "crowded-fits" => false,
             other => bail!("unknown --law-blend {other:?}; known: always, crowded-fits"),
         };
-        let mut coloc = if law_blend_always == MemberOptions::CHOSEN.law_blend_always {
-            fit(ModelKind::DEFAULT, &rows)?
-        } else {
-            let options = MemberOptions {
-                law_blend_always,
-                ..MemberOptions::CHOSEN
-            };
-            let params =
-                ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_calibrated(&rows, options)?);
-            let metrics = evaluate(&params, &rows);
-            (params, metrics)
+        let options = MemberOptions {
+            law_blend_always,
+            ..MemberOptions::CHOSEN
         };
+        let mut coloc = fit_with_options(ModelKind::DEFAULT, &rows, options)?;
         let levels = match args.bands.as_str() {
             "profiles" => None,
             "held-out-runs" => Some((intervals::LOWER, intervals::UPPER)),
