@@ -484,7 +484,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "pairs", value_parser = ["pairs", "pairs+runs"])]
     pub train_on: String,
     /// How coloc's model is banded: profiles (its 80 % intervals as `Train` calibrates
-    /// them, on held-out profiles), held-out-runs (an experiment: recalibrated on runs held
+    /// them, on held-out profiles, and its seen bands, `--seen-bands`), held-out-runs (an experiment: recalibrated on runs held
     /// out at random, whose workloads the model saw) or held-out-runs-95 (the same, 95 %
     /// intervals); README, "Cluster simulation".
     #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs", "held-out-runs-95"])]
@@ -495,6 +495,12 @@ pub struct SimulateArgs {
     /// simulation".
     #[arg(long, default_value = "always", value_parser = ["always", "crowded-fits"])]
     pub law_blend: String,
+    /// Whether coloc's model keeps `Train`'s seen bands (narrower crowded bands for sets
+    /// of workloads it saw in crowded training runs; only a model trained on runs has
+    /// them): on (the default) or off (the model's bands alone, as before 2026-11-27
+    /// evening); README, "N-way", "Seen bands".
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub seen_bands: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]
     pub max_pods: Option<usize>,

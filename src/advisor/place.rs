@@ -13,8 +13,9 @@
 //! cluster; every distinct multiset of workloads is predicted once per request.
 //!
 //! Where the model carries 80 % intervals, each member's answer carries its interval (the
-//! model's for a set of that size, around the member's prediction), and `cautious` checks
-//! the caps on the low ends.
+//! model's for a set of that size, or its seen band for a crowded set of workloads it was
+//! trained on, around the member's prediction), and `cautious` checks the caps on the low
+//! ends.
 
 use std::sync::Arc;
 
@@ -518,11 +519,15 @@ impl<'a> SetCache<'a> {
                             sum: members.iter().sum(),
                             members: Some(members),
                         };
+                        let features: Vec<_> = key
+                            .iter()
+                            .map(|&i| &self.ready.table.entries()[i as usize].features)
+                            .collect();
                         let bounds = self
                             .ready
                             .model
                             .params
-                            .interval_with_difficulty(key.len(), &prediction, difficulty)
+                            .interval_with_difficulty(&features, &prediction, difficulty)
                             .and_then(|interval| interval.members);
                         SetValue {
                             sum: prediction.sum,

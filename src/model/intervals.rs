@@ -62,6 +62,102 @@ pub struct SetInterval {
     pub members: Option<Vec<(f64, f64)>>,
 }
 
+/// Bands for crowded sets of workloads the model was trained on: sets of three or more
+/// whose every member's profile is in a crowded training run of the model. The model's
+/// [`Intervals`] are calibrated on workloads held out (one fold per profile), which is the
+/// error on a new workload and far wider than the error on a new set of known ones (the
+/// cluster simulation measured 1.9-3.3 % of crowded members below the low end where 10 %
+/// belong; README, "N-way", "Seen bands"). These bands come from runs held out at random
+/// instead (five folds, run i in fold i mod 5), each scored only if every member is in a
+/// crowded run of its fold's training: the error of a new set of known workloads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeenBands {
+    /// As [`Intervals::bands`], plain quantiles; the pairs' slot is always empty. A size
+    /// without its own band here is answered by the model's [`Intervals`] (never borrowed:
+    /// a band of 3 says nothing of 4).
+    pub intervals: Intervals,
+    /// Sorted, distinct [`Features::fingerprint`]s of every profile in a crowded training
+    /// run.
+    pub profiles: Vec<u64>,
+}
+
+impl SeenBands {
+    /// The interval of `prediction` for the set `members` when this covers it: three or
+    /// more members, every one seen, and a band of the set's own size.
+    pub fn apply(&self, members: &[&Features], prediction: &SetPrediction) -> Option<SetInterval> {
+        if members.len() < 3
+            || !members
+                .iter()
+                .all(|m| self.profiles.binary_search(&m.fingerprint()).is_ok())
+        {
+            return None;
+        }
+        self.intervals.apply_own(members.len(), prediction)
+    }
+
+    /// The folds that calibrate seen bands on `rows`: [`k_folds`], each with the rows it
+    /// scores (by row index: crowded runs whose every member's profile is in a crowded run
+    /// outside the fold). `None` when no crowded size would have [`MIN_BAND_RUNS`] scored
+    /// runs, so that nothing is refitted for bands that cannot exist (a store of many
+    /// workloads, each in few runs, is calibrated at no cost).
+    pub fn folds(rows: &[TrainingRow]) -> Option<(Vec<Vec<usize>>, Vec<Vec<bool>>)> {
+        let crowded = |r: &TrainingRow| r.members.len() >= 3;
+        let prints: Vec<Vec<u64>> = rows
+            .iter()
+            .map(|r| r.members.iter().map(Features::fingerprint).collect())
+            .collect();
+        let folds = k_folds(rows.len());
+        let mut scored_by_fold = Vec::with_capacity(folds.len());
+        let mut scored_by_band = [0usize; BANDS];
+        for fold in &folds {
+            let mut in_fold = vec![false; rows.len()];
+            for &i in fold {
+                in_fold[i] = true;
+            }
+            let seen: std::collections::HashSet<u64> = (0..rows.len())
+                .filter(|&i| !in_fold[i] && crowded(&rows[i]))
+                .flat_map(|i| prints[i].iter().copied())
+                .collect();
+            let mut scored = vec![false; rows.len()];
+            for &i in fold {
+                if crowded(&rows[i]) && prints[i].iter().all(|p| seen.contains(p)) {
+                    scored[i] = true;
+                    scored_by_band[band(rows[i].members.len())] += 1;
+                }
+            }
+            scored_by_fold.push(scored);
+        }
+        scored_by_band[1..]
+            .iter()
+            .any(|&n| n >= MIN_BAND_RUNS)
+            .then_some((folds, scored_by_fold))
+    }
+
+    /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the profiles
+    /// of every crowded run of `rows` (the model's training); `None` without a band.
+    pub fn calibrate<'a>(
+        held_out: impl IntoIterator<Item = &'a HeldOut>,
+        rows: &[TrainingRow],
+    ) -> Option<Self> {
+        let mut intervals = Intervals::calibrate(held_out);
+        intervals.bands[0] = None;
+        if intervals.bands.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut profiles: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.members.len() >= 3)
+            .flat_map(|r| r.members.iter().map(Features::fingerprint))
+            .collect();
+        profiles.sort_unstable();
+        profiles.dedup();
+        Some(Self {
+            intervals,
+            profiles,
+        })
+    }
+}
+
 /// Which held-out runs calibrate the crowded bands (3 and 4 or more members).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Folds {
@@ -288,6 +384,13 @@ impl Intervals {
             .map(|(_, _, band)| band)
     }
 
+    /// The interval from the band of the set size itself, plain (no borrowing from a
+    /// neighbour, no difficulty); `None` without one.
+    fn apply_own(&self, size: usize, prediction: &SetPrediction) -> Option<SetInterval> {
+        let band = self.bands.get(band(size))?.as_ref()?;
+        self.apply_band(band, 1.0, prediction)
+    }
+
     /// Whether the interval of a set of `size` members reads the prediction's difficulty.
     pub fn needs_difficulty(&self, size: usize) -> bool {
         self.band(size).is_some_and(|b| b.floor.is_some())
@@ -303,6 +406,11 @@ impl Intervals {
     ) -> Option<SetInterval> {
         let band = self.band(size)?;
         let width = band.floor.map_or(1.0, |floor| floor + difficulty);
+        self.apply_band(band, width, prediction)
+    }
+
+    /// `prediction` times e^(q x width) for the band's quantiles q.
+    fn apply_band(&self, band: &Band, width: f64, prediction: &SetPrediction) -> Option<SetInterval> {
         let scale = |value: f64, (lo, hi): (f64, f64)| {
             (value * (lo * width).exp(), value * (hi * width).exp())
         };
@@ -370,7 +478,7 @@ pub fn held_out(
 ) -> Result<Vec<HeldOut>, FitError> {
     let mut held_out = Vec::with_capacity(rows.len());
     for test in folds {
-        held_out.extend(fold_held_out(rows, test, &fit)?);
+        held_out.extend(fold_held_out(rows, test, &|_| true, &fit)?);
     }
     Ok(held_out)
 }
@@ -383,19 +491,32 @@ pub fn held_out_in_parallel(
     folds: &[Vec<usize>],
     fit: impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError> + Sync,
 ) -> Result<Vec<HeldOut>, FitError> {
+    held_out_scored_in_parallel(rows, folds, |_, _| true, fit)
+}
+
+/// [`held_out_in_parallel`], predicting only the held-out rows that `scored(fold, row)`
+/// accepts (every row of a fold is still left out of its training).
+pub fn held_out_scored_in_parallel(
+    rows: &[TrainingRow],
+    folds: &[Vec<usize>],
+    scored: impl Fn(usize, usize) -> bool + Sync,
+    fit: impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError> + Sync,
+) -> Result<Vec<HeldOut>, FitError> {
     use rayon::prelude::*;
     let per_fold: Vec<Vec<HeldOut>> = folds
         .par_iter()
-        .map(|test| fold_held_out(rows, test, &fit))
+        .enumerate()
+        .map(|(f, test)| fold_held_out(rows, test, &|i| scored(f, i), &fit))
         .collect::<Result<_, _>>()?;
     Ok(per_fold.into_iter().flatten().collect())
 }
 
-/// The held-out runs of one fold: `fit` on every row not in `test`, predicting `test`'s
-/// (none when too few rows are left to fit).
+/// The held-out runs of one fold: `fit` on every row not in `test`, predicting the rows of
+/// `test` that `scored` accepts (none when too few rows are left to fit).
 fn fold_held_out(
     rows: &[TrainingRow],
     test: &[usize],
+    scored: &(dyn Fn(usize) -> bool + Sync),
     fit: &impl Fn(&[TrainingRow]) -> Result<ModelParams, FitError>,
 ) -> Result<Vec<HeldOut>, FitError> {
     let mut is_test = vec![false; rows.len()];
@@ -414,6 +535,7 @@ fn fold_held_out(
     let params = fit(&train)?;
     Ok(test
         .iter()
+        .filter(|&&i| scored(i))
         .map(|&i| {
             let members: Vec<&Features> = rows[i].members.iter().collect();
             let (prediction, difficulty) = params.predict_set_with_difficulty(&members);

@@ -28,7 +28,7 @@ use rand::{rngs::StdRng, SeedableRng};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
-    intervals::{self, Calibration, Intervals, SetInterval},
+    intervals::{self, Calibration, Intervals, SeenBands, SetInterval},
     member_terms::{
         clamp_log_ratio, member_throughput, ridge_features, time_share_law, time_share_log_ratio,
         MemberOptions, EXCLUSIVE_THROUGHPUT, MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
@@ -254,6 +254,11 @@ pub struct MemberRidgeGbt {
     /// intervals existed have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
+    /// Narrower crowded bands for sets whose every member the model saw in a crowded
+    /// training run ([`SeenBands`]; none for models trained without enough crowded runs,
+    /// and for models stored before they existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<SeenBands>,
     /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
     /// more members (none when the training held fewer than [`SET_LINEAR_MIN_SETS`] of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -306,7 +311,36 @@ impl MemberRidgeGbt {
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
             .pop()
             .flatten();
+        if model.intervals.is_some() {
+            model.seen = Self::calibrate_seen(rows, options)?;
+        }
         Ok(model)
+    }
+
+    /// The seen bands of the model fitted with `options` on `rows` ([`SeenBands`]): five
+    /// random folds of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each fold's
+    /// crowded runs of seen workloads scored by the model fitted on the other folds (each
+    /// fold its own task on the caller's rayon pool). No refit at all when no crowded size
+    /// could reach [`intervals::MIN_BAND_RUNS`] scored runs.
+    pub fn calibrate_seen(
+        rows: &[TrainingRow],
+        options: MemberOptions,
+    ) -> Result<Option<SeenBands>, FitError> {
+        if !rows.iter().any(|r| r.members.len() >= 3) {
+            return Ok(None);
+        }
+        let stride = rows.len().div_ceil(SEEN_CALIBRATION_ROWS).max(1);
+        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
+        let Some((folds, scored)) = SeenBands::folds(&sample) else {
+            return Ok(None);
+        };
+        let held_out = intervals::held_out_scored_in_parallel(
+            &sample,
+            &folds,
+            |fold, row| scored[fold][row],
+            |train| Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt),
+        )?;
+        Ok(SeenBands::calibrate(&held_out, rows))
     }
 
     /// The intervals of the model fitted with `options` on `rows`, calibrated each way of
@@ -386,19 +420,49 @@ impl MemberRidgeGbt {
             .collect())
     }
 
-    /// The interval of a prediction of this model for the set `members`.
+    /// The interval of a prediction of this model for the set `members`: its seen band
+    /// where [`SeenBands`] covers the set, else its band for the set's size.
     pub fn interval(
         &self,
         members: &[&Features],
         prediction: &SetPrediction,
     ) -> Option<SetInterval> {
-        let intervals = self.intervals.as_ref()?;
-        let difficulty = if intervals.needs_difficulty(members.len()) {
-            self.difficulty(members)
-        } else {
-            0.0
+        let needs_difficulty = self
+            .intervals
+            .as_ref()
+            .is_some_and(|i| i.needs_difficulty(members.len()));
+        let difficulty = || {
+            if needs_difficulty {
+                self.difficulty(members)
+            } else {
+                0.0
+            }
         };
-        intervals.apply(members.len(), prediction, difficulty)
+        self.interval_with(members, prediction, difficulty)
+    }
+
+    /// [`Self::interval`] with the prediction's difficulty known.
+    pub fn interval_with_difficulty(
+        &self,
+        members: &[&Features],
+        prediction: &SetPrediction,
+        difficulty: f64,
+    ) -> Option<SetInterval> {
+        self.interval_with(members, prediction, || difficulty)
+    }
+
+    fn interval_with(
+        &self,
+        members: &[&Features],
+        prediction: &SetPrediction,
+        difficulty: impl FnOnce() -> f64,
+    ) -> Option<SetInterval> {
+        if let Some(seen) = self.seen.as_ref().and_then(|s| s.apply(members, prediction)) {
+            return Some(seen);
+        }
+        self.intervals
+            .as_ref()?
+            .apply(members.len(), prediction, difficulty())
     }
 
     /// How far the set-level linear model moves the set's members' sum:
@@ -559,6 +623,7 @@ impl MemberRidgeGbt {
             booster: Booster(Arc::new(booster)),
             options,
             intervals: None,
+            seen: None,
             set_linear,
             scorer: LazyScorer::default(),
         };
@@ -848,6 +913,11 @@ pub const CALIBRATION_ROWS: usize = 20_000;
 /// store of KACE's size (hundreds of runs) is below it, so its intervals are unchanged.
 pub const PROFILE_OUT_CALIBRATION_ROWS: usize =
     CALIBRATION_ROWS * intervals::FOLDS / intervals::PROFILE_OUT_FOLDS;
+
+/// Rows the seen bands' five refits take at most, evenly strided from the training: as
+/// many as each one-profile-per-fold refit, so a store with crowded runs of known
+/// workloads pays five more small refits (every KACE-sized training is below it).
+pub const SEEN_CALIBRATION_ROWS: usize = PROFILE_OUT_CALIBRATION_ROWS;
 
 /// `folds` folds that hold out whole profiles: each distinct profile (by its exact
 /// metrics) goes to fold (its rank in first-seen order) mod `folds`; a run is held out in

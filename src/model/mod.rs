@@ -194,16 +194,16 @@ impl ModelParams {
         }
     }
 
-    /// [`Self::interval`] of a set of `size` members whose difficulty is known (it came
-    /// with the prediction), without predicting the set again.
+    /// [`Self::interval`] of the set `members` whose difficulty is known (it came with the
+    /// prediction), without predicting the set again.
     pub fn interval_with_difficulty(
         &self,
-        size: usize,
+        members: &[&Features],
         prediction: &SetPrediction,
         difficulty: f64,
     ) -> Option<intervals::SetInterval> {
         match self {
-            Self::MemberRidgeGbt(m) => m.intervals.as_ref()?.apply(size, prediction, difficulty),
+            Self::MemberRidgeGbt(m) => m.interval_with_difficulty(members, prediction, difficulty),
             Self::KaceLinear(_) => None,
         }
     }

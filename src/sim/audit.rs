@@ -134,5 +134,8 @@ pub fn calibrated_on_held_out_runs_at(
     }
     let mut recalibrated = fitted.clone();
     recalibrated.intervals = Some(calibrated);
+    // Every band from these folds: the model's own seen bands would otherwise answer the
+    // crowded sets of known workloads first.
+    recalibrated.seen = None;
     Ok(Some(ModelParams::MemberRidgeGbt(recalibrated)))
 }

@@ -165,6 +165,12 @@ impl World {
                 bail!("unknown --bands {other:?}; known: profiles, held-out-runs, held-out-runs-95")
             }
         };
+        match (args.seen_bands.as_str(), &mut coloc.0) {
+            ("on", _) => {}
+            ("off", ModelParams::MemberRidgeGbt(model)) => model.seen = None,
+            ("off", _) => {}
+            (other, _) => bail!("unknown --seen-bands {other:?}; known: on, off"),
+        }
         if let Some(levels) = levels {
             coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, levels)?
                 .with_context(|| format!("--bands {}: too few runs to calibrate on", args.bands))?;
@@ -383,6 +389,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     put("measured_sets", json!(world.truth.measured_sets()));
     put("coloc_bands", json!(args.bands));
     put("coloc_law_blend", json!(args.law_blend));
+    put("coloc_seen_bands", json!(args.seen_bands));
     put("coloc_intervals_on_the_truth", json!(interval_audit));
     put(
         "coloc_intervals_on_the_truth_if_calibrated_on_held_out_runs",
@@ -449,6 +456,7 @@ mod tests {
             train_on: "pairs".into(),
             bands: "profiles".into(),
             law_blend: "always".into(),
+            seen_bands: "on".into(),
             max_pods: Some(max_pods),
             json: false,
             plots: None,
