@@ -935,6 +935,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     };
     let mut rows = Vec::new();
     let mut coverage_rows = Vec::new();
+    let mut seen_rows = Vec::new();
     let mut api_trainings = Vec::new();
     let mut api_servers = 0;
     let mut targets_found = std::collections::BTreeSet::new();
@@ -944,7 +945,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         let (with_coverage, with_calibrations) = (args.coverage, args.calibrations);
         let through_api = args.through_api;
         let targets = args.targets.clone();
-        let (data, cases, mut results, run_coverage) =
+        let (data, cases, mut results, run_coverage, seen_coverage) =
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 let runs = eval::nway::read_runs(&path)?;
                 let size = runs.first().map_or(0, |r| r.members.len());
@@ -962,6 +963,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                     .collect();
                 let results = eval::nway::evaluate(&data, &cases, &local_policies)?;
                 let mut run_coverage = Vec::new();
+                let mut seen_coverage = Vec::new();
                 if with_coverage {
                     // The chosen calibration, or with --calibrations every one compared.
                     let calibrations: &[(&str, model::intervals::Calibration)] =
@@ -975,8 +977,9 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                         run_coverage.extend(eval::nway::pair_coverage(&data, calibrations)?);
                     }
                     run_coverage.extend(eval::nway::coverage(&data, &cases, calibrations)?);
+                    seen_coverage.extend(eval::nway::seen_coverage(&data, k == 0)?);
                 }
-                Ok((data, cases, results, run_coverage))
+                Ok((data, cases, results, run_coverage, seen_coverage))
             })
             .await??;
         if args.through_api {
@@ -999,6 +1002,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         }
         targets_found.extend(cases.iter().map(|c| c.target.clone()));
         coverage_rows.extend(run_coverage);
+        seen_rows.extend(seen_coverage);
         if let Some(writer) = writer.as_mut() {
             eval::write_nway_predictions(writer, &data, &cases, &results, predictions_policy)?;
         }
@@ -1011,7 +1015,11 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         anyhow::bail!("--target {missing:?} is in no run of the files");
     }
     if args.json {
-        let mut summary = serde_json::json!({ "rows": rows, "coverage": coverage_rows });
+        let mut summary = serde_json::json!({
+            "rows": rows,
+            "coverage": coverage_rows,
+            "seen_coverage": seen_rows,
+        });
         if args.through_api {
             summary["api"] =
                 serde_json::json!({ "servers": api_servers, "trainings": api_trainings });
@@ -1033,6 +1041,21 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                 c.sum_fraction(),
                 c.sums_inside,
                 c.sums
+            );
+        }
+        for row in &seen_rows {
+            let c = &row.coverage;
+            println!(
+                "80 % interval coverage, {}, {} as Train fits it: members {:.3} ({} of {}), sums {:.3} ({} of {}); {} of the sets by seen bands",
+                c.protocol,
+                c.policy,
+                c.member_fraction(),
+                c.members_inside,
+                c.members,
+                c.sum_fraction(),
+                c.sums_inside,
+                c.sums,
+                row.by_seen_bands
             );
         }
     }

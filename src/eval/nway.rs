@@ -666,6 +666,89 @@ pub fn coverage(
     Ok(rows.into_iter().flatten().collect())
 }
 
+/// A [`seen_coverage`] row.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeenCoverage {
+    #[serde(flatten)]
+    pub coverage: Coverage,
+    /// Scored runs (sets) whose interval came from the seen bands.
+    pub by_seen_bands: usize,
+}
+
+/// Coverage of the intervals `Train` gives sets of workloads it has seen (its seen bands
+/// where they cover a set, README "N-way", "Seen bands"): five random folds (run i in fold
+/// i mod 5) of the file's runs, the default model fitted as `Train` fits it on every pair
+/// and the other folds' runs, scored on the held-out runs whose every member is in a run
+/// of that training. With `pairs`, also the pairs alone the same way (folds of the pairs,
+/// a model on the other pairs): the pairs' band on pairs of seen workloads. Returns the
+/// rows, each with how many scored runs the seen bands answered.
+pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCoverage>> {
+    let folds = model::intervals::k_folds;
+    let seen_in = |training: &[TrainingRow], row: &TrainingRow| {
+        let known: std::collections::HashSet<u64> = training
+            .iter()
+            .flat_map(|r| r.members.iter().map(Features::fingerprint))
+            .collect();
+        row.members.iter().all(|m| known.contains(&m.fingerprint()))
+    };
+    let mut rows = Vec::new();
+    let mut measure = |protocol: String,
+                       fixed: Vec<TrainingRow>,
+                       folded: Vec<TrainingRow>|
+     -> anyhow::Result<()> {
+        let mut coverage = Coverage::new(protocol, "chosen");
+        let mut by_seen_bands = 0;
+        for fold in folds(folded.len()) {
+            let mut held = vec![false; folded.len()];
+            for &i in &fold {
+                held[i] = true;
+            }
+            let training: Vec<TrainingRow> = fixed
+                .iter()
+                .cloned()
+                .chain((0..folded.len()).filter(|&i| !held[i]).map(|i| folded[i].clone()))
+                .collect();
+            let (params, _) = model::fit(ModelKind::DEFAULT, &training)?;
+            let test: Vec<TrainingRow> = fold
+                .iter()
+                .map(|&i| folded[i].clone())
+                .filter(|row| seen_in(&training, row))
+                .collect();
+            if let model::ModelParams::MemberRidgeGbt(m) = &params {
+                if let Some(seen) = &m.seen {
+                    by_seen_bands += test
+                        .iter()
+                        .filter(|row| {
+                            let members: Vec<&Features> = row.members.iter().collect();
+                            seen.apply(&members, &params.predict_set(&members)).is_some()
+                        })
+                        .count();
+                }
+            }
+            coverage.add(&params, &test)?;
+        }
+        rows.push(SeenCoverage {
+            coverage,
+            by_seen_bands,
+        });
+        Ok(())
+    };
+    let pair_rows: Vec<TrainingRow> = (0..data.pairs.len()).map(|i| data.pair_row(i)).collect();
+    if pairs {
+        measure(
+            "pairs, held out at random, seen workloads".into(),
+            Vec::new(),
+            pair_rows.clone(),
+        )?;
+    }
+    measure(
+        format!("{} all, runs held out at random, seen workloads", data.label),
+        pair_rows,
+        (0..data.runs.len()).map(|i| data.run_row(i)).collect(),
+    )?;
+    Ok(rows)
+}
+
 /// The same on the pair dataset's unseen-workload protocol: each workload's pairs against
 /// a model fitted and calibrated on the pairs without it; one row per calibration.
 pub fn pair_coverage(
