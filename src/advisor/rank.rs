@@ -634,13 +634,11 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let interval = model
-        .params
-        .interval_with_difficulty(
-            &entries.iter().map(|e| &e.features).collect::<Vec<_>>(),
-            &prediction,
-            difficulty,
-        );
+    let interval = model.params.interval_with_difficulty(
+        &entries.iter().map(|e| &e.features).collect::<Vec<_>>(),
+        &prediction,
+        difficulty,
+    );
     let mut member_answers = member_predictions(&entries, members);
     if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
         for (answer, bound) in member_answers.iter_mut().zip(bounds) {

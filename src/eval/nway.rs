@@ -706,7 +706,11 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
             let training: Vec<TrainingRow> = fixed
                 .iter()
                 .cloned()
-                .chain((0..folded.len()).filter(|&i| !held[i]).map(|i| folded[i].clone()))
+                .chain(
+                    (0..folded.len())
+                        .filter(|&i| !held[i])
+                        .map(|i| folded[i].clone()),
+                )
                 .collect();
             let (params, _) = model::fit(ModelKind::DEFAULT, &training)?;
             let test: Vec<TrainingRow> = fold
@@ -720,7 +724,8 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                         .iter()
                         .filter(|row| {
                             let members: Vec<&Features> = row.members.iter().collect();
-                            seen.apply(&members, &params.predict_set(&members)).is_some()
+                            seen.apply(&members, &params.predict_set(&members))
+                                .is_some()
                         })
                         .count();
                 }
@@ -742,7 +747,10 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
         )?;
     }
     measure(
-        format!("{} all, runs held out at random, seen workloads", data.label),
+        format!(
+            "{} all, runs held out at random, seen workloads",
+            data.label
+        ),
         pair_rows,
         (0..data.runs.len()).map(|i| data.run_row(i)).collect(),
     )?;

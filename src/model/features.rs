@@ -107,7 +107,10 @@ mod tests {
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_eq!(a.fingerprint(), Features(a.0).fingerprint());
         // Pinned: models store fingerprints, so the function may never change.
-        assert_eq!(Features([0.0; NUM_FEATURES]).fingerprint(), PINNED_ZERO_FINGERPRINT);
+        assert_eq!(
+            Features([0.0; NUM_FEATURES]).fingerprint(),
+            PINNED_ZERO_FINGERPRINT
+        );
     }
 
     #[test]

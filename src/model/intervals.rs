@@ -410,7 +410,12 @@ impl Intervals {
     }
 
     /// `prediction` times e^(q x width) for the band's quantiles q.
-    fn apply_band(&self, band: &Band, width: f64, prediction: &SetPrediction) -> Option<SetInterval> {
+    fn apply_band(
+        &self,
+        band: &Band,
+        width: f64,
+        prediction: &SetPrediction,
+    ) -> Option<SetInterval> {
         let scale = |value: f64, (lo, hi): (f64, f64)| {
             (value * (lo * width).exp(), value * (hi * width).exp())
         };

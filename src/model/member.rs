@@ -457,7 +457,11 @@ impl MemberRidgeGbt {
         prediction: &SetPrediction,
         difficulty: impl FnOnce() -> f64,
     ) -> Option<SetInterval> {
-        if let Some(seen) = self.seen.as_ref().and_then(|s| s.apply(members, prediction)) {
+        if let Some(seen) = self
+            .seen
+            .as_ref()
+            .and_then(|s| s.apply(members, prediction))
+        {
             return Some(seen);
         }
         self.intervals
@@ -1746,6 +1750,119 @@ mod tests {
         assert!(close(interval.sum.1, prediction.sum * 0.4f64.exp()));
         let params = ModelParams::MemberRidgeGbt(model);
         assert_eq!(params.pair_interval(&prediction), Some(interval));
+    }
+
+    #[test]
+    fn seen_bands_answer_crowded_sets_whose_every_member_was_trained_on_crowded_and_nothing_else() {
+        let mut state = 37;
+        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+        let mixed = mixed_rows(&seen);
+        let mut model = MemberRidgeGbt::fit(&mixed).expect("fits");
+        let bands = model
+            .seen
+            .clone()
+            .expect("a store of known workloads in triples");
+        // Every profile of a triple of the training, nothing else.
+        let mut in_triples: Vec<u64> = seen.iter().map(Features::fingerprint).collect();
+        in_triples.sort_unstable();
+        in_triples.dedup();
+        assert_eq!(bands.profiles, in_triples);
+        assert!(bands.intervals.bands[0].is_none(), "never a band of pairs");
+        let triple_band = bands.intervals.bands[1].expect("triples held out");
+        assert!(triple_band.runs >= intervals::MIN_BAND_RUNS);
+        // Chosen bands by hand, far apart, so that the test sees which one answered.
+        model.intervals = Some(Intervals {
+            bands: vec![
+                Some(intervals::Band {
+                    runs: 9,
+                    member: Some((-0.5, 0.25)),
+                    sum: (-0.2, 0.4),
+                    floor: None,
+                }),
+                Some(intervals::Band {
+                    runs: 9,
+                    member: Some((-1.0, 2.0)),
+                    sum: (-0.5, 1.0),
+                    floor: None,
+                }),
+                None,
+            ],
+        });
+        model.seen = Some(SeenBands {
+            intervals: Intervals {
+                bands: vec![
+                    None,
+                    Some(intervals::Band {
+                        runs: 9,
+                        member: Some((-0.05, 0.04)),
+                        sum: (-0.03, 0.02),
+                        floor: None,
+                    }),
+                    None,
+                ],
+            },
+            profiles: bands.profiles.clone(),
+        });
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-12);
+        let low_of = |set: &[&Features]| {
+            let prediction = model.predict_set(set);
+            let interval = model.interval(set, &prediction).expect("has intervals");
+            let params = ModelParams::MemberRidgeGbt(model.clone());
+            let difficulty = params.predict_set_with_difficulty(set).1;
+            assert_eq!(
+                params.interval_with_difficulty(set, &prediction, difficulty),
+                Some(interval.clone()),
+                "Place's and Rank's path answers alike"
+            );
+            (interval.sum.0 / prediction.sum).ln()
+        };
+        // Three trained workloads: the seen band of three.
+        assert!(close(low_of(&[&seen[0], &seen[4], &seen[7]]), -0.03));
+        // One workload never trained on: the model's own band of three.
+        let fresh = workload(&mut state);
+        assert!(close(low_of(&[&seen[0], &seen[4], &fresh]), -0.5));
+        // Pairs keep the pairs' band, seen or not.
+        assert!(close(low_of(&[&seen[0], &seen[4]]), -0.2));
+        // Four trained workloads: no seen band of four, so the model's bands (its band of
+        // three, the nearest), never the seen band of three.
+        assert!(close(
+            low_of(&[&seen[0], &seen[4], &seen[7], &seen[9]]),
+            -0.5
+        ));
+        // A model stored before seen bands existed reads back without them.
+        let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model.clone())).unwrap();
+        let fields = stored.as_object_mut().expect("a model is an object");
+        assert!(fields.remove("seen").is_some());
+        let ModelParams::MemberRidgeGbt(old) = serde_json::from_value(stored).unwrap() else {
+            panic!("the same kind");
+        };
+        assert_eq!(old.seen, None);
+    }
+
+    #[test]
+    fn no_seen_band_and_no_refit_where_no_crowded_size_has_nine_runs_of_known_workloads() {
+        let mut state = 41;
+        let pool: Vec<Features> = (0..40).map(|_| workload(&mut state)).collect();
+        // Pairs of every workload, and triples each of three workloads found in no other
+        // triple: no held-out triple has its members in another fold's triples.
+        let mut training = rows(&pool[..10]);
+        for chunk in pool[10..].chunks(3).filter(|c| c.len() == 3) {
+            let members = chunk.to_vec();
+            training.push(TrainingRow {
+                throughputs: members.iter().map(|m| m.0[6] * 0.5).collect(),
+                members,
+            });
+        }
+        assert!(SeenBands::folds(&training).is_none());
+        assert_eq!(
+            MemberRidgeGbt::calibrate_seen(&training, MemberOptions::CHOSEN).unwrap(),
+            None
+        );
+        // Pairs alone: nothing to calibrate.
+        assert_eq!(
+            MemberRidgeGbt::calibrate_seen(&rows(&pool[..10]), MemberOptions::CHOSEN).unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -627,6 +627,41 @@ mod tests {
         let (a, p) = (&always.coloc.0, &pairs_only.coloc.0);
         assert_eq!(a.predict_set(&set(2)), p.predict_set(&set(2)));
         assert_ne!(a.predict_set(&set(4)).sum, p.predict_set(&set(4)).sum);
+        // Seen bands: the model on runs has them (--seen-bands on, the default), and its
+        // crowded sets of the simulation's workloads are banded by them: narrower than
+        // with --seen-bands off. The model on pairs alone has none to drop.
+        let off = World::load(&SimulateArgs {
+            seen_bands: "off".into(),
+            ..args.clone()
+        })
+        .unwrap();
+        let (ModelParams::MemberRidgeGbt(on), ModelParams::MemberRidgeGbt(without)) =
+            (&world.coloc.0, &off.coloc.0)
+        else {
+            panic!("the default kind");
+        };
+        assert!(on.seen.is_some() && without.seen.is_none());
+        let ModelParams::MemberRidgeGbt(pairs) = a else {
+            panic!("the default kind");
+        };
+        assert!(pairs.seen.is_none());
+        let simulated: Vec<&Features> = world
+            .truth
+            .workloads
+            .iter()
+            .take(4)
+            .map(|w| &features[&w.name])
+            .collect();
+        let width = |model: &ModelParams| {
+            let prediction = model.predict_set(&simulated);
+            let (low, high) = model.interval(&simulated, &prediction).unwrap().sum;
+            high / low
+        };
+        assert_eq!(
+            world.coloc.0.predict_set(&simulated),
+            off.coloc.0.predict_set(&simulated)
+        );
+        assert!(width(&world.coloc.0) < width(&off.coloc.0));
     }
 
     #[test]

@@ -405,6 +405,23 @@ fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
             );
         }
     }
+    // Sets of known workloads: runs held out at random from a model fitted as Train fits
+    // it, answered by its seen bands (README, "N-way", "Seen bands").
+    let seen = summary["seen_coverage"].as_array().unwrap();
+    let row = seen
+        .iter()
+        .find(|r| r["protocol"] == "4-way all, runs held out at random, seen workloads")
+        .unwrap_or_else(|| panic!("no seen row: {seen:?}"));
+    assert_eq!(row["by_seen_bands"], row["sums"], "{row}");
+    for (inside, of) in [("members_inside", "members"), ("sums_inside", "sums")] {
+        let (inside, of) = (row[inside].as_f64().unwrap(), row[of].as_f64().unwrap());
+        assert!(of >= 1000.0, "{row}");
+        let share = inside / of;
+        assert!(
+            (0.75..=0.85).contains(&share),
+            "seen: {share:.3} inside ({row})"
+        );
+    }
 }
 
 /// `--predictions-model cand:NAME` writes a candidate's predictions (for tracing what one
