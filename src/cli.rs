@@ -495,11 +495,11 @@ pub struct SimulateArgs {
     /// simulation".
     #[arg(long, default_value = "always", value_parser = ["always", "crowded-fits"])]
     pub law_blend: String,
-    /// Whether coloc's model keeps `Train`'s seen bands (narrower crowded bands for sets
-    /// of workloads it saw in crowded training runs; only a model trained on runs has
-    /// them): on (the default) or off (the model's bands alone, as before 2026-11-27
-    /// evening); README, "N-way", "Seen bands".
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    /// Which of `Train`'s seen bands coloc's model keeps (narrower bands for sets of
+    /// workloads it was trained on): on (every one, the default), crowded (those of three
+    /// and more members only) or off (the model's bands alone, as before 2026-11-27);
+    /// README, "N-way", "Seen bands".
+    #[arg(long, default_value = "on", value_parser = ["on", "crowded", "off"])]
     pub seen_bands: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
     #[arg(long)]

@@ -453,12 +453,18 @@ impl RankWork {
                 .params
                 .pair_interval(&SetPrediction::sum_only(1.0))
                 .is_some();
-        let interval_of = |prediction: &PairScore| {
+        // The pair's interval: the model's seen band of two where it knows both workloads,
+        // else its band of two.
+        let interval_of = |entry: &ProfileEntry, prediction: &PairScore| {
             prediction.members.and_then(|m| {
-                model.params.pair_interval(&SetPrediction {
-                    sum: prediction.sum,
-                    members: Some(m.to_vec()),
-                })
+                model.params.interval_with_difficulty(
+                    &[&target.features, &entry.features],
+                    &SetPrediction {
+                        sum: prediction.sum,
+                        members: Some(m.to_vec()),
+                    },
+                    0.0,
+                )
             })
         };
 
@@ -470,7 +476,7 @@ impl RankWork {
             if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
             {
                 let target_throughput = if cautious {
-                    interval_of(&prediction)
+                    interval_of(entry, &prediction)
                         .and_then(|i| i.members)
                         .map_or(members[0], |bounds| bounds[0].0)
                 } else {
@@ -555,7 +561,7 @@ impl RankWork {
                     &[target, entry],
                     s.prediction.members.as_ref().map(|m| &m[..]),
                 );
-                if let Some(bounds) = interval_of(&s.prediction).and_then(|i| i.members) {
+                if let Some(bounds) = interval_of(entry, &s.prediction).and_then(|i| i.members) {
                     for (member, bound) in members.iter_mut().zip(bounds) {
                         member.predicted_interval = Some(bound);
                     }

@@ -62,44 +62,77 @@ pub struct SetInterval {
     pub members: Option<Vec<(f64, f64)>>,
 }
 
-/// Bands for crowded sets of workloads the model was trained on: sets of three or more
-/// whose every member's profile is in a crowded training run of the model. The model's
-/// [`Intervals`] are calibrated on workloads held out (one fold per profile), which is the
-/// error on a new workload and far wider than the error on a new set of known ones (the
-/// cluster simulation measured 1.9-3.3 % of crowded members below the low end where 10 %
-/// belong; README, "N-way", "Seen bands"). These bands come from runs held out at random
-/// instead (five folds, run i in fold i mod 5), each scored only if every member is in a
-/// crowded run of its fold's training: the error of a new set of known workloads.
+/// Bands for sets of workloads the model was trained on. The model's [`Intervals`] are
+/// calibrated on workloads held out (folds of whole profiles), which is the error on a new
+/// workload and far wider than the error on a new set of known ones (trained on pairs and
+/// crowded runs, the cluster simulation found 1.9-3.3 % of crowded members below the low
+/// end where 10 % belong; README, "N-way", "Seen bands"). These bands come from runs held
+/// out at random instead (five folds, run i in fold i mod 5), each scored only if its
+/// members are known to its fold's training: a pair's both members in any training run, a
+/// crowded set's every member in a crowded training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeenBands {
-    /// As [`Intervals::bands`], plain quantiles; the pairs' slot is always empty. A size
-    /// without its own band here is answered by the model's [`Intervals`] (never borrowed:
-    /// a band of 3 says nothing of 4).
+    /// As [`Intervals::bands`], plain quantiles. A size without its own band here is
+    /// answered by the model's [`Intervals`] (never borrowed: a band of 3 says nothing of
+    /// 4).
     pub intervals: Intervals,
-    /// Sorted, distinct [`Features::fingerprint`]s of every profile in a crowded training
-    /// run.
+    /// Sorted, distinct [`Features::fingerprint`]s of every profile in a training run
+    /// (what the band of two covers; empty without one).
+    #[serde(default)]
     pub profiles: Vec<u64>,
+    /// The same of every profile in a crowded training run (what the bands of three and
+    /// more cover; empty without them).
+    #[serde(default)]
+    pub crowded_profiles: Vec<u64>,
+}
+
+/// Sorted, distinct fingerprints of the members of `rows`.
+fn fingerprints<'a>(rows: impl Iterator<Item = &'a TrainingRow>) -> Vec<u64> {
+    let mut prints: Vec<u64> = rows
+        .flat_map(|r| r.members.iter().map(Features::fingerprint))
+        .collect();
+    prints.sort_unstable();
+    prints.dedup();
+    prints
 }
 
 impl SeenBands {
-    /// The interval of `prediction` for the set `members` when this covers it: three or
-    /// more members, every one seen, and a band of the set's own size.
+    /// The interval of `prediction` for the set `members` when this covers it: every
+    /// member known (see the fields) and a band of the set's own size.
     pub fn apply(&self, members: &[&Features], prediction: &SetPrediction) -> Option<SetInterval> {
-        if members.len() < 3
+        let known = if members.len() >= 3 {
+            &self.crowded_profiles
+        } else {
+            &self.profiles
+        };
+        if members.len() < 2
             || !members
                 .iter()
-                .all(|m| self.profiles.binary_search(&m.fingerprint()).is_ok())
+                .all(|m| known.binary_search(&m.fingerprint()).is_ok())
         {
             return None;
         }
         self.intervals.apply_own(members.len(), prediction)
     }
 
+    /// Without the band of two (the seen bands before they covered pairs, for comparison:
+    /// `coloc simulate --seen-bands crowded`).
+    pub fn crowded_only(mut self) -> Option<Self> {
+        self.intervals.bands[0] = None;
+        self.profiles.clear();
+        self.intervals
+            .bands
+            .iter()
+            .any(Option::is_some)
+            .then_some(self)
+    }
+
     /// The folds that calibrate seen bands on `rows`: [`k_folds`], each with the rows it
-    /// scores (by row index: crowded runs whose every member's profile is in a crowded run
-    /// outside the fold). `None` when no crowded size would have [`MIN_BAND_RUNS`] scored
-    /// runs, so that nothing is refitted for bands that cannot exist (a store of many
-    /// workloads, each in few runs, is calibrated at no cost).
+    /// scores (by row index: pairs whose both members are in a row outside the fold,
+    /// crowded runs whose every member is in a crowded run outside the fold). `None` when
+    /// no size would have [`MIN_BAND_RUNS`] scored runs, so that nothing is refitted for
+    /// bands that cannot exist (a store of many workloads, each in few runs, is
+    /// calibrated at no cost).
     pub fn folds(rows: &[TrainingRow]) -> Option<(Vec<Vec<usize>>, Vec<Vec<bool>>)> {
         let crowded = |r: &TrainingRow| r.members.len() >= 3;
         let prints: Vec<Vec<u64>> = rows
@@ -114,46 +147,55 @@ impl SeenBands {
             for &i in fold {
                 in_fold[i] = true;
             }
-            let seen: std::collections::HashSet<u64> = (0..rows.len())
-                .filter(|&i| !in_fold[i] && crowded(&rows[i]))
-                .flat_map(|i| prints[i].iter().copied())
-                .collect();
+            let mut seen = std::collections::HashSet::new();
+            let mut seen_crowded = std::collections::HashSet::new();
+            for i in (0..rows.len()).filter(|&i| !in_fold[i]) {
+                seen.extend(prints[i].iter().copied());
+                if crowded(&rows[i]) {
+                    seen_crowded.extend(prints[i].iter().copied());
+                }
+            }
             let mut scored = vec![false; rows.len()];
             for &i in fold {
-                if crowded(&rows[i]) && prints[i].iter().all(|p| seen.contains(p)) {
+                let known = if crowded(&rows[i]) {
+                    &seen_crowded
+                } else {
+                    &seen
+                };
+                if rows[i].members.len() >= 2 && prints[i].iter().all(|p| known.contains(p)) {
                     scored[i] = true;
                     scored_by_band[band(rows[i].members.len())] += 1;
                 }
             }
             scored_by_fold.push(scored);
         }
-        scored_by_band[1..]
+        scored_by_band
             .iter()
             .any(|&n| n >= MIN_BAND_RUNS)
             .then_some((folds, scored_by_fold))
     }
 
-    /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the profiles
-    /// of every crowded run of `rows` (the model's training); `None` without a band.
+    /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the
+    /// profiles of `rows` (the model's training); `None` without a band.
     pub fn calibrate<'a>(
         held_out: impl IntoIterator<Item = &'a HeldOut>,
         rows: &[TrainingRow],
     ) -> Option<Self> {
-        let mut intervals = Intervals::calibrate(held_out);
-        intervals.bands[0] = None;
-        if intervals.bands.iter().all(Option::is_none) {
-            return None;
-        }
-        let mut profiles: Vec<u64> = rows
-            .iter()
-            .filter(|r| r.members.len() >= 3)
-            .flat_map(|r| r.members.iter().map(Features::fingerprint))
-            .collect();
-        profiles.sort_unstable();
-        profiles.dedup();
-        Some(Self {
+        let intervals = Intervals::calibrate(held_out);
+        let pairs = intervals.bands[0].is_some();
+        let crowded = intervals.bands[1..].iter().any(Option::is_some);
+        (pairs || crowded).then(|| Self {
+            profiles: if pairs {
+                fingerprints(rows.iter())
+            } else {
+                Vec::new()
+            },
+            crowded_profiles: if crowded {
+                fingerprints(rows.iter().filter(|r| r.members.len() >= 3))
+            } else {
+                Vec::new()
+            },
             intervals,
-            profiles,
         })
     }
 }

@@ -319,16 +319,13 @@ impl MemberRidgeGbt {
 
     /// The seen bands of the model fitted with `options` on `rows` ([`SeenBands`]): five
     /// random folds of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each fold's
-    /// crowded runs of seen workloads scored by the model fitted on the other folds (each
-    /// fold its own task on the caller's rayon pool). No refit at all when no crowded size
-    /// could reach [`intervals::MIN_BAND_RUNS`] scored runs.
+    /// runs of known workloads scored by the model fitted on the other folds (each fold its
+    /// own task on the caller's rayon pool). No refit at all when no size could reach
+    /// [`intervals::MIN_BAND_RUNS`] scored runs.
     pub fn calibrate_seen(
         rows: &[TrainingRow],
         options: MemberOptions,
     ) -> Result<Option<SeenBands>, FitError> {
-        if !rows.iter().any(|r| r.members.len() >= 3) {
-            return Ok(None);
-        }
         let stride = rows.len().div_ceil(SEEN_CALIBRATION_ROWS).max(1);
         let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
         let Some((folds, scored)) = SeenBands::folds(&sample) else {
@@ -1753,58 +1750,54 @@ mod tests {
     }
 
     #[test]
-    fn seen_bands_answer_crowded_sets_whose_every_member_was_trained_on_crowded_and_nothing_else() {
+    fn seen_bands_answer_sets_whose_every_member_was_trained_on_and_nothing_else() {
         let mut state = 37;
         let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
-        let mixed = mixed_rows(&seen);
+        // The first ten in triples (and pairs), the last two in pairs only.
+        let mut mixed = mixed_rows(&seen[..10]);
+        mixed.extend(
+            rows(&seen)
+                .into_iter()
+                .filter(|r| r.members.iter().any(|m| *m == seen[10] || *m == seen[11])),
+        );
         let mut model = MemberRidgeGbt::fit(&mixed).expect("fits");
-        let bands = model
-            .seen
-            .clone()
-            .expect("a store of known workloads in triples");
-        // Every profile of a triple of the training, nothing else.
-        let mut in_triples: Vec<u64> = seen.iter().map(Features::fingerprint).collect();
-        in_triples.sort_unstable();
-        in_triples.dedup();
-        assert_eq!(bands.profiles, in_triples);
-        assert!(bands.intervals.bands[0].is_none(), "never a band of pairs");
-        let triple_band = bands.intervals.bands[1].expect("triples held out");
-        assert!(triple_band.runs >= intervals::MIN_BAND_RUNS);
+        let bands = model.seen.clone().expect("a store of known workloads");
+        let sorted = |workloads: &[Features]| {
+            let mut prints: Vec<u64> = workloads.iter().map(Features::fingerprint).collect();
+            prints.sort_unstable();
+            prints
+        };
+        assert_eq!(bands.profiles, sorted(&seen));
+        assert_eq!(bands.crowded_profiles, sorted(&seen[..10]));
+        for band in &bands.intervals.bands[..2] {
+            assert!(band.expect("pairs and triples held out").runs >= intervals::MIN_BAND_RUNS);
+        }
         // Chosen bands by hand, far apart, so that the test sees which one answered.
+        let band = |member: (f64, f64), sum: (f64, f64)| intervals::Band {
+            runs: 9,
+            member: Some(member),
+            sum,
+            floor: None,
+        };
         model.intervals = Some(Intervals {
             bands: vec![
-                Some(intervals::Band {
-                    runs: 9,
-                    member: Some((-0.5, 0.25)),
-                    sum: (-0.2, 0.4),
-                    floor: None,
-                }),
-                Some(intervals::Band {
-                    runs: 9,
-                    member: Some((-1.0, 2.0)),
-                    sum: (-0.5, 1.0),
-                    floor: None,
-                }),
+                Some(band((-0.5, 0.25), (-0.2, 0.4))),
+                Some(band((-1.0, 2.0), (-0.5, 1.0))),
                 None,
             ],
         });
         model.seen = Some(SeenBands {
             intervals: Intervals {
                 bands: vec![
-                    None,
-                    Some(intervals::Band {
-                        runs: 9,
-                        member: Some((-0.05, 0.04)),
-                        sum: (-0.03, 0.02),
-                        floor: None,
-                    }),
+                    Some(band((-0.01, 0.01), (-0.07, 0.06))),
+                    Some(band((-0.05, 0.04), (-0.03, 0.02))),
                     None,
                 ],
             },
-            profiles: bands.profiles.clone(),
+            ..bands.clone()
         });
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-12);
-        let low_of = |set: &[&Features]| {
+        let low_of = |model: &MemberRidgeGbt, set: &[&Features]| {
             let prediction = model.predict_set(set);
             let interval = model.interval(set, &prediction).expect("has intervals");
             let params = ModelParams::MemberRidgeGbt(model.clone());
@@ -1816,18 +1809,38 @@ mod tests {
             );
             (interval.sum.0 / prediction.sum).ln()
         };
-        // Three trained workloads: the seen band of three.
-        assert!(close(low_of(&[&seen[0], &seen[4], &seen[7]]), -0.03));
-        // One workload never trained on: the model's own band of three.
         let fresh = workload(&mut state);
-        assert!(close(low_of(&[&seen[0], &seen[4], &fresh]), -0.5));
-        // Pairs keep the pairs' band, seen or not.
-        assert!(close(low_of(&[&seen[0], &seen[4]]), -0.2));
+        // Three workloads trained on in triples: the seen band of three.
+        assert!(close(
+            low_of(&model, &[&seen[0], &seen[4], &seen[7]]),
+            -0.03
+        ));
+        // One workload never trained on, or one trained on in pairs only: the model's own
+        // band of three.
+        assert!(close(low_of(&model, &[&seen[0], &seen[4], &fresh]), -0.5));
+        assert!(close(
+            low_of(&model, &[&seen[0], &seen[4], &seen[11]]),
+            -0.5
+        ));
+        // A pair of workloads trained on (in pairs is enough): the seen band of two; with a
+        // new workload, the model's band of two.
+        assert!(close(low_of(&model, &[&seen[0], &seen[11]]), -0.07));
+        assert!(close(low_of(&model, &[&seen[0], &fresh]), -0.2));
         // Four trained workloads: no seen band of four, so the model's bands (its band of
         // three, the nearest), never the seen band of three.
         assert!(close(
-            low_of(&[&seen[0], &seen[4], &seen[7], &seen[9]]),
+            low_of(&model, &[&seen[0], &seen[4], &seen[7], &seen[9]]),
             -0.5
+        ));
+        // Without the band of two (--seen-bands crowded), pairs read the model's band.
+        let crowded = MemberRidgeGbt {
+            seen: model.seen.clone().and_then(SeenBands::crowded_only),
+            ..model.clone()
+        };
+        assert!(close(low_of(&crowded, &[&seen[0], &seen[11]]), -0.2));
+        assert!(close(
+            low_of(&crowded, &[&seen[0], &seen[4], &seen[7]]),
+            -0.03
         ));
         // A model stored before seen bands existed reads back without them.
         let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model.clone())).unwrap();
@@ -1840,17 +1853,22 @@ mod tests {
     }
 
     #[test]
-    fn no_seen_band_and_no_refit_where_no_crowded_size_has_nine_runs_of_known_workloads() {
+    fn no_seen_band_and_no_refit_where_no_size_has_nine_runs_of_known_workloads() {
         let mut state = 41;
-        let pool: Vec<Features> = (0..40).map(|_| workload(&mut state)).collect();
-        // Pairs of every workload, and triples each of three workloads found in no other
-        // triple: no held-out triple has its members in another fold's triples.
-        let mut training = rows(&pool[..10]);
-        for chunk in pool[10..].chunks(3).filter(|c| c.len() == 3) {
-            let members = chunk.to_vec();
+        let pool: Vec<Features> = (0..60).map(|_| workload(&mut state)).collect();
+        // Pairs and triples each of workloads found in no other run: no held-out run has
+        // its members in another fold's training.
+        let mut training: Vec<TrainingRow> = pool[..30]
+            .chunks(2)
+            .map(|c| TrainingRow {
+                members: c.to_vec(),
+                throughputs: c.iter().map(|m| m.0[6] * 0.7).collect(),
+            })
+            .collect();
+        for chunk in pool[30..].chunks(3) {
             training.push(TrainingRow {
-                throughputs: members.iter().map(|m| m.0[6] * 0.5).collect(),
-                members,
+                members: chunk.to_vec(),
+                throughputs: chunk.iter().map(|m| m.0[6] * 0.5).collect(),
             });
         }
         assert!(SeenBands::folds(&training).is_none());
@@ -1858,11 +1876,14 @@ mod tests {
             MemberRidgeGbt::calibrate_seen(&training, MemberOptions::CHOSEN).unwrap(),
             None
         );
-        // Pairs alone: nothing to calibrate.
-        assert_eq!(
-            MemberRidgeGbt::calibrate_seen(&rows(&pool[..10]), MemberOptions::CHOSEN).unwrap(),
-            None
-        );
+        // Pairs of ten workloads: a band of two, nothing crowded.
+        let pairs = MemberRidgeGbt::calibrate_seen(&rows(&pool[..10]), MemberOptions::CHOSEN)
+            .unwrap()
+            .expect("pairs of known workloads");
+        assert!(pairs.intervals.bands[0].is_some());
+        assert!(pairs.intervals.bands[1..].iter().all(Option::is_none));
+        assert!(pairs.crowded_profiles.is_empty());
+        assert_eq!(pairs.profiles.len(), 10);
     }
 
     #[test]

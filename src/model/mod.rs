@@ -222,8 +222,9 @@ impl ModelParams {
         }
     }
 
-    /// The interval of a pair's `prediction`: a pair's band never reads the members
-    /// (only crowded bands are scaled by a difficulty), so Rank asks without them.
+    /// The model's band of two around a pair's `prediction`, whatever the members (never
+    /// the seen band of two, which needs them: [`Self::interval_with_difficulty`]); Rank
+    /// asks it whether the model carries intervals at all.
     pub fn pair_interval(&self, prediction: &SetPrediction) -> Option<intervals::SetInterval> {
         match self {
             Self::MemberRidgeGbt(m) => m.intervals.as_ref()?.apply(2, prediction, 0.0),

@@ -31,8 +31,9 @@ use coloc::{
     cli::SimulateArgs,
     dataset::KaceDataset,
     model::{
-        fit, fit_with_options, intervals, Features, FitMetrics, MemberOptions, ModelKind,
-        ModelParams, TrainingRow,
+        fit, fit_with_options,
+        intervals::{self, SeenBands},
+        Features, FitMetrics, MemberOptions, ModelKind, ModelParams, TrainingRow,
     },
 };
 
@@ -167,9 +168,12 @@ impl World {
         };
         match (args.seen_bands.as_str(), &mut coloc.0) {
             ("on", _) => {}
+            ("crowded", ModelParams::MemberRidgeGbt(model)) => {
+                model.seen = model.seen.take().and_then(SeenBands::crowded_only)
+            }
             ("off", ModelParams::MemberRidgeGbt(model)) => model.seen = None,
-            ("off", _) => {}
-            (other, _) => bail!("unknown --seen-bands {other:?}; known: on, off"),
+            ("crowded" | "off", _) => {}
+            (other, _) => bail!("unknown --seen-bands {other:?}; known: on, crowded, off"),
         }
         if let Some(levels) = levels {
             coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, levels)?
