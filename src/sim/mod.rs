@@ -472,8 +472,14 @@ mod tests {
     {
         let args = args(10);
         let world = World::load(&args).unwrap();
+        // First the model's own bands (--seen-bands off); its seen bands below.
+        let off = World::load(&SimulateArgs {
+            seen_bands: "off".into(),
+            ..args.clone()
+        })
+        .unwrap();
         let audit =
-            audit::intervals_on_truth(&world.coloc.0, &world.truth, &world.dataset.features(), 0.5)
+            audit::intervals_on_truth(&off.coloc.0, &off.truth, &off.dataset.features(), 0.5)
                 .unwrap();
         // The measured sets: 91 pairs, 400 runs of three and 1,107 of four, each distinct.
         let sizes: Vec<(usize, usize)> = audit.iter().map(|a| (a.size, a.sets)).collect();
@@ -521,6 +527,19 @@ mod tests {
             if_on_runs[2].below_low_end > audit[2].below_low_end,
             "{if_on_runs:?}"
         );
+        // The default keeps its seen band of two (this model knows every workload of the
+        // pairs): more pair members admitted on the low end, still fewer than one in ten
+        // below it; it has no crowded seen band (trained on pairs), so crowded sets read
+        // the model's bands as before.
+        let seen =
+            audit::intervals_on_truth(&world.coloc.0, &world.truth, &world.dataset.features(), 0.5)
+                .unwrap();
+        assert!(
+            seen[0].admitted_on_low_end > audit[0].admitted_on_low_end,
+            "{seen:?}"
+        );
+        assert!(seen[0].below_low_end * 10 < seen[0].members, "{seen:?}");
+        assert_eq!(seen[1..], audit[1..]);
         // --bands held-out-runs places coloc with exactly that model.
         let banded = World::load(&SimulateArgs {
             bands: "held-out-runs".into(),
@@ -633,7 +652,7 @@ mod tests {
         assert_ne!(a.predict_set(&set(4)).sum, p.predict_set(&set(4)).sum);
         // Seen bands: the model on runs has them (--seen-bands on, the default), and its
         // crowded sets of the simulation's workloads are banded by them: narrower than
-        // with --seen-bands off. The model on pairs alone has none to drop.
+        // with --seen-bands off.
         let off = World::load(&SimulateArgs {
             seen_bands: "off".into(),
             ..args.clone()
@@ -645,10 +664,13 @@ mod tests {
             panic!("the default kind");
         };
         assert!(on.seen.is_some() && without.seen.is_none());
+        // The model on pairs alone has a seen band of two only.
         let ModelParams::MemberRidgeGbt(pairs) = a else {
             panic!("the default kind");
         };
-        assert!(pairs.seen.is_none());
+        let pair_bands = pairs.seen.as_ref().expect("pairs of known workloads");
+        assert!(pair_bands.intervals.bands[0].is_some());
+        assert!(pair_bands.intervals.bands[1..].iter().all(Option::is_none));
         let simulated: Vec<&Features> = world
             .truth
             .workloads
