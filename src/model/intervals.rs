@@ -27,6 +27,17 @@ pub const PROFILE_OUT_FOLDS: usize = 20;
 /// A size with fewer borrows the nearest size that has a band, as a size with none does.
 pub const MIN_BAND_RUNS: usize = 9;
 
+/// The fewest held-out runs a band of three or more members of a model `Train` fits is
+/// kept from ([`Intervals::with_crowded_bands_from_at_least`]): 100, so that its 10 %
+/// quantile is at least the 10th smallest residual (floor(101 x 0.1) = 10) rather than
+/// the smallest of a handful. The crowded runs a service holds early are the few sets its
+/// own placements made, chosen because their predictions looked safe: a retrained model's
+/// band of three from 17 such runs read its low end at e^-0.18 of the prediction, its band
+/// of two at e^-0.52, and capped jobs ran below their caps (README, "Cluster simulation",
+/// `coloc-online`). A crowded size with fewer borrows the nearest band, the pairs' where
+/// there is no other. Every KACE-sized training holds hundreds.
+pub const MIN_CROWDED_BAND_RUNS: usize = 100;
+
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.
 const BANDS: usize = 3;
 
@@ -66,9 +77,9 @@ pub struct SetInterval {
 /// calibrated on workloads held out (folds of whole profiles), which is the error on a new
 /// workload and far wider than the error on a new set of known ones (trained on pairs and
 /// crowded runs, the cluster simulation found 1.9-3.3 % of crowded members below the low
-/// end where 10 % belong; README, "N-way", "Seen bands"). These bands come from runs held
-/// out at random instead (five folds, run i in fold i mod 5), each scored only if its
-/// members are known to its fold's training: a pair's both members in any training run, a
+/// end where 10 % belong; README, "N-way", "Seen bands"). These bands come from sets held
+/// out at random instead (five folds of whole sets, so that no held-out run has a copy in
+/// its training), each scored only if its members are known to its fold's training: a pair's both members in any training run, a
 /// crowded set's every member in a crowded training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeenBands {
@@ -127,10 +138,11 @@ impl SeenBands {
             .then_some(self)
     }
 
-    /// The folds that calibrate seen bands on `rows`: [`k_folds`], each with the rows it
-    /// scores (by row index: pairs whose both members are in a row outside the fold,
+    /// The folds that calibrate seen bands on `rows`: [`FOLDS`] folds of whole sets (every
+    /// run of one multiset of profiles in one fold), each with the rows it scores (by row index: pairs whose both members are in a row outside the fold,
     /// crowded runs whose every member is in a crowded run outside the fold). `None` when
-    /// no size would have [`MIN_BAND_RUNS`] scored runs, so that nothing is refitted for
+    /// no size would have its band's fewest scored runs ([`MIN_BAND_RUNS`] for pairs,
+    /// [`MIN_CROWDED_BAND_RUNS`] for three and more), so that nothing is refitted for
     /// bands that cannot exist (a store of many workloads, each in few runs, is
     /// calibrated at no cost).
     pub fn folds(rows: &[TrainingRow]) -> Option<(Vec<Vec<usize>>, Vec<Vec<bool>>)> {
@@ -139,7 +151,7 @@ impl SeenBands {
             .iter()
             .map(|r| r.members.iter().map(Features::fingerprint).collect())
             .collect();
-        let folds = k_folds(rows.len());
+        let folds = set_folds(rows);
         let mut scored_by_fold = Vec::with_capacity(folds.len());
         let mut scored_by_band = [0usize; BANDS];
         for fold in &folds {
@@ -169,10 +181,11 @@ impl SeenBands {
             }
             scored_by_fold.push(scored);
         }
-        scored_by_band
-            .iter()
-            .any(|&n| n >= MIN_BAND_RUNS)
-            .then_some((folds, scored_by_fold))
+        (scored_by_band[0] >= MIN_BAND_RUNS
+            || scored_by_band[1..]
+                .iter()
+                .any(|&n| n >= MIN_CROWDED_BAND_RUNS))
+        .then_some((folds, scored_by_fold))
     }
 
     /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the
@@ -181,7 +194,8 @@ impl SeenBands {
         held_out: impl IntoIterator<Item = &'a HeldOut>,
         rows: &[TrainingRow],
     ) -> Option<Self> {
-        let intervals = Intervals::calibrate(held_out);
+        let intervals =
+            Intervals::calibrate(held_out).with_crowded_bands_from_at_least(MIN_CROWDED_BAND_RUNS);
         let pairs = intervals.bands[0].is_some();
         let crowded = intervals.bands[1..].iter().any(Option::is_some);
         (pairs || crowded).then(|| Self {
@@ -386,6 +400,17 @@ impl Intervals {
             })
             .collect();
         Self { bands }
+    }
+
+    /// `self` without the crowded bands calibrated from fewer than `runs` held-out runs
+    /// (those sizes borrow the nearest band left).
+    pub fn with_crowded_bands_from_at_least(mut self, runs: usize) -> Self {
+        for slot in self.bands.iter_mut().skip(1) {
+            if slot.is_some_and(|band| band.runs < runs) {
+                *slot = None;
+            }
+        }
+        self
     }
 
     /// The bands of `self` for pairs and of `crowded` for 3 and more members.
@@ -593,6 +618,23 @@ fn fold_held_out(
             }
         })
         .collect())
+}
+
+/// [`FOLDS`] folds of whole sets: every run of one multiset of profiles (by their exact
+/// metrics) in the fold of the set's first-seen rank mod [`FOLDS`]. A set measured again
+/// must not be scored by a model that fitted its other copy: its error is that of a known
+/// set, far narrower than a new set's.
+pub fn set_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
+    let mut sets: std::collections::HashMap<Vec<u64>, usize> = Default::default();
+    let mut folds = vec![Vec::new(); FOLDS];
+    for (i, row) in rows.iter().enumerate() {
+        let mut key: Vec<u64> = row.members.iter().map(Features::fingerprint).collect();
+        key.sort_unstable();
+        let next = sets.len();
+        let rank = *sets.entry(key).or_insert(next);
+        folds[rank % FOLDS].push(i);
+    }
+    folds
 }
 
 /// [`FOLDS`] folds, row i in fold i mod [`FOLDS`].

@@ -311,17 +311,20 @@ impl MemberRidgeGbt {
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
             .pop()
             .flatten();
-        if model.intervals.is_some() {
+        // Seen bands only where the model learned crowded sets from none or from enough
+        // (README, "N-way", "Seen bands in a model that learned from a few crowded runs").
+        let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
+        if model.intervals.is_some() && (crowded == 0 || crowded >= SET_LINEAR_MIN_SETS) {
             model.seen = Self::calibrate_seen(rows, options)?;
         }
         Ok(model)
     }
 
     /// The seen bands of the model fitted with `options` on `rows` ([`SeenBands`]): five
-    /// random folds of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each fold's
+    /// folds of whole sets of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each fold's
     /// runs of known workloads scored by the model fitted on the other folds (each fold its
     /// own task on the caller's rayon pool). No refit at all when no size could reach
-    /// [`intervals::MIN_BAND_RUNS`] scored runs.
+    /// its band's fewest scored runs.
     pub fn calibrate_seen(
         rows: &[TrainingRow],
         options: MemberOptions,
@@ -405,7 +408,9 @@ impl MemberRidgeGbt {
                     (crowded, _) => crowded,
                 };
                 let intervals = match crowded {
-                    Some(crowded) => pairs.with_crowded_from(crowded),
+                    Some(crowded) => pairs.with_crowded_from(
+                        crowded.with_crowded_bands_from_at_least(intervals::MIN_CROWDED_BAND_RUNS),
+                    ),
                     None => pairs,
                 };
                 intervals
@@ -1752,13 +1757,14 @@ mod tests {
     #[test]
     fn seen_bands_answer_sets_whose_every_member_was_trained_on_and_nothing_else() {
         let mut state = 37;
-        let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
-        // The first ten in triples (and pairs), the last two in pairs only.
-        let mut mixed = mixed_rows(&seen[..10]);
+        let seen: Vec<Features> = (0..18).map(|_| workload(&mut state)).collect();
+        // The first 16 in triples (120 of them: a crowded band needs 100 held out) and
+        // pairs, the last two in pairs only.
+        let mut mixed = mixed_rows(&seen[..16]);
         mixed.extend(
             rows(&seen)
                 .into_iter()
-                .filter(|r| r.members.iter().any(|m| *m == seen[10] || *m == seen[11])),
+                .filter(|r| r.members.iter().any(|m| *m == seen[16] || *m == seen[17])),
         );
         let mut model = MemberRidgeGbt::fit(&mixed).expect("fits");
         let bands = model.seen.clone().expect("a store of known workloads");
@@ -1768,10 +1774,11 @@ mod tests {
             prints
         };
         assert_eq!(bands.profiles, sorted(&seen));
-        assert_eq!(bands.crowded_profiles, sorted(&seen[..10]));
-        for band in &bands.intervals.bands[..2] {
-            assert!(band.expect("pairs and triples held out").runs >= intervals::MIN_BAND_RUNS);
-        }
+        assert_eq!(bands.crowded_profiles, sorted(&seen[..16]));
+        let pairs = bands.intervals.bands[0].expect("pairs held out");
+        assert!(pairs.runs >= intervals::MIN_BAND_RUNS);
+        let triples = bands.intervals.bands[1].expect("triples held out");
+        assert!(triples.runs >= intervals::MIN_CROWDED_BAND_RUNS);
         // Chosen bands by hand, far apart, so that the test sees which one answered.
         let band = |member: (f64, f64), sum: (f64, f64)| intervals::Band {
             runs: 9,
@@ -1819,12 +1826,12 @@ mod tests {
         // band of three.
         assert!(close(low_of(&model, &[&seen[0], &seen[4], &fresh]), -0.5));
         assert!(close(
-            low_of(&model, &[&seen[0], &seen[4], &seen[11]]),
+            low_of(&model, &[&seen[0], &seen[4], &seen[17]]),
             -0.5
         ));
         // A pair of workloads trained on (in pairs is enough): the seen band of two; with a
         // new workload, the model's band of two.
-        assert!(close(low_of(&model, &[&seen[0], &seen[11]]), -0.07));
+        assert!(close(low_of(&model, &[&seen[0], &seen[17]]), -0.07));
         assert!(close(low_of(&model, &[&seen[0], &fresh]), -0.2));
         // Four trained workloads: no seen band of four, so the model's bands (its band of
         // three, the nearest), never the seen band of three.
@@ -1837,7 +1844,7 @@ mod tests {
             seen: model.seen.clone().and_then(SeenBands::crowded_only),
             ..model.clone()
         };
-        assert!(close(low_of(&crowded, &[&seen[0], &seen[11]]), -0.2));
+        assert!(close(low_of(&crowded, &[&seen[0], &seen[17]]), -0.2));
         assert!(close(
             low_of(&crowded, &[&seen[0], &seen[4], &seen[7]]),
             -0.03
