@@ -1031,31 +1031,12 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
             print_api_trainings(api_servers, &api_trainings);
         }
         for c in &coverage_rows {
-            println!(
-                "80 % interval coverage, {}, {}: members {:.3} ({} of {}), sums {:.3} ({} of {})",
-                c.protocol,
-                c.policy,
-                c.member_fraction(),
-                c.members_inside,
-                c.members,
-                c.sum_fraction(),
-                c.sums_inside,
-                c.sums
-            );
+            println!("80 % interval coverage, {c}");
         }
         for row in &seen_rows {
-            let c = &row.coverage;
             println!(
-                "80 % interval coverage, {}, {} as Train fits it: members {:.3} ({} of {}), sums {:.3} ({} of {}); {} of the sets by seen bands",
-                c.protocol,
-                c.policy,
-                c.member_fraction(),
-                c.members_inside,
-                c.members,
-                c.sum_fraction(),
-                c.sums_inside,
-                c.sums,
-                row.by_seen_bands
+                "80 % interval coverage, {}; {} of the sets by seen bands",
+                row.coverage, row.by_seen_bands
             );
         }
     }

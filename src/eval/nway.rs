@@ -558,6 +558,24 @@ pub struct Coverage {
     pub sums: usize,
 }
 
+impl std::fmt::Display for Coverage {
+    /// "protocol, policy: members 0.800 (8 of 10), sums ...", as `eval nway` prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, {}: members {:.3} ({} of {}), sums {:.3} ({} of {})",
+            self.protocol,
+            self.policy,
+            self.member_fraction(),
+            self.members_inside,
+            self.members,
+            self.sum_fraction(),
+            self.sums_inside,
+            self.sums
+        )
+    }
+}
+
 impl Coverage {
     pub fn member_fraction(&self) -> f64 {
         self.members_inside as f64 / self.members as f64
@@ -696,7 +714,7 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                        fixed: Vec<TrainingRow>,
                        folded: Vec<TrainingRow>|
      -> anyhow::Result<()> {
-        let mut coverage = Coverage::new(protocol, "chosen");
+        let mut coverage = Coverage::new(protocol, "chosen as Train fits it");
         let mut by_seen_bands = 0;
         for fold in folds(&folded) {
             let mut held = vec![false; folded.len()];
