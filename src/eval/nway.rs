@@ -695,11 +695,12 @@ pub struct SeenCoverage {
 
 /// Coverage of the intervals `Train` gives sets of workloads it has seen (its seen bands
 /// where they cover a set, README "N-way", "Seen bands"): five folds of whole sets (every
-/// copy of a set in one fold, `intervals::set_folds`) of the file's runs, the default model fitted as `Train` fits it on every pair
-/// and the other folds' runs, scored on the held-out runs whose every member is in a run
-/// of that training. With `pairs`, also the pairs alone the same way (folds of the pairs,
-/// a model on the other pairs): the pairs' band on pairs of seen workloads. Returns the
-/// rows, each with how many scored runs the seen bands answered.
+/// copy of a set in one fold, `intervals::set_folds`) of the file's runs, the default model
+/// fitted as `Train` fits it on every pair and the other folds' runs, scored on the
+/// held-out runs whose every member is in a run of that training. With `pairs`, also the
+/// pairs alone the same way (folds of the pairs, a model on the other pairs): the pairs'
+/// seen band on pairs of seen workloads. Returns the rows, each with how many scored runs
+/// the seen bands answered.
 pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCoverage>> {
     let folds = model::intervals::set_folds;
     let seen_in = |training: &[TrainingRow], row: &TrainingRow| {

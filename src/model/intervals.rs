@@ -30,12 +30,12 @@ pub const MIN_BAND_RUNS: usize = 9;
 /// The fewest held-out runs a band of three or more members of a model `Train` fits is
 /// kept from ([`Intervals::with_crowded_bands_from_at_least`]): 100, so that its 10 %
 /// quantile is at least the 10th smallest residual (floor(101 x 0.1) = 10) rather than
-/// the smallest of a handful. The crowded runs a service holds early are the few sets its
-/// own placements made, chosen because their predictions looked safe: a retrained model's
-/// band of three from 17 such runs read its low end at e^-0.18 of the prediction, its band
-/// of two at e^-0.52, and capped jobs ran below their caps (README, "Cluster simulation",
-/// `coloc-online`). A crowded size with fewer borrows the nearest band, the pairs' where
-/// there is no other. Every KACE-sized training holds hundreds.
+/// the smallest of a handful. Found by the learning service of the cluster simulation: the
+/// crowded runs a service holds early are the few sets its own placements made, and a
+/// retrained model's band of three from 17 of them read its low end at e^-0.18 of the
+/// prediction where its band of two read e^-0.52 (README, "N-way", "Seen bands in a model
+/// that learned from a few crowded runs"). A crowded size with fewer borrows the nearest
+/// band, the pairs' where there is no other. Every KACE-sized training holds hundreds.
 pub const MIN_CROWDED_BAND_RUNS: usize = 100;
 
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.
@@ -79,8 +79,10 @@ pub struct SetInterval {
 /// crowded runs, the cluster simulation found 1.9-3.3 % of crowded members below the low
 /// end where 10 % belong; README, "N-way", "Seen bands"). These bands come from sets held
 /// out at random instead (five folds of whole sets, so that no held-out run has a copy in
-/// its training), each scored only if its members are known to its fold's training: a pair's both members in any training run, a
-/// crowded set's every member in a crowded training run.
+/// its training), each scored only if its members are known to its fold's training: a
+/// pair's both members in any training run, a crowded set's every member in a crowded
+/// training run. `Train` calibrates them only for a model trained on no crowded run or on
+/// at least 110 (`member::SET_LINEAR_MIN_SETS`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeenBands {
     /// As [`Intervals::bands`], plain quantiles. A size without its own band here is
@@ -138,8 +140,8 @@ impl SeenBands {
             .then_some(self)
     }
 
-    /// The folds that calibrate seen bands on `rows`: [`FOLDS`] folds of whole sets (every
-    /// run of one multiset of profiles in one fold), each with the rows it scores (by row index: pairs whose both members are in a row outside the fold,
+    /// The folds that calibrate seen bands on `rows`: [`set_folds`], each with the rows it
+    /// scores (by row index: pairs whose both members are in a row outside the fold,
     /// crowded runs whose every member is in a crowded run outside the fold). `None` when
     /// no size would have its band's fewest scored runs ([`MIN_BAND_RUNS`] for pairs,
     /// [`MIN_CROWDED_BAND_RUNS`] for three and more), so that nothing is refitted for

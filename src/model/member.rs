@@ -254,9 +254,10 @@ pub struct MemberRidgeGbt {
     /// intervals existed have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
-    /// Narrower crowded bands for sets whose every member the model saw in a crowded
-    /// training run ([`SeenBands`]; none for models trained without enough crowded runs,
-    /// and for models stored before they existed).
+    /// Narrower bands for sets of workloads the model was trained on ([`SeenBands`]; none
+    /// for models trained on 1 to 109 crowded runs, which learned crowded sets from a few
+    /// runs: README, "N-way", "Seen bands in a model that learned from a few crowded
+    /// runs"; none for models stored before they existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<SeenBands>,
     /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
@@ -321,10 +322,10 @@ impl MemberRidgeGbt {
     }
 
     /// The seen bands of the model fitted with `options` on `rows` ([`SeenBands`]): five
-    /// folds of whole sets of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each fold's
-    /// runs of known workloads scored by the model fitted on the other folds (each fold its
-    /// own task on the caller's rayon pool). No refit at all when no size could reach
-    /// its band's fewest scored runs.
+    /// folds of whole sets of at most [`SEEN_CALIBRATION_ROWS`] rows (evenly strided), each
+    /// fold's runs of known workloads scored by the model fitted on the other folds (each
+    /// fold its own task on the caller's rayon pool). No refit at all when no size could
+    /// reach its band's fewest scored runs.
     pub fn calibrate_seen(
         rows: &[TrainingRow],
         options: MemberOptions,
