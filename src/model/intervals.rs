@@ -99,6 +99,14 @@ pub struct SeenBands {
     pub crowded_profiles: Vec<u64>,
 }
 
+/// The folds of [`SeenBands::folds`]: each fold's held-out rows, and per fold which rows
+/// it scores (by row index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenFolds {
+    pub folds: Vec<Vec<usize>>,
+    pub scored: Vec<Vec<bool>>,
+}
+
 /// Sorted, distinct fingerprints of the members of `rows`.
 fn fingerprints<'a>(rows: impl Iterator<Item = &'a TrainingRow>) -> Vec<u64> {
     let mut prints: Vec<u64> = rows
@@ -147,7 +155,7 @@ impl SeenBands {
     /// [`MIN_CROWDED_BAND_RUNS`] for three and more), so that nothing is refitted for
     /// bands that cannot exist (a store of many workloads, each in few runs, is
     /// calibrated at no cost).
-    pub fn folds(rows: &[TrainingRow]) -> Option<(Vec<Vec<usize>>, Vec<Vec<bool>>)> {
+    pub fn folds(rows: &[TrainingRow]) -> Option<SeenFolds> {
         let crowded = |r: &TrainingRow| r.members.len() >= 3;
         let prints: Vec<Vec<u64>> = rows
             .iter()
@@ -187,7 +195,10 @@ impl SeenBands {
             || scored_by_band[1..]
                 .iter()
                 .any(|&n| n >= MIN_CROWDED_BAND_RUNS))
-        .then_some((folds, scored_by_fold))
+        .then_some(SeenFolds {
+            folds,
+            scored: scored_by_fold,
+        })
     }
 
     /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the

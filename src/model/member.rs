@@ -332,13 +332,13 @@ impl MemberRidgeGbt {
     ) -> Result<Option<SeenBands>, FitError> {
         let stride = rows.len().div_ceil(SEEN_CALIBRATION_ROWS).max(1);
         let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
-        let Some((folds, scored)) = SeenBands::folds(&sample) else {
+        let Some(folds) = SeenBands::folds(&sample) else {
             return Ok(None);
         };
         let held_out = intervals::held_out_scored_in_parallel(
             &sample,
-            &folds,
-            |fold, row| scored[fold][row],
+            &folds.folds,
+            |fold, row| folds.scored[fold][row],
             |train| Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt),
         )?;
         Ok(SeenBands::calibrate(&held_out, rows))
