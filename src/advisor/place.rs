@@ -13,9 +13,8 @@
 //! cluster; every distinct multiset of workloads is predicted once per request.
 //!
 //! Where the model carries 80 % intervals, each member's answer carries its interval (the
-//! model's for a set of that size, or its seen band for a crowded set of workloads it was
-//! trained on, around the member's prediction), and `cautious` checks the caps on the low
-//! ends.
+//! model's for a set of that size, or its seen band for a set of workloads it was trained
+//! on, around the member's prediction), and `cautious` checks the caps on the low ends.
 
 use std::sync::Arc;
 

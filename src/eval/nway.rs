@@ -703,13 +703,6 @@ pub struct SeenCoverage {
 /// the seen bands answered.
 pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCoverage>> {
     let folds = model::intervals::set_folds;
-    let seen_in = |training: &[TrainingRow], row: &TrainingRow| {
-        let known: std::collections::HashSet<u64> = training
-            .iter()
-            .flat_map(|r| r.members.iter().map(Features::fingerprint))
-            .collect();
-        row.members.iter().all(|m| known.contains(&m.fingerprint()))
-    };
     let mut rows = Vec::new();
     let mut measure = |protocol: String,
                        fixed: Vec<TrainingRow>,
@@ -732,10 +725,14 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                 )
                 .collect();
             let (params, _) = model::fit(ModelKind::DEFAULT, &training)?;
+            let known: std::collections::HashSet<u64> = training
+                .iter()
+                .flat_map(|r| r.members.iter().map(Features::fingerprint))
+                .collect();
             let test: Vec<TrainingRow> = fold
                 .iter()
                 .map(|&i| folded[i].clone())
-                .filter(|row| seen_in(&training, row))
+                .filter(|row| row.members.iter().all(|m| known.contains(&m.fingerprint())))
                 .collect();
             if let model::ModelParams::MemberRidgeGbt(m) = &params {
                 if let Some(seen) = &m.seen {

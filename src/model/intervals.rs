@@ -107,14 +107,22 @@ pub struct SeenFolds {
     pub scored: Vec<Vec<bool>>,
 }
 
-/// Sorted, distinct fingerprints of the members of `rows`.
-fn fingerprints<'a>(rows: impl Iterator<Item = &'a TrainingRow>) -> Vec<u64> {
-    let mut prints: Vec<u64> = rows
-        .flat_map(|r| r.members.iter().map(Features::fingerprint))
-        .collect();
-    prints.sort_unstable();
-    prints.dedup();
-    prints
+/// Sorted, distinct fingerprints of the members of every row of `rows`, and of the rows of
+/// three or more members: one pass, each member hashed once.
+fn fingerprints(rows: &[TrainingRow]) -> (Vec<u64>, Vec<u64>) {
+    let (mut all, mut crowded) = (Vec::new(), Vec::new());
+    for row in rows {
+        let start = all.len();
+        all.extend(row.members.iter().map(Features::fingerprint));
+        if row.members.len() >= 3 {
+            crowded.extend_from_slice(&all[start..]);
+        }
+    }
+    for prints in [&mut all, &mut crowded] {
+        prints.sort_unstable();
+        prints.dedup();
+    }
+    (all, crowded)
 }
 
 impl SeenBands {
@@ -161,7 +169,7 @@ impl SeenBands {
             .iter()
             .map(|r| r.members.iter().map(Features::fingerprint).collect())
             .collect();
-        let folds = set_folds(rows);
+        let folds = set_folds_of(&prints);
         let mut scored_by_fold = Vec::with_capacity(folds.len());
         let mut scored_by_band = [0usize; BANDS];
         for fold in &folds {
@@ -211,18 +219,19 @@ impl SeenBands {
             Intervals::calibrate(held_out).with_crowded_bands_from_at_least(MIN_CROWDED_BAND_RUNS);
         let pairs = intervals.bands[0].is_some();
         let crowded = intervals.bands[1..].iter().any(Option::is_some);
-        (pairs || crowded).then(|| Self {
-            profiles: if pairs {
-                fingerprints(rows.iter())
-            } else {
-                Vec::new()
-            },
-            crowded_profiles: if crowded {
-                fingerprints(rows.iter().filter(|r| r.members.len() >= 3))
-            } else {
-                Vec::new()
-            },
-            intervals,
+        (pairs || crowded).then(|| {
+            let (mut profiles, mut crowded_profiles) = fingerprints(rows);
+            if !pairs {
+                profiles = Vec::new();
+            }
+            if !crowded {
+                crowded_profiles = Vec::new();
+            }
+            Self {
+                intervals,
+                profiles,
+                crowded_profiles,
+            }
         })
     }
 }
@@ -638,10 +647,19 @@ fn fold_held_out(
 /// must not be scored by a model that fitted its other copy: its error is that of a known
 /// set, far narrower than a new set's.
 pub fn set_folds(rows: &[TrainingRow]) -> Vec<Vec<usize>> {
+    let prints: Vec<Vec<u64>> = rows
+        .iter()
+        .map(|r| r.members.iter().map(Features::fingerprint).collect())
+        .collect();
+    set_folds_of(&prints)
+}
+
+/// [`set_folds`] of rows given by their members' fingerprints.
+fn set_folds_of(prints: &[Vec<u64>]) -> Vec<Vec<usize>> {
     let mut sets: std::collections::HashMap<Vec<u64>, usize> = Default::default();
     let mut folds = vec![Vec::new(); FOLDS];
-    for (i, row) in rows.iter().enumerate() {
-        let mut key: Vec<u64> = row.members.iter().map(Features::fingerprint).collect();
+    for (i, row) in prints.iter().enumerate() {
+        let mut key = row.clone();
         key.sort_unstable();
         let next = sets.len();
         let rank = *sets.entry(key).or_insert(next);

@@ -330,8 +330,7 @@ impl MemberRidgeGbt {
         rows: &[TrainingRow],
         options: MemberOptions,
     ) -> Result<Option<SeenBands>, FitError> {
-        let stride = rows.len().div_ceil(SEEN_CALIBRATION_ROWS).max(1);
-        let sample: Vec<TrainingRow> = rows.iter().step_by(stride).cloned().collect();
+        let sample = strided(rows, SEEN_CALIBRATION_ROWS);
         let Some(folds) = SeenBands::folds(&sample) else {
             return Ok(None);
         };
@@ -357,10 +356,6 @@ impl MemberRidgeGbt {
         options: MemberOptions,
         calibrations: &[Calibration],
     ) -> Result<Vec<Option<Intervals>>, FitError> {
-        let strided = |rows: &[TrainingRow], at_most: usize| -> Vec<TrainingRow> {
-            let stride = rows.len().div_ceil(at_most).max(1);
-            rows.iter().step_by(stride).cloned().collect()
-        };
         let sample = strided(rows, CALIBRATION_ROWS);
         let fit =
             |train: &[TrainingRow]| Self::fit_with(train, options).map(ModelParams::MemberRidgeGbt);
@@ -925,6 +920,12 @@ pub const PROFILE_OUT_CALIBRATION_ROWS: usize =
 /// many as each one-profile-per-fold refit, so a store with crowded runs of known
 /// workloads pays five more small refits (every KACE-sized training is below it).
 pub const SEEN_CALIBRATION_ROWS: usize = PROFILE_OUT_CALIBRATION_ROWS;
+
+/// At most `at_most` of `rows`, evenly strided (every row when there are no more).
+fn strided(rows: &[TrainingRow], at_most: usize) -> Vec<TrainingRow> {
+    let stride = rows.len().div_ceil(at_most).max(1);
+    rows.iter().step_by(stride).cloned().collect()
+}
 
 /// `folds` folds that hold out whole profiles: each distinct profile (by its exact
 /// metrics) goes to fold (its rank in first-seen order) mod `folds`; a run is held out in

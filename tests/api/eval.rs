@@ -387,41 +387,36 @@ fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
         &["kace-4way"],
         &dir.path().join("nway.csv"),
     );
-    let rows = summary["coverage"].as_array().unwrap();
-    let find = |protocol: &str| {
-        rows.iter()
+    // A row of `key`'s list, named by its protocol, with at least `at_least` members and
+    // sums, each 75-85 % inside.
+    let within = |key: &str, protocol: &str, at_least: f64| {
+        let rows = summary[key].as_array().unwrap();
+        let row = rows
+            .iter()
             .find(|r| r["protocol"] == protocol)
-            .unwrap_or_else(|| panic!("no coverage row {protocol:?}: {rows:?}"))
-    };
-    for protocol in ["pairs, unseen workload", "4-way all, runs, unseen family"] {
-        let row = find(protocol);
+            .unwrap_or_else(|| panic!("no {key} row {protocol:?}: {rows:?}"));
         for (inside, of) in [("members_inside", "members"), ("sums_inside", "sums")] {
             let (inside, of) = (row[inside].as_f64().unwrap(), row[of].as_f64().unwrap());
-            assert!(of >= 300.0, "{protocol}: {row}");
+            assert!(of >= at_least, "{protocol}: {row}");
             let share = inside / of;
             assert!(
                 (0.75..=0.85).contains(&share),
                 "{protocol}: {share:.3} inside ({row})"
             );
         }
+        row.clone()
+    };
+    for protocol in ["pairs, unseen workload", "4-way all, runs, unseen family"] {
+        within("coverage", protocol, 300.0);
     }
     // Sets of known workloads: runs held out at random from a model fitted as Train fits
     // it, answered by its seen bands (README, "N-way", "Seen bands").
-    let seen = summary["seen_coverage"].as_array().unwrap();
-    let row = seen
-        .iter()
-        .find(|r| r["protocol"] == "4-way all, runs held out at random, seen workloads")
-        .unwrap_or_else(|| panic!("no seen row: {seen:?}"));
+    let row = within(
+        "seen_coverage",
+        "4-way all, runs held out at random, seen workloads",
+        1000.0,
+    );
     assert_eq!(row["by_seen_bands"], row["sums"], "{row}");
-    for (inside, of) in [("members_inside", "members"), ("sums_inside", "sums")] {
-        let (inside, of) = (row[inside].as_f64().unwrap(), row[of].as_f64().unwrap());
-        assert!(of >= 1000.0, "{row}");
-        let share = inside / of;
-        assert!(
-            (0.75..=0.85).contains(&share),
-            "seen: {share:.3} inside ({row})"
-        );
-    }
 }
 
 /// `--predictions-model cand:NAME` writes a candidate's predictions (for tracing what one
