@@ -128,6 +128,11 @@ pub struct Outcome {
     pub busy_series: Vec<(f64, u32)>,
     /// Most jobs on one GPU at once.
     pub max_set: usize,
+    /// ∫ running jobs dt by the size of the set each runs in (index = jobs on its GPU,
+    /// 0 unused; sets larger than four count as four).
+    pub job_seconds_by_set_size: [f64; 5],
+    /// The same for capped (LS) jobs only.
+    pub capped_job_seconds_by_set_size: [f64; 5],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -313,6 +318,14 @@ impl State<'_> {
         if dt > 0.0 {
             self.out.busy_gpu_seconds += f64::from(self.busy_gpus) * dt;
             self.out.job_seconds += f64::from(self.running_jobs) * dt;
+            for g in &self.gpus {
+                let size = g.jobs.len().min(4);
+                if size > 0 {
+                    let capped = g.jobs.iter().filter(|&&j| self.jobs[j].cap.is_some()).count();
+                    self.out.job_seconds_by_set_size[size] += size as f64 * dt;
+                    self.out.capped_job_seconds_by_set_size[size] += capped as f64 * dt;
+                }
+            }
         }
         self.now = time;
     }
@@ -566,6 +579,8 @@ pub fn simulate(
             oom_events: 0,
             busy_series: vec![(0.0, 0)],
             max_set: 0,
+            job_seconds_by_set_size: [0.0; 5],
+            capped_job_seconds_by_set_size: [0.0; 5],
         },
         retry: cluster.retry_delay,
         cluster_version: 0,
@@ -698,10 +713,7 @@ mod tests {
             &jobs,
             &truth,
             &one_gpu(),
-            &mut Oracle {
-                truth: &truth,
-                rule: PlaceRule::Gain,
-            },
+            &mut Oracle::new(&truth, PlaceRule::Gain),
         );
         assert_eq!(finishes(&shared), vec![100.0, 100.0]);
         assert_eq!(shared.makespan, 100.0);
@@ -832,6 +844,46 @@ mod tests {
         assert!((f[1] - 110.0).abs() < 1e-9, "{f:?}");
         assert!((outcome.bound_job_seconds - 100.0).abs() < 1e-9);
         assert_eq!(outcome.max_set, 3);
+        // Job-time by set size: three jobs together for 50 s, the pair a+b for 50 s, a alone
+        // for 10 s; no job has a cap.
+        let by_size = outcome.job_seconds_by_set_size;
+        for (size, want) in [(1, 10.0), (2, 100.0), (3, 150.0), (4, 0.0)] {
+            assert!((by_size[size] - want).abs() < 1e-9, "{by_size:?}");
+        }
+        assert_eq!(outcome.capped_job_seconds_by_set_size, [0.0; 5]);
+    }
+
+    #[test]
+    fn the_pairs_oracle_never_creates_a_set_of_three() {
+        // a+a at 0.8 each (Σ 1.6) and a+a+a at 0.6 each (Σ 1.8): the oracle puts all three
+        // on the GPU at once and each does its 60 s of work at 0.6, ending at 100 s. The
+        // pairs oracle starts a pair (60 / 0.8 = 75 s) and the third alone after it, ending
+        // at 135 s.
+        let truth = Truth::new(
+            vec![workload("a", 1.0)],
+            &[
+                (vec![0, 0], vec![8.0, 8.0]),
+                (vec![0, 0, 0], vec![6.0, 6.0, 6.0]),
+            ],
+        )
+        .unwrap();
+        let jobs = [
+            job("a1", 0.0, 60.0, 0),
+            job("a2", 0.0, 60.0, 0),
+            job("a3", 0.0, 60.0, 0),
+        ];
+        let rule = PlaceRule::FairShare;
+        let all = simulate(&jobs, &truth, &one_gpu(), &mut Oracle::new(&truth, rule));
+        assert_eq!(all.max_set, 3);
+        for f in finishes(&all) {
+            assert!((f - 100.0).abs() < 1e-9, "{f}");
+        }
+        let pairs = simulate(&jobs, &truth, &one_gpu(), &mut Oracle::pairs(&truth, rule));
+        assert_eq!(pairs.max_set, 2);
+        let f = finishes(&pairs);
+        assert_eq!(f[0], 75.0);
+        assert_eq!(f[1], 75.0);
+        assert!((f[2] - 135.0).abs() < 1e-9, "{f:?}");
     }
 
     #[test]
@@ -849,10 +901,7 @@ mod tests {
             &jobs,
             &truth,
             &one_gpu(),
-            &mut Oracle {
-                truth: &truth,
-                rule: PlaceRule::Gain,
-            },
+            &mut Oracle::new(&truth, PlaceRule::Gain),
         );
         assert_eq!(careful.oom_events, 0);
         assert_eq!(finishes(&careful), vec![100.0, 200.0]);
@@ -880,10 +929,7 @@ mod tests {
                 &jobs,
                 &truth,
                 &one_gpu(),
-                &mut Oracle {
-                    truth: &truth,
-                    rule,
-                },
+                &mut Oracle::new(&truth, rule),
             )
         };
         // Gain and fair share: the short job waits until the pair ends at 120 / 0.6 = 200 s.
@@ -927,10 +973,7 @@ mod tests {
                 &jobs,
                 &truth,
                 &Cluster::new(1, 60.0, queue),
-                &mut Oracle {
-                    truth: &truth,
-                    rule: PlaceRule::BreakEven,
-                },
+                &mut Oracle::new(&truth, PlaceRule::BreakEven),
             )
         };
         // fifo: H would run at 0.5 < 0.9 beside A and waits at the head; S waits behind it.
@@ -957,10 +1000,7 @@ mod tests {
         // Without the shortcut, the same.
         let mut plain = Cluster::new(1, 60.0, Queue::K8s);
         plain.skip_known_refusals = false;
-        let oracle = &mut Oracle {
-            truth: &truth,
-            rule: PlaceRule::BreakEven,
-        };
+        let oracle = &mut Oracle::new(&truth, PlaceRule::BreakEven);
         assert_eq!(simulate(&jobs, &truth, &plain, oracle), k8s);
     }
 
@@ -978,15 +1018,19 @@ mod tests {
         assert_eq!(outcome.jobs[0].finish, 100.0);
         assert_eq!(outcome.jobs[0].seconds_below_cap, 100.0);
         assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
+        // The pair for 100 s, then b alone for its last 50 s of work: of 250 job-seconds,
+        // 50 alone and 200 in a pair; the capped job's 100 s all in the pair.
+        assert_eq!(outcome.job_seconds_by_set_size, [0.0, 50.0, 200.0, 0.0, 0.0]);
+        assert_eq!(outcome.capped_job_seconds_by_set_size, [0.0, 0.0, 100.0, 0.0, 0.0]);
+        let summary = super::super::report::RunSummary::of("fraction-pack", 1, &outcome);
+        assert_eq!(summary.job_time_share_by_set_size, [0.2, 0.8, 0.0, 0.0]);
+        assert_eq!(summary.capped_job_time_share_by_set_size, [0.0, 1.0, 0.0, 0.0]);
         // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
         let oracle = simulate(
             &jobs,
             &truth,
             &one_gpu(),
-            &mut Oracle {
-                truth: &truth,
-                rule: PlaceRule::Gain,
-            },
+            &mut Oracle::new(&truth, PlaceRule::Gain),
         );
         assert_eq!(oracle.max_set, 1);
     }

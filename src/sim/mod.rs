@@ -46,7 +46,7 @@ use trace::{assign, read_pods, Pod};
 use truth::{NamedRun, Truth};
 
 /// Every policy `--policies` may name.
-pub const POLICIES: [&str; 7] = [
+pub const POLICIES: [&str; 8] = [
     "one-per-gpu",
     "fraction-pack",
     "smallest-memory",
@@ -54,6 +54,7 @@ pub const POLICIES: [&str; 7] = [
     "coloc",
     "coloc-online",
     "oracle",
+    "oracle-pairs",
 ];
 
 /// The policies run when `--policies` names none: all but `coloc-online`, whose
@@ -221,10 +222,8 @@ pub fn run_policy(
         "one-per-gpu" => run(&mut OnePerGpu),
         "fraction-pack" => run(&mut FractionPack),
         "smallest-memory" => run(&mut SmallestMemory),
-        "oracle" => run(&mut Oracle {
-            truth: &world.truth,
-            rule: world.rule,
-        }),
+        "oracle" => run(&mut Oracle::new(&world.truth, world.rule)),
+        "oracle-pairs" => run(&mut Oracle::pairs(&world.truth, world.rule)),
         "kace-linear" | "coloc" | "coloc-online" => {
             let placer = if name == "coloc-online" {
                 let seeded = world
@@ -705,3 +704,4 @@ mod tests {
         assert_eq!(gpus_for_load(&pods, 2.0), 2);
     }
 }
+

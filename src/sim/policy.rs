@@ -13,6 +13,11 @@
 //!   cap, memory fitting, among the GPUs its [`PlaceRule`] admits; else it waits. A greedy
 //!   upper bound of the same rule the model policies follow: it knows the truth of each
 //!   step, not the future.
+//! - `oracle-pairs`: the same oracle limited to what pair measurements can tell: it knows
+//!   every measured pair exactly and never creates a set of three or more, whose truth a
+//!   model trained on pairs has never seen. What perfect knowledge of the pair data alone
+//!   buys under the same rule, caps and memory (a reference, not a bound on a model that
+//!   dares crowded sets).
 //!
 //! The model policies go through Place (`place.rs`).
 //!
@@ -194,17 +199,41 @@ fn summed_speed(truth: &Truth, set: SetKey) -> Option<f64> {
 pub struct Oracle<'t> {
     pub truth: &'t Truth,
     pub rule: PlaceRule,
+    /// The largest set it creates: `usize::MAX` for `oracle`, 2 for `oracle-pairs`.
+    pub max_set: usize,
+}
+
+impl<'t> Oracle<'t> {
+    pub fn new(truth: &'t Truth, rule: PlaceRule) -> Self {
+        Self {
+            truth,
+            rule,
+            max_set: usize::MAX,
+        }
+    }
+
+    /// `oracle-pairs` (module header).
+    pub fn pairs(truth: &'t Truth, rule: PlaceRule) -> Self {
+        Self {
+            max_set: 2,
+            ..Self::new(truth, rule)
+        }
+    }
 }
 
 impl Policy for Oracle<'_> {
     fn name(&self) -> &str {
-        "oracle"
+        if self.max_set == 2 {
+            "oracle-pairs"
+        } else {
+            "oracle"
+        }
     }
 
     fn choose(&mut self, job: &JobView, gpus: &[GpuView]) -> Option<usize> {
         let mut best: Option<(usize, f64)> = None;
         for (i, g) in gpus.iter().enumerate() {
-            if !g.fits_memory {
+            if !g.fits_memory || g.residents.len() >= self.max_set {
                 continue;
             }
             let with = g.set.with(job.workload);

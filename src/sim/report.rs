@@ -27,6 +27,10 @@ pub struct RunSummary {
     /// Time-averaged jobs on a busy GPU.
     pub jobs_per_busy_gpu: f64,
     pub max_jobs_on_a_gpu: usize,
+    /// Share of all job-time run alone, in a pair, a set of three, of four.
+    pub job_time_share_by_set_size: [f64; 4],
+    /// The same for capped (LS) jobs only.
+    pub capped_job_time_share_by_set_size: [f64; 4],
     pub oom_events: u64,
     /// Capped (LS) jobs that ever ran below their cap.
     pub capped_jobs: usize,
@@ -53,6 +57,18 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = (q * (sorted.len() - 1) as f64).round() as usize;
     sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Each set size's share of the total (sizes 1-4; all zero when nothing ran).
+fn shares(by_size: &[f64; 5]) -> [f64; 4] {
+    let total: f64 = by_size[1..].iter().sum();
+    let mut out = [0.0; 4];
+    if total > 0.0 {
+        for (o, v) in out.iter_mut().zip(&by_size[1..]) {
+            *o = v / total;
+        }
+    }
+    out
 }
 
 impl RunSummary {
@@ -85,6 +101,8 @@ impl RunSummary {
                 0.0
             },
             max_jobs_on_a_gpu: outcome.max_set,
+            job_time_share_by_set_size: shares(&outcome.job_seconds_by_set_size),
+            capped_job_time_share_by_set_size: shares(&outcome.capped_job_seconds_by_set_size),
             oom_events: outcome.oom_events,
             capped_jobs: capped.len(),
             capped_jobs_below_cap: capped.iter().filter(|j| j.seconds_below_cap > 0.0).count(),
@@ -160,6 +178,22 @@ pub struct PolicySummary {
     pub makespan_cut: Option<Spread>,
     pub mean_jct_cut: Option<Spread>,
     pub place_us_per_call: Spread,
+    /// Mean over the seeds of [`RunSummary::job_time_share_by_set_size`] and of its
+    /// capped-jobs twin.
+    pub job_time_share_by_set_size: [f64; 4],
+    pub capped_job_time_share_by_set_size: [f64; 4],
+}
+
+/// The element-wise mean of `shares` (zeros for none).
+fn mean_shares<'a>(shares: impl Iterator<Item = &'a [f64; 4]>) -> [f64; 4] {
+    let (mut sum, mut n) = ([0.0; 4], 0.0);
+    for s in shares {
+        for (t, v) in sum.iter_mut().zip(s) {
+            *t += v;
+        }
+        n += 1.0;
+    }
+    sum.map(|t| if n > 0.0 { t / n } else { 0.0 })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -210,6 +244,12 @@ impl Report {
                     makespan_cut: cut(|r| r.makespan_h),
                     mean_jct_cut: cut(|r| r.mean_jct_h),
                     place_us_per_call: s(|r| r.place_us_per_call),
+                    job_time_share_by_set_size: mean_shares(
+                        mine.iter().map(|r| &r.job_time_share_by_set_size),
+                    ),
+                    capped_job_time_share_by_set_size: mean_shares(
+                        mine.iter().map(|r| &r.capped_job_time_share_by_set_size),
+                    ),
                 }
             })
             .collect();
@@ -285,6 +325,19 @@ impl Report {
                 p.worst_share_of_cap.show(2),
                 bound.show(2),
             );
+        }
+        println!();
+        println!("job-time by the size of the set it ran in, mean over seeds: all jobs / LS jobs");
+        println!("| policy | alone | pair | three | four |");
+        println!("| --- | --- | --- | --- | --- |");
+        for p in &self.policies {
+            let cells: Vec<String> = p
+                .job_time_share_by_set_size
+                .iter()
+                .zip(&p.capped_job_time_share_by_set_size)
+                .map(|(all, ls)| format!("{:.1} / {:.1} %", all * 100.0, ls * 100.0))
+                .collect();
+            println!("| {} | {} |", p.policy, cells.join(" | "));
         }
         let places: Vec<&PolicySummary> = self
             .policies
