@@ -58,15 +58,16 @@ pub const POLICIES: [&str; 8] = [
 ];
 
 /// The policies run when `--policies` names none: all but `coloc-online`, whose
-/// retraining alone takes longer than the six together (README, "Learning from its own
+/// retraining alone takes longer than the others together (README, "Learning from its own
 /// placements").
-pub const DEFAULT_POLICIES: [&str; 6] = [
+pub const DEFAULT_POLICIES: [&str; 7] = [
     "one-per-gpu",
     "fraction-pack",
     "smallest-memory",
     "kace-linear",
     "coloc",
     "oracle",
+    "oracle-pairs",
 ];
 
 /// The cluster size that puts the offered load of one job per GPU at `load`: total work

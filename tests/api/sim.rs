@@ -23,9 +23,24 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     // kube-scheduler's queue is the default.
     assert_eq!(report["setup"]["queue"], "k8s");
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6 * 2);
+    assert_eq!(runs.len(), 7 * 2);
     for run in runs {
         assert_eq!(run["jobs"], 200, "{run}");
+        // Job-time by set size: shares of one whole; the pairs oracle never runs three.
+        let shares: Vec<f64> = run["job_time_share_by_set_size"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{run}");
+        if run["policy"] == "one-per-gpu" {
+            assert_eq!(shares, [1.0, 0.0, 0.0, 0.0], "{run}");
+        }
+        if run["policy"] == "oracle-pairs" {
+            assert_eq!(shares[2..], [0.0, 0.0], "{run}");
+            assert!(run["max_jobs_on_a_gpu"].as_u64().unwrap() <= 2, "{run}");
+        }
         assert!(run["makespan_h"].as_f64().unwrap() > 0.0, "{run}");
         let (p50, p95) = (run["p50_jct_h"].as_f64(), run["p95_jct_h"].as_f64());
         assert!(p50 <= p95, "{run}");
@@ -51,7 +66,7 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     assert_eq!(baseline["jobs_per_busy_gpu"]["max"], 1.0);
     assert_eq!(baseline["capped_jobs_below_cap"]["max"], 0.0);
     // Policies that check memory never run out of it.
-    for name in ["smallest-memory", "kace-linear", "coloc", "oracle"] {
+    for name in ["smallest-memory", "kace-linear", "coloc", "oracle", "oracle-pairs"] {
         assert_eq!(policy(name)["oom_events"]["max"], 0.0, "{name}");
     }
     assert!(
@@ -107,7 +122,7 @@ fn with_every_ls_job_capped_at_its_whole_speed_no_policy_that_keeps_caps_shares_
             "--ls-cap",
             "1",
             "--policies",
-            "kace-linear,coloc,oracle",
+            "kace-linear,coloc,oracle,oracle-pairs",
         ];
         extra.extend(caps);
         let report = simulate_pods(&pods, &extra);
@@ -136,7 +151,7 @@ fn with_no_ls_cap_no_job_is_capped_under_any_policy() {
     let report = simulate_pods(&pods, &["--gpus", "1", "--ls-cap", "0"]);
     assert_eq!(report["setup"]["ls_cap"], 0.0);
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6);
+    assert_eq!(runs.len(), 7);
     for run in runs {
         assert_eq!(run["capped_jobs"], 0, "{run}");
         assert_eq!(run["worst_share_of_cap"], 1.0, "{run}");
