@@ -546,8 +546,9 @@ pub struct BenchArgs {
     /// Seconds of load before measuring, per scenario.
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
-    /// Scenarios, in order: health, rank_N (N named candidates), rank_all (every
-    /// workload, top 10), report, peer_rank_N (needs --peer-python), place_N (Place over N
+    /// Scenarios, in order: health, rank_N (N named candidates), rank_cautious_N (the same
+    /// asking the target to keep half its speed at the low end of its interval), rank_all
+    /// (every workload, top 10), report, peer_rank_N (needs --peer-python), place_N (Place over N
     /// GPUs sent with the request, top 10), place_stored_N (the same N GPUs put into the
     /// server's occupancy first; the occupancy keeps them, so run sizes in increasing order),
     /// occupancy (AssignJob then ReleaseJob of new jobs).

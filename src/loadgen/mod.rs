@@ -41,7 +41,9 @@ use coloc::{
 use peer::start_peer;
 use process::{peak_rss_mb, rss_mb};
 use report::{print_report, Report};
-use scenario::{connect, connect_when_ready, rank_pool, run_scenario, server_names, Call};
+use scenario::{
+    connect, connect_when_ready, rank_pool, rank_pool_with, run_scenario, server_names, Call,
+};
 use synthetic::{seed_store, synthetic};
 
 const GPU: &str = "bench-gpu-80GB";
@@ -175,7 +177,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             },
             _ => {
                 let size = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse().ok());
-                if let Some(n) = size("rank_") {
+                if let Some(n) = size("rank_cautious_") {
+                    Call::Rank(Arc::new(rank_pool_with(
+                        &names,
+                        Some(n),
+                        args.top_k,
+                        args.seed,
+                        true,
+                    )))
+                } else if let Some(n) = size("rank_") {
                     Call::Rank(Arc::new(rank_pool(&names, Some(n), args.top_k, args.seed)))
                 } else if let Some(n) = size("place_stored_") {
                     let gpus = cluster::cluster(&names, n, args.seed);

@@ -233,6 +233,22 @@ pub(super) async fn run_scenario(
 }
 
 pub(super) fn rank_pool(names: &[String], n: Option<usize>, top_k: i32, seed: u64) -> Vec<Bytes> {
+    rank_pool_with(names, n, top_k, seed, false)
+}
+
+/// What a cautious scheduler asks (`rank_cautious_N`): the target keeps half its speed at
+/// the low end of its interval.
+pub(super) const CAUTIOUS_FRACTION: f64 = 0.5;
+
+/// [`rank_pool`]; with `cautious`, each request asks that the target keep
+/// [`CAUTIOUS_FRACTION`] of its speed at the low end of its interval.
+pub(super) fn rank_pool_with(
+    names: &[String],
+    n: Option<usize>,
+    top_k: i32,
+    seed: u64,
+    cautious: bool,
+) -> Vec<Bytes> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..REQUEST_POOL)
         .map(|_| pb::RankRequest {
@@ -246,6 +262,8 @@ pub(super) fn rank_pool(names: &[String], n: Option<usize>, top_k: i32, seed: u6
             },
             top_k: if n.is_some() { top_k } else { 10 },
             gpu: GPU.into(),
+            min_target_speed_fraction: if cautious { CAUTIOUS_FRACTION } else { 0.0 },
+            cautious,
             ..Default::default()
         })
         .map(|request| Bytes::from(request.encode_to_vec()))
@@ -306,6 +324,15 @@ mod tests {
             assert_eq!(request.top_k, 3);
             assert_eq!(request.gpu, GPU);
         }
+        let first = pb::RankRequest::decode(pool[0].clone()).unwrap();
+        assert!(!first.cautious);
+        assert_eq!(first.min_target_speed_fraction, 0.0);
+        // The cautious pool asks the same, with the target's floor read at the low end.
+        let cautious = rank_pool_with(&names, Some(10), 3, 1, true);
+        let careful = pb::RankRequest::decode(cautious[0].clone()).unwrap();
+        assert!(careful.cautious);
+        assert_eq!(careful.min_target_speed_fraction, CAUTIOUS_FRACTION);
+        assert_eq!(careful.candidates, first.candidates);
         // rank_all names no candidates and asks for the best 10.
         let all = pb::RankRequest::decode(rank_pool(&names, None, 0, 1)[0].clone()).unwrap();
         assert!(all.candidates.is_empty());
