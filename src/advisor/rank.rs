@@ -447,12 +447,8 @@ impl RankWork {
         let members_estimated = !model.params.kind().predicts_members();
         let floor = query.normalized_floor();
         // Cautious needs intervals; a model without them answers with the point prediction.
-        let cautious = query.cautious
-            && query.min_target_fraction.is_some()
-            && model
-                .params
-                .pair_interval(&SetPrediction::sum_only(1.0))
-                .is_some();
+        let cautious =
+            query.cautious && query.min_target_fraction.is_some() && model.params.has_intervals();
         // The pair's interval: the model's seen band of two where it knows both workloads,
         // else its band of two.
         let interval_of = |entry: &ProfileEntry, prediction: &PairScore| {

@@ -1753,7 +1753,8 @@ mod tests {
         assert!(close(interval.sum.0, prediction.sum * (-0.2f64).exp()));
         assert!(close(interval.sum.1, prediction.sum * 0.4f64.exp()));
         let params = ModelParams::MemberRidgeGbt(model);
-        assert_eq!(params.pair_interval(&prediction), Some(interval));
+        assert!(params.has_intervals());
+        assert_eq!(params.interval(&pair, &prediction), Some(interval));
     }
 
     #[test]

@@ -222,13 +222,12 @@ impl ModelParams {
         }
     }
 
-    /// The model's band of two around a pair's `prediction`, whatever the members (never
-    /// the seen band of two, which needs them: [`Self::interval_with_difficulty`]); Rank
-    /// asks it whether the model carries intervals at all.
-    pub fn pair_interval(&self, prediction: &SetPrediction) -> Option<intervals::SetInterval> {
+    /// Whether the model carries calibrated intervals (Rank's `cautious` reads them; a
+    /// model without answers on its point): `member-ridge-gbt` fitted since intervals exist.
+    pub fn has_intervals(&self) -> bool {
         match self {
-            Self::MemberRidgeGbt(m) => m.intervals.as_ref()?.apply(2, prediction, 0.0),
-            Self::KaceLinear(_) => None,
+            Self::MemberRidgeGbt(m) => m.intervals.is_some(),
+            Self::KaceLinear(_) => false,
         }
     }
 
