@@ -321,7 +321,11 @@ impl State<'_> {
             for g in &self.gpus {
                 let size = g.jobs.len().min(4);
                 if size > 0 {
-                    let capped = g.jobs.iter().filter(|&&j| self.jobs[j].cap.is_some()).count();
+                    let capped = g
+                        .jobs
+                        .iter()
+                        .filter(|&&j| self.jobs[j].cap.is_some())
+                        .count();
                     self.out.job_seconds_by_set_size[size] += size as f64 * dt;
                     self.out.capped_job_seconds_by_set_size[size] += capped as f64 * dt;
                 }
@@ -924,14 +928,7 @@ mod tests {
             job("long-2", 0.0, 120.0, 0),
             job("short", 0.0, 3.0, 1),
         ];
-        let run = |rule| {
-            simulate(
-                &jobs,
-                &truth,
-                &one_gpu(),
-                &mut Oracle::new(&truth, rule),
-            )
-        };
+        let run = |rule| simulate(&jobs, &truth, &one_gpu(), &mut Oracle::new(&truth, rule));
         // Gain and fair share: the short job waits until the pair ends at 120 / 0.6 = 200 s.
         for rule in [PlaceRule::Gain, PlaceRule::FairShare] {
             let waits = run(rule);
@@ -1020,11 +1017,20 @@ mod tests {
         assert_eq!(outcome.jobs[1].seconds_below_cap, 0.0);
         // The pair for 100 s, then b alone for its last 50 s of work: of 250 job-seconds,
         // 50 alone and 200 in a pair; the capped job's 100 s all in the pair.
-        assert_eq!(outcome.job_seconds_by_set_size, [0.0, 50.0, 200.0, 0.0, 0.0]);
-        assert_eq!(outcome.capped_job_seconds_by_set_size, [0.0, 0.0, 100.0, 0.0, 0.0]);
+        assert_eq!(
+            outcome.job_seconds_by_set_size,
+            [0.0, 50.0, 200.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            outcome.capped_job_seconds_by_set_size,
+            [0.0, 0.0, 100.0, 0.0, 0.0]
+        );
         let summary = super::super::report::RunSummary::of("fraction-pack", 1, &outcome);
         assert_eq!(summary.job_time_share_by_set_size, [0.2, 0.8, 0.0, 0.0]);
-        assert_eq!(summary.capped_job_time_share_by_set_size, [0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(
+            summary.capped_job_time_share_by_set_size,
+            [0.0, 1.0, 0.0, 0.0]
+        );
         // The oracle keeps caps: it does not pair them (gain 0.3 + 0.5 - 1 < 0).
         let oracle = simulate(
             &jobs,

@@ -705,4 +705,3 @@ mod tests {
         assert_eq!(gpus_for_load(&pods, 2.0), 2);
     }
 }
-

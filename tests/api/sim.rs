@@ -66,7 +66,13 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     assert_eq!(baseline["jobs_per_busy_gpu"]["max"], 1.0);
     assert_eq!(baseline["capped_jobs_below_cap"]["max"], 0.0);
     // Policies that check memory never run out of it.
-    for name in ["smallest-memory", "kace-linear", "coloc", "oracle", "oracle-pairs"] {
+    for name in [
+        "smallest-memory",
+        "kace-linear",
+        "coloc",
+        "oracle",
+        "oracle-pairs",
+    ] {
         assert_eq!(policy(name)["oom_events"]["max"], 0.0, "{name}");
     }
     assert!(
