@@ -1,7 +1,8 @@
 //! What a simulation run reports: per policy and seed the operators' figures (makespan,
 //! job completion time, queueing delay, GPU-hours, jobs per GPU, out-of-memory events, jobs
-//! below their cap, time on the conservative bound, Place calls), their spread over the
-//! seeds, and the ratios against one job per GPU in the same seed; as a table or JSON.
+//! below their cap, time on the conservative bound, Place calls, the share of job-time run
+//! alone and in sets of two, three and four), their spread over the seeds, and the ratios
+//! against one job per GPU in the same seed; as a table or JSON.
 
 use std::collections::BTreeMap;
 
