@@ -11,14 +11,18 @@ use plotters::{
 
 use super::engine::Outcome;
 
-const PALETTE: [RGBColor; 6] = [
+/// One colour per policy `--policies` may name (checked at compile time below).
+const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
 ];
+const _: () = assert!(PALETTE.len() >= super::POLICIES.len());
 
 fn font() -> anyhow::Result<()> {
     // The embedded font makes the picture independent of system font libraries.
