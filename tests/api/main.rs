@@ -8,6 +8,7 @@ mod backup;
 mod bounds;
 mod cli;
 mod damaged;
+mod docs;
 mod eval;
 mod export;
 mod extender;
