@@ -90,7 +90,7 @@ fn settings_in(dir: &TempDir) -> Settings {
         overrides: vec![
             ("server.listen", "127.0.0.1:0".into()),
             ("metrics.listen", "127.0.0.1:0".into()),
-            ("database.url", database_url(&dir)),
+            ("database.url", database_url(dir)),
         ],
     })
     .unwrap()

@@ -530,7 +530,8 @@ async fn a_challenger_worse_on_held_out_measured_pairs_is_never_promoted() {
     let mut app = app().await;
     let dataset = KaceDataset::read(&kace_dir()).unwrap();
     register_kace_workloads(&mut app, &dataset).await;
-    let (held_out, reported): (Vec<(usize, &KacePair)>, Vec<(usize, &KacePair)>) = dataset
+    type Indexed<'a> = Vec<(usize, &'a KacePair)>;
+    let (held_out, reported): (Indexed, Indexed) = dataset
         .pairs
         .iter()
         .enumerate()

@@ -1074,7 +1074,7 @@ async fn a_job_left_claimed_by_refused_writes_is_handed_back_before_the_next_cla
 /// The kept readings replay: the recording's GPU, then its readings in the order served
 /// (the last one repeats once the recording is used up).
 fn the_kept_readings_replay(recording: &Path, folder: &Path) {
-    let recorded: Vec<serde_json::Value> = std::fs::read_to_string(&recording)
+    let recorded: Vec<serde_json::Value> = std::fs::read_to_string(recording)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
