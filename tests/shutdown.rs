@@ -73,6 +73,59 @@ fn database_url(dir: &TempDir) -> String {
     format!("sqlite://{}", dir.path().join("coloc.db").display())
 }
 
+/// Settings on a database in `dir`, ports chosen by the system, a worker that polls often.
+fn settings_in(dir: &TempDir) -> Settings {
+    let config_path = dir.path().join("coloc.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[profiler]\nallowed_programs = [\"{}/*\"]\npoll_interval_ms = 20\nsample_interval_ms = 1\n",
+            fixtures().join("workloads").display()
+        ),
+    )
+    .unwrap();
+    Settings::load(SettingsSources {
+        file: Some(&config_path),
+        environment: Some(Default::default()),
+        overrides: vec![
+            ("server.listen", "127.0.0.1:0".into()),
+            ("metrics.listen", "127.0.0.1:0".into()),
+            ("database.url", database_url(dir)),
+        ],
+    })
+    .unwrap()
+}
+
+/// The API stops first, then the job is re-queued, the tasks exit, and the store closes
+/// last.
+fn the_shutdown_ran_in_order(lines: &[String]) {
+    let api_closed = position(lines, &["no new requests accepted"]);
+    let api_exited = position(lines, &["task exited", "gRPC API"]);
+    let requeued = position(lines, &["interrupted; job re-queued"]);
+    let worker_exited = position(lines, &["task exited", "profiling worker"]);
+    let sweeper_exited = position(lines, &["task exited", "lease sweeper"]);
+    let trainer_exited = position(lines, &["task exited", "retraining task"]);
+    let metrics_exited = position(lines, &["task exited", "metrics endpoint"]);
+    let writer_exited = position(lines, &["task exited", "observation writer"]);
+    let store_closed = position(lines, &["store closed"]);
+    let order = [
+        api_closed,
+        api_exited,
+        requeued,
+        worker_exited,
+        sweeper_exited,
+        trainer_exited,
+        metrics_exited,
+        writer_exited,
+        store_closed,
+    ];
+    assert!(
+        order.windows(2).all(|pair| pair[0] < pair[1]),
+        "shutdown out of order {order:?}:\n{}",
+        lines.join("\n")
+    );
+}
+
 #[tokio::test]
 async fn a_shutdown_stops_the_api_first_requeues_the_running_job_and_closes_the_store_last() {
     let logs = CapturedLogs::default();
@@ -84,25 +137,7 @@ async fn a_shutdown_stops_the_api_first_requeues_the_running_job_and_closes_the_
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let dir = Arc::new(TempDir::new().unwrap());
-    let config_path = dir.path().join("coloc.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[profiler]\nallowed_programs = [\"{}/*\"]\npoll_interval_ms = 20\nsample_interval_ms = 1\n",
-            fixtures().join("workloads").display()
-        ),
-    )
-    .unwrap();
-    let settings = Settings::load(SettingsSources {
-        file: Some(&config_path),
-        environment: Some(Default::default()),
-        overrides: vec![
-            ("server.listen", "127.0.0.1:0".into()),
-            ("metrics.listen", "127.0.0.1:0".into()),
-            ("database.url", database_url(&dir)),
-        ],
-    })
-    .unwrap();
+    let settings = settings_in(&dir);
     let app = App::build(&settings).await.unwrap();
     // The worker the nvml backend would run, with NVML replaced by a recording.
     let profiler = ProfilerSettings {
@@ -166,32 +201,7 @@ async fn a_shutdown_stops_the_api_first_requeues_the_running_job_and_closes_the_
         "a stopped server answered"
     );
 
-    let lines = logs.lines();
-    let api_closed = position(&lines, &["no new requests accepted"]);
-    let api_exited = position(&lines, &["task exited", "gRPC API"]);
-    let requeued = position(&lines, &["interrupted; job re-queued"]);
-    let worker_exited = position(&lines, &["task exited", "profiling worker"]);
-    let sweeper_exited = position(&lines, &["task exited", "lease sweeper"]);
-    let trainer_exited = position(&lines, &["task exited", "retraining task"]);
-    let metrics_exited = position(&lines, &["task exited", "metrics endpoint"]);
-    let writer_exited = position(&lines, &["task exited", "observation writer"]);
-    let store_closed = position(&lines, &["store closed"]);
-    let order = [
-        api_closed,
-        api_exited,
-        requeued,
-        worker_exited,
-        sweeper_exited,
-        trainer_exited,
-        metrics_exited,
-        writer_exited,
-        store_closed,
-    ];
-    assert!(
-        order.windows(2).all(|pair| pair[0] < pair[1]),
-        "shutdown out of order {order:?}:\n{}",
-        lines.join("\n")
-    );
+    the_shutdown_ran_in_order(&logs.lines());
 
     // The re-queue reached the file before it closed: the job is pending again and its
     // attempt was not counted.

@@ -142,6 +142,92 @@ fn json(text: &str) -> serde_json::Value {
     doubles(serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}")))
 }
 
+/// Exit codes: 64 + the gRPC code, as grpcurl's; a usage error is not an RPC's.
+async fn exit_codes_are_grpcurls(app: &TestApp) {
+    // Exit codes: 64 + the gRPC code, as grpcurl.
+    for (args, method, request, expected_code) in [
+        (
+            vec!["workloads", "get", "ghost"],
+            "GetWorkload",
+            r#"{"name": "ghost"}"#,
+            64 + 5,
+        ),
+        (
+            vec!["rank", "w00", "--min-benefit=-1"],
+            "Rank",
+            r#"{"target": "w00", "min_benefit": -1}"#,
+            64 + 3,
+        ),
+        (
+            vec!["model", "pin", "9"],
+            "PinModel",
+            r#"{"version": 9}"#,
+            64 + 5,
+        ),
+        (vec!["model", "unpin"], "UnpinModel", "{}", 64 + 9),
+    ] {
+        assert_eq!(coloc_code(app, &args).await, expected_code, "{args:?}");
+        assert_eq!(
+            grpcurl(app, method, request).await.0,
+            expected_code,
+            "{method}"
+        );
+    }
+    // A usage error is not an RPC's.
+    assert_eq!(
+        coloc_code(app, &["report", "--gpu", "g", "w00=x", "w01=1"]).await,
+        1
+    );
+}
+
+/// A report with --at and job ids is idempotent; without --at each call is a new run.
+async fn reports_with_at_are_idempotent(app: &TestApp) {
+    // A report with --at and job ids is idempotent; without --at each call is a new run.
+    let at_report = [
+        "report",
+        "--gpu",
+        crate::helpers::GPU,
+        "w00=10",
+        "w01=12",
+        "--job-id",
+        "job-a",
+        "--job-id",
+        "job-b",
+        "--at",
+        "2026-11-23T18:00:00Z",
+        "--json",
+    ];
+    let (ok, first, err) = coloc(app, &at_report).await;
+    assert!(ok, "{err}");
+    let (_, second, _) = coloc(app, &at_report).await;
+    assert_eq!(json(&first)["created"], true);
+    assert!(
+        json(&second)["created"].is_null(),
+        "created = false: {second}"
+    );
+    assert_eq!(
+        json(&first)["observationId"],
+        json(&second)["observationId"]
+    );
+    let now_report = [
+        "report",
+        "--gpu",
+        crate::helpers::GPU,
+        "w00=10",
+        "w01=12",
+        "--json",
+    ];
+    let (_, a, _) = coloc(app, &now_report).await;
+    let (_, b, _) = coloc(app, &now_report).await;
+    assert_ne!(json(&a)["observationId"], json(&b)["observationId"]);
+    let (ok, _, err) = coloc(
+        app,
+        &["report", "--gpu", "g", "w00=1", "w01=1", "--job-id", "x"],
+    )
+    .await;
+    assert!(!ok && err.contains("--job-id"), "{err}");
+}
+
 #[tokio::test]
 async fn the_cli_covers_predict_train_models_and_pins_in_grpcurls_json_and_exit_codes() {
     let (app, _) = crate::helpers::trained_app(6).await;
@@ -201,85 +287,8 @@ async fn the_cli_covers_predict_train_models_and_pins_in_grpcurls_json_and_exit_
     assert!(ok, "{err}");
     assert!(!out.contains("pinned"), "{out}");
 
-    // Exit codes: 64 + the gRPC code, as grpcurl.
-    for (args, method, request, expected_code) in [
-        (
-            vec!["workloads", "get", "ghost"],
-            "GetWorkload",
-            r#"{"name": "ghost"}"#,
-            64 + 5,
-        ),
-        (
-            vec!["rank", "w00", "--min-benefit=-1"],
-            "Rank",
-            r#"{"target": "w00", "min_benefit": -1}"#,
-            64 + 3,
-        ),
-        (
-            vec!["model", "pin", "9"],
-            "PinModel",
-            r#"{"version": 9}"#,
-            64 + 5,
-        ),
-        (vec!["model", "unpin"], "UnpinModel", "{}", 64 + 9),
-    ] {
-        assert_eq!(coloc_code(&app, &args).await, expected_code, "{args:?}");
-        assert_eq!(
-            grpcurl(&app, method, request).await.0,
-            expected_code,
-            "{method}"
-        );
-    }
-    // A usage error is not an RPC's.
-    assert_eq!(
-        coloc_code(&app, &["report", "--gpu", "g", "w00=x", "w01=1"]).await,
-        1
-    );
-
-    // A report with --at and job ids is idempotent; without --at each call is a new run.
-    let at_report = [
-        "report",
-        "--gpu",
-        crate::helpers::GPU,
-        "w00=10",
-        "w01=12",
-        "--job-id",
-        "job-a",
-        "--job-id",
-        "job-b",
-        "--at",
-        "2026-11-23T18:00:00Z",
-        "--json",
-    ];
-    let (ok, first, err) = coloc(&app, &at_report).await;
-    assert!(ok, "{err}");
-    let (_, second, _) = coloc(&app, &at_report).await;
-    assert_eq!(json(&first)["created"], true);
-    assert!(
-        json(&second)["created"].is_null(),
-        "created = false: {second}"
-    );
-    assert_eq!(
-        json(&first)["observationId"],
-        json(&second)["observationId"]
-    );
-    let now_report = [
-        "report",
-        "--gpu",
-        crate::helpers::GPU,
-        "w00=10",
-        "w01=12",
-        "--json",
-    ];
-    let (_, a, _) = coloc(&app, &now_report).await;
-    let (_, b, _) = coloc(&app, &now_report).await;
-    assert_ne!(json(&a)["observationId"], json(&b)["observationId"]);
-    let (ok, _, err) = coloc(
-        &app,
-        &["report", "--gpu", "g", "w00=1", "w01=1", "--job-id", "x"],
-    )
-    .await;
-    assert!(!ok && err.contains("--job-id"), "{err}");
+    exit_codes_are_grpcurls(&app).await;
+    reports_with_at_are_idempotent(&app).await;
 }
 
 #[tokio::test]

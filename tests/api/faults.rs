@@ -204,28 +204,39 @@ async fn chaos_reports_at_full_speed_through_a_storage_fault() {
     );
 }
 
+/// A test that needs a tool or a privilege this machine lacks: under CI (`CI` set, as
+/// `.ci/run`, which installs what the tests need, runs them) the test fails; elsewhere it
+/// is skipped with the reason printed.
+pub fn unavailable(reason: &str) {
+    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+    assert!(
+        !in_ci,
+        "{reason}: CI must provide it (.ci/run installs what the tests need)"
+    );
+    eprintln!("skipped: {reason}");
+}
+
 /// A tmpfs mounted for one test, unmounted when dropped (also when the test fails).
 struct Tmpfs {
     dir: Arc<tempfile::TempDir>,
 }
 
 impl Tmpfs {
-    /// `None` when this machine does not let the test mount one (not root, no tmpfs).
+    /// `None` when this machine does not let the test mount one (not root, no tmpfs, no
+    /// `mount`); a failure instead under CI.
     fn mount(size: &str) -> Option<Self> {
         let dir = Arc::new(tempfile::TempDir::new().unwrap());
         let mounted = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir.path())
-            .output()
-            .ok()?;
-        if !mounted.status.success() {
-            eprintln!(
-                "skipped: cannot mount a tmpfs here ({})",
-                String::from_utf8_lossy(&mounted.stderr).trim()
-            );
-            return None;
-        }
-        Some(Self { dir })
+            .output();
+        let why = match mounted {
+            Ok(mounted) if mounted.status.success() => return Some(Self { dir }),
+            Ok(mounted) => String::from_utf8_lossy(&mounted.stderr).trim().to_string(),
+            Err(error) => format!("`mount` did not run: {error}"),
+        };
+        unavailable(&format!("cannot mount a tmpfs here ({why})"));
+        None
     }
 }
 
@@ -249,7 +260,8 @@ fn fill(path: &std::path::Path) {
 }
 
 /// A real full disk: the database on a small tmpfs, filled up while reports arrive, then
-/// given space again. Skipped (with a message) where a test cannot mount a tmpfs.
+/// given space again. Skipped (with a message) where a test cannot mount a tmpfs, except
+/// under CI, where that fails.
 #[tokio::test]
 async fn a_real_full_disk_refuses_writes_until_space_returns() {
     let Some(tmpfs) = Tmpfs::mount("8m") else {
@@ -308,20 +320,25 @@ async fn a_real_full_disk_refuses_writes_until_space_returns() {
 /// The `-shm` file made immutable while the server writes: ext4 refuses the write to the
 /// memory-mapped WAL index and the kernel stops the process with SIGBUS. It used to die
 /// without a word; it now says why on stderr first. Skipped (with a message) where the
-/// test cannot set the immutable attribute (not root, no chattr, a file system without it).
+/// test cannot set the immutable attribute (not root, no chattr, a file system without it),
+/// except under CI, where that fails.
 #[tokio::test]
 async fn an_immutable_shm_file_stops_the_server_with_a_note_not_silently() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::TempDir::new().unwrap();
     let probe = dir.path().join("probe");
     std::fs::write(&probe, "").unwrap();
-    let settable = std::process::Command::new("chattr")
+    let why = match std::process::Command::new("chattr")
         .arg("+i")
         .arg(&probe)
         .output()
-        .is_ok_and(|o| o.status.success());
-    if !settable {
-        eprintln!("skipped: cannot set the immutable attribute here");
+    {
+        Ok(set) if set.status.success() => None,
+        Ok(set) => Some(String::from_utf8_lossy(&set.stderr).trim().to_string()),
+        Err(error) => Some(format!("`chattr` (e2fsprogs) did not run: {error}")),
+    };
+    if let Some(why) = why {
+        unavailable(&format!("cannot set the immutable attribute here ({why})"));
         return;
     }
     let _ = std::process::Command::new("chattr")

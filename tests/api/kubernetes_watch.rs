@@ -72,6 +72,80 @@ fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 const HAMI: &str = "hami.io/vgpu-devices-allocated";
 const GPU_B: &str = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448";
 
+/// The pods of the `n`th pod list: the first, then the one after 410 Gone.
+fn pod_list(n: usize) -> Vec<serde_json::Value> {
+    match n {
+        // A running resident on gpu-node-1, one not yet bound, one coloc ignores.
+        1 => vec![
+            pod(
+                "a",
+                Some("w01"),
+                "Running",
+                Some("gpu-node-1"),
+                Some(("coloc.io/gpu", "gpu-0")),
+            ),
+            pod("b", Some("w02"), "Pending", None, None),
+            pod(
+                "c",
+                None,
+                "Running",
+                Some("gpu-node-1"),
+                Some(("coloc.io/gpu", "gpu-0")),
+            ),
+        ],
+        // After 410 Gone: what the cluster holds now.
+        _ => vec![
+            pod(
+                "b",
+                Some("w02"),
+                "Running",
+                Some("gpu-node-1"),
+                Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;"))),
+            ),
+            pod(
+                "d",
+                Some("w05"),
+                "Running",
+                Some("gpu-node-2"),
+                Some(("coloc.io/gpu", "gpu-7")),
+            ),
+            pod(
+                "e",
+                Some("w06"),
+                "Succeeded",
+                Some("gpu-node-2"),
+                Some(("coloc.io/gpu", "gpu-7")),
+            ),
+        ],
+    }
+}
+
+/// The first pod watch: b bound, a finished, f added then deleted, then a bookmark.
+fn first_watch_events() -> Body {
+    events(vec![
+        json!({"type": "MODIFIED", "object": pod("b", Some("w02"), "Running", Some("gpu-node-1"),
+            Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;"))))}),
+        json!({"type": "MODIFIED", "object": pod("a", Some("w01"), "Succeeded", Some("gpu-node-1"),
+            Some(("coloc.io/gpu", "gpu-0")))}),
+        json!({"type": "ADDED", "object": pod("f", Some("w04"), "Running", Some("gpu-node-2"),
+            Some(("coloc.io/gpu", "gpu-7")))}),
+        json!({"type": "DELETED", "object": pod("f", Some("w04"), "Running", Some("gpu-node-2"),
+            Some(("coloc.io/gpu", "gpu-7")))}),
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "150"}}}),
+    ])
+}
+
+/// The second pod watch: 410 Gone (the bookmark's version expired).
+fn expired_watch() -> Body {
+    events(vec![json!({
+            "type": "ERROR",
+            "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "too old resource version: 150 (180)",
+                "reason": "Expired", "code": 410}
+    })])
+}
+
 #[tokio::test]
 async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_occupancy() {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
@@ -103,50 +177,7 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
             ("/api/v1/nodes", true) => quiet.push(send),
             ("/api/v1/pods", false) => {
                 pod_lists += 1;
-                let items = match pod_lists {
-                    // A running resident on gpu-node-1, one not yet bound, one coloc ignores.
-                    1 => vec![
-                        pod(
-                            "a",
-                            Some("w01"),
-                            "Running",
-                            Some("gpu-node-1"),
-                            Some(("coloc.io/gpu", "gpu-0")),
-                        ),
-                        pod("b", Some("w02"), "Pending", None, None),
-                        pod(
-                            "c",
-                            None,
-                            "Running",
-                            Some("gpu-node-1"),
-                            Some(("coloc.io/gpu", "gpu-0")),
-                        ),
-                    ],
-                    // After 410 Gone: what the cluster holds now.
-                    _ => vec![
-                        pod(
-                            "b",
-                            Some("w02"),
-                            "Running",
-                            Some("gpu-node-1"),
-                            Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;"))),
-                        ),
-                        pod(
-                            "d",
-                            Some("w05"),
-                            "Running",
-                            Some("gpu-node-2"),
-                            Some(("coloc.io/gpu", "gpu-7")),
-                        ),
-                        pod(
-                            "e",
-                            Some("w06"),
-                            "Succeeded",
-                            Some("gpu-node-2"),
-                            Some(("coloc.io/gpu", "gpu-7")),
-                        ),
-                    ],
-                };
+                let items = pod_list(pod_lists);
                 let version = if pod_lists == 1 { "100" } else { "200" };
                 send.send_response(Response::new(list("PodList", version, items)));
             }
@@ -161,27 +192,11 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
                 );
                 pod_watch_versions.push(version);
                 match pod_watch_versions.len() {
-                    1 => send.send_response(Response::new(events(vec![
-                        json!({"type": "MODIFIED", "object": pod("b", Some("w02"), "Running", Some("gpu-node-1"),
-                            Some((HAMI, &format!("{GPU_B},NVIDIA,3000,0:;"))))}),
-                        json!({"type": "MODIFIED", "object": pod("a", Some("w01"), "Succeeded", Some("gpu-node-1"),
-                            Some(("coloc.io/gpu", "gpu-0")))}),
-                        json!({"type": "ADDED", "object": pod("f", Some("w04"), "Running", Some("gpu-node-2"),
-                            Some(("coloc.io/gpu", "gpu-7")))}),
-                        json!({"type": "DELETED", "object": pod("f", Some("w04"), "Running", Some("gpu-node-2"),
-                            Some(("coloc.io/gpu", "gpu-7")))}),
-                        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
-                            "metadata": {"resourceVersion": "150"}}}),
-                    ]))),
+                    1 => send.send_response(Response::new(first_watch_events())),
                     2 => {
                         // Every event of the first watch is applied before the next watch.
                         after_first_watch = Some(cluster.occupancy());
-                        send.send_response(Response::new(events(vec![json!({
-                            "type": "ERROR",
-                            "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                "status": "Failure", "message": "too old resource version: 150 (180)",
-                                "reason": "Expired", "code": 410}
-                        })])));
+                        send.send_response(Response::new(expired_watch()));
                     }
                     _ => {
                         quiet.push(send);

@@ -73,6 +73,45 @@ fn peak_rss_mb(pid: u32) -> f64 {
     kb / 1024.0
 }
 
+/// One heavy call: a Rank naming `names` as candidates, or a Place naming them as empty
+/// GPUs.
+async fn heavy_call(
+    mut client: ColocationAdvisorClient<tonic::transport::Channel>,
+    rank: bool,
+    names: Vec<String>,
+) -> Result<&'static str, tonic::Status> {
+    if rank {
+        client
+            .rank(pb::RankRequest {
+                target: "w00".into(),
+                candidates: names,
+                ..Default::default()
+            })
+            .await
+            .map(|answer| {
+                assert_eq!(answer.get_ref().skipped.len(), 100);
+                "Rank OK"
+            })
+    } else {
+        client
+            .place(pb::PlaceRequest {
+                workload: "w00".into(),
+                gpu: GPU.into(),
+                gpus: names
+                    .into_iter()
+                    .map(|id| pb::GpuState {
+                        id,
+                        ..Default::default()
+                    })
+                    .collect(),
+                top_k: 10,
+                ..Default::default()
+            })
+            .await
+            .map(|_| "Place OK")
+    }
+}
+
 /// 256 heavy calls in flight on one connection, two rounds of 1.3-2.7 MB requests: every
 /// call answers, and the server's peak RSS stays below 500 MB (the bound). With
 /// the permit taken after decoding, every waiting request is read and decoded at once:
@@ -138,44 +177,13 @@ async fn a_flood_of_heavy_calls_keeps_the_servers_memory_bounded() {
     for round in 0..2 {
         let calls: Vec<_> = (0..256)
             .map(|i| {
-                let mut client = ColocationAdvisorClient::new(channel.clone());
+                let client = ColocationAdvisorClient::new(channel.clone());
                 let names = if round == 0 {
                     short.clone()
                 } else {
                     long.clone()
                 };
-                tokio::spawn(async move {
-                    if round == 0 || i % 2 == 0 {
-                        client
-                            .rank(pb::RankRequest {
-                                target: "w00".into(),
-                                candidates: names,
-                                ..Default::default()
-                            })
-                            .await
-                            .map(|answer| {
-                                assert_eq!(answer.get_ref().skipped.len(), 100);
-                                "Rank OK"
-                            })
-                    } else {
-                        client
-                            .place(pb::PlaceRequest {
-                                workload: "w00".into(),
-                                gpu: GPU.into(),
-                                gpus: names
-                                    .into_iter()
-                                    .map(|id| pb::GpuState {
-                                        id,
-                                        ..Default::default()
-                                    })
-                                    .collect(),
-                                top_k: 10,
-                                ..Default::default()
-                            })
-                            .await
-                            .map(|_| "Place OK")
-                    }
-                })
+                tokio::spawn(heavy_call(client, round == 0 || i % 2 == 0, names))
             })
             .collect();
         for call in calls {

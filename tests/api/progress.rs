@@ -8,7 +8,8 @@ use tempfile::TempDir;
 
 use crate::helpers::kace_dir;
 
-/// Runs `command` under a pseudo-terminal; None when `script` (util-linux) is missing.
+/// Runs `command` under a pseudo-terminal; None when `script` (Debian's bsdutils, from
+/// util-linux) is missing, a failure instead under CI.
 fn on_a_terminal(command: &str) -> Option<String> {
     let output = Command::new("script")
         .args(["-qec", command, "/dev/null"])
@@ -21,7 +22,9 @@ fn on_a_terminal(command: &str) -> Option<String> {
             Some(String::from_utf8_lossy(&output.stdout).into_owned())
         }
         Err(e) => {
-            eprintln!("skipped: `script` (util-linux) is not available: {e}");
+            crate::faults::unavailable(&format!(
+                "`script` (bsdutils, from util-linux) is not available: {e}"
+            ));
             None
         }
     }

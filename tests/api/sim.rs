@@ -85,6 +85,57 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
         let bytes = std::fs::read(dir.path().join(plot)).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{plot}");
     }
+    for seed in [3, 4] {
+        the_readmes_claims_hold_for_coloc(runs, seed);
+    }
+}
+
+/// What README's "Cluster simulation" states of the `coloc` policy on the default setup,
+/// checked on one seed of the 200-pod slice: no OOM event and no LS job below its cap
+/// (while a policy that packs by memory alone leaves many below theirs), a mean JCT below
+/// `fraction-pack`'s (518 against 978 h over seeds 1-5) and cut by more than half against
+/// one job per GPU (66.2 %), a shorter makespan than one job per GPU (12.0 % shorter), and
+/// GPUs shared (1.37 jobs per busy GPU). On this slice (seeds 3 and 4) coloc's JCT cut is
+/// 64 and 69 %, its makespan cut 11 and 15 %, 1.18 and 1.19 jobs per busy GPU.
+fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
+    let run = |policy: &str| {
+        runs.iter()
+            .find(|r| r["policy"] == policy && r["seed"] == seed)
+            .unwrap_or_else(|| panic!("no {policy} run of seed {seed}"))
+    };
+    let figure = |policy: &str, field: &str| {
+        run(policy)[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{policy} {field}: {}", run(policy)))
+    };
+    let coloc = run("coloc");
+    assert_eq!(coloc["oom_events"], 0, "{coloc}");
+    assert_eq!(coloc["capped_jobs_below_cap"], 0, "{coloc}");
+    let capped = figure("coloc", "capped_jobs");
+    assert!(capped >= 50.0, "too few LS jobs to judge caps: {coloc}");
+    // The caps are a constraint that binds: packing by memory alone breaks them.
+    let memory_only = figure("smallest-memory", "capped_jobs_below_cap");
+    assert!(
+        memory_only >= 0.2 * capped,
+        "seed {seed}: {memory_only} of {capped}"
+    );
+
+    let jct = |policy: &str| figure(policy, "mean_jct_h");
+    assert!(
+        jct("coloc") < 0.7 * jct("fraction-pack"),
+        "seed {seed}: coloc {} h, fraction-pack {} h",
+        jct("coloc"),
+        jct("fraction-pack")
+    );
+    let jct_cut = 1.0 - jct("coloc") / jct("one-per-gpu");
+    assert!(jct_cut > 0.5, "seed {seed}: coloc's mean JCT cut {jct_cut}");
+    let makespan_cut = 1.0 - figure("coloc", "makespan_h") / figure("one-per-gpu", "makespan_h");
+    assert!(
+        makespan_cut > 0.05,
+        "seed {seed}: coloc's makespan cut {makespan_cut}"
+    );
+    let sharing = figure("coloc", "jobs_per_busy_gpu");
+    assert!(sharing > 1.1, "seed {seed}: {sharing} jobs per busy GPU");
 }
 
 /// Runs `coloc simulate` on a hand-made trace of `pods` (name, arrival s, lifetime s; all

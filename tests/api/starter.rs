@@ -1,9 +1,10 @@
 //! The H100 starter dataset (`datasets/h100/`, measured by coloc on a real H100): it
-//! imports as any KACE-format folder does, trains, and Rank's default (normalized sum)
-//! picks partners for each of its six workloads that the measured pairs bear out, at least
-//! 0.9 of the best partner on average (the target of the real-GPU work).
+//! imports as any KACE-format folder does, and Rank's default (normalized sum) picks
+//! partners for a workload none of whose runs it was trained on (each target's pairs held
+//! out: README's "target unseen") that the measured pairs bear out clearly better than a
+//! random pick, the baseline computed here from the same data.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, path::Path, path::PathBuf, sync::Arc};
 
 use coloc::{domain::GpuName, import::import_kace, proto as pb};
 use tempfile::TempDir;
@@ -49,9 +50,75 @@ fn measured_normalized() -> HashMap<(String, String), Vec<f64>> {
     sums
 }
 
-#[tokio::test]
-async fn the_h100_starter_dataset_imports_trains_and_ranks_its_workloads() {
+const TARGETS: [&str; 6] = [
+    "bert-encoder_batch16-inf",
+    "bmm-2048_batch8-inf",
+    "gpt-decoder_batch4-inf",
+    "resnet18_batch32-train",
+    "resnet50_batch32-train",
+    "vit-b-16_batch8-inf",
+];
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// The starter folder with every run that involves `target` left out of `pairs.csv` (its
+/// profile stays in the other files: it is registered, never seen in a run).
+fn without_the_runs_of(target: &str, dir: &Path) {
+    for file in ["kernel_metrics.csv", "system_metrics.csv"] {
+        std::fs::copy(starter_dir().join(file), dir.join(file)).unwrap();
+    }
+    let mut reader = csv::Reader::from_path(starter_dir().join("pairs.csv")).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (w1, w2) = (column("workload1"), column("workload2"));
+    let mut writer = csv::Writer::from_path(dir.join("pairs.csv")).unwrap();
+    writer.write_record(&headers).unwrap();
+    let mut kept = 0;
+    for row in reader.records() {
+        let row = row.unwrap();
+        if row[w1] != *target && row[w2] != *target {
+            writer.write_record(&row).unwrap();
+            kept += 1;
+        }
+    }
+    writer.flush().unwrap();
+    // Of the 21 pairs (self-pairs included) measured twice, the 15 without the target.
+    assert_eq!(kept, 30, "{target}");
+}
+
+/// Rank's first pick for `target` from a model trained without any run of it.
+async fn unseen_pick(target: &str) -> String {
+    let data = TempDir::new().unwrap();
+    without_the_runs_of(target, data.path());
     let mut app = spawn_app_in(Arc::new(TempDir::new().unwrap())).await;
+    let gpu = GpuName::parse("gpu", H100).unwrap();
+    let summary = import_kace(&app.advisor, data.path(), &gpu, 79.6474609375)
+        .await
+        .unwrap();
+    assert_eq!(summary.workloads_registered, 6);
+    assert_eq!(summary.observations_new, 30);
+    let ranked = app
+        .client
+        .rank(pb::RankRequest {
+            target: target.into(),
+            gpu: H100.into(),
+            include_below_break_even: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ranked;
+    // Every workload is a candidate, a copy of the target included.
+    assert_eq!(ranked.len(), 6, "{target}: {ranked:?}");
+    ranked[0].workload.clone()
+}
+
+#[tokio::test]
+async fn the_h100_starter_dataset_imports_whole() {
+    let app = spawn_app_in(Arc::new(TempDir::new().unwrap())).await;
     let gpu = GpuName::parse("gpu", H100).unwrap();
     let summary = import_kace(&app.advisor, &starter_dir(), &gpu, 79.6474609375)
         .await
@@ -59,37 +126,37 @@ async fn the_h100_starter_dataset_imports_trains_and_ranks_its_workloads() {
     assert_eq!(summary.workloads_registered, 6);
     assert_eq!(summary.observations_new, 42);
     assert!(summary.incomplete_workloads.is_empty());
+}
 
+/// Each target ranked by a model that never saw one of its runs, its pick scored on the
+/// measured pairs (the pick's mean normalized sum over the best candidate's), against a
+/// uniformly random pick among the same six candidates, scored the same way. README
+/// (`datasets/h100`) measured 0.925 against 0.753: the floor is random plus 0.1, which a
+/// model that learned nothing from the profiles does not reach.
+#[tokio::test]
+async fn rank_picks_better_partners_than_random_for_a_workload_it_never_saw_run() {
     let measured = measured_normalized();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let targets = [
-        "bert-encoder_batch16-inf",
-        "bmm-2048_batch8-inf",
-        "gpt-decoder_batch4-inf",
-        "resnet18_batch32-train",
-        "resnet50_batch32-train",
-        "vit-b-16_batch8-inf",
-    ];
-    let mut scores = Vec::new();
-    for target in targets {
-        let ranked = app
-            .client
-            .rank(pb::RankRequest {
-                target: target.into(),
-                gpu: H100.into(),
-                include_below_break_even: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .ranked;
-        // Every workload is a candidate, a copy of the target included.
-        assert_eq!(ranked.len(), 6, "{target}: {ranked:?}");
-        let value = |partner: &str| mean(&measured[&(target.to_string(), partner.to_string())]);
-        let best = targets.iter().map(|p| value(p)).fold(f64::MIN, f64::max);
-        scores.push(value(&ranked[0].workload) / best);
+    let value =
+        |target: &str, partner: &str| mean(&measured[&(target.to_string(), partner.to_string())]);
+    let (mut scores, mut random) = (Vec::new(), Vec::new());
+    for target in TARGETS {
+        let best = TARGETS
+            .iter()
+            .map(|p| value(target, p))
+            .fold(f64::MIN, f64::max);
+        random.push(mean(
+            &TARGETS
+                .iter()
+                .map(|p| value(target, p) / best)
+                .collect::<Vec<_>>(),
+        ));
+        let pick = unseen_pick(target).await;
+        scores.push(value(target, &pick) / best);
     }
-    let score = mean(&scores);
-    assert!(score >= 0.9, "mean score {score}: {scores:?}");
+    let (score, random) = (mean(&scores), mean(&random));
+    eprintln!("target unseen: {score:.3} ({scores:?}); random pick: {random:.3}");
+    assert!(
+        score >= random + 0.1,
+        "mean score {score} is not 0.1 above a random pick's {random}: {scores:?}"
+    );
 }

@@ -5,7 +5,11 @@
 //! what real ncu is asked and writes a details-page CSV that real ncu wrote
 //! (`tests/fixtures/workloads/fake_ncu.py`).
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use coloc::{
     import::{import_kace, KACE_GPU, KACE_GPU_MEMORY_GB},
@@ -183,8 +187,40 @@ async fn launch_specs_are_refused_unless_the_program_is_allowed() {
 const H100_BMM_SAMPLES: &str = "nvml/h100_bmm_samples.jsonl";
 const H100_GPU: &str = "NVIDIA H100 80GB HBM3";
 
+/// What `tests/fixtures/nvml/expected.py` computes for a recording, run now: (readings,
+/// utilization.gpu mean, utilization.memory mean, peak process memory in GiB).
+fn independent_summary(file: &str) -> (usize, f64, f64, f64) {
+    let script = fixtures().join("nvml/expected.py");
+    let output = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(fixtures().join(file))
+        .output()
+        .expect("python3 runs tests/fixtures/nvml/expected.py");
+    assert!(output.status.success(), "{output:?}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let after = |label: &str, from: &str| -> f64 {
+        let line = printed
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} line in {printed}"));
+        let rest = &line[line.find(from).unwrap_or_else(|| panic!("{line}")) + from.len()..];
+        let number: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        number.parse().unwrap_or_else(|_| panic!("{line}"))
+    };
+    (
+        after("samples:", "samples: ") as usize,
+        after("utilization.gpu", "mean "),
+        after("utilization.memory", "mean "),
+        after("peak process memory", "= "),
+    )
+}
+
 /// The real H100 recordings summarized by `profiler::gpu::summarize`, against
-/// `tests/fixtures/nvml/expected.py` (Python, json module only, the rule the README states).
+/// `tests/fixtures/nvml/expected.py` (Python, json module only, the rule the README states),
+/// run here, and the figures it printed when the recordings were added.
 #[test]
 fn the_real_h100_recordings_summarize_to_the_independent_means_and_peaks() {
     use coloc::profiler::{gpu::summarize, GpuSampler};
@@ -208,6 +244,11 @@ fn the_real_h100_recordings_summarize_to_the_independent_means_and_peaks() {
     assert_eq!(info.name, H100_GPU);
     assert_eq!(info.total_memory_bytes, 85_520_809_984);
     let (sm, mem, gb) = summarize(&samples).unwrap();
+    let (readings, gpu_mean, memory_mean, peak_gb) = independent_summary(H100_BMM_SAMPLES);
+    assert_eq!(readings, 134);
+    close(sm, gpu_mean);
+    close(mem, memory_mean);
+    assert_eq!(gb, peak_gb);
     close(sm, 99.4862385321101);
     close(mem, 7.944954128440367);
     assert_eq!(gb, 0.978515625);
@@ -216,9 +257,15 @@ fn the_real_h100_recordings_summarize_to_the_independent_means_and_peaks() {
     // 1.193359375 GiB. Its first reading (6 %) is activity left from before the workload
     // started (NVML's utilization covers a past period): below half the highest, it does
     // not open the window, nor do the 22 idle start-up readings after it.
-    let (info, samples) = read_all("nvml/h100_bert_encoder_samples.jsonl", 113);
+    let bert = "nvml/h100_bert_encoder_samples.jsonl";
+    let (info, samples) = read_all(bert, 113);
     assert_eq!(info.name, H100_GPU);
     let (sm, mem, gb) = summarize(&samples).unwrap();
+    let (readings, gpu_mean, memory_mean, peak_gb) = independent_summary(bert);
+    assert_eq!(readings, 113);
+    close(sm, gpu_mean);
+    close(mem, memory_mean);
+    assert_eq!(gb, peak_gb);
     close(sm, 99.03703703703704);
     close(mem, 7.925925925925926);
     assert_eq!(gb, 1.193359375);
@@ -1024,6 +1071,54 @@ async fn a_job_left_claimed_by_refused_writes_is_handed_back_before_the_next_cla
     assert_eq!(store.job_counts().await.unwrap(), (0, 0, 0, 1));
 }
 
+/// The kept readings replay: the recording's GPU, then its readings in the order served
+/// (the last one repeats once the recording is used up).
+fn the_kept_readings_replay(recording: &Path, folder: &Path) {
+    let recorded: Vec<serde_json::Value> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kept: Vec<serde_json::Value> = std::fs::read_to_string(folder.join("nvml_samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(kept.len() >= 2, "{kept:?}");
+    assert_eq!(kept[0], recorded[0]);
+    for (i, sample) in kept[1..].iter().enumerate() {
+        assert_eq!(
+            sample,
+            &recorded[(i + 1).min(recorded.len() - 1)],
+            "sample {i}"
+        );
+    }
+    RecordedSampler::from_file(&folder.join("nvml_samples.jsonl")).unwrap();
+}
+
+/// The command lines and output of both phases, as run.
+fn the_kept_command_lines_are_the_ones_run(folder: &Path) {
+    let lines = |file: &str| -> Vec<String> {
+        std::fs::read_to_string(folder.join(file))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let system = lines("system_command.txt");
+    assert!(system[0].ends_with("fake_workload.py"), "{system:?}");
+    assert_eq!(system[1..3], ["ok", "42.5"]);
+    assert!(system.last().unwrap().starts_with("# environment: "));
+    let kernel = lines("kernel_command.txt");
+    assert_eq!(kernel[0], fake_ncu());
+    assert!(kernel.iter().any(|a| a == "--nvtx-include"), "{kernel:?}");
+    assert!(
+        kernel.iter().any(|a| a.ends_with("fake_workload.py")),
+        "{kernel:?}"
+    );
+    assert!(lines("system_stdout.txt").contains(&"COLOC_THROUGHPUT 42.5 samples/s".to_string()));
+}
+
 /// With `profiler.keep_raw_dir`, a profile leaves its raw measurements in a folder of its
 /// own: the NVML readings as a recording that replays (the readings the worker was served,
 /// in order), ncu's CSV from which the stored kernel metrics are rebuilt exactly, and the
@@ -1102,29 +1197,7 @@ async fn the_raw_measurements_of_a_profile_are_kept_when_asked() {
         "{name}"
     );
 
-    // The readings replay: the recording's GPU, then its readings in the order served
-    // (the last one repeats once the recording is used up).
-    let recorded: Vec<serde_json::Value> = std::fs::read_to_string(&recording)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let kept: Vec<serde_json::Value> = std::fs::read_to_string(folder.join("nvml_samples.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(kept.len() >= 2, "{kept:?}");
-    assert_eq!(kept[0], recorded[0]);
-    for (i, sample) in kept[1..].iter().enumerate() {
-        assert_eq!(
-            sample,
-            &recorded[(i + 1).min(recorded.len() - 1)],
-            "sample {i}"
-        );
-    }
-    RecordedSampler::from_file(&folder.join("nvml_samples.jsonl")).unwrap();
-
+    the_kept_readings_replay(&recording, folder);
     // ncu's CSV rebuilds the stored kernel metrics exactly.
     let text = std::fs::read_to_string(folder.join("ncu.csv")).unwrap();
     let rebuilt = coloc::profiler::ncu::parse(&text)
@@ -1146,23 +1219,5 @@ async fn the_raw_measurements_of_a_profile_are_kept_when_asked() {
         )
     );
 
-    let lines = |file: &str| -> Vec<String> {
-        std::fs::read_to_string(folder.join(file))
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    };
-    let system = lines("system_command.txt");
-    assert!(system[0].ends_with("fake_workload.py"), "{system:?}");
-    assert_eq!(system[1..3], ["ok", "42.5"]);
-    assert!(system.last().unwrap().starts_with("# environment: "));
-    let kernel = lines("kernel_command.txt");
-    assert_eq!(kernel[0], fake_ncu());
-    assert!(kernel.iter().any(|a| a == "--nvtx-include"), "{kernel:?}");
-    assert!(
-        kernel.iter().any(|a| a.ends_with("fake_workload.py")),
-        "{kernel:?}"
-    );
-    assert!(lines("system_stdout.txt").contains(&"COLOC_THROUGHPUT 42.5 samples/s".to_string()));
+    the_kept_command_lines_are_the_ones_run(folder);
 }
