@@ -27,8 +27,8 @@ use std::{collections::BTreeMap, time::Instant};
 use anyhow::{bail, Context};
 use serde_json::json;
 
+use crate::cli::SimulateArgs;
 use coloc::{
-    cli::SimulateArgs,
     dataset::KaceDataset,
     model::{
         fit, fit_with_options,

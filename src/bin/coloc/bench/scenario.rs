@@ -281,7 +281,7 @@ pub(super) async fn connect(addr: &str, connections: usize) -> anyhow::Result<Ve
 /// Workload names of a running server, for `--addr`.
 pub(super) async fn server_names(channel: Channel) -> anyhow::Result<Vec<String>> {
     let mut client = ColocationAdvisorClient::new(channel);
-    let workloads = coloc::client::all_workloads(&mut client, 0).await?;
+    let workloads = crate::operator::all_workloads(&mut client, 0).await?;
     Ok(workloads.into_iter().map(|w| w.name).collect())
 }
 

@@ -2,7 +2,11 @@
 
 use clap::Parser;
 
-mod loadgen;
+mod bench;
+mod cli;
+mod eval;
+mod operator;
+mod report_plot;
 mod sim;
 
 /// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
@@ -13,8 +17,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = coloc::cli::Cli::parse();
-    if !matches!(cli.command, coloc::cli::Command::Serve(_)) {
+    let cli = crate::cli::Cli::parse();
+    if !matches!(cli.command, crate::cli::Command::Serve(_)) {
         // Command-line tools end quietly when their reader goes away (`coloc ... | head`);
         // the server keeps Rust's default of handling broken pipes as errors.
         // SAFETY: sigaction is process-wide and thread-safe, and SIG_DFL installs no handler
@@ -28,16 +32,16 @@ async fn main() -> std::process::ExitCode {
     }
     coloc::startup::note_fatal_storage_signals();
     let result = match cli.command {
-        coloc::cli::Command::Bench(args) => loadgen::run(args).await,
-        coloc::cli::Command::Simulate(args) => sim::run(args),
-        _ => coloc::cli::run(cli).await,
+        crate::cli::Command::Bench(args) => bench::run(args).await,
+        crate::cli::Command::Simulate(args) => sim::run(args),
+        _ => crate::cli::run(cli).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("coloc: {error:#}");
             // 64 + the gRPC code of a failed RPC (as grpcurl), else 1.
-            std::process::ExitCode::from(coloc::client::exit_code(&error))
+            std::process::ExitCode::from(crate::operator::exit_code(&error))
         }
     }
 }

@@ -9,10 +9,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 
-use crate::{
-    client::{print_canonical, print_table, status_error, Connection, ObjectiveArg},
-    proto as pb,
-};
+use coloc::proto as pb;
+
+use crate::operator::{print_canonical, print_table, status_error, Connection, ObjectiveArg};
 
 #[derive(Debug, Args)]
 pub struct PlaceArgs {

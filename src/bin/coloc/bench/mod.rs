@@ -30,8 +30,8 @@ use std::{
 
 use anyhow::{bail, Context};
 
+use crate::cli::BenchArgs;
 use coloc::{
-    cli::BenchArgs,
     proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient},
     settings::{Settings, SettingsSources},
     startup::App,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 
-use crate::advisor::trimmed_mean;
+use coloc::advisor::trimmed_mean;
 use plotters::{
     prelude::*,
     style::{register_font, FontStyle},

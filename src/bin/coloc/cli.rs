@@ -7,9 +7,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
+use coloc::{
     advisor::Advisor,
-    client, cluster_client,
     domain::GpuName,
     import,
     settings::{Settings, SettingsSources},
@@ -17,6 +16,8 @@ use crate::{
     store::Store,
     telemetry,
 };
+
+use crate::operator::{self as client, cluster as cluster_client};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -588,7 +589,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 settings.log.format =
                     format
                         .parse()
-                        .map_err(|message| crate::settings::SettingsError::Invalid {
+                        .map_err(|message| coloc::settings::SettingsError::Invalid {
                             key: "log.format",
                             message,
                         })?;
@@ -607,7 +608,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Backup(args) => {
             let settings = load_settings(&args.common, None)?;
             let started = std::time::Instant::now();
-            let summary = crate::store::backup::backup(&settings.database.url, &args.file)
+            let summary = coloc::store::backup::backup(&settings.database.url, &args.file)
                 .await
                 .with_context(|| format!("cannot back up {}", settings.database.url))?;
             if args.json {
@@ -681,7 +682,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let (settings, identity, channel) = agent_node(&args.node, None)?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
-            let ran = crate::agent::run(
+            let ran = coloc::agent::run(
                 channel,
                 args.node.connection.token.clone(),
                 identity,
@@ -693,27 +694,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("agent stopped");
             ran
         }
-        Command::Ncu(args) => crate::profiler::ncu::run_check(&args.file, args.json),
+        Command::Ncu(args) => coloc::profiler::ncu::run_check(&args.file, args.json),
         Command::Calibrate(args) => {
             let (settings, identity, channel) = agent_node(&args.node, args.gpu_index)?;
             let cancel = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
-            let summary = crate::agent::calibrate::run(
+            let summary = coloc::agent::calibrate::run(
                 channel,
                 args.node.connection.token.clone(),
                 identity,
                 settings.profiler,
-                &crate::profiler::calibrate::Plan {
+                &coloc::profiler::calibrate::Plan {
                     max_pairs: args.pairs,
                     with: args
                         .with
                         .iter()
-                        .map(|w| crate::domain::WorkloadName::parse("--with", w))
+                        .map(|w| coloc::domain::WorkloadName::parse("--with", w))
                         .collect::<Result<_, _>>()?,
                     sharing: match args.sharing {
                         SharingArg::Auto => None,
-                        SharingArg::Mps => Some(crate::profiler::calibrate::Sharing::Mps),
-                        SharingArg::Shared => Some(crate::profiler::calibrate::Sharing::Shared),
+                        SharingArg::Mps => Some(coloc::profiler::calibrate::Sharing::Mps),
+                        SharingArg::Shared => Some(coloc::profiler::calibrate::Sharing::Shared),
                     },
                 },
                 &cancel,
@@ -744,12 +745,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(&settings.log.level, settings.log.format);
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
             let overwrite = if args.force {
-                crate::dataset::Overwrite::Replace
+                coloc::dataset::Overwrite::Replace
             } else {
-                crate::dataset::Overwrite::Refuse
+                coloc::dataset::Overwrite::Refuse
             };
             let summary =
-                crate::export::export_kace(&settings.database.url, &gpu, &args.dir, overwrite)
+                coloc::export::export_kace(&settings.database.url, &gpu, &args.dir, overwrite)
                     .await
                     .with_context(|| {
                         format!("cannot export {gpu} from {}", settings.database.url)
@@ -761,7 +762,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = load_settings(&args.common, None)?;
             telemetry::init(&settings.log.level, settings.log.format);
             let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
-            crate::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
+            coloc::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
             if let Some(addr) = &args.addr {
                 let connection = client::Connection {
@@ -778,13 +779,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             // A failed import leaves no new database file behind.
             let created = new_database_file(&settings.database.url);
             // Writes the file directly: never behind a running server's back.
-            let _database_lock = crate::store::DatabaseLock::acquire(&settings.database.url)?;
+            let _database_lock = coloc::store::DatabaseLock::acquire(&settings.database.url)?;
             let imported = async {
                 let store = Store::open(&settings.database.url)
                     .await
                     .context("cannot open the database")?;
                 let advisor =
-                    Advisor::load(store, crate::startup::advisor_options(&settings)?).await?;
+                    Advisor::load(store, coloc::startup::advisor_options(&settings)?).await?;
                 let summary =
                     import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await;
                 advisor.store().close().await;
@@ -819,7 +820,7 @@ fn agent_node(
     gpu_index: Option<u32>,
 ) -> anyhow::Result<(
     Settings,
-    crate::agent::AgentIdentity,
+    coloc::agent::AgentIdentity,
     tonic::transport::Channel,
 )> {
     let mut settings = load_settings(
@@ -843,7 +844,7 @@ fn agent_node(
         .clone()
         .unwrap_or_else(|| format!("{node}-gpu{}", settings.profiler.gpu_index));
     let channel = args.connection.lazy_channel()?;
-    Ok((settings, crate::agent::AgentIdentity { id, node }, channel))
+    Ok((settings, coloc::agent::AgentIdentity { id, node }, channel))
 }
 
 /// The database file `url` names, when it does not exist yet (a command that fails may
@@ -869,8 +870,8 @@ fn parse_share(raw: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<crate::model::ModelKind> {
-    use crate::model::ModelKind;
+fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<coloc::model::ModelKind> {
+    use coloc::model::ModelKind;
     ModelKind::parse(raw).with_context(|| {
         let known: Vec<&str> = ModelKind::ALL.iter().map(|k| k.as_str()).collect();
         format!("{flag} {raw:?} is not one of {known:?}")
@@ -879,12 +880,10 @@ fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<crate::model::Model
 
 async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     if args.json {
-        crate::progress::hide();
+        coloc::progress::hide();
     }
-    use crate::{
-        eval,
-        model::{self, ModelKind},
-    };
+    use crate::eval;
+    use coloc::model::{self, ModelKind};
     // A model kind, or with --candidates one of them as `cand:NAME` (the name --candidates
     // prints), for tracing what a candidate predicts.
     let predictions_policy = match &args.predictions_model {
@@ -1070,9 +1069,10 @@ fn print_api_trainings(servers: usize, trainings: &[crate::eval::nway_api::ApiTr
 
 async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
     if args.json {
-        crate::progress::hide();
+        coloc::progress::hide();
     }
-    use crate::{eval, model::ModelKind};
+    use crate::eval;
+    use coloc::model::ModelKind;
     let predictions_kind = match &args.predictions_model {
         None => ModelKind::DEFAULT,
         Some(raw) => parse_model_kind("--predictions-model", raw)?,
@@ -1120,9 +1120,10 @@ async fn run_eval(args: EvalKaceArgs) -> anyhow::Result<()> {
 
 async fn run_eval_objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
     if args.json {
-        crate::progress::hide();
+        coloc::progress::hide();
     }
-    use crate::{eval, model::ModelKind};
+    use crate::eval;
+    use coloc::model::ModelKind;
     let kind = match &args.kind {
         None => ModelKind::DEFAULT,
         Some(raw) => ModelKind::parse(raw).with_context(|| {
@@ -1176,7 +1177,7 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
     }
 }
 
-fn print_export_summary(summary: &crate::export::ExportSummary) {
+fn print_export_summary(summary: &coloc::export::ExportSummary) {
     let gpu = &summary.gpu;
     println!(
         "exported {} workloads and {} pairs of {gpu} to {}",

@@ -5,6 +5,8 @@
 //! (`report_plot`). A failed RPC exits with 64 + its gRPC code,
 //! as grpcurl does.
 
+pub mod cluster;
+
 use std::{path::PathBuf, sync::OnceLock};
 
 use anyhow::{bail, Context};
@@ -16,7 +18,7 @@ use tonic::{
     transport::{Certificate, Channel, ClientTlsConfig, Endpoint},
 };
 
-use crate::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
+use coloc::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
 
 /// A failed RPC, kept whole so that the exit code can say which.
 #[derive(Debug, thiserror::Error)]
@@ -372,7 +374,7 @@ pub async fn agents(connection: &Connection, command: AgentsCommand) -> anyhow::
     if connection.json {
         return print_canonical(&answer, "coloc.v1.ListAgentsResponse");
     }
-    let now = crate::domain::now_ms();
+    let now = coloc::domain::now_ms();
     let rows: Vec<[String; 6]> = answer
         .agents
         .iter()
@@ -1096,15 +1098,15 @@ pub async fn health(connection: &Connection) -> anyhow::Result<()> {
 pub async fn import_kace(
     connection: &Connection,
     dir: &std::path::Path,
-    gpu: &crate::domain::GpuName,
+    gpu: &coloc::domain::GpuName,
     gpu_memory_gb: f64,
-) -> anyhow::Result<crate::import::ImportSummary> {
-    use crate::import::{prepare, ImportSummary, ModelLine};
+) -> anyhow::Result<coloc::import::ImportSummary> {
+    use coloc::import::{prepare, ImportSummary, ModelLine};
 
     let prepared = prepare(dir, gpu, gpu_memory_gb)?;
     let mut client = connection.client().await?;
     let (mut registered, mut updated, mut unchanged) = (0, 0, 0);
-    let progress = crate::progress::bar(
+    let progress = coloc::progress::bar(
         (prepared.workloads.len() + prepared.observations.len()) as u64,
         "import",
     );
@@ -1138,8 +1140,8 @@ pub async fn import_kace(
         let request = pb::RegisterWorkloadRequest {
             name: workload.name.to_string(),
             mode: match workload.mode {
-                crate::domain::WorkloadMode::Training => pb::WorkloadMode::Training,
-                crate::domain::WorkloadMode::Inference => pb::WorkloadMode::Inference,
+                coloc::domain::WorkloadMode::Training => pb::WorkloadMode::Training,
+                coloc::domain::WorkloadMode::Inference => pb::WorkloadMode::Inference,
             } as i32,
             model: workload.model.clone(),
             batch_size: workload.batch_size,
@@ -1229,7 +1231,7 @@ pub async fn import_kace(
     let models = match current {
         Ok(current) if nothing_changed => vec![Ok(line(current.get_ref()))],
         _ => {
-            let training = crate::progress::spinner("training models");
+            let training = coloc::progress::spinner("training models");
             let mut models = Vec::new();
             for kind in ["kace-linear", ""] {
                 let trained = client
