@@ -30,7 +30,7 @@ use std::{
 
 use anyhow::{bail, Context};
 
-use crate::cli::BenchArgs;
+use crate::args::BenchArgs;
 use coloc::{
     proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient},
     settings::{Settings, SettingsSources},

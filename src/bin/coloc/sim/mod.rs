@@ -27,7 +27,7 @@ use std::{collections::BTreeMap, time::Instant};
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::cli::SimulateArgs;
+use crate::args::SimulateArgs;
 use coloc::{
     dataset::KaceDataset,
     model::{
