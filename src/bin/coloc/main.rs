@@ -2,8 +2,9 @@
 //! one file or folder each: `serve` (serve, backup, config), `data` (import, export),
 //! `evaluate` (the `eval` commands over `eval`, the evaluation protocols), `profiling`
 //! (agent, calibrate, ncu), `operator` (the commands that talk gRPC to a running server),
-//! `bench` (the load generator) and `sim` (the cluster simulation). `plot` holds what the
-//! pictures share. The service itself is the library, `coloc`.
+//! `bench` (the load generator) and `sim` (the cluster simulation). `report_plot` draws
+//! `coloc model report --plot`; `plot` holds what the pictures share. The service itself
+//! is the library, `coloc`.
 
 use clap::Parser;
 
