@@ -2,23 +2,24 @@
 //! system metrics) in SQLite, fits a model of colocated throughput from reported runs, and
 //! answers schedulers' Rank requests over gRPC from memory.
 //!
+//! This library is the service and what its tools share; the command line is the `coloc`
+//! binary's (`src/bin/coloc/`: the clap tree in `args`, one file or folder per family of
+//! commands: `serve`, `data` (import, export), `evaluate` over `eval` (the KACE evaluation
+//! protocols, baselines, plots; the N-way protocol also through a real server's API),
+//! `profiling` (agent, calibrate, ncu), `operator` (the commands that talk gRPC to a running
+//! server), `bench` (the load generator) and `sim` (the cluster simulation)). Nothing here
+//! imports the binary.
+//!
 //! A map of the house. Data flows down this list; a module imports only modules below it
 //! (no cycles):
 //!
-//! - The binary's front: `cli` (commands, flags), `client` (the operator CLI's gRPC
-//!   calls), `report_plot` (the picture of `coloc model report --plot`; plain data in, no
-//!   proto types) and `cluster_client` (its placement commands: place, gpus, jobs). The load
-//!   generator (`coloc bench`) and the cluster simulation (`coloc simulate`) are modules of
-//!   the binary, `src/loadgen` and `src/sim`, never compiled into this library.
 //! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a
 //!   gRPC job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API;
 //!   it imports `api::convert` for the proto ↔ domain conversion and nothing else of the
 //!   service.
-//! - Tools beside the service: `eval` (the KACE evaluation protocol, baselines, plots; the
-//!   N-way protocol also through a real server's API, `eval::nway_api`, which builds the
-//!   service's `App` and talks to it with the generated client), `import` (loading
-//!   KACE-format datasets into a store) and `export` (writing a store's data of one GPU
-//!   model as a KACE-format dataset, reading the store read-only).
+//! - Tools beside the service: `import` (loading KACE-format datasets into a store) and
+//!   `export` (writing a store's data of one GPU model as a KACE-format dataset, reading the
+//!   store read-only).
 //! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
 //!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
 //!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
@@ -40,12 +41,8 @@
 pub mod advisor;
 pub mod agent;
 pub mod api;
-pub mod cli;
-pub mod client;
-pub mod cluster_client;
 pub mod dataset;
 pub mod domain;
-pub mod eval;
 pub mod export;
 pub mod extender;
 pub mod import;
@@ -54,7 +51,6 @@ pub mod model;
 pub mod profiler;
 pub mod progress;
 pub mod proto;
-pub mod report_plot;
 pub mod settings;
 pub mod startup;
 pub mod store;

@@ -413,7 +413,7 @@ async fn a_residents_own_floor_refuses_the_gpus_where_the_new_pod_would_push_it_
 /// member below half its speed) and `fair` (both above half).
 async fn rule_cases(app: &mut TestApp) -> (String, [String; 3]) {
     let workloads: Vec<String> =
-        coloc::client::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
+        crate::helpers::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
             .await
             .unwrap()
             .into_iter()

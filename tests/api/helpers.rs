@@ -410,3 +410,27 @@ pub fn expect_code<T: std::fmt::Debug>(
         }
     }
 }
+
+/// Every workload on the server in `state` (0 = any), page after page.
+pub async fn all_workloads(
+    client: &mut ColocationAdvisorClient<Channel>,
+    state: i32,
+) -> Result<Vec<pb::Workload>, tonic::Status> {
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_workloads(pb::ListWorkloadsRequest {
+                page_size: 1000,
+                page_token,
+                state,
+            })
+            .await?
+            .into_inner();
+        all.extend(page.workloads);
+        if page.next_page_token.is_empty() {
+            return Ok(all);
+        }
+        page_token = page.next_page_token;
+    }
+}

@@ -24,7 +24,7 @@ async fn kace_app() -> TestApp {
 }
 
 async fn targets(app: &mut TestApp) -> Vec<String> {
-    coloc::client::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
+    crate::helpers::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
         .await
         .unwrap()
         .into_iter()

@@ -3,36 +3,18 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
-use plotters::{
-    prelude::*,
-    style::{register_font, FontStyle},
-};
+use anyhow::Context;
+use plotters::prelude::*;
 
 use super::engine::Outcome;
+use crate::plot::{register_embedded_font, PALETTE};
 
-/// One colour per policy `--policies` may name (checked at compile time below).
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
+// One colour per policy `--policies` may name.
 const _: () = assert!(PALETTE.len() >= super::POLICIES.len());
-
-fn font() -> anyhow::Result<()> {
-    // The embedded font makes the picture independent of system font libraries.
-    register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| anyhow!("the embedded font cannot be loaded"))
-}
 
 /// JCT CDF per policy, hours on a log axis.
 pub fn jct_cdf(path: &Path, seed: u64, outcomes: &[(String, &Outcome)]) -> anyhow::Result<()> {
-    font()?;
+    register_embedded_font()?;
     let root = BitMapBackend::new(path, (1100, 700)).into_drawing_area();
     root.fill(&WHITE)?;
     let hours = |o: &Outcome| {
@@ -93,7 +75,7 @@ pub fn busy_gpus(
     gpus: usize,
     outcomes: &[(String, &Outcome)],
 ) -> anyhow::Result<()> {
-    font()?;
+    register_embedded_font()?;
     let root = BitMapBackend::new(path, (1400, 700)).into_drawing_area();
     root.fill(&WHITE)?;
     let day = 86_400.0;

@@ -21,16 +21,14 @@ use std::{
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-pub use objectives::{
-    evaluate_objectives, print_objectives, ObjectiveFigures, ObjectivePolicy, ObjectiveReport,
-};
+pub use objectives::{evaluate_objectives, print_objectives};
 pub use plot::draw;
 pub use report::{
     nway_predictions_writer, print_nway_table, print_table, write_nway_predictions,
     write_predictions,
 };
 
-use crate::{
+use coloc::{
     advisor::rank_order,
     dataset::{KaceDataset, KacePair},
     model::{self, Features, ModelKind, TrainingRow},
@@ -288,7 +286,7 @@ pub fn random_targets(
 /// Runs every policy on every case. Model fits are CPU work: call from a blocking context.
 pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<CaseResult>> {
     let mut results = Vec::new();
-    let progress = crate::progress::bar((data.cases.len() * policies.len()) as u64, "eval");
+    let progress = coloc::progress::bar((data.cases.len() * policies.len()) as u64, "eval");
     for (c, case) in data.cases.iter().enumerate() {
         let only = case.holdout.as_deref();
         for &policy in policies {

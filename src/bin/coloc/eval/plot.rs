@@ -3,23 +3,14 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use plotters::{
     prelude::*,
     style::text_anchor::{HPos, Pos, VPos},
-    style::{register_font, FontStyle},
 };
 
 use super::{CaseResult, EvalData, Policy, Protocol, Summary};
-
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
+use crate::plot::{cycled, register_embedded_font};
 
 /// Shortens a KACE workload name for an axis label, as the paper's figure does:
 /// "albert-base-v2_batch16-train" -> "ALBERT b16 train".
@@ -50,14 +41,22 @@ pub fn draw(
     results: &[CaseResult],
     scatter_policies: &[Policy],
 ) -> anyhow::Result<()> {
-    // The embedded font makes the picture independent of system font libraries.
-    register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| anyhow!("the embedded font cannot be loaded"))?;
+    register_embedded_font()?;
     let root = BitMapBackend::new(path, (1800, 760)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(1150);
 
-    // Per-target bars.
+    draw_scores(&left, summary)?;
+    draw_held_out(&right, data, results, scatter_policies, &summary.policies)?;
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+/// Per-target bars: each policy's score against the oracle at n_occur=2.
+fn draw_scores(left: &Area, summary: &Summary) -> anyhow::Result<()> {
     let targets: Vec<String> = summary
         .per_target_n_occur_2
         .values()
@@ -66,7 +65,7 @@ pub fn draw(
         .into_iter()
         .collect();
     let policies = &summary.policies;
-    let mut chart = ChartBuilder::on(&left)
+    let mut chart = ChartBuilder::on(left)
         .caption(
             "score vs oracle per target (n_occur=2, mean of 5 seeds)",
             ("sans-serif", 22),
@@ -86,7 +85,7 @@ pub fn draw(
         .draw()?;
     let width = 0.8 / policies.len() as f64;
     for (j, policy) in policies.iter().enumerate() {
-        let color = PALETTE[j % PALETTE.len()];
+        let color = cycled(j);
         let scores = &summary.per_target_n_occur_2[policy];
         chart
             .draw_series(targets.iter().enumerate().map(|(i, target)| {
@@ -114,8 +113,18 @@ pub fn draw(
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
         .draw()?;
+    Ok(())
+}
 
-    // Predicted against actual on held-out workloads.
+/// Predicted against actual sums on held-out workloads, one colour per model kind (its
+/// colour among `policies`).
+fn draw_held_out(
+    right: &Area,
+    data: &EvalData,
+    results: &[CaseResult],
+    scatter_policies: &[Policy],
+    policies: &[String],
+) -> anyhow::Result<()> {
     let mut points: Vec<(usize, f64, f64)> = Vec::new();
     for (k, policy) in scatter_policies.iter().enumerate() {
         for result in results.iter().filter(|r| r.policy == *policy) {
@@ -130,7 +139,7 @@ pub fn draw(
     }
     let top = points.iter().map(|p| p.1.max(p.2)).fold(1.0f64, f64::max) * 1.05;
     let bottom = points.iter().map(|p| p.1.min(p.2)).fold(0.0f64, f64::min);
-    let mut scatter = ChartBuilder::on(&right)
+    let mut scatter = ChartBuilder::on(right)
         .caption(
             "held-out workloads: predicted vs actual sum",
             ("sans-serif", 22),
@@ -149,11 +158,12 @@ pub fn draw(
         BLACK.mix(0.4),
     ))?;
     for (k, policy) in scatter_policies.iter().enumerate() {
-        let color = PALETTE[policies
-            .iter()
-            .position(|p| *p == policy.name())
-            .unwrap_or(k)
-            % PALETTE.len()];
+        let color = cycled(
+            policies
+                .iter()
+                .position(|p| *p == policy.name())
+                .unwrap_or(k),
+        );
         scatter
             .draw_series(
                 points
@@ -171,7 +181,5 @@ pub fn draw(
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
         .draw()?;
-    root.present()
-        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

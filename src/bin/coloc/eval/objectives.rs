@@ -16,7 +16,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::{EvalData, Protocol};
-use crate::{
+use coloc::{
     advisor::rank_order,
     model::{self, Features, ModelKind, TrainingRow},
 };
@@ -111,7 +111,7 @@ pub fn evaluate_objectives(data: &EvalData, kind: ModelKind) -> anyhow::Result<O
         .iter()
         .filter(|c| c.protocol == Protocol::Unseen)
         .count();
-    let progress = crate::progress::bar(unseen as u64, "eval objectives");
+    let progress = coloc::progress::bar(unseen as u64, "eval objectives");
     for case in data.cases.iter().filter(|c| c.protocol == Protocol::Unseen) {
         progress.inc(1);
         let target = case

@@ -148,54 +148,10 @@ pub(super) async fn run_scenario(
                         }
                     }
                     Call::Occupancy { names, jobs } => {
-                        // Even calls assign a new job, odd calls release the one before.
-                        let job = if (i - task) % 2 == 0 {
-                            jobs.fetch_add(1, Ordering::Relaxed)
-                        } else {
-                            jobs.load(Ordering::Relaxed)
-                        };
-                        let job_id = format!("bench-{task}-{}", (i - task) / 2);
-                        if (i - task) % 2 == 0 {
-                            advisor
-                                .assign_job(pb::AssignJobRequest {
-                                    job_id,
-                                    gpu_id: format!("bench-gpu-{}", job % 4096),
-                                    node: String::new(),
-                                    // Its own GPU model, so that these GPUs stay out of
-                                    // the place_stored scenarios' view.
-                                    gpu: OCCUPANCY_GPU.into(),
-                                    workload: names[rng.random_range(0..names.len())].clone(),
-                                    lease_secs: 0,
-                                })
-                                .await
-                                .is_ok_and(|r| r.into_inner().created)
-                        } else {
-                            advisor
-                                .release_job(pb::ReleaseJobRequest { job_id })
-                                .await
-                                .is_ok_and(|r| r.into_inner().released)
-                        }
+                        occupancy_call(&mut advisor, names, jobs, (task, i), &mut rng).await
                     }
                     Call::Report { names, clock } => {
-                        let member = |rng: &mut StdRng| pb::ColocatedMember {
-                            workload: names[rng.random_range(0..names.len())].clone(),
-                            throughput: 1.0 + 100.0 * rng.random::<f64>(),
-                            job_id: String::new(),
-                        };
-                        let at = clock.fetch_add(1, Ordering::Relaxed);
-                        let request = pb::ReportColocationRequest {
-                            gpu_id: String::new(),
-                            gpu: GPU.into(),
-                            members: vec![member(&mut rng), member(&mut rng)],
-                            observed_at: Some(prost_types::Timestamp {
-                                seconds: at / 1000,
-                                nanos: (at % 1000) as i32 * 1_000_000,
-                            }),
-                        };
-                        advisor
-                            .report_colocation(request)
-                            .await
-                            .is_ok_and(|r| r.into_inner().created)
+                        report_call(&mut advisor, names, clock, &mut rng).await
                     }
                 };
                 i += 1;
@@ -230,6 +186,72 @@ pub(super) async fn run_scenario(
         cpu_cores: cpu / measure.as_secs_f64(),
         errors,
     })
+}
+
+/// One call of the `occupancy` scenario by client `task` (its `i`-th): even calls assign a
+/// new job, odd calls release the one before.
+async fn occupancy_call(
+    advisor: &mut ColocationAdvisorClient<Channel>,
+    names: &[String],
+    jobs: &AtomicI64,
+    (task, i): (usize, usize),
+    rng: &mut StdRng,
+) -> bool {
+    let job = if (i - task) % 2 == 0 {
+        jobs.fetch_add(1, Ordering::Relaxed)
+    } else {
+        jobs.load(Ordering::Relaxed)
+    };
+    let job_id = format!("bench-{task}-{}", (i - task) / 2);
+    if (i - task) % 2 == 0 {
+        advisor
+            .assign_job(pb::AssignJobRequest {
+                job_id,
+                gpu_id: format!("bench-gpu-{}", job % 4096),
+                node: String::new(),
+                // Its own GPU model, so that these GPUs stay out of
+                // the place_stored scenarios' view.
+                gpu: OCCUPANCY_GPU.into(),
+                workload: names[rng.random_range(0..names.len())].clone(),
+                lease_secs: 0,
+            })
+            .await
+            .is_ok_and(|r| r.into_inner().created)
+    } else {
+        advisor
+            .release_job(pb::ReleaseJobRequest { job_id })
+            .await
+            .is_ok_and(|r| r.into_inner().released)
+    }
+}
+
+/// One call of the `report` scenario: a run of two random workloads, reported at the
+/// shared clock's next millisecond.
+async fn report_call(
+    advisor: &mut ColocationAdvisorClient<Channel>,
+    names: &[String],
+    clock: &AtomicI64,
+    rng: &mut StdRng,
+) -> bool {
+    let member = |rng: &mut StdRng| pb::ColocatedMember {
+        workload: names[rng.random_range(0..names.len())].clone(),
+        throughput: 1.0 + 100.0 * rng.random::<f64>(),
+        job_id: String::new(),
+    };
+    let at = clock.fetch_add(1, Ordering::Relaxed);
+    let request = pb::ReportColocationRequest {
+        gpu_id: String::new(),
+        gpu: GPU.into(),
+        members: vec![member(rng), member(rng)],
+        observed_at: Some(prost_types::Timestamp {
+            seconds: at / 1000,
+            nanos: (at % 1000) as i32 * 1_000_000,
+        }),
+    };
+    advisor
+        .report_colocation(request)
+        .await
+        .is_ok_and(|r| r.into_inner().created)
 }
 
 pub(super) fn rank_pool(names: &[String], n: Option<usize>, top_k: i32, seed: u64) -> Vec<Bytes> {
@@ -281,7 +303,7 @@ pub(super) async fn connect(addr: &str, connections: usize) -> anyhow::Result<Ve
 /// Workload names of a running server, for `--addr`.
 pub(super) async fn server_names(channel: Channel) -> anyhow::Result<Vec<String>> {
     let mut client = ColocationAdvisorClient::new(channel);
-    let workloads = coloc::client::all_workloads(&mut client, 0).await?;
+    let workloads = crate::operator::all_workloads(&mut client, 0).await?;
     Ok(workloads.into_iter().map(|w| w.name).collect())
 }
 

@@ -4,22 +4,12 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
+use plotters::prelude::*;
 
-use crate::advisor::trimmed_mean;
-use plotters::{
-    prelude::*,
-    style::{register_font, FontStyle},
-};
+use coloc::advisor::trimmed_mean;
 
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
+use crate::plot::{cycled, register_embedded_font};
 
 /// One reported run: when the server received it, its predicted and observed throughput
 /// sums, and the model version that predicted it.
@@ -99,9 +89,7 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
     let (Some(first), Some(last)) = (report.runs.first(), report.runs.last()) else {
         bail!("no reported runs with a prediction to draw");
     };
-    // The embedded font makes the picture independent of system font libraries.
-    register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| anyhow!("the embedded font cannot be loaded"))?;
+    register_embedded_font()?;
     let root = BitMapBackend::new(path, (1600, 720)).into_drawing_area();
     root.fill(&WHITE)?;
     let (title, body) = root.split_vertically(44);
@@ -121,12 +109,23 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
     let mut versions: Vec<u64> = report.runs.iter().map(|r| r.version).collect();
     versions.sort_unstable();
     versions.dedup();
-    let color_of = |version: u64| {
-        let i = versions.iter().position(|v| *v == version).unwrap_or(0);
-        PALETTE[i % PALETTE.len()]
-    };
 
-    // Predicted against observed, with the y = x line.
+    draw_scatter(&left, report, &versions)?;
+    draw_rolling_errors(&right, report, window, &versions, (first, last))?;
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+/// A model version's colour: its place among the versions drawn.
+fn colour_of(versions: &[u64], version: u64) -> RGBColor {
+    cycled(versions.iter().position(|v| *v == version).unwrap_or(0))
+}
+
+/// Predicted against observed, with the y = x line, one colour per model version.
+fn draw_scatter(left: &Area, report: &Report, versions: &[u64]) -> anyhow::Result<()> {
     let top = report
         .runs
         .iter()
@@ -138,7 +137,7 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .iter()
         .map(|r| r.predicted.min(r.observed))
         .fold(0.0f64, f64::min);
-    let mut scatter = ChartBuilder::on(&left)
+    let mut scatter = ChartBuilder::on(left)
         .caption("predicted vs observed throughput sum", ("sans-serif", 22))
         .margin(14)
         .x_label_area_size(50)
@@ -159,8 +158,8 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .label("y = x (perfect prediction)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.5).stroke_width(2)));
     let radius = if report.runs.len() > 2000 { 2 } else { 4 };
-    for &version in &versions {
-        let color = color_of(version);
+    for &version in versions {
+        let color = colour_of(versions, version);
         let runs: Vec<&Run> = report
             .runs
             .iter()
@@ -188,8 +187,17 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
         .draw()?;
+    Ok(())
+}
 
-    // Rolling error over time, promotions marked.
+/// Rolling error over time per serving version, promotions marked.
+fn draw_rolling_errors(
+    right: &Area,
+    report: &Report,
+    window: usize,
+    versions: &[u64],
+    (first, last): (&Run, &Run),
+) -> anyhow::Result<()> {
     let (unit, per_unit) = time_unit(last.at_ms - first.at_ms);
     let at = |ms: i64| (ms - first.at_ms) as f64 / per_unit;
     let rolling = rolling_errors(&report.runs, window);
@@ -208,7 +216,7 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
     // Headroom: the data stays in the lower 60 %, the promotions' labels above it and the
     // legend at the top.
     let y_top = rolling.iter().flatten().fold(0.01f64, |a, &b| a.max(b)) * 100.0 * 1.7;
-    let mut errors = ChartBuilder::on(&right)
+    let mut errors = ChartBuilder::on(right)
         .caption(
             format!("rolling error (last {window} runs of the serving version)"),
             ("sans-serif", 22),
@@ -226,8 +234,8 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .axis_desc_style(("sans-serif", 16))
         .label_style(("sans-serif", 14))
         .draw()?;
-    for &version in &versions {
-        let color = color_of(version);
+    for &version in versions {
+        let color = colour_of(versions, version);
         let points: Vec<(f64, f64)> = report
             .runs
             .iter()
@@ -275,8 +283,6 @@ pub fn draw(path: &Path, report: &Report, window: usize) -> anyhow::Result<()> {
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
         .draw()?;
-    root.present()
-        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

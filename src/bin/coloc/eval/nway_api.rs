@@ -25,7 +25,7 @@ use super::{
     nway::{self, NwayCase, NwayData, NwayResult},
     Policy,
 };
-use crate::{
+use coloc::{
     api::convert::profile_to_pb,
     dataset::{KACE_GPU, KACE_GPU_MEMORY_GB},
     domain::{GpuName, Profile, ProfileSource, WorkloadMode},
@@ -89,7 +89,7 @@ pub async fn evaluate(
 ) -> anyhow::Result<ApiEvaluation> {
     let gpu = GpuName::parse("gpu", KACE_GPU)?;
     let registrations = registrations(data, &gpu)?;
-    let progress = crate::progress::bar(cases.len() as u64, &format!("api {}", data.label));
+    let progress = coloc::progress::bar(cases.len() as u64, &format!("api {}", data.label));
     let mut evaluation = ApiEvaluation {
         results: Vec::new(),
         trainings: Vec::new(),

@@ -24,14 +24,15 @@ mod scenario;
 mod synthetic;
 
 use std::{
+    path::Path,
     sync::{atomic::AtomicI64, Arc},
     time::Instant,
 };
 
 use anyhow::{bail, Context};
 
+use crate::args::BenchArgs;
 use coloc::{
-    cli::BenchArgs,
     proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient},
     settings::{Settings, SettingsSources},
     startup::App,
@@ -44,12 +45,18 @@ use report::{print_report, Report};
 use scenario::{
     connect, connect_when_ready, rank_pool, rank_pool_with, run_scenario, server_names, Call,
 };
-use synthetic::{seed_store, synthetic};
+use synthetic::{seed_store, synthetic, Synthetic};
 
 const GPU: &str = "bench-gpu-80GB";
 const GPU_MEMORY_GB: f64 = 80.0;
 /// Pre-built requests per Rank scenario, cycled through by the clients.
 const REQUEST_POOL: usize = 64;
+
+/// The in-process server: its task and the token that stops it.
+type Server = (
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio_util::sync::CancellationToken,
+);
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut report = Report::default();
@@ -71,53 +78,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             (addr.clone(), server_names(channel).await?)
         }
         None => {
-            let path = match &args.database {
-                Some(path) => path.clone(),
-                None => scratch.path().join("bench.db"),
-            };
-            let synthetic = synthetic(
-                args.workloads,
-                args.observations,
-                args.crowded_share,
-                args.seed,
-            )?;
-            let url = format!("sqlite://{}", path.display());
-            if !path.exists() {
-                let started = Instant::now();
-                let store = Store::open(&url).await?;
-                seed_store(&store, &synthetic).await?;
-                store.close().await;
-                setup("seed_s", started.elapsed().as_secs_f64().into());
-            }
-            setup("workloads", args.workloads.into());
-            setup("observations", args.observations.into());
-            setup("crowded_share", args.crowded_share.into());
-            let settings = Settings::load(SettingsSources {
-                file: None,
-                environment: Some(Default::default()),
-                overrides: vec![
-                    ("server.listen", "127.0.0.1:0".into()),
-                    ("metrics.listen", String::new()),
-                    ("database.url", url),
-                    ("profiler.backend", "off".into()),
-                    ("trainer.interval_secs", "0".into()),
-                    ("server.max_request_bytes", (64u64 << 20).to_string()),
-                ]
-                .into_iter()
-                .chain(
-                    args.max_training_runs
-                        .map(|runs| ("trainer.max_training_runs", runs.to_string())),
-                )
-                .collect(),
-            })?;
-            let started = Instant::now();
-            let app = App::build(&settings).await?;
-            setup("startup_s", started.elapsed().as_secs_f64().into());
-            setup("rss_after_startup_mb", rss_mb().into());
-            let addr = format!("http://{}", app.local_addr());
-            let stop = tokio_util::sync::CancellationToken::new();
-            server = Some((tokio::spawn(app.run_until_stopped(stop.clone())), stop));
-            let names = synthetic.names.iter().map(|n| n.to_string()).collect();
+            let (addr, names, started, synthetic) =
+                start_in_process(&args, scratch.path(), &mut setup).await?;
+            server = Some(started);
             data = Some(synthetic);
             (addr, names)
         }
@@ -164,41 +127,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             Some(rest) => (true, rest),
             None => (false, scenario.as_str()),
         };
-        let call = match name {
-            "health" => Call::Health,
-            "report" => Call::Report {
-                names: names.clone(),
-                clock: clock.clone(),
-            },
-            "rank_all" => Call::Rank(Arc::new(rank_pool(&names, None, 10, args.seed))),
-            "occupancy" => Call::Occupancy {
-                names: names.clone(),
-                jobs: Arc::new(AtomicI64::new(0)),
-            },
-            _ => {
-                let size = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse().ok());
-                if let Some(n) = size("rank_cautious_") {
-                    Call::Rank(Arc::new(rank_pool_with(
-                        &names,
-                        Some(n),
-                        args.top_k,
-                        args.seed,
-                        true,
-                    )))
-                } else if let Some(n) = size("rank_") {
-                    Call::Rank(Arc::new(rank_pool(&names, Some(n), args.top_k, args.seed)))
-                } else if let Some(n) = size("place_stored_") {
-                    let gpus = cluster::cluster(&names, n, args.seed);
-                    store_cluster(&channels, &gpus).await?;
-                    Call::Place(Arc::new(cluster::place_pool(&names, &[], args.seed)))
-                } else if let Some(n) = size("place_") {
-                    let gpus = cluster::cluster(&names, n, args.seed);
-                    Call::Place(Arc::new(cluster::place_pool(&names, &gpus, args.seed)))
-                } else {
-                    bail!("unknown scenario {scenario:?}")
-                }
-            }
-        };
+        let call = scenario_call(scenario, name, &names, &clock, &args, &channels).await?;
         let (target, pid) = match (on_peer, &peer_channels, &peer) {
             (false, _, _) => (&channels, None),
             (true, Some(channels), Some(peer)) => (channels, Some(peer.child.id())),
@@ -222,6 +151,112 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         task.await??;
     }
     print_report(&report, &args)
+}
+
+/// The in-process server of `coloc bench` without `--addr`: the synthetic store seeded
+/// (unless `--database` names one that exists) and the server started on a loopback port.
+/// Returns its address, the workloads' names, the server's task and stop token, and the
+/// synthetic data (the peer is trained on it).
+async fn start_in_process(
+    args: &BenchArgs,
+    scratch: &Path,
+    setup: &mut impl FnMut(&str, serde_json::Value),
+) -> anyhow::Result<(String, Vec<String>, Server, Synthetic)> {
+    let path = match &args.database {
+        Some(path) => path.clone(),
+        None => scratch.join("bench.db"),
+    };
+    let synthetic = synthetic(
+        args.workloads,
+        args.observations,
+        args.crowded_share,
+        args.seed,
+    )?;
+    let url = format!("sqlite://{}", path.display());
+    if !path.exists() {
+        let started = Instant::now();
+        let store = Store::open(&url).await?;
+        seed_store(&store, &synthetic).await?;
+        store.close().await;
+        setup("seed_s", started.elapsed().as_secs_f64().into());
+    }
+    setup("workloads", args.workloads.into());
+    setup("observations", args.observations.into());
+    setup("crowded_share", args.crowded_share.into());
+    let settings = Settings::load(SettingsSources {
+        file: None,
+        environment: Some(Default::default()),
+        overrides: vec![
+            ("server.listen", "127.0.0.1:0".into()),
+            ("metrics.listen", String::new()),
+            ("database.url", url),
+            ("profiler.backend", "off".into()),
+            ("trainer.interval_secs", "0".into()),
+            ("server.max_request_bytes", (64u64 << 20).to_string()),
+        ]
+        .into_iter()
+        .chain(
+            args.max_training_runs
+                .map(|runs| ("trainer.max_training_runs", runs.to_string())),
+        )
+        .collect(),
+    })?;
+    let started = Instant::now();
+    let app = App::build(&settings).await?;
+    setup("startup_s", started.elapsed().as_secs_f64().into());
+    setup("rss_after_startup_mb", rss_mb().into());
+    let addr = format!("http://{}", app.local_addr());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = (tokio::spawn(app.run_until_stopped(stop.clone())), stop);
+    let names = synthetic.names.iter().map(|n| n.to_string()).collect();
+    Ok((addr, names, server, synthetic))
+}
+
+/// The calls scenario `scenario` (`name` without its `peer_` prefix) makes; a
+/// `place_stored_N` scenario first puts its cluster into the server's occupancy.
+async fn scenario_call(
+    scenario: &str,
+    name: &str,
+    names: &Arc<Vec<String>>,
+    clock: &Arc<AtomicI64>,
+    args: &BenchArgs,
+    channels: &[tonic::transport::Channel],
+) -> anyhow::Result<Call> {
+    Ok(match name {
+        "health" => Call::Health,
+        "report" => Call::Report {
+            names: names.clone(),
+            clock: clock.clone(),
+        },
+        "rank_all" => Call::Rank(Arc::new(rank_pool(names, None, 10, args.seed))),
+        "occupancy" => Call::Occupancy {
+            names: names.clone(),
+            jobs: Arc::new(AtomicI64::new(0)),
+        },
+        _ => {
+            let size = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse().ok());
+            if let Some(n) = size("rank_cautious_") {
+                Call::Rank(Arc::new(rank_pool_with(
+                    names,
+                    Some(n),
+                    args.top_k,
+                    args.seed,
+                    true,
+                )))
+            } else if let Some(n) = size("rank_") {
+                Call::Rank(Arc::new(rank_pool(names, Some(n), args.top_k, args.seed)))
+            } else if let Some(n) = size("place_stored_") {
+                let gpus = cluster::cluster(names, n, args.seed);
+                store_cluster(channels, &gpus).await?;
+                Call::Place(Arc::new(cluster::place_pool(names, &[], args.seed)))
+            } else if let Some(n) = size("place_") {
+                let gpus = cluster::cluster(names, n, args.seed);
+                Call::Place(Arc::new(cluster::place_pool(names, &gpus, args.seed)))
+            } else {
+                bail!("unknown scenario {scenario:?}")
+            }
+        }
+    })
 }
 
 /// Puts the cluster's jobs into the server's occupancy (AssignJob, 64 at a time), before a

@@ -27,8 +27,8 @@ use std::{collections::BTreeMap, time::Instant};
 use anyhow::{bail, Context};
 use serde_json::json;
 
+use crate::args::SimulateArgs;
 use coloc::{
-    cli::SimulateArgs,
     dataset::KaceDataset,
     model::{
         fit, fit_with_options,
@@ -273,8 +273,9 @@ pub fn run_policy(
     Ok((outcome, summary))
 }
 
-pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let started = Instant::now();
+/// The policies `--policies` names (default `DEFAULT_POLICIES`), once the flags are
+/// checked.
+fn checked_policies(args: &SimulateArgs) -> anyhow::Result<Vec<String>> {
     let policies: Vec<String> = if args.policies.is_empty() {
         DEFAULT_POLICIES.iter().map(|p| p.to_string()).collect()
     } else {
@@ -292,6 +293,62 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&args.ls_cap) {
         bail!("--ls-cap must lie in [0, 1], got {}", args.ls_cap);
     }
+    Ok(policies)
+}
+
+/// The first seed's outcome of each policy, by name.
+type FirstSeed = Vec<(String, Outcome)>;
+
+/// Every seed's simulation of every policy (the policies of one seed in parallel): their
+/// summaries, and the first seed's outcomes by policy (for the plots).
+fn simulate_seeds(
+    args: &SimulateArgs,
+    policies: &[String],
+    world: &World,
+    pods: &[Pod],
+    cluster: &Cluster,
+) -> anyhow::Result<(Vec<RunSummary>, FirstSeed)> {
+    let mut runs = Vec::new();
+    let mut first_seed: FirstSeed = Vec::new();
+    if args.json {
+        coloc::progress::hide();
+    }
+    let progress = coloc::progress::bar((args.seeds.len() * policies.len()) as u64, "simulations");
+    for &seed in &args.seeds {
+        let jobs = assign(pods, &world.truth, seed, args.ls_cap);
+        // The policies are independent: one thread each, on every core there is.
+        let results: Vec<anyhow::Result<(Outcome, RunSummary)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = policies
+                .iter()
+                .map(|name| {
+                    let (jobs, progress) = (&jobs, &progress);
+                    scope.spawn(move || {
+                        let result = run_policy(world, name, jobs, cluster, seed);
+                        progress.inc(1);
+                        result
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a policy's simulation panicked"))
+                .collect()
+        });
+        for (name, result) in policies.iter().zip(results) {
+            let (outcome, summary) = result?;
+            runs.push(summary);
+            if seed == args.seeds[0] {
+                first_seed.push((name.clone(), outcome));
+            }
+        }
+    }
+    progress.finish_and_clear();
+    Ok((runs, first_seed))
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let policies = checked_policies(&args)?;
     let mut pods = read_pods(&args.trace)?;
     if let Some(n) = args.max_pods {
         pods.truncate(n);
@@ -324,42 +381,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let work: f64 = pods.iter().map(|p| p.lifetime).sum();
     let span = pods.last().expect("pods").arrival - pods[0].arrival;
 
-    let mut runs = Vec::new();
-    let mut first_seed: Vec<(String, Outcome)> = Vec::new();
     let simulating = Instant::now();
-    if args.json {
-        coloc::progress::hide();
-    }
-    let progress = coloc::progress::bar((args.seeds.len() * policies.len()) as u64, "simulations");
-    for &seed in &args.seeds {
-        let jobs = assign(&pods, &world.truth, seed, args.ls_cap);
-        // The policies are independent: one thread each, on every core there is.
-        let results: Vec<anyhow::Result<(Outcome, RunSummary)>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = policies
-                .iter()
-                .map(|name| {
-                    let (world, jobs, cluster, progress) = (&world, &jobs, &cluster, &progress);
-                    scope.spawn(move || {
-                        let result = run_policy(world, name, jobs, cluster, seed);
-                        progress.inc(1);
-                        result
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a policy's simulation panicked"))
-                .collect()
-        });
-        for (name, result) in policies.iter().zip(results) {
-            let (outcome, summary) = result?;
-            runs.push(summary);
-            if seed == args.seeds[0] {
-                first_seed.push((name.clone(), outcome));
-            }
-        }
-    }
-    progress.finish_and_clear();
+    let (runs, first_seed) = simulate_seeds(&args, &policies, &world, &pods, &cluster)?;
     let simulated = simulating.elapsed();
 
     let mut setup = BTreeMap::new();

@@ -23,7 +23,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::Policy;
-use crate::{
+use coloc::{
     dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload},
     domain::WorkloadMode,
     model::{self, intervals::Calibration, Features, ModelKind, TrainingRow},
@@ -375,7 +375,7 @@ pub fn evaluate(
     policies: &[Policy],
 ) -> anyhow::Result<Vec<NwayResult>> {
     let mut results = Vec::new();
-    let progress = crate::progress::bar(
+    let progress = coloc::progress::bar(
         (cases.len() * policies.len()) as u64,
         &format!("eval {}", data.label),
     );

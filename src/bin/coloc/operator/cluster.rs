@@ -1,89 +1,92 @@
 //! The cluster commands of the operator CLI: `coloc place` (which GPU for a new job, from a
-//! JSON file of GPUs or the occupancy the server keeps), `coloc gpus list` and
-//! `coloc jobs assign|release`. They talk gRPC to a running server through the same
-//! connection flags as the other operator commands (`client`).
+//! JSON file of GPUs or the occupancy the server keeps), `coloc gpus list`, `coloc jobs
+//! assign|release`, and `coloc agents list` (the profiling agents on the GPU nodes).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
 use serde::Deserialize;
+use tonic::metadata::MetadataValue;
 
-use crate::{
-    client::{print_canonical, print_table, status_error, Connection, ObjectiveArg},
-    proto as pb,
-};
+use coloc::proto as pb;
 
-#[derive(Debug, Args)]
-pub struct PlaceArgs {
-    /// The new job's workload.
-    pub workload: String,
-    /// A JSON array of the candidate GPUs: `[{"id": "gpu-0", "node": "n1", "gpu": "Tesla
-    /// V100-SXM2-32GB", "memory_gb": 32, "residents": ["bert-base-cased_batch8-inf"]}]`
-    /// (node, gpu, memory_gb and residents optional). Without it, the occupancy the server
-    /// keeps (AssignJob) is used.
-    #[arg(long)]
-    pub gpu_state: Option<PathBuf>,
-    /// How many GPUs to show (0 = all that qualify).
-    #[arg(long, default_value_t = 5)]
-    pub top: i32,
-    #[arg(long, value_enum, default_value = "throughput")]
-    pub objective: ObjectiveArg,
-    /// The lowest fraction of its exclusive throughput the new job may keep (0-1; 0 = no cap).
-    #[arg(long, default_value_t = 0.0)]
-    pub min_job_fraction: f64,
-    /// The lowest fraction every resident may keep (0-1; 0 = no cap).
-    #[arg(long, default_value_t = 0.0)]
-    pub min_resident_fraction: f64,
-    /// Jobs a GPU may hold with the new one (0 = the server's default, 4).
-    #[arg(long, default_value_t = 0)]
-    pub max_jobs_per_gpu: u32,
-    /// Also rank GPUs whose memory would overflow.
-    #[arg(long)]
-    pub include_oversubscribed: bool,
-    /// Score with the pessimistic end of the prediction intervals.
-    #[arg(long)]
-    pub cautious: bool,
-    /// Without --gpu-state: only GPUs on these nodes (comma-separated).
-    #[arg(long, value_delimiter = ',')]
-    pub nodes: Vec<String>,
-    /// Without --gpu-state: only GPUs of this GPU model.
-    #[arg(long, default_value = "")]
-    pub gpu: String,
-}
+use super::{print_canonical, print_table, status_error};
+use crate::args::{AgentsCommand, Connection, GpusCommand, JobsCommand, ObjectiveArg, PlaceArgs};
 
-#[derive(Debug, Subcommand)]
-pub enum GpusCommand {
-    /// Every GPU of the occupancy the server keeps, with its running jobs (all pages).
-    List {
-        /// Only GPUs on these nodes (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        nodes: Vec<String>,
-        /// Only GPUs of this GPU model.
-        #[arg(long, default_value = "")]
-        gpu: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum JobsCommand {
-    /// Record that a job runs on a GPU (again: renew its lease).
-    Assign {
-        job_id: String,
-        gpu_id: String,
-        #[arg(long)]
-        workload: String,
-        #[arg(long, default_value = "")]
-        node: String,
-        /// GPU model; empty = the server's default.
-        #[arg(long, default_value = "")]
-        gpu: String,
-        /// Seconds until the job expires unless assigned again or released (0 = never).
-        #[arg(long, default_value_t = 0)]
-        lease: u32,
-    },
-    /// Forget a job.
-    Release { job_id: String },
+/// `coloc agents list`.
+pub async fn agents(connection: &Connection, command: AgentsCommand) -> anyhow::Result<()> {
+    let AgentsCommand::List = command;
+    let channel = connection.channel().await?;
+    let token: Option<MetadataValue<_>> = match &connection.token {
+        Some(token) => Some(
+            format!("Bearer {token}")
+                .parse()
+                .context("COLOC_TOKEN is not a valid header value")?,
+        ),
+        None => None,
+    };
+    let mut client = pb::profiling_agents_client::ProfilingAgentsClient::new(channel);
+    let mut request = tonic::Request::new(pb::ListAgentsRequest {});
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", token);
+    }
+    let answer = client
+        .list_agents(request)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if connection.json {
+        return print_canonical(&answer, "coloc.v1.ListAgentsResponse");
+    }
+    let now = coloc::domain::now_ms();
+    let rows: Vec<[String; 6]> = answer
+        .agents
+        .iter()
+        .map(|a| {
+            let seen_ms = a
+                .last_seen
+                .as_ref()
+                .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+            [
+                a.agent_id.clone(),
+                a.node.clone(),
+                a.gpu.clone(),
+                format!(
+                    "{}s ago{}",
+                    (now - seen_ms).max(0) / 1000,
+                    if a.live { "" } else { " (not live)" }
+                ),
+                if a.job_id == 0 {
+                    String::new()
+                } else {
+                    format!("{}={}", a.job_id, a.job_workload)
+                },
+                a.ncu_version.clone(),
+            ]
+        })
+        .collect();
+    let header = ["ID", "NODE", "GPU", "LAST SEEN", "JOB", "NCU"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    println!("{}", line(&header.map(String::from)));
+    for row in &rows {
+        println!("{}", line(row));
+    }
+    Ok(())
 }
 
 /// One GPU of a --gpu-state file.

@@ -1,0 +1,844 @@
+//! The command line as clap reads it: every command, its flags and their help. What the
+//! commands do lives beside this file, one file (or folder) per family of commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coloc",
+    version,
+    about = "GPU colocation advisor: which workloads to share a GPU"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC service.
+    Serve(ServeArgs),
+    /// Load a dataset measured elsewhere into the store, then train.
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Write what the store holds for one GPU model as a dataset that `coloc import` reads
+    /// back. Reads the database read-only: safe while a server runs on it.
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// Measure how well each model kind picks partners, on a published dataset.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+    /// Run pairs of workloads profiled on this node's GPU model together on its GPU and
+    /// submit what they achieved to the service at --addr as training data of that GPU
+    /// model (README, "Calibration"). Needs an NVIDIA GPU (or profiler.nvml_recording) and
+    /// launch specs; the token, an agent's or an operator's, comes from COLOC_TOKEN.
+    Calibrate(CalibrateArgs),
+    /// Run a profiling agent on this GPU node: announce it to the service at --addr, then
+    /// claim the profiling jobs of this GPU model, measure them (profiler.* settings) and
+    /// submit the profiles (README, "Profiling agents"). The token, an agent's or an
+    /// operator's, comes from COLOC_TOKEN.
+    Agent(AgentArgs),
+    /// Profiling agents known to a running server.
+    Agents {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
+    /// Print the effective settings (defaults, file, environment) as TOML.
+    Config(ConfigArgs),
+    /// Copy the database, consistently, while the service runs (SQLite's VACUUM INTO), and
+    /// check the copy. Restore: stop the service, put the copy in place of the database
+    /// file (removing its -wal and -shm files), start it.
+    Backup(BackupArgs),
+    /// Load generator: drive a server (in-process with a synthetic store, or --addr) with
+    /// concurrent clients and report RPC/s and latency per scenario.
+    Bench(BenchArgs),
+    /// Cluster simulation: replay the Alibaba GPU trace on a simulated V100 cluster under
+    /// each placement policy, with the measured KACE colocations as the only truth.
+    Simulate(SimulateArgs),
+    /// Workloads on a running server.
+    Workloads {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: WorkloadsCommand,
+    },
+    /// Rank partners for a target on a running server.
+    Rank {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: RankArgs,
+    },
+    /// Which GPU should a new job go to? GPUs from --gpu-state FILE.json, or the occupancy
+    /// the server keeps; best first, with why each GPU ranked where it did.
+    Place {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: PlaceArgs,
+    },
+    /// The GPUs of the occupancy the server keeps.
+    Gpus {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: GpusCommand,
+    },
+    /// Jobs in the occupancy the server keeps: assign one to a GPU, release it.
+    Jobs {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// Report a colocated run to a running server.
+    Report {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: ReportArgs,
+    },
+    /// The serving model of a GPU model (or a stored --version) and its history; `pin` and
+    /// `unpin` choose the serving version by hand.
+    Model {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(subcommand)]
+        command: Option<ModelCommand>,
+    },
+    /// Stored model versions on a running server.
+    Models {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+    /// Predict an explicit set of 2 or more workloads on a running server.
+    Predict {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: PredictArgs,
+    },
+    /// Fit, judge and maybe promote a model from the stored runs now, on a running server.
+    Train {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: TrainArgs,
+    },
+    /// Exit 0 when the server's health service says SERVING (for container health checks).
+    Health {
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Check an Nsight Compute CSV (`ncu --csv` output) before registering workloads: what
+    /// it holds of the eight kernel metrics, and the profile's kernel metrics. Exits 0 only
+    /// when a complete kernel profile can be built from it.
+    Ncu(NcuArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NcuArgs {
+    /// The ncu output: `ncu --csv` (details page, ncu's default) or `--page raw`, as a file
+    /// (other lines before the table are allowed).
+    pub file: PathBuf,
+    /// Print the check as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// What `coloc agent` and `coloc calibrate` on a GPU node share: the service to talk to,
+/// the settings, and who they announce themselves as.
+#[derive(Debug, Args)]
+pub struct AgentNodeArgs {
+    #[command(flatten)]
+    pub connection: Connection,
+    /// TOML settings file (its profiler.* section; COLOC__PROFILER__* variables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The agent's id, unique in the cluster; default NODE-gpuINDEX.
+    #[arg(long, env = "COLOC_AGENT_ID")]
+    pub id: Option<String>,
+    /// The node's name; default the host name (Kubernetes: the downward API's
+    /// spec.nodeName in NODE_NAME).
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub node: AgentNodeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub node: AgentNodeArgs,
+    /// NVML index of the GPU to run on (overrides profiler.gpu_index).
+    #[arg(long)]
+    pub gpu_index: Option<u32>,
+    /// At most this many pairs.
+    #[arg(long, default_value_t = 10)]
+    pub pairs: usize,
+    /// Only pairs with this workload in them (repeatable), e.g. a newly profiled one.
+    #[arg(long = "with", value_name = "WORKLOAD")]
+    pub with: Vec<String>,
+    /// How the pairs share the GPU: MPS, plain time-sliced sharing, or MPS when
+    /// nvidia-cuda-mps-control is installed.
+    #[arg(long, value_enum, default_value_t = SharingArg::Auto)]
+    pub sharing: SharingArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SharingArg {
+    Auto,
+    Mps,
+    Shared,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// The KACE paper's protocol on a KACE-format dataset with splits.csv: every split
+    /// (train on its pairs, rank the rest) and every held-out workload.
+    Kace(EvalKaceArgs),
+    /// Which Rank objective picks partners that pay off: each KACE workload held out of
+    /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
+    /// break-even rule, judged on the measured pairs (README, "Trustworthy defaults").
+    Objectives(EvalObjectivesArgs),
+    /// The KACE artifact's unseen-workload protocol on runs of three or more jobs per GPU
+    /// (run-set files such as kace-3way/runs.csv and kace-4way/runs.csv).
+    Nway(EvalNwayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalObjectivesArgs {
+    /// The dataset folder (kernel_metrics.csv, system_metrics.csv, pairs.csv, splits.csv).
+    pub dir: PathBuf,
+    /// The model kind to fit; default the server's default kind.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalNwayArgs {
+    /// Run-set files (run_id, workload1..N, w1throughput..wNthroughput, optionally
+    /// in_recorded_eval_subset).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// The KACE-format dataset with every member's profile, and the pairs that the
+    /// "pairs+runs" training adds.
+    #[arg(long, value_name = "DIR")]
+    pub profiles: PathBuf,
+    /// Only these model kinds (default: every kind); baselines are always scored.
+    #[arg(long = "model", value_name = "KIND")]
+    pub models: Vec<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
+    /// Also measure how often the default model's 80 % intervals hold held-out runs (the
+    /// pairs' unseen-workload protocol and these runs').
+    #[arg(long)]
+    pub coverage: bool,
+    /// With --coverage, measure every candidate way of calibrating the intervals, not only
+    /// the chosen one (README, "N-way", "Intervals").
+    #[arg(long, requires = "coverage")]
+    pub calibrations: bool,
+    /// Print the numbers as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every prediction of the default model kind (or --predictions-model) to this CSV.
+    #[arg(long, value_name = "FILE.csv")]
+    pub predictions_out: Option<PathBuf>,
+    /// The model kind whose predictions --predictions-out writes, or with --candidates a
+    /// candidate as `cand:NAME` (as the table names it).
+    #[arg(long, value_name = "KIND")]
+    pub predictions_model: Option<String>,
+    /// Judge the model kinds through the public API: per case a fresh server (loopback
+    /// port 0, fresh SQLite file), the profiles registered, the training runs reported,
+    /// Train, PinModel, then Predict for every candidate run (README, "N-way").
+    #[arg(long, conflicts_with_all = ["candidates", "coverage"])]
+    pub through_api: bool,
+    /// With --through-api: the servers' settings file (as `coloc serve --config`).
+    #[arg(long, value_name = "FILE", requires = "through_api")]
+    pub server_config: Option<PathBuf>,
+    /// Only these targets (default: every workload of the runs).
+    #[arg(long = "target", value_name = "WORKLOAD")]
+    pub targets: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalKaceArgs {
+    /// The dataset folder (kernel_metrics.csv, system_metrics.csv, pairs.csv, splits.csv).
+    pub dir: PathBuf,
+    /// Print the numbers as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw per-target scores and predicted-vs-actual sums into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Write every prediction of the default model kind (or --predictions-model) to this CSV.
+    #[arg(long, value_name = "FILE.csv")]
+    pub predictions_out: Option<PathBuf>,
+    /// The model kind whose predictions --predictions-out writes.
+    #[arg(long, value_name = "KIND")]
+    pub predictions_model: Option<String>,
+    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    #[arg(long)]
+    pub candidates: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// TOML settings file (optional; defaults and COLOC__SECTION__KEY variables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Database URL, e.g. sqlite://./coloc.db (overrides database.url).
+    #[arg(long, value_name = "URL")]
+    pub database: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The new file to write (an existing file is never overwritten).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Address to listen on, e.g. 127.0.0.1:50051 (overrides server.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Log format: "text" (for people) or "json" (for collectors); overrides log.format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// A KACE-format dataset: a folder with kernel_metrics.csv, system_metrics.csv and
+    /// pairs.csv, or a clone of the KACE-artifact repository.
+    Kace(ImportKaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportKaceArgs {
+    /// The dataset folder.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// GPU model the data was measured on.
+    #[arg(long, default_value = coloc::import::KACE_GPU)]
+    pub gpu: String,
+    /// Total memory of that GPU model, GB.
+    #[arg(long, default_value_t = coloc::import::KACE_GPU_MEMORY_GB)]
+    pub gpu_memory_gb: f64,
+    /// Import through this running server's API (e.g. http://127.0.0.1:50051; token from
+    /// COLOC_TOKEN, an operator's) instead of writing a database file that no server holds.
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// CA certificate (PEM) of the server's TLS certificate, with --addr.
+    #[arg(long, requires = "addr")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// A KACE-format folder (kernel_metrics.csv, system_metrics.csv, pairs.csv): every
+    /// workload with a complete profile on --gpu, and every stored run of two of them as a
+    /// pair (runs of 3 or more members are counted, not exported).
+    Kace(ExportKaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportKaceArgs {
+    /// The folder to write (created if missing; existing dataset files are refused).
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// GPU model whose profiles and runs to export.
+    #[arg(long)]
+    pub gpu: String,
+    /// Replace kernel_metrics.csv, system_metrics.csv and pairs.csv if the folder has them.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `coloc simulate`: what the cluster simulation (a module of the binary, `src/bin/coloc/sim/`) is
+/// told. The defaults are the setup README reports.
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// The pod list of the Alibaba GPU trace v2023 (one-GPU pods are simulated).
+    #[arg(
+        long,
+        default_value = "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv"
+    )]
+    pub trace: PathBuf,
+    /// The KACE V100 folder: profiles, exclusive throughputs and the measured pairs.
+    #[arg(long, default_value = "../shared/data/kace-v100")]
+    pub kace_v100: PathBuf,
+    /// The measured 3-way runs.
+    #[arg(long, default_value = "../shared/data/kace-3way/runs.csv")]
+    pub kace_3way: PathBuf,
+    /// The measured 4-way runs.
+    #[arg(long, default_value = "../shared/data/kace-4way/runs.csv")]
+    pub kace_4way: PathBuf,
+    /// GPUs in the cluster; by default the number that puts the offered load at --load.
+    #[arg(long)]
+    pub gpus: Option<usize>,
+    /// Offered load with one job per GPU: total exclusive work / (GPUs x arrival span).
+    #[arg(long, default_value_t = 1.2)]
+    pub load: f64,
+    /// Seeds of the workload assignment, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
+    pub seeds: Vec<u64>,
+    /// Policies, comma-separated (default: all but coloc-online): one-per-gpu,
+    /// fraction-pack, smallest-memory, kace-linear, coloc, coloc-online (the service in
+    /// process, learning from the runs its placements report), oracle.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// min_job_fraction of latency-sensitive (LS) jobs: the least share of its exclusive
+    /// speed such a job may be placed to run at (0 = no cap).
+    #[arg(long, default_value_t = 0.5)]
+    pub ls_cap: f64,
+    /// How the model policies check the LS caps: cautious (on the low end of each
+    /// member's 80 % interval, Place's `cautious`; a model without intervals on its point)
+    /// or point (on the point prediction). The default was chosen with --rule on seeds 6-10
+    /// (README, "Cluster simulation").
+    #[arg(long, default_value = "cautious", value_parser = ["cautious", "point"])]
+    pub caps: String,
+    /// What the oracle and the model policies ask of a shared GPU before a queued job
+    /// starts there: fair-share (every member of k keeps at least 1/k of its speed; chosen
+    /// with --caps under the k8s queue on seeds 6-10, README), break-even (the new set's Σ
+    /// colocated / exclusive at least 1), gain (Σ grows with the job). Caps and memory are
+    /// kept under every rule.
+    #[arg(long, default_value = "fair-share", value_parser = ["fair-share", "break-even", "gain"])]
+    pub rule: String,
+    /// How waiting jobs are offered: k8s (kube-scheduler's order: every waiting job in
+    /// arrival order, a job that fits nowhere stays while the ones behind it are placed) or
+    /// fifo (strict FIFO: when the head waits, everyone waits).
+    #[arg(long, default_value = "k8s", value_parser = ["k8s", "fifo"])]
+    pub queue: String,
+    /// Seconds before a job that ran out of memory is submitted again.
+    #[arg(long, default_value_t = 60.0)]
+    pub retry_delay: f64,
+    /// Split the measured 3- and 4-job sets in two fixed halves (a hash of each set): the
+    /// truth keeps the pairs and the judged half only, and the training half is what
+    /// `--train-on pairs+runs` adds to the model policies' training (README, "Cluster
+    /// simulation").
+    #[arg(long)]
+    pub split_runs: bool,
+    /// What the model policies (kace-linear, coloc) are trained on: pairs (the 181 measured
+    /// pairs) or pairs+runs (with the training half of --split-runs, which it needs).
+    #[arg(long, default_value = "pairs", value_parser = ["pairs", "pairs+runs"])]
+    pub train_on: String,
+    /// How coloc's model is banded: profiles (its 80 % intervals as `Train` calibrates
+    /// them, on held-out profiles, and its seen bands, `--seen-bands`), held-out-runs (an experiment: recalibrated on runs held
+    /// out at random, whose workloads the model saw) or held-out-runs-95 (the same, 95 %
+    /// intervals); README, "Cluster simulation".
+    #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs", "held-out-runs-95"])]
+    pub bands: String,
+    /// Where coloc's model blends crowded members with the time-sharing law: always (the
+    /// default's way since 2026-11-27: a model fitted on pairs alone too) or crowded-fits
+    /// (only a model that learned crowded sets, the way before); README, "Cluster
+    /// simulation".
+    #[arg(long, default_value = "always", value_parser = ["always", "crowded-fits"])]
+    pub law_blend: String,
+    /// Which of `Train`'s seen bands coloc's model keeps (narrower bands for sets of
+    /// workloads it was trained on): on (every one, the default), crowded (those of three
+    /// and more members only) or off (the model's bands alone, as before 2026-11-27);
+    /// README, "N-way", "Seen bands".
+    #[arg(long, default_value = "on", value_parser = ["on", "crowded", "off"])]
+    pub seen_bands: String,
+    /// Simulate only the first N one-GPU pods (by arrival), for quick runs.
+    #[arg(long)]
+    pub max_pods: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the plots (JCT CDF, busy GPUs over time) as PNG files into this folder.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+}
+
+/// `coloc bench`: what the load generator (a module of the binary, `src/bin/coloc/bench/`) is
+/// told.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Drive this running server instead of an in-process one (its profiled workloads are
+    /// listed and used; no peer, no scale figures).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Synthetic store: workloads (all profiled on one GPU model).
+    #[arg(long, default_value_t = 1_000)]
+    pub workloads: usize,
+    /// Synthetic store: colocated runs of random pairs (the training data).
+    #[arg(long, default_value_t = 2_000)]
+    pub observations: usize,
+    /// Synthetic store: the share (0 to 1) of its runs that are sets of three or four
+    /// members (half each, in expectation) instead of pairs; 0 gives the pairs-only store
+    /// of earlier releases, run for run.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub crowded_share: f64,
+    /// Keep the synthetic store in this SQLite file; an existing file is used as it is.
+    #[arg(long)]
+    pub database: Option<PathBuf>,
+    /// Concurrent clients.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    pub concurrency: usize,
+    /// HTTP/2 connections the clients share.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Seconds measured per scenario.
+    #[arg(long, short = 't', default_value_t = 5.0)]
+    pub duration: f64,
+    /// Seconds of load before measuring, per scenario.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Scenarios, in order: health, rank_N (N named candidates), rank_cautious_N (the same
+    /// asking the target to keep half its speed at the low end of its interval), rank_all
+    /// (every workload, top 10), report, peer_rank_N (needs --peer-python), place_N (Place over N
+    /// GPUs sent with the request, top 10), place_stored_N (the same N GPUs put into the
+    /// server's occupancy first; the occupancy keeps them, so run sizes in increasing order),
+    /// occupancy (AssignJob then ReleaseJob of new jobs).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "health,rank_100,rank_1000,report"
+    )]
+    pub scenarios: Vec<String>,
+    /// top_k of the rank_N scenarios (0 = every candidate in the answer).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: i32,
+    /// Python with benches/peer/requirements.txt installed: also run the peer's Rank.
+    #[arg(long)]
+    pub peer_python: Option<PathBuf>,
+    /// The peer's server script and the proto directory it compiles.
+    #[arg(long, default_value = "benches/peer/server.py")]
+    pub peer_script: PathBuf,
+    #[arg(long, default_value = "proto")]
+    pub proto_dir: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The in-process server's `trainer.max_training_runs` for the training it is measured
+    /// on (0 = every stored run; the default is the service's).
+    #[arg(long)]
+    pub max_training_runs: Option<usize>,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_share(raw: &str) -> Result<f64, String> {
+    let share: f64 = raw.parse().map_err(|e| format!("{raw:?}: {e}"))?;
+    if (0.0..=1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err(format!("a share is between 0 and 1, got {raw}"))
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Connection {
+    /// The server, e.g. http://127.0.0.1:50051 (https:// with TLS); an address without a
+    /// scheme, like 127.0.0.1:50051, means http:// (https:// with --ca-cert).
+    #[arg(
+        long,
+        env = "COLOC_ADDR",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub addr: String,
+    /// A bearer token (reader or operator); read from the environment, never a flag.
+    #[arg(skip = std::env::var("COLOC_TOKEN").ok())]
+    pub token: Option<String>,
+    /// CA certificate (PEM) that signed the server's TLS certificate.
+    #[arg(long, env = "COLOC_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadsCommand {
+    /// Every workload (all pages).
+    List {
+        /// Only workloads in this state.
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+    },
+    Get {
+        name: String,
+    },
+    /// Register a workload (without a profile it waits for the profiling worker).
+    Register {
+        name: String,
+        #[arg(long, value_enum)]
+        mode: ModeArg,
+        #[arg(long, default_value = "")]
+        model: String,
+        #[arg(long, default_value_t = 0)]
+        batch_size: u32,
+        /// KEY=VALUE, repeatable.
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Launch spec: the program the profiling worker runs (absolute path).
+        #[arg(long)]
+        program: Option<String>,
+        /// Launch spec: an argument, repeatable.
+        #[arg(long = "arg", allow_hyphen_values = true)]
+        args: Vec<String>,
+        #[arg(long)]
+        working_dir: Option<String>,
+        /// Launch spec: an environment variable KEY=VALUE for the program, repeatable.
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Launch spec: the NVTX range that marks one step for Nsight Compute (default
+        /// coloc_step); "" selects kernels by launch count (profiler.ncu_launch_skip and
+        /// ncu_launch_count) instead.
+        #[arg(long)]
+        nvtx_range: Option<String>,
+        /// A GPU model to profile it on (one job each, run by an agent of that model),
+        /// repeatable; none = every GPU model with a live agent, else model.default_gpu.
+        #[arg(long = "profile-on")]
+        profile_on: Vec<String>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StateArg {
+    PendingProfile,
+    Profiled,
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    Training,
+    Inference,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ObjectiveArg {
+    Throughput,
+    Normalized,
+}
+
+#[derive(Debug, Args)]
+pub struct RankArgs {
+    pub target: String,
+    #[arg(long, default_value_t = 10)]
+    pub top: i32,
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// Only these candidates (comma-separated); default every profiled workload.
+    #[arg(long, value_delimiter = ',')]
+    pub candidates: Vec<String>,
+    /// What to order by; default the server's (normalized).
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
+    /// The lowest fraction of its exclusive throughput the target may keep (0-1; 0 = no
+    /// limit). `--max-target-slowdown` is its deprecated name.
+    #[arg(long, alias = "max-target-slowdown", default_value_t = 0.0)]
+    pub min_target_speed_fraction: f64,
+    /// The least predicted gain over running the pair apart (normalized sum - 1), e.g. 0.2.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_benefit: f64,
+    /// Also rank candidates predicted to do less work together than apart.
+    #[arg(long)]
+    pub include_below_break_even: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    #[arg(long)]
+    pub gpu: String,
+    /// WORKLOAD=THROUGHPUT for each member (2 or more).
+    #[arg(required = true, num_args = 2..)]
+    pub members: Vec<String>,
+    /// The scheduler's job id of each member, in the members' order (repeat the flag).
+    #[arg(long = "job-id", value_name = "ID")]
+    pub job_ids: Vec<String>,
+    /// When the run was measured (RFC 3339, e.g. 2026-11-23T18:00:00Z); default now. The
+    /// same GPU, time, members, values and job ids are the same run: reporting it again
+    /// stores nothing (created = false). Without --at each call is a new run.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// 2 or more workloads; a name may repeat (copies of one workload).
+    #[arg(required = true, num_args = 2..)]
+    pub workloads: Vec<String>,
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// Memory available, GB; 0 = the GPU model's total memory.
+    #[arg(long, default_value_t = 0.0)]
+    pub gpu_memory_gb: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// Model kind: member-ridge-gbt or kace-linear; default the server's model.kind.
+    #[arg(long, default_value = "")]
+    pub kind: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Every stored version of a GPU model, newest first, rejected challengers included.
+    List {
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// At most this many; 0 = 100.
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Serve this stored version whatever training decides, until unpinned.
+    Pin {
+        version: u64,
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
+    /// Return to the newest promoted version.
+    Unpin {
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
+    /// Draw predicted vs observed throughput of the reported runs, the rolling error over
+    /// time and each promotion into a PNG (GetModelReport).
+    Report {
+        /// The PNG to write.
+        #[arg(long)]
+        plot: PathBuf,
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// The newest this many reported runs; 0 = the server's default (10000).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+        /// Runs in the rolling error's window (the server's trainer.drift_window is 50).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+        window: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+    /// A stored version; default the one serving.
+    #[arg(long, default_value_t = 0)]
+    pub version: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Every agent that announced itself: id, node, GPU model, last seen, job in hand.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct PlaceArgs {
+    /// The new job's workload.
+    pub workload: String,
+    /// A JSON array of the candidate GPUs: `[{"id": "gpu-0", "node": "n1", "gpu": "Tesla
+    /// V100-SXM2-32GB", "memory_gb": 32, "residents": ["bert-base-cased_batch8-inf"]}]`
+    /// (node, gpu, memory_gb and residents optional). Without it, the occupancy the server
+    /// keeps (AssignJob) is used.
+    #[arg(long)]
+    pub gpu_state: Option<PathBuf>,
+    /// How many GPUs to show (0 = all that qualify).
+    #[arg(long, default_value_t = 5)]
+    pub top: i32,
+    #[arg(long, value_enum, default_value = "throughput")]
+    pub objective: ObjectiveArg,
+    /// The lowest fraction of its exclusive throughput the new job may keep (0-1; 0 = no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_job_fraction: f64,
+    /// The lowest fraction every resident may keep (0-1; 0 = no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_resident_fraction: f64,
+    /// Jobs a GPU may hold with the new one (0 = the server's default, 4).
+    #[arg(long, default_value_t = 0)]
+    pub max_jobs_per_gpu: u32,
+    /// Also rank GPUs whose memory would overflow.
+    #[arg(long)]
+    pub include_oversubscribed: bool,
+    /// Score with the pessimistic end of the prediction intervals.
+    #[arg(long)]
+    pub cautious: bool,
+    /// Without --gpu-state: only GPUs on these nodes (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// Without --gpu-state: only GPUs of this GPU model.
+    #[arg(long, default_value = "")]
+    pub gpu: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpusCommand {
+    /// Every GPU of the occupancy the server keeps, with its running jobs (all pages).
+    List {
+        /// Only GPUs on these nodes (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// Only GPUs of this GPU model.
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Record that a job runs on a GPU (again: renew its lease).
+    Assign {
+        job_id: String,
+        gpu_id: String,
+        #[arg(long)]
+        workload: String,
+        #[arg(long, default_value = "")]
+        node: String,
+        /// GPU model; empty = the server's default.
+        #[arg(long, default_value = "")]
+        gpu: String,
+        /// Seconds until the job expires unless assigned again or released (0 = never).
+        #[arg(long, default_value_t = 0)]
+        lease: u32,
+    },
+    /// Forget a job.
+    Release { job_id: String },
+}

@@ -1,0 +1,156 @@
+//! Datasets in and out of a store: `coloc import kace` loads a KACE-format dataset (into
+//! the database directly, or through a running server's API with `--addr`), and `coloc
+//! export kace` writes one GPU model's data back out in that format.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use coloc::{advisor::Advisor, domain::GpuName, import, store::Store, telemetry};
+
+use crate::{
+    args::{Connection, ExportKaceArgs, ImportKaceArgs},
+    operator,
+    serve::load_settings,
+};
+
+/// `coloc export kace`.
+pub async fn export(args: ExportKaceArgs) -> anyhow::Result<()> {
+    let settings = load_settings(&args.common, None)?;
+    telemetry::init(&settings.log.level, settings.log.format);
+    let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
+    let overwrite = if args.force {
+        coloc::dataset::Overwrite::Replace
+    } else {
+        coloc::dataset::Overwrite::Refuse
+    };
+    let summary = coloc::export::export_kace(&settings.database.url, &gpu, &args.dir, overwrite)
+        .await
+        .with_context(|| format!("cannot export {gpu} from {}", settings.database.url))?;
+    print_export_summary(&summary);
+    Ok(())
+}
+
+/// `coloc import kace`.
+pub async fn import(args: ImportKaceArgs) -> anyhow::Result<()> {
+    let settings = load_settings(&args.common, None)?;
+    telemetry::init(&settings.log.level, settings.log.format);
+    let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
+    coloc::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    if let Some(addr) = &args.addr {
+        let connection = Connection {
+            addr: addr.clone(),
+            token: std::env::var("COLOC_TOKEN").ok(),
+            ca_cert: args.ca_cert.clone(),
+            json: false,
+        };
+        let summary =
+            operator::import::import_kace(&connection, &args.dir, &gpu, args.gpu_memory_gb).await?;
+        print_import_summary(&gpu, &summary);
+        return Ok(());
+    }
+    // A failed import leaves no new database file behind.
+    let created = new_database_file(&settings.database.url);
+    // Writes the file directly: never behind a running server's back.
+    let _database_lock = coloc::store::DatabaseLock::acquire(&settings.database.url)?;
+    let imported = async {
+        let store = Store::open(&settings.database.url)
+            .await
+            .context("cannot open the database")?;
+        let advisor = Advisor::load(store, coloc::startup::advisor_options(&settings)?).await?;
+        let summary = import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await;
+        advisor.store().close().await;
+        summary
+    }
+    .await;
+    let summary = match imported {
+        Ok(summary) => summary,
+        Err(error) => {
+            if let Some(path) = created {
+                for suffix in ["", "-wal", "-shm", "-journal", ".lock"] {
+                    let mut file = path.clone().into_os_string();
+                    file.push(suffix);
+                    let _ = std::fs::remove_file(file);
+                }
+            }
+            return Err(error);
+        }
+    };
+    print_import_summary(&gpu, &summary);
+    Ok(())
+}
+
+/// The database file `url` names, when it does not exist yet (a command that fails may
+/// remove what it created).
+fn new_database_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    let path = PathBuf::from(path);
+    (!path.exists()).then_some(path)
+}
+
+fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
+    println!(
+        "workloads: {} registered, {} updated, {} unchanged; {} skipped without both kernel and system metrics",
+        summary.workloads_registered,
+        summary.workloads_updated,
+        summary.workloads_unchanged,
+        summary.incomplete_workloads.len()
+    );
+    println!(
+        "observations on {gpu}: {} new of {} pairs ({} already stored); {} pairs skipped",
+        summary.observations_new,
+        summary.observations_total,
+        summary.observations_total - summary.observations_new,
+        summary.pairs_skipped
+    );
+    for model in &summary.models {
+        match model {
+            Ok(model) => println!(
+                "model: version {} ({}), {} observations, in-sample R^2 {:.3}, MSE {:.2}: {} ({})",
+                model.version,
+                model.kind,
+                model.observations,
+                model.r2,
+                model.mse,
+                model.status,
+                model.reason
+            ),
+            Err(reason) => println!("model: not trained: {reason}"),
+        }
+    }
+}
+
+fn print_export_summary(summary: &coloc::export::ExportSummary) {
+    let gpu = &summary.gpu;
+    println!(
+        "exported {} workloads and {} pairs of {gpu} to {}",
+        summary.workloads,
+        summary.pairs,
+        summary.dir.display()
+    );
+    if summary.incomplete_workloads > 0 {
+        println!(
+            "{} workloads profiled on {gpu} without kernel metrics not exported",
+            summary.incomplete_workloads
+        );
+    }
+    if summary.crowded_runs > 0 {
+        println!(
+            "{} runs of 3 or more members not exported",
+            summary.crowded_runs
+        );
+    }
+    if summary.pairs_without_profiles > 0 {
+        println!(
+            "{} pairs not exported: a member has no complete profile on {gpu}",
+            summary.pairs_without_profiles
+        );
+    }
+}

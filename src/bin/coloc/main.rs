@@ -1,0 +1,109 @@
+//! The `coloc` binary: the command line (`args`) parsed and handed to the command's family,
+//! one file or folder each: `serve` (serve, backup, config), `data` (import, export),
+//! `evaluate` (the `eval` commands over `eval`, the evaluation protocols), `profiling`
+//! (agent, calibrate, ncu), `operator` (the commands that talk gRPC to a running server),
+//! `bench` (the load generator) and `sim` (the cluster simulation). `report_plot` draws
+//! `coloc model report --plot`; `plot` holds what the pictures share. The service itself
+//! is the library, `coloc`.
+
+use clap::Parser;
+
+mod args;
+mod bench;
+mod data;
+mod eval;
+mod evaluate;
+mod operator;
+mod plot;
+mod profiling;
+mod report_plot;
+mod serve;
+mod sim;
+
+use args::{Cli, Command, EvalCommand, ExportCommand, ImportCommand};
+use operator::{cluster, models, workloads};
+
+/// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
+/// (many small strings and vectors per request, freed on other threads); mimalloc's
+/// per-thread heaps cost far less there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        // Command-line tools end quietly when their reader goes away (`coloc ... | head`);
+        // the server keeps Rust's default of handling broken pipes as errors.
+        // SAFETY: sigaction is process-wide and thread-safe, and SIG_DFL installs no handler
+        // code that would have to be async-signal-safe.
+        unsafe {
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            );
+        }
+    }
+    coloc::startup::note_fatal_storage_signals();
+    match run(cli.command).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("coloc: {error:#}");
+            // 64 + the gRPC code of a failed RPC (as grpcurl), else 1.
+            std::process::ExitCode::from(operator::exit_code(&error))
+        }
+    }
+}
+
+/// The command handed to its family.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Backup(args) => serve::backup(args).await,
+        Command::Config(args) => serve::config(args),
+        Command::Import(ImportCommand::Kace(args)) => data::import(args).await,
+        Command::Export(ExportCommand::Kace(args)) => data::export(args).await,
+        Command::Eval(EvalCommand::Kace(args)) => evaluate::kace(args).await,
+        Command::Eval(EvalCommand::Objectives(args)) => evaluate::objectives(args).await,
+        Command::Eval(EvalCommand::Nway(args)) => evaluate::nway(args).await,
+        Command::Agent(args) => profiling::agent(args).await,
+        Command::Calibrate(args) => profiling::calibrate(args).await,
+        Command::Ncu(args) => profiling::ncu(args),
+        Command::Workloads {
+            connection,
+            command,
+        } => workloads::workloads(&connection, command).await,
+        Command::Rank { connection, args } => workloads::rank(&connection, args).await,
+        Command::Report { connection, args } => models::report(&connection, args).await,
+        Command::Predict { connection, args } => models::predict(&connection, args).await,
+        Command::Train { connection, args } => models::train(&connection, args).await,
+        Command::Model {
+            connection,
+            args,
+            command,
+        } => match command {
+            None => models::model(&connection, args).await,
+            Some(command) => models::model_command(&connection, command).await,
+        },
+        Command::Models {
+            connection,
+            command,
+        } => models::models(&connection, command).await,
+        Command::Health { connection } => operator::health(&connection).await,
+        Command::Place { connection, args } => cluster::place(&connection, args).await,
+        Command::Gpus {
+            connection,
+            command,
+        } => cluster::gpus(&connection, command).await,
+        Command::Jobs {
+            connection,
+            command,
+        } => cluster::jobs(&connection, command).await,
+        Command::Agents {
+            connection,
+            command,
+        } => cluster::agents(&connection, command).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Simulate(args) => sim::run(args),
+    }
+}
