@@ -58,6 +58,7 @@ pub mod report_plot;
 pub mod settings;
 pub mod startup;
 pub mod store;
+pub mod sync;
 pub mod telemetry;
 pub mod trainer;
 pub mod worker;

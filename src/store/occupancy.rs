@@ -27,7 +27,10 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
-use crate::domain::{GpuName, WorkloadName, MAX_MEMBERS};
+use crate::{
+    domain::{GpuName, WorkloadName, MAX_MEMBERS},
+    sync::Unpoisoned,
+};
 
 /// The most operations one transaction writes.
 const MAX_BATCH: usize = 512;
@@ -251,7 +254,7 @@ impl OccupancyWriter {
 
     pub(super) fn view(&self) -> std::sync::RwLockReadGuard<'_, Occupancy> {
         // Every change is applied whole under the lock, so a poisoned one is still usable.
-        self.view.read().unwrap_or_else(|e| e.into_inner())
+        self.view.read().unpoisoned()
     }
 
     async fn send(&self, op: Op, now_ms: i64) -> Reply {
@@ -586,7 +589,7 @@ async fn write_batch(
             }
             return;
         }
-        let mut published = view.write().unwrap_or_else(|e| e.into_inner());
+        let mut published = view.write().unpoisoned();
         for effect in effects {
             if let Effect::PutJob { job, .. } = &effect {
                 if let Some(at) = job.expires_at_ms {

@@ -21,6 +21,7 @@ use crate::{
     profiler::{Backend, Measurement, ProfileError},
     settings::ProfilerSettings,
     store::{ClaimedJob, Store},
+    sync::Unpoisoned,
 };
 
 /// Why a queue call failed, by what the loop does about it.
@@ -486,8 +487,7 @@ impl<Q: JobQueue> Worker<Q> {
                 Ok(Settled::HandedBack(reason))
             }
             Err(failed) => {
-                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((job.clone(), reason));
+                *self.unsettled.lock().unpoisoned() = Some((job.clone(), reason));
                 Err(anyhow::Error::new(failed).context(format!(
                     "{what} was refused ({refused}) and the job could not be handed back; \
                      it is handed back before the next claim"
@@ -499,11 +499,7 @@ impl<Q: JobQueue> Worker<Q> {
     /// Hands back the job a refused outcome left claimed, if any, before a new claim:
     /// the worker claims nothing while it still holds a job it no longer runs.
     async fn hand_back_unsettled(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let unsettled = self
-            .unsettled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let unsettled = self.unsettled.lock().unpoisoned().take();
         let Some((job, reason)) = unsettled else {
             return Ok(());
         };
@@ -518,7 +514,7 @@ impl<Q: JobQueue> Worker<Q> {
                 Ok(())
             }
             Err(error) => {
-                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) = Some((job, reason));
+                *self.unsettled.lock().unpoisoned() = Some((job, reason));
                 Err(anyhow::Error::new(error).context(
                     "a job whose outcome was refused is still claimed; no new claim until it \
                      is handed back",
