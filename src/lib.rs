@@ -60,5 +60,6 @@ pub mod startup;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod tokens;
 pub mod trainer;
 pub mod worker;

@@ -17,7 +17,7 @@ use crate::{
     advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
     api::{
         AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, HeavyLimitLayer,
-        ProfilingAgentsServer, RpcLayer, Tokens,
+        ProfilingAgentsServer, RpcLayer,
     },
     domain::{now_ms, GpuName},
     extender::{
@@ -34,6 +34,7 @@ use crate::{
         MIN_TRAINING_RUNS,
     },
     store::{DatabaseLock, Store},
+    tokens::Tokens,
     trainer::Trainer,
     worker::{LeaseSweeper, Worker},
 };

@@ -26,7 +26,7 @@ use crate::{
 };
 
 pub use agents::{AgentsService, ProfilingAgentsServer};
-pub use auth::{AuthLayer, Tokens};
+pub use auth::AuthLayer;
 pub use convert::timestamp;
 pub use middleware::{HeavyLimitLayer, RpcLayer};
 pub use pb::colocation_advisor_server::ColocationAdvisorServer;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::{decide::Extender, wire::ExtenderArgs};
-use crate::api::Tokens;
+use crate::tokens::Tokens;
 
 /// How the endpoint is served.
 pub struct ServeOptions {
