@@ -48,6 +48,7 @@ pub mod domain;
 pub mod eval;
 pub mod export;
 pub mod extender;
+pub mod http_server;
 pub mod import;
 pub mod metrics;
 pub mod model;

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use http_body_util::Full;
-use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Bytes, service::service_fn, Request, Response};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -352,57 +351,36 @@ pub async fn serve(
         Ok(address) => tracing::info!(%address, "serving metrics"),
         Err(error) => tracing::info!(%error, "serving metrics on an address it cannot name"),
     }
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "metrics: accept failed");
-                    continue;
-                }
-            },
-        };
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
         let metrics = metrics.clone();
         let advisor = advisor.clone();
         let store = store.clone();
-        connections.spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                let advisor = advisor.clone();
-                let store = store.clone();
-                async move {
-                    let response = if request.uri().path() != "/metrics" {
-                        Response::builder()
-                            .status(404)
-                            .body(Full::new(Bytes::from("not found\n")))
-                    } else {
-                        match metrics.render(&advisor, &store).await {
-                            Ok(text) => Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4")
-                                .body(Full::new(Bytes::from(text))),
-                            Err(error) => {
-                                tracing::error!(
-                                    error = format!("{error:#}"),
-                                    "metrics: render failed"
-                                );
-                                Response::builder()
-                                    .status(500)
-                                    .body(Full::new(Bytes::from("internal error\n")))
-                            }
-                        }
-                    };
-                    response
-                }
-            });
-            if let Err(error) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%error, "metrics: connection ended");
-            }
-        });
+        async move { answer(&request, &metrics, &advisor, &store).await }
+    });
+    crate::http_server::serve("metrics", listener, None, service, shutdown).await;
+}
+
+/// `GET /metrics`'s answer; any other path is not found.
+async fn answer(
+    request: &Request<hyper::body::Incoming>,
+    metrics: &Metrics,
+    advisor: &Advisor,
+    store: &Store,
+) -> Result<Response<Full<Bytes>>, http::Error> {
+    if request.uri().path() != "/metrics" {
+        return Response::builder()
+            .status(404)
+            .body(Full::new(Bytes::from("not found\n")));
     }
-    connections.shutdown().await;
+    match metrics.render(advisor, store).await {
+        Ok(text) => Response::builder()
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(text))),
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "metrics: render failed");
+            Response::builder()
+                .status(500)
+                .body(Full::new(Bytes::from("internal error\n")))
+        }
+    }
 }
