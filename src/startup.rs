@@ -17,7 +17,7 @@ use crate::{
     advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
     api::{
         AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, HeavyLimitLayer,
-        ProfilingAgentsServer, RpcLayer, Tokens,
+        ProfilingAgentsServer, RpcLayer,
     },
     domain::{now_ms, GpuName},
     extender::{
@@ -34,6 +34,7 @@ use crate::{
         MIN_TRAINING_RUNS,
     },
     store::{DatabaseLock, Store},
+    tokens::Tokens,
     trainer::Trainer,
     worker::{LeaseSweeper, Worker},
 };
@@ -116,57 +117,18 @@ impl App {
                     .map_err(|e| anyhow::anyhow!("setting auth.tokens_file is invalid: {e}"))?,
             ),
         };
-        let tls = match (
-            &settings.server.tls_cert_file,
-            &settings.server.tls_key_file,
-        ) {
-            (None, _) | (_, None) => None,
-            (Some(cert), Some(key)) => {
-                let read = |key_name: &str, path: &std::path::Path| {
-                    std::fs::read(path).with_context(|| {
-                        format!(
-                            "setting {key_name} is invalid: cannot read {}",
-                            path.display()
-                        )
-                    })
-                };
-                let identity = Identity::from_pem(
-                    read("server.tls_cert_file", cert)?,
-                    read("server.tls_key_file", key)?,
-                );
-                Some(ServerTlsConfig::new().identity(identity))
-            }
-        };
-        let metrics_listener = match settings.metrics.listen {
+        let tls = grpc_tls(settings)?;
+        let metrics_listener = bind_if_set(settings.metrics.listen, "metrics.listen").await?;
+        let extender = match bind_if_set(settings.extender.listen, "extender.listen").await? {
             None => None,
-            Some(address) => Some(
-                TcpListener::bind(address)
-                    .await
-                    .with_context(|| format!("cannot listen on {address} (metrics.listen)"))?,
-            ),
-        };
-        let extender = match settings.extender.listen {
-            None => None,
-            Some(address) => Some((
-                TcpListener::bind(address)
-                    .await
-                    .with_context(|| format!("cannot listen on {address} (extender.listen)"))?,
+            Some(listener) => Some((
+                listener,
                 extender_options(settings, tokens.as_ref())?,
                 PlacerRules::from_settings(&settings.extender),
             )),
         };
         let cluster = Arc::new(ClusterView::new());
-        let watcher = if settings.extender.watch_cluster {
-            let client = kube::Client::try_default().await.context(
-                "extender.watch_cluster is on but no Kubernetes credentials were found \
-                 (in-cluster service account or kubeconfig)",
-            )?;
-            let namespace =
-                Some(settings.extender.watch_namespace.clone()).filter(|n| !n.is_empty());
-            Some(ClusterWatcher::new(client, namespace, cluster.clone()))
-        } else {
-            None
-        };
+        let watcher = cluster_watcher(settings, &cluster).await?;
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -227,7 +189,7 @@ impl App {
         self
     }
 
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         health_reporter
             .set_serving::<ColocationAdvisorServer<AdvisorService>>()
@@ -237,73 +199,12 @@ impl App {
         health_reporter
             .set_serving::<ProfilingAgentsServer<AgentsService>>()
             .await;
-        // Both reflection versions (grpcurl 1.8.6 speaks only v1alpha), each describing every
-        // service served, health and reflection included.
-        let reflection = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(
-                    tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
-                )
-        };
-        let reflection_v1 = reflection().build_v1()?;
-        let reflection_v1alpha = reflection().build_v1alpha()?;
-
-        // Each stage has its own token, cancelled in order once the API has stopped, so
-        // that nothing writes to the store after it closes and the running profiling job
-        // is re-queued while the API already refuses new calls.
-        let worker_stop = CancellationToken::new();
-        let sweeper_stop = CancellationToken::new();
-        let trainer_stop = CancellationToken::new();
-        let metrics_stop = CancellationToken::new();
-        let extender_stop = CancellationToken::new();
-        let watcher_stop = CancellationToken::new();
-        let extender = self.extender.map(|(listener, options, rules)| {
-            let extender = Arc::new(Extender::new(
-                Arc::new(AdvisorPlacer::new(self.advisor.clone(), rules)),
-                self.cluster.clone(),
-            ));
-            spawn_owned(
-                "scheduler extender",
-                crate::extender::http::serve(listener, extender, options, extender_stop.clone()),
-            )
-        });
-        let watcher = self
-            .watcher
-            .map(|watcher| spawn_owned("cluster watcher", watcher.run(watcher_stop.clone())));
-        let worker = self
-            .worker
-            .map(|worker| spawn_owned("profiling worker", worker.run(worker_stop.clone())));
-        // Jobs whose agent stopped renewing go back to the queue without waiting for a
-        // claim.
-        let sweeper = Some(spawn_owned(
-            "lease sweeper",
-            LeaseSweeper::new(self.advisor.clone()).run(sweeper_stop.clone()),
-        ));
-        let trainer = self
-            .trainer
-            .map(|trainer| spawn_owned("retraining task", trainer.run(trainer_stop.clone())));
+        let (reflection_v1, reflection_v1alpha) = reflection_services()?;
         let metrics = self
             .metrics_listener
             .as_ref()
             .map(|_| Arc::new(Metrics::new()));
-        let metrics_server =
-            self.metrics_listener
-                .zip(metrics.clone())
-                .map(|(listener, metrics)| {
-                    spawn_owned(
-                        "metrics endpoint",
-                        crate::metrics::serve(
-                            listener,
-                            metrics,
-                            self.advisor.clone(),
-                            self.store.clone(),
-                            metrics_stop.clone(),
-                        ),
-                    )
-                });
+        let background = self.spawn_background_tasks(metrics.clone());
         // While the store's writes fail, the advisor and agents services say NOT_SERVING (readiness
         // probes that name it take the replica out); the server itself ("") stays SERVING,
         // so liveness does not restart a process that recovers by itself.
@@ -355,15 +256,7 @@ impl App {
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 async move {
                     api_shutdown.cancelled().await;
-                    stopping_reporter
-                        .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
-                        .await;
-                    stopping_reporter
-                        .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
-                        .await;
-                    stopping_reporter
-                        .set_service_status("", tonic_health::ServingStatus::NotServing)
-                        .await;
+                    stop_serving(&stopping_reporter).await;
                     tracing::info!("shutting down: no new requests accepted");
                 },
             );
@@ -387,14 +280,7 @@ impl App {
         // A failed server still stops everything in order before the store closes.
         shutdown.cancel();
         let _ = write_health.await;
-        for (stop, task) in [
-            (extender_stop, extender),
-            (watcher_stop, watcher),
-            (worker_stop, worker),
-            (sweeper_stop, sweeper),
-            (trainer_stop, trainer),
-            (metrics_stop, metrics_server),
-        ] {
+        for (stop, task) in background {
             stop.cancel();
             if let Some(task) = task {
                 // The task logged its own exit; its supervisor never panics.
@@ -408,6 +294,168 @@ impl App {
         tracing::info!("stopped");
         Ok(())
     }
+
+    /// Starts the tasks beside the gRPC API (those the settings turned on), each with its
+    /// own token. They are returned in the order they stop, once the API has stopped, so
+    /// that nothing writes to the store after it closes and the running profiling job is
+    /// re-queued while the API already refuses new calls.
+    fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
+        let extender = self.extender.take().map(|(listener, options, rules)| {
+            let extender = Arc::new(Extender::new(
+                Arc::new(AdvisorPlacer::new(self.advisor.clone(), rules)),
+                self.cluster.clone(),
+            ));
+            move |stop| {
+                spawn_owned(
+                    "scheduler extender",
+                    crate::extender::http::serve(listener, extender, options, stop),
+                )
+            }
+        });
+        let watcher = self
+            .watcher
+            .take()
+            .map(|watcher| move |stop| spawn_owned("cluster watcher", watcher.run(stop)));
+        let worker = self
+            .worker
+            .take()
+            .map(|worker| move |stop| spawn_owned("profiling worker", worker.run(stop)));
+        // Jobs whose agent stopped renewing go back to the queue without waiting for a
+        // claim.
+        let sweeper = LeaseSweeper::new(self.advisor.clone());
+        let trainer = self
+            .trainer
+            .take()
+            .map(|trainer| move |stop| spawn_owned("retraining task", trainer.run(stop)));
+        let metrics_server =
+            self.metrics_listener
+                .take()
+                .zip(metrics)
+                .map(|(listener, metrics)| {
+                    let (advisor, store) = (self.advisor.clone(), self.store.clone());
+                    move |stop| {
+                        spawn_owned(
+                            "metrics endpoint",
+                            crate::metrics::serve(listener, metrics, advisor, store, stop),
+                        )
+                    }
+                });
+        vec![
+            stoppable(extender),
+            stoppable(watcher),
+            stoppable(worker),
+            stoppable(Some(move |stop| {
+                spawn_owned("lease sweeper", sweeper.run(stop))
+            })),
+            stoppable(trainer),
+            stoppable(metrics_server),
+        ]
+    }
+}
+
+/// The gRPC server's TLS identity, when server.tls_cert_file and server.tls_key_file
+/// are both set.
+fn grpc_tls(settings: &Settings) -> anyhow::Result<Option<ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (
+        &settings.server.tls_cert_file,
+        &settings.server.tls_key_file,
+    ) else {
+        return Ok(None);
+    };
+    let read = |key_name: &str, path: &std::path::Path| {
+        std::fs::read(path).with_context(|| {
+            format!(
+                "setting {key_name} is invalid: cannot read {}",
+                path.display()
+            )
+        })
+    };
+    let identity = Identity::from_pem(
+        read("server.tls_cert_file", cert)?,
+        read("server.tls_key_file", key)?,
+    );
+    Ok(Some(ServerTlsConfig::new().identity(identity)))
+}
+
+/// A listener on `address` when the setting `key` names one.
+async fn bind_if_set(
+    address: Option<SocketAddr>,
+    key: &str,
+) -> anyhow::Result<Option<TcpListener>> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} ({key})"))?;
+    Ok(Some(listener))
+}
+
+/// The pod and node watcher that keeps `cluster`, when extender.watch_cluster is on.
+async fn cluster_watcher(
+    settings: &Settings,
+    cluster: &Arc<ClusterView>,
+) -> anyhow::Result<Option<ClusterWatcher>> {
+    if !settings.extender.watch_cluster {
+        return Ok(None);
+    }
+    let client = kube::Client::try_default().await.context(
+        "extender.watch_cluster is on but no Kubernetes credentials were found \
+         (in-cluster service account or kubeconfig)",
+    )?;
+    let namespace = Some(settings.extender.watch_namespace.clone()).filter(|n| !n.is_empty());
+    Ok(Some(ClusterWatcher::new(
+        client,
+        namespace,
+        cluster.clone(),
+    )))
+}
+
+/// A background task (if it runs) and the token that stops it.
+type StoppableTask = (CancellationToken, Option<tokio::task::JoinHandle<()>>);
+
+/// Starts `start` (when given) with a fresh stop token.
+fn stoppable(
+    start: Option<impl FnOnce(CancellationToken) -> tokio::task::JoinHandle<()>>,
+) -> StoppableTask {
+    let stop = CancellationToken::new();
+    let task = start.map(|start| start(stop.clone()));
+    (stop, task)
+}
+
+/// Both reflection versions (grpcurl 1.8.6 speaks only v1alpha), each describing every
+/// service served, health and reflection included.
+fn reflection_services() -> anyhow::Result<(
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+)> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+    };
+    Ok((reflection().build_v1()?, reflection().build_v1alpha()?))
+}
+
+/// Health at shutdown: NOT_SERVING for both services and the server itself.
+async fn stop_serving(reporter: &tonic_health::server::HealthReporter) {
+    reporter
+        .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
+        .await;
+    reporter
+        .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
+        .await;
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
 }
 
 /// SQLite maps the database's `-shm` file (the WAL index) into memory. When a write to

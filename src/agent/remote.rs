@@ -10,13 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::{metadata::MetadataValue, transport::Channel, Code, Request, Status};
 
 use crate::{
-    advisor::JobOutcome,
     api::convert,
     domain::{now_ms, GpuName, WorkloadName},
-    profiler::Measurement,
     proto::{self as pb, profiling_agents_client::ProfilingAgentsClient},
-    store::ClaimedJob,
-    worker::{JobQueue, QueueError},
+    worker::{ClaimedJob, JobOutcome, JobQueue, Measurement, QueueError},
 };
 
 pub struct RemoteQueue {

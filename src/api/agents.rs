@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::{convert, invalid};
+use super::convert;
 use crate::{
     advisor::{Advisor, AgentFailure, AgentView},
     domain::{now_ms, GpuName, ValidationError},
@@ -103,7 +103,7 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::AnnounceAgentRequest>,
     ) -> Result<Response<pb::AnnounceAgentResponse>, Status> {
         let raw = request.into_inner();
-        let agent = (|| {
+        let agent = (|| -> Result<_, ValidationError> {
             let gpu_memory_gb = raw.gpu_memory_gb;
             if !(gpu_memory_gb > 0.0 && gpu_memory_gb <= 1024.0) {
                 return Err(ValidationError::new(
@@ -119,8 +119,7 @@ impl ProfilingAgents for AgentsService {
                 ncu_version: text("ncu_version", raw.ncu_version, MAX_SHORT_TEXT)?,
                 backend: text("backend", raw.backend, 32)?,
             })
-        })()
-        .map_err(invalid)?;
+        })()?;
         let view = self.advisor.announce_agent(agent).await?;
         Ok(Response::new(pb::AnnounceAgentResponse {
             agent: Some(agent_to_pb(view)),
@@ -132,7 +131,7 @@ impl ProfilingAgents for AgentsService {
         &self,
         request: Request<pb::ClaimProfilingJobRequest>,
     ) -> Result<Response<pb::ClaimProfilingJobResponse>, Status> {
-        let id = agent_id(&request.into_inner().agent_id).map_err(invalid)?;
+        let id = agent_id(&request.into_inner().agent_id)?;
         let job = self.advisor.claim_for_agent(&id).await?;
         Ok(Response::new(pb::ClaimProfilingJobResponse {
             job: job.map(job_to_pb),
@@ -144,7 +143,7 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let raw = request.into_inner();
-        let (id, job_id, claim, progress) = (|| {
+        let (id, job_id, claim, progress) = (|| -> Result<_, ValidationError> {
             let id = agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
             Ok((
@@ -153,8 +152,7 @@ impl ProfilingAgents for AgentsService {
                 claim,
                 text("progress", raw.progress, MAX_SHORT_TEXT)?,
             ))
-        })()
-        .map_err(invalid)?;
+        })()?;
         let expires = self
             .advisor
             .renew_lease(&id, job_id, claim, &progress)
@@ -169,14 +167,13 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::SubmitProfileRequest>,
     ) -> Result<Response<pb::SubmitProfileResponse>, Status> {
         let raw = request.into_inner();
-        let (id, job_id, claim, profile, note) = (|| {
+        let (id, job_id, claim, profile, note) = (|| -> Result<_, ValidationError> {
             let id = agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
             let profile = convert::profile(raw.profile, now_ms())?;
             let note = text("note", raw.note, MAX_LONG_TEXT)?;
             Ok((id, job_id, claim, profile, note))
-        })()
-        .map_err(invalid)?;
+        })()?;
         let (record, duplicate) = self
             .advisor
             .submit_profile(&id, job_id, claim, &profile, &note)
@@ -192,7 +189,7 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::SubmitFailureRequest>,
     ) -> Result<Response<pb::SubmitFailureResponse>, Status> {
         let raw = request.into_inner();
-        let (id, job_id, claim, failure) = (|| {
+        let (id, job_id, claim, failure) = (|| -> Result<_, ValidationError> {
             let id = agent_id(&raw.agent_id)?;
             let (job_id, claim) = job_ref(raw.job_id, raw.claim)?;
             let error = text("error", raw.error, MAX_LONG_TEXT)?;
@@ -223,8 +220,7 @@ impl ProfilingAgents for AgentsService {
                 }
             };
             Ok((id, job_id, claim, failure))
-        })()
-        .map_err(invalid)?;
+        })()?;
         let duplicate = self
             .advisor
             .submit_failure(&id, job_id, claim, failure)
@@ -237,8 +233,8 @@ impl ProfilingAgents for AgentsService {
         request: Request<pb::SubmitCalibrationRequest>,
     ) -> Result<Response<pb::SubmitCalibrationResponse>, Status> {
         let raw = request.into_inner();
-        let id = agent_id(&raw.agent_id).map_err(invalid)?;
-        let (members, observed_at_ms) = convert::calibration(raw, now_ms()).map_err(invalid)?;
+        let id = agent_id(&raw.agent_id)?;
+        let (members, observed_at_ms) = convert::calibration(raw, now_ms())?;
         let (id, created) = self
             .advisor
             .submit_calibration(&id, members, observed_at_ms)

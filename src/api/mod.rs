@@ -26,7 +26,7 @@ use crate::{
 };
 
 pub use agents::{AgentsService, ProfilingAgentsServer};
-pub use auth::{AuthLayer, Tokens};
+pub use auth::AuthLayer;
 pub use convert::timestamp;
 pub use middleware::{HeavyLimitLayer, RpcLayer};
 pub use pb::colocation_advisor_server::ColocationAdvisorServer;
@@ -53,13 +53,9 @@ impl AdvisorService {
 
     /// The GPU model named by a request field, else the server's default.
     fn gpu(&self, raw: &str) -> Result<GpuName, Status> {
-        let requested = convert::optional_gpu("gpu", raw).map_err(crate::advisor::Error::from)?;
+        let requested = convert::optional_gpu("gpu", raw)?;
         Ok(self.advisor.resolve_gpu(requested)?)
     }
-}
-
-fn invalid(error: crate::domain::ValidationError) -> Status {
-    crate::advisor::Error::InvalidRequest(error).into()
 }
 
 #[tonic::async_trait]
@@ -68,7 +64,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::RegisterWorkloadRequest>,
     ) -> Result<Response<pb::Workload>, Status> {
-        let workload = convert::new_workload(request.into_inner(), now_ms()).map_err(invalid)?;
+        let workload = convert::new_workload(request.into_inner(), now_ms())?;
         let record = self.advisor.register(workload).await?;
         Ok(Response::new(convert::workload_to_pb(record)))
     }
@@ -77,7 +73,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::GetWorkloadRequest>,
     ) -> Result<Response<pb::Workload>, Status> {
-        let name = convert::workload_name("name", &request.into_inner().name).map_err(invalid)?;
+        let name = convert::workload_name("name", &request.into_inner().name)?;
         let record = self.advisor.get(&name).await?;
         Ok(Response::new(convert::workload_to_pb(record)))
     }
@@ -87,7 +83,7 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::ListWorkloadsRequest>,
     ) -> Result<Response<pb::ListWorkloadsResponse>, Status> {
         let request = request.into_inner();
-        let state = convert::state_filter(request.state).map_err(invalid)?;
+        let state = convert::state_filter(request.state)?;
         let (page, next_page_token) = self
             .advisor
             .list(request.page_size, &request.page_token, state)
@@ -102,7 +98,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::DeleteWorkloadRequest>,
     ) -> Result<Response<pb::DeleteWorkloadResponse>, Status> {
-        let name = convert::workload_name("name", &request.into_inner().name).map_err(invalid)?;
+        let name = convert::workload_name("name", &request.into_inner().name)?;
         self.advisor.delete(&name).await?;
         Ok(Response::new(pb::DeleteWorkloadResponse {}))
     }
@@ -112,8 +108,8 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::PutProfileRequest>,
     ) -> Result<Response<pb::Workload>, Status> {
         let request = request.into_inner();
-        let name = convert::workload_name("name", &request.name).map_err(invalid)?;
-        let profile = convert::profile(request.profile, now_ms()).map_err(invalid)?;
+        let name = convert::workload_name("name", &request.name)?;
+        let profile = convert::profile(request.profile, now_ms())?;
         let record = self.advisor.put_profile(&name, profile).await?;
         Ok(Response::new(convert::workload_to_pb(record)))
     }
@@ -122,7 +118,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::RankRequest>,
     ) -> Result<Response<pb::RankResponse>, Status> {
-        let query = convert::rank_query(request.into_inner()).map_err(invalid)?;
+        let query = convert::rank_query(request.into_inner())?;
         let result = self.advisor.rank(query).await?;
         Ok(Response::new(convert::rank_to_pb(result)))
     }
@@ -131,7 +127,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::PredictRequest>,
     ) -> Result<Response<pb::PredictResponse>, Status> {
-        let query = convert::predict_query(request.into_inner()).map_err(invalid)?;
+        let query = convert::predict_query(request.into_inner())?;
         let result = self.advisor.predict(query).await?;
         Ok(Response::new(convert::predict_to_pb(result)))
     }
@@ -140,7 +136,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::PlaceRequest>,
     ) -> Result<Response<pb::PlaceResponse>, Status> {
-        let query = convert::place_query(request.into_inner()).map_err(invalid)?;
+        let query = convert::place_query(request.into_inner())?;
         let answer = self.advisor.place(query).await?;
         Ok(Response::new(convert::place_to_pb(answer)))
     }
@@ -149,7 +145,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::AssignJobRequest>,
     ) -> Result<Response<pb::AssignJobResponse>, Status> {
-        let assignment = convert::job_assignment(request.into_inner()).map_err(invalid)?;
+        let assignment = convert::job_assignment(request.into_inner())?;
         let assigned = self.advisor.assign_job(assignment).await?;
         Ok(Response::new(convert::assigned_to_pb(assigned)))
     }
@@ -158,7 +154,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::ReleaseJobRequest>,
     ) -> Result<Response<pb::ReleaseJobResponse>, Status> {
-        let job_id = convert::job_id(request.into_inner().job_id).map_err(invalid)?;
+        let job_id = convert::job_id(request.into_inner().job_id)?;
         let released = self.advisor.release_job(job_id).await?;
         Ok(Response::new(pb::ReleaseJobResponse { released }))
     }
@@ -168,7 +164,7 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::ListGpusRequest>,
     ) -> Result<Response<pb::ListGpusResponse>, Status> {
         let request = request.into_inner();
-        let filter = convert::gpu_filter(request.nodes, &request.gpu).map_err(invalid)?;
+        let filter = convert::gpu_filter(request.nodes, &request.gpu)?;
         let (page, next_page_token) =
             self.advisor
                 .list_gpus(request.page_size, &request.page_token, &filter)?;
@@ -190,16 +186,16 @@ impl ColocationAdvisor for AdvisorService {
         // An empty gpu means the GPU's model when gpu_id names a GPU of the occupancy,
         // else the default, as everywhere.
         let requested =
-            convert::optional_gpu("gpu", &request.gpu).map_err(|e| rejected(invalid(e)))?;
+            convert::optional_gpu("gpu", &request.gpu).map_err(|e| rejected(e.into()))?;
         let gpu_id = convert::optional_id("gpu_id", &request.gpu_id)
-            .map_err(|e| rejected(invalid(e)))?
+            .map_err(|e| rejected(e.into()))?
             .map(str::to_owned);
         let gpu = self
             .advisor
             .gpu_of_run(requested, gpu_id.as_deref())
             .map_err(|e| rejected(e.into()))?;
         let mut observation =
-            convert::observation(request, gpu, now_ms()).map_err(|e| rejected(invalid(e)))?;
+            convert::observation(request, gpu, now_ms()).map_err(|e| rejected(e.into()))?;
         observation.gpu_id = gpu_id.unwrap_or_default();
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
@@ -213,7 +209,7 @@ impl ColocationAdvisor for AdvisorService {
         request: Request<pb::TrainRequest>,
     ) -> Result<Response<pb::TrainResponse>, Status> {
         let request = request.into_inner();
-        let kind = convert::model_kind(&request.kind).map_err(invalid)?;
+        let kind = convert::model_kind(&request.kind)?;
         let gpu = self.gpu(&request.gpu)?;
         let outcome = self.advisor.train(&gpu, kind, Trigger::Request).await?;
         let context = self.context(&gpu).await?;

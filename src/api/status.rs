@@ -6,7 +6,7 @@
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::{advisor::Error, store::OccupancyConflict};
+use crate::{advisor::Error, domain::ValidationError, store::OccupancyConflict};
 
 /// The gRPC code of each cause.
 pub fn code(error: &Error) -> Code {
@@ -67,6 +67,14 @@ impl From<Error> for Status {
     }
 }
 
+/// A request field that fails validation: INVALID_ARGUMENT through the table above, so a
+/// handler writes `?` on a conversion's result.
+impl From<ValidationError> for Status {
+    fn from(error: ValidationError) -> Self {
+        Error::InvalidRequest(error).into()
+    }
+}
+
 /// tonic answers a request it cannot decode (a string field that is not UTF-8, a
 /// malformed message) with INTERNAL and the decoder's text. The request is what is wrong,
 /// and the decoder's text is an internal detail: INVALID_ARGUMENT, with a message of ours.
@@ -85,7 +93,6 @@ pub fn undecodable_request(code: i32, message: &str) -> Option<(Code, &'static s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ValidationError;
 
     #[test]
     fn an_invalid_request_carries_its_field_as_a_bad_request_violation() {

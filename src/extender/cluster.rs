@@ -9,6 +9,7 @@ use std::{
 };
 
 use super::{node::NodeGpus, pod::Residency};
+use crate::sync::Unpoisoned;
 
 /// The residents of one GPU: (node, GPU id) -> workloads, a name once per pod.
 pub type Occupancy = BTreeMap<(String, String), Vec<String>>;
@@ -75,11 +76,11 @@ impl ClusterView {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         // A panic under the lock leaves consistent data (each change is whole): go on.
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.inner.write().unpoisoned()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.inner.read().unpoisoned()
     }
 
     /// Sets (or, with `None`, forgets) a node's GPUs.

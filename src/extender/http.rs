@@ -15,15 +15,14 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Incoming, service::service_fn};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::{decide::Extender, wire::ExtenderArgs};
-use crate::api::Tokens;
+use crate::tokens::Tokens;
 
 /// How the endpoint is served.
 pub struct ServeOptions {
@@ -147,67 +146,9 @@ pub async fn serve(
         }
     }
     let router = router(extender, &options);
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "extender: accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let router = router.clone();
-        let tls = options.tls.clone();
-        let stop = shutdown.clone();
-        connections.spawn(async move {
-            let service =
-                service_fn(move |request: http::Request<Incoming>| router.clone().oneshot(request));
-            let served = match tls {
-                None => serve_connection(TokioIo::new(stream), service, stop).await,
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(stream) => serve_connection(TokioIo::new(stream), service, stop).await,
-                    Err(error) => {
-                        tracing::debug!(%error, "extender: TLS handshake failed");
-                        return;
-                    }
-                },
-            };
-            if let Err(error) = served {
-                tracing::debug!(%error, "extender: connection ended");
-            }
-        });
-        // Reap finished connections so the set does not grow.
-        while connections.try_join_next().is_some() {}
-    }
-    while connections.join_next().await.is_some() {}
-}
-
-async fn serve_connection<I, S>(
-    io: I,
-    service: S,
-    shutdown: CancellationToken,
-) -> Result<(), hyper::Error>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::HttpService<Incoming> + Send,
-    S::Future: Send + 'static,
-    S::ResBody: Send + 'static,
-    <S::ResBody as hyper::body::Body>::Data: Send,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let connection = http1::Builder::new().serve_connection(io, service);
-    tokio::pin!(connection);
-    tokio::select! {
-        served = connection.as_mut() => served,
-        _ = shutdown.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    }
+    let service =
+        service_fn(move |request: http::Request<Incoming>| router.clone().oneshot(request));
+    crate::http_server::serve("extender", listener, options.tls, service, shutdown).await;
 }
 
 /// A TLS acceptor from PEM files; with `client_ca`, clients must present a certificate

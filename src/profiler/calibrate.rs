@@ -142,15 +142,10 @@ pub async fn calibrate(
     plan: &Plan,
     cancel: &CancellationToken,
 ) -> anyhow::Result<CalibrationSummary> {
-    let Plan {
-        max_pairs,
-        with,
-        sharing,
-    } = plan;
-    let (max_pairs, sharing) = (*max_pairs, *sharing);
     let gpu = gpu.clone();
     let workloads = target.workloads(&gpu).await?;
-    if let Some(unknown) = with
+    if let Some(unknown) = plan
+        .with
         .iter()
         .find(|w| !workloads.iter().any(|(name, _)| name == *w))
     {
@@ -165,15 +160,9 @@ pub async fn calibrate(
     if workloads.is_empty() {
         bail!("no workload has both a launch spec and a profile on {gpu}: profile some first");
     }
-    let pairs: Vec<(usize, usize)> = (0..workloads.len())
-        .flat_map(|i| (i..workloads.len()).map(move |j| (i, j)))
-        .filter(|&(i, j)| {
-            with.is_empty() || with.contains(&workloads[i].0) || with.contains(&workloads[j].0)
-        })
-        .take(max_pairs)
-        .collect();
+    let pairs = pairs_to_run(&workloads, plan);
 
-    let mps = match (sharing, runner::resolve_program(MPS_CONTROL)) {
+    let mps = match (plan.sharing, runner::resolve_program(MPS_CONTROL)) {
         (Some(Sharing::Shared), _) => None,
         (_, Some(control)) => Some(Mps::start(control, settings).await?),
         (Some(Sharing::Mps), None) => {
@@ -189,18 +178,127 @@ pub async fn calibrate(
     tracing::info!(%gpu, sharing = sharing.as_str(), pairs = pairs.len(), "calibrating");
 
     let mut summary = CalibrationSummary {
-        gpu: gpu.clone(),
+        gpu,
         sharing,
         measured: Vec::new(),
         failed: Vec::new(),
     };
-    let progress = crate::progress::bar(pairs.len() as u64, "pairs");
-    for (i, j) in pairs {
-        progress.inc(1);
-        let (a, launch_a) = &workloads[i];
-        let (b, launch_b) = &workloads[j];
+    let calibration = Calibration {
+        target,
+        settings,
+        allowed: &allowed,
+        mps: mps.as_ref(),
+        cancel,
+    };
+    // The MPS daemon stops whether the pairs all ran or one failed the calibration.
+    let ran = calibration.run_pairs(&workloads, pairs, &mut summary).await;
+    if let Some(mps) = mps {
+        mps.stop().await;
+    }
+    ran.map(|()| summary)
+}
+
+/// The pairs of `workloads` (indices, in order, a workload with itself included) that
+/// `plan` asks for.
+fn pairs_to_run(workloads: &[(WorkloadName, LaunchSpec)], plan: &Plan) -> Vec<(usize, usize)> {
+    let with = &plan.with;
+    (0..workloads.len())
+        .flat_map(|i| (i..workloads.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| {
+            with.is_empty() || with.contains(&workloads[i].0) || with.contains(&workloads[j].0)
+        })
+        .take(plan.max_pairs)
+        .collect()
+}
+
+/// What every pair of one calibration runs with.
+struct Calibration<'a> {
+    target: &'a dyn CalibrationTarget,
+    settings: &'a ProfilerSettings,
+    allowed: &'a AllowedPrograms,
+    mps: Option<&'a Mps>,
+    cancel: &'a CancellationToken,
+}
+
+impl Calibration<'_> {
+    /// Runs the pairs one after another, noting each in `summary`, until they are done or
+    /// the calibration is cancelled. An error (a start folder not made, a pair the target
+    /// could not store) stops the calibration.
+    async fn run_pairs(
+        &self,
+        workloads: &[(WorkloadName, LaunchSpec)],
+        pairs: Vec<(usize, usize)>,
+        summary: &mut CalibrationSummary,
+    ) -> anyhow::Result<()> {
+        let progress = crate::progress::bar(pairs.len() as u64, "pairs");
+        for (i, j) in pairs {
+            progress.inc(1);
+            let (a, launch_a) = &workloads[i];
+            let (b, launch_b) = &workloads[j];
+            let (launch_a, launch_b) = match self.resolve(launch_a, launch_b) {
+                Ok(launches) => launches,
+                Err(why) => {
+                    tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair not run");
+                    summary.failed.push((a.to_string(), b.to_string(), why));
+                    continue;
+                }
+            };
+            let started = std::time::Instant::now();
+            match self.run_pair(&launch_a, &launch_b).await? {
+                Ok((ta, tb)) => {
+                    let sharing = summary.sharing;
+                    let member = |w: &WorkloadName, t: f64, k: usize| ColocatedMember {
+                        workload: w.clone(),
+                        throughput: t,
+                        job_id: format!("calibrate-{}-{k}", sharing.as_str()),
+                    };
+                    let observation = Observation::new(
+                        summary.gpu.clone(),
+                        vec![member(a, ta, 0), member(b, tb, 1)],
+                        now_ms(),
+                    )?;
+                    match self
+                        .target
+                        .store(&observation)
+                        .await
+                        .with_context(|| format!("storing the pair {a} + {b}"))?
+                    {
+                        None => {
+                            tracing::info!(
+                                workload1 = %a, workload2 = %b, throughput1 = ta, throughput2 = tb,
+                                secs = started.elapsed().as_secs_f64(), "pair measured"
+                            );
+                            summary
+                                .measured
+                                .push((a.to_string(), b.to_string(), ta, tb))
+                        }
+                        Some(why) => {
+                            tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair refused");
+                            summary.failed.push((a.to_string(), b.to_string(), why));
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair failed");
+                    summary.failed.push((a.to_string(), b.to_string(), why));
+                }
+            }
+            if self.cancel.is_cancelled() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Both members' launch specs with their programs resolved through
+    /// profiler.allowed_programs, or why either may not run.
+    fn resolve(
+        &self,
+        launch_a: &LaunchSpec,
+        launch_b: &LaunchSpec,
+    ) -> Result<(LaunchSpec, LaunchSpec), String> {
         let resolved = |launch: &LaunchSpec| {
-            allowed
+            self.allowed
                 .resolve(&launch.program)
                 .map(|program| LaunchSpec {
                     program: program.to_string_lossy().into_owned(),
@@ -213,40 +311,33 @@ pub async fn calibrate(
                     )
                 })
         };
-        let (launch_a, launch_b) = match (resolved(launch_a), resolved(launch_b)) {
-            (Ok(launch_a), Ok(launch_b)) => (launch_a, launch_b),
-            (a_result, b_result) => {
-                let why = [a_result.err(), b_result.err()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair not run");
-                summary.failed.push((a.to_string(), b.to_string(), why));
-                continue;
-            }
-        };
-        let (launch_a, launch_b) = (&launch_a, &launch_b);
+        match (resolved(launch_a), resolved(launch_b)) {
+            (Ok(launch_a), Ok(launch_b)) => Ok((launch_a, launch_b)),
+            (a_result, b_result) => Err(both_reasons(a_result.err(), b_result.err())),
+        }
+    }
+
+    /// Runs the two members together from one start line: each one's throughput, or why
+    /// the pair failed. The error is the calibration's own (no start folder).
+    async fn run_pair(
+        &self,
+        launch_a: &LaunchSpec,
+        launch_b: &LaunchSpec,
+    ) -> anyhow::Result<Result<(f64, f64), String>> {
+        let settings = self.settings;
         let mut spec_a = launch_run_spec(settings, launch_a, settings.system_timeout_secs);
         let mut spec_b = launch_run_spec(settings, launch_b, settings.system_timeout_secs);
-        if let Some(mps) = &mps {
+        if let Some(mps) = self.mps {
             for spec in [&mut spec_a, &mut spec_b] {
                 spec.env
                     .extend(mps.env.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
         // The start line (see [`START_DIR_VAR`]): both members time the same window.
-        let start_dir = match tempfile::Builder::new().prefix("coloc-start-").tempdir() {
-            Ok(dir) => dir,
-            Err(error) => {
-                if let Some(mps) = mps {
-                    mps.stop().await;
-                }
-                return Err(
-                    anyhow::Error::new(error).context("cannot make the pair's start folder")
-                );
-            }
-        };
+        let start_dir = tempfile::Builder::new()
+            .prefix("coloc-start-")
+            .tempdir()
+            .context("cannot make the pair's start folder")?;
         for spec in [&mut spec_a, &mut spec_b] {
             spec.env.insert(
                 START_DIR_VAR.into(),
@@ -254,10 +345,9 @@ pub async fn calibrate(
             );
             spec.env.insert(START_COUNT_VAR.into(), "2".into());
         }
-        let started = std::time::Instant::now();
         let (out_a, out_b) = tokio::join!(
-            runner::run(&spec_a, cancel, |_| {}),
-            runner::run(&spec_b, cancel, |_| {})
+            runner::run(&spec_a, self.cancel, |_| {}),
+            runner::run(&spec_b, self.cancel, |_| {})
         );
         let throughput = |out: Result<runner::RunOutput, runner::RunError>, launch: &LaunchSpec| {
             let out = out.map_err(|e| e.to_string())?;
@@ -266,56 +356,16 @@ pub async fn calibrate(
             }
             runner::parse_throughput(&out.stdout, launch.throughput_regex.as_deref()).map(|t| t.0)
         };
-        match (throughput(out_a, launch_a), throughput(out_b, launch_b)) {
-            (Ok(ta), Ok(tb)) => {
-                let member = |w: &WorkloadName, t: f64, k: usize| ColocatedMember {
-                    workload: w.clone(),
-                    throughput: t,
-                    job_id: format!("calibrate-{}-{k}", sharing.as_str()),
-                };
-                let observation = Observation::new(
-                    gpu.clone(),
-                    vec![member(a, ta, 0), member(b, tb, 1)],
-                    now_ms(),
-                )?;
-                match target.store(&observation).await {
-                    Ok(None) => {
-                        tracing::info!(
-                            workload1 = %a, workload2 = %b, throughput1 = ta, throughput2 = tb,
-                            secs = started.elapsed().as_secs_f64(), "pair measured"
-                        );
-                        summary
-                            .measured
-                            .push((a.to_string(), b.to_string(), ta, tb))
-                    }
-                    Ok(Some(why)) => {
-                        tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair refused");
-                        summary.failed.push((a.to_string(), b.to_string(), why));
-                    }
-                    Err(error) => {
-                        if let Some(mps) = mps {
-                            mps.stop().await;
-                        }
-                        return Err(error.context(format!("storing the pair {a} + {b}")));
-                    }
-                }
-            }
-            (a_result, b_result) => {
-                let why = [a_result.err(), b_result.err()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                tracing::warn!(workload1 = %a, workload2 = %b, %why, "pair failed");
-                summary.failed.push((a.to_string(), b.to_string(), why));
-            }
-        }
-        if cancel.is_cancelled() {
-            break;
-        }
+        Ok(
+            match (throughput(out_a, launch_a), throughput(out_b, launch_b)) {
+                (Ok(ta), Ok(tb)) => Ok((ta, tb)),
+                (a_result, b_result) => Err(both_reasons(a_result.err(), b_result.err())),
+            },
+        )
     }
-    if let Some(mps) = mps {
-        mps.stop().await;
-    }
-    Ok(summary)
+}
+
+/// Why a pair failed: each member's reason, joined.
+fn both_reasons(a: Option<String>, b: Option<String>) -> String {
+    [a, b].into_iter().flatten().collect::<Vec<_>>().join("; ")
 }

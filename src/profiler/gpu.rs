@@ -7,7 +7,7 @@ use std::{collections::VecDeque, path::Path, sync::Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::gb_from_bytes;
+use crate::{domain::gb_from_bytes, sync::Unpoisoned};
 
 /// The GPU model and its memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,12 +146,8 @@ impl GpuSampler for RecordedSampler {
     }
 
     fn sample(&self, _process_group: u32) -> Result<GpuSample, String> {
-        let next = self
-            .samples
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let next = self.samples.lock().unpoisoned().pop_front();
+        let mut last = self.last.lock().unpoisoned();
         if let Some(sample) = next {
             *last = Some(sample);
         }

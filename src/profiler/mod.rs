@@ -27,6 +27,7 @@ use crate::{
         ProfileSource, SystemMetrics, WorkloadName, DEFAULT_NVTX_RANGE,
     },
     settings::{ProfilerBackend, ProfilerSettings},
+    sync::Unpoisoned,
 };
 
 /// Why a profile could not be taken.
@@ -359,12 +360,9 @@ impl NvmlBackend {
                 loop {
                     ticker.tick().await;
                     match sampler.sample(group) {
-                        Ok(sample) => samples
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(sample),
+                        Ok(sample) => samples.lock().unpoisoned().push(sample),
                         Err(error) => {
-                            *sampling_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+                            *sampling_error.lock().unpoisoned() = Some(error);
                             break;
                         }
                     }
@@ -381,7 +379,7 @@ impl NvmlBackend {
             raw.write("system_stdout.txt", output.stdout.as_bytes());
             raw.write("system_stderr.txt", output.stderr.as_bytes());
             // Kept whatever comes next: a run without activity is when they matter most.
-            raw.write_samples(info, &samples.lock().unwrap_or_else(|e| e.into_inner()));
+            raw.write_samples(info, &samples.lock().unpoisoned());
         }
         if !output.status.success() {
             return Err(ProfileError::Failed(format!(
@@ -390,10 +388,7 @@ impl NvmlBackend {
                 tail(&output.stderr, 5)
             )));
         }
-        if let Some(error) = sampling_error
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner())
-        {
+        if let Some(error) = sampling_error.into_inner().unpoisoned() {
             return Err(ProfileError::Failed(format!(
                 "system phase: NVML sampling: {error}"
             )));
@@ -401,7 +396,7 @@ impl NvmlBackend {
         let (exclusive_throughput, throughput_unit) =
             runner::parse_throughput(&output.stdout, launch.throughput_regex.as_deref())
                 .map_err(|e| ProfileError::Failed(format!("system phase: {e}")))?;
-        let samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+        let samples = samples.into_inner().unpoisoned();
         let (sm_busy_pct, mem_busy_pct, memory_gb) = gpu::summarize(&samples)
             .map_err(|e| ProfileError::Failed(format!("system phase: {e}")))?;
         Ok((

@@ -8,6 +8,7 @@
 mod agents;
 pub mod backup;
 pub mod fault;
+mod group_commit;
 pub mod health;
 mod jobs;
 mod lock;
@@ -244,7 +245,6 @@ impl Store {
     pub async fn close(&self) {
         // Acknowledged reports still queued are written before the pool closes.
         self.observation_writer.stop().await;
-        tracing::info!(task = "observation writer", "task exited");
         self.occupancy_writer.stop().await;
         self.probe_stop.cancel();
         self.pool.close().await;

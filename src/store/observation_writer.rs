@@ -1,9 +1,9 @@
-//! Group commit for reported runs. `Store::insert_observation` hands its run to one writer
-//! task over a bounded queue and waits for the answer. The writer takes the first queued
-//! run, opens one `BEGIN IMMEDIATE` transaction, adds every run queued by then (at most
-//! [`MAX_BATCH`]), writes them and commits once: concurrent reports share one fsync
-//! instead of paying one each. Nothing waits on a timer, so a lone report is written at
-//! once.
+//! Group commit for reported runs (the writer loop is `group_commit`'s).
+//! `Store::insert_observation` hands its run to one writer task over a bounded queue and
+//! waits for the answer. The writer takes the first queued run, opens one `BEGIN
+//! IMMEDIATE` transaction, adds every run queued by then (at most [`MAX_BATCH`]), writes
+//! them and commits once: concurrent reports share one fsync instead of paying one each.
+//! Nothing waits on a timer, so a lone report is written at once.
 //!
 //! A run that fails (a constraint the database enforces) fails alone: the batch is rolled
 //! back and written again with a savepoint per run, and only the failing run's caller gets
@@ -19,13 +19,10 @@
 use std::sync::Arc;
 
 use sqlx::{Sqlite, SqlitePool, Transaction};
-use tokio::{
-    sync::{mpsc, oneshot},
-    task::JoinHandle,
-};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{
+    group_commit::{take_queued, Committer, GroupCommit},
     health::WriteHealth,
     observations::{insert_one, ObservationSource, Prediction},
     StoreError,
@@ -51,14 +48,10 @@ pub(super) struct WriteRequest {
     reply_tx: oneshot::Sender<Reply>,
 }
 
-/// The handle the store keeps: the queue's sending half and the writer task.
+/// The handle the store keeps on the writer task.
 #[derive(Debug)]
 pub(super) struct ObservationWriter {
-    request_tx: mpsc::Sender<WriteRequest>,
-    shutdown: CancellationToken,
-    /// Taken by the first `stop`; a concurrent `stop` waits on the lock until the writer
-    /// has finished.
-    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    writer: GroupCommit<WriteRequest>,
 }
 
 impl ObservationWriter {
@@ -66,13 +59,9 @@ impl ObservationWriter {
     /// none between batches, so it shares the pool's connections (and an in-memory
     /// database's only one) with every other reader and writer.
     pub(super) fn spawn(pool: SqlitePool, health: Arc<WriteHealth>) -> Self {
-        let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(pool, request_rx, shutdown.clone(), health));
+        let committer = BatchWriter { pool, health };
         Self {
-            request_tx,
-            shutdown,
-            task: tokio::sync::Mutex::new(Some(task)),
+            writer: GroupCommit::spawn("observation writer", committer, QUEUE_CAPACITY),
         }
     }
 
@@ -84,67 +73,34 @@ impl ObservationWriter {
         prediction: Option<Prediction>,
         now_ms: i64,
     ) -> Reply {
-        if self.shutdown.is_cancelled() {
-            return Err(StoreError::Closed);
-        }
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let request = WriteRequest {
-            observation,
-            source,
-            prediction,
-            now_ms,
-            reply_tx,
-        };
-        if self.request_tx.send(request).await.is_err() {
-            // The queue is closed: by `stop`, or because the writer died.
-            return Err(if self.shutdown.is_cancelled() {
-                StoreError::Closed
-            } else {
-                StoreError::WriterStopped
-            });
-        }
-        // Only a writer that died (a bug) drops a queued run unanswered; its transaction,
-        // if it had begun, was rolled back with it.
-        reply_rx.await.unwrap_or(Err(StoreError::WriterStopped))
+        self.writer
+            .send(|reply_tx| WriteRequest {
+                observation,
+                source,
+                prediction,
+                now_ms,
+                reply_tx,
+            })
+            .await
     }
 
     /// Refuses new runs, lets the writer finish every run already queued, and waits for it.
     pub(super) async fn stop(&self) {
-        self.shutdown.cancel();
-        let mut task = self.task.lock().await;
-        if let Some(handle) = task.take() {
-            match handle.await {
-                Ok(()) => tracing::debug!("observation writer stopped"),
-                Err(error) => tracing::error!(%error, "observation writer panicked"),
-            }
-        }
+        self.writer.stop().await;
     }
 }
 
-/// The writer task: one batch after another until the store closes (then the queue is
-/// drained) or every sender is gone.
-async fn run(
+/// What the writer task commits: batches of runs, through [`run_once`].
+struct BatchWriter {
     pool: SqlitePool,
-    mut request_rx: mpsc::Receiver<WriteRequest>,
-    shutdown: CancellationToken,
     health: Arc<WriteHealth>,
-) {
-    let mut closing = false;
-    loop {
-        let first = tokio::select! {
-            biased;
-            _ = shutdown.cancelled(), if !closing => {
-                // Refuse new runs; the ones already queued are still received below.
-                request_rx.close();
-                closing = true;
-                continue;
-            }
-            request = request_rx.recv() => match request {
-                Some(request) => request,
-                None => break,
-            },
-        };
-        run_once(&pool, first, &mut request_rx, &health).await;
+}
+
+impl Committer for BatchWriter {
+    type Request = WriteRequest;
+
+    async fn commit(&mut self, first: WriteRequest, queue: &mut mpsc::Receiver<WriteRequest>) {
+        run_once(&self.pool, first, queue, &self.health).await;
     }
 }
 
@@ -181,12 +137,7 @@ pub(super) async fn run_once(
     };
     // Runs that arrived while the lock was awaited join this commit too.
     let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        match request_rx.try_recv() {
-            Ok(request) => batch.push(request),
-            Err(_) => break,
-        }
-    }
+    take_queued(&mut batch, request_rx, MAX_BATCH);
     match write_all(&mut tx, &batch).await {
         Ok(written) => {
             if let Err(error) = tx.commit().await {

@@ -1,11 +1,12 @@
 //! The cluster's occupancy as schedulers tell coloc (AssignJob / ReleaseJob): which job
 //! runs on which GPU, so that Place can answer without the whole cluster in each request.
 //!
-//! Durable and fast: one writer task takes every assignment and release, checks each
-//! against its own copy of the occupancy, writes the queued ones in one `BEGIN IMMEDIATE`
-//! transaction (one fsync for all, as the observation writer does) and answers each caller
-//! only once that transaction committed. Readers are served from a second copy, which the
-//! writer brings up to date after each commit; they never query the database.
+//! Durable and fast: one writer task (`group_commit`'s loop, as for reported runs) takes
+//! every assignment and release, checks each against its own copy of the occupancy, writes
+//! the queued ones in one `BEGIN IMMEDIATE` transaction (one fsync for all) and answers
+//! each caller only once that transaction committed. Readers are served from a second
+//! copy, which the writer brings up to date after each commit; they never query the
+//! database.
 //!
 //! Rules (README, "Occupancy"): assigning a job id again to the same GPU and workload
 //! renews its lease; to another GPU or workload it is refused until released. Releasing an
@@ -20,14 +21,16 @@ use std::{
 };
 
 use sqlx::{Sqlite, SqlitePool, Transaction};
-use tokio::{
-    sync::{mpsc, oneshot},
-    task::JoinHandle,
-};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot};
 
-use super::StoreError;
-use crate::domain::{GpuName, WorkloadName, MAX_MEMBERS};
+use super::{
+    group_commit::{take_queued, Committer, GroupCommit},
+    StoreError,
+};
+use crate::{
+    domain::{GpuName, WorkloadName, MAX_MEMBERS},
+    sync::Unpoisoned,
+};
 
 /// The most operations one transaction writes.
 const MAX_BATCH: usize = 512;
@@ -227,10 +230,8 @@ struct Request {
 /// The handle the store keeps: the writer's queue and the readers' copy.
 #[derive(Debug)]
 pub(super) struct OccupancyWriter {
-    request_tx: mpsc::Sender<Request>,
-    shutdown: CancellationToken,
+    writer: GroupCommit<Request>,
     view: Arc<RwLock<Occupancy>>,
-    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl OccupancyWriter {
@@ -238,44 +239,31 @@ impl OccupancyWriter {
     pub(super) async fn spawn(pool: SqlitePool) -> Result<Self, StoreError> {
         let state = load(&pool).await?;
         let view = Arc::new(RwLock::new(state.clone()));
-        let (request_tx, request_rx) = mpsc::channel(QUEUE_CAPACITY);
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(pool, state, view.clone(), request_rx, shutdown.clone()));
+        let committer = OccupancyCommitter {
+            pool,
+            next_expiry: state.next_expiry(),
+            state,
+            view: view.clone(),
+        };
         Ok(Self {
-            request_tx,
-            shutdown,
+            writer: GroupCommit::spawn("occupancy writer", committer, QUEUE_CAPACITY),
             view,
-            task: tokio::sync::Mutex::new(Some(task)),
         })
     }
 
     pub(super) fn view(&self) -> std::sync::RwLockReadGuard<'_, Occupancy> {
         // Every change is applied whole under the lock, so a poisoned one is still usable.
-        self.view.read().unwrap_or_else(|e| e.into_inner())
+        self.view.read().unpoisoned()
     }
 
     async fn send(&self, op: Op, now_ms: i64) -> Reply {
-        if self.shutdown.is_cancelled() {
-            return Err(StoreError::Closed);
-        }
-        let (reply_tx, reply_rx) = oneshot::channel();
-        if self
-            .request_tx
-            .send(Request {
+        self.writer
+            .send(|reply_tx| Request {
                 op,
                 now_ms,
                 reply_tx,
             })
             .await
-            .is_err()
-        {
-            return Err(if self.shutdown.is_cancelled() {
-                StoreError::Closed
-            } else {
-                StoreError::WriterStopped
-            });
-        }
-        reply_rx.await.unwrap_or(Err(StoreError::WriterStopped))
     }
 
     pub(super) async fn assign(
@@ -298,13 +286,7 @@ impl OccupancyWriter {
 
     /// Refuses new operations, writes the queued ones, and waits for the writer.
     pub(super) async fn stop(&self) {
-        self.shutdown.cancel();
-        if let Some(handle) = self.task.lock().await.take() {
-            match handle.await {
-                Ok(()) => tracing::info!(task = "occupancy writer", "task exited"),
-                Err(error) => tracing::error!(%error, "occupancy writer panicked"),
-            }
-        }
+        self.writer.stop().await;
     }
 }
 
@@ -370,36 +352,29 @@ async fn load(pool: &SqlitePool) -> Result<Occupancy, StoreError> {
     Ok(occupancy)
 }
 
-async fn run(
+/// What the writer task commits: batches of operations, each checked against the
+/// writer's own copy of the occupancy, which it keeps with the next lease expiry.
+struct OccupancyCommitter {
     pool: SqlitePool,
-    mut state: Occupancy,
+    state: Occupancy,
     view: Arc<RwLock<Occupancy>>,
-    mut request_rx: mpsc::Receiver<Request>,
-    shutdown: CancellationToken,
-) {
-    let mut closing = false;
-    let mut next_expiry = state.next_expiry();
-    loop {
-        let first = tokio::select! {
-            biased;
-            _ = shutdown.cancelled(), if !closing => {
-                request_rx.close();
-                closing = true;
-                continue;
-            }
-            request = request_rx.recv() => match request {
-                Some(request) => request,
-                None => break,
-            },
-        };
+    next_expiry: Option<i64>,
+}
+
+impl Committer for OccupancyCommitter {
+    type Request = Request;
+
+    async fn commit(&mut self, first: Request, queue: &mut mpsc::Receiver<Request>) {
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match request_rx.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        write_batch(&pool, &mut state, &view, batch, &mut next_expiry).await;
+        take_queued(&mut batch, queue, MAX_BATCH);
+        write_batch(
+            &self.pool,
+            &mut self.state,
+            &self.view,
+            batch,
+            &mut self.next_expiry,
+        )
+        .await;
     }
 }
 
@@ -586,7 +561,7 @@ async fn write_batch(
             }
             return;
         }
-        let mut published = view.write().unwrap_or_else(|e| e.into_inner());
+        let mut published = view.write().unpoisoned();
         for effect in effects {
             if let Effect::PutJob { job, .. } = &effect {
                 if let Some(at) = job.expires_at_ms {

@@ -7,12 +7,11 @@ use std::{sync::Arc, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{JobQueue, QueueError};
+use super::{ClaimedJob, JobOutcome, JobQueue, Measurement, QueueError};
 use crate::{
-    advisor::{Advisor, Error as AdvisorError, JobOutcome},
+    advisor::{Advisor, Error as AdvisorError},
     domain::{now_ms, GpuName},
-    profiler::Measurement,
-    store::{ClaimedJob, JobClaimer, Store, StoreError, IN_PROCESS_HOLDER},
+    store::{JobClaimer, Store, StoreError, IN_PROCESS_HOLDER},
 };
 
 pub struct LocalQueue {

@@ -7,6 +7,7 @@
 
 mod leases;
 mod local;
+mod queue;
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,69 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 pub use leases::LeaseSweeper;
 pub use local::LocalQueue;
+pub use queue::{ClaimedJob, JobOutcome, JobQueue, Measurement, QueueError};
 
 use crate::{
-    advisor::{Advisor, JobOutcome},
+    advisor::Advisor,
     domain::WorkloadName,
-    profiler::{Backend, Measurement, ProfileError},
+    profiler::{Backend, ProfileError},
     settings::ProfilerSettings,
-    store::{ClaimedJob, Store},
+    store::Store,
+    sync::Unpoisoned,
 };
-
-/// Why a queue call failed, by what the loop does about it.
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    /// The queue cannot be reached or written now (storage fault, server unreachable):
-    /// the same call is tried again.
-    #[error("the job queue is unavailable: {0}")]
-    Unavailable(String),
-    /// The claim was lost (the lease expired; the job went back to the queue): drop it.
-    #[error("the claim was lost: {0}")]
-    ClaimLost(String),
-    /// The job's workload was deleted.
-    #[error("the workload was deleted")]
-    WorkloadGone,
-    /// The queue refused what was submitted (e.g. an invalid profile).
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Other(#[from] anyhow::Error),
-}
-
-/// Where jobs come from and outcomes go: the advisor in-process, or the service over
-/// gRPC. Every submission names the claim, and a repeat of one is acknowledged.
-#[tonic::async_trait]
-pub trait JobQueue: Send + Sync {
-    /// The next job this holder can run, if any.
-    async fn claim(&self) -> Result<Option<ClaimedJob>, QueueError>;
-    /// How often the running job's lease must be renewed; `None` = it has no lease.
-    fn renew_every(&self) -> Option<Duration>;
-    /// Extends the running job's lease and reports progress.
-    async fn renew(&self, job: &ClaimedJob, progress: &str) -> Result<(), QueueError>;
-    async fn complete(&self, job: &ClaimedJob, measured: &Measurement) -> Result<(), QueueError>;
-    /// Back to pending, uncounted, for `wait`.
-    async fn release(
-        &self,
-        job: &ClaimedJob,
-        reason: &str,
-        wait: Duration,
-    ) -> Result<(), QueueError>;
-    /// A failed attempt, retried after `wait`.
-    async fn retry(
-        &self,
-        job: &ClaimedJob,
-        error: &str,
-        reason: &str,
-        wait: Duration,
-    ) -> Result<(), QueueError>;
-    /// Failed for good.
-    async fn fail(&self, job: &ClaimedJob, error: &str) -> Result<(), QueueError>;
-    /// A token cancelled when the job must stop (its workload deleted) or `parent` is.
-    fn watch(&self, job: &ClaimedJob, parent: &CancellationToken) -> CancellationToken;
-    fn unwatch(&self, job: &ClaimedJob);
-    /// Counts what became of a turn (the in-process worker's metrics).
-    fn record(&self, outcome: JobOutcome);
-}
 
 /// What one turn of the worker did.
 #[derive(Debug, Clone, PartialEq)]
@@ -486,8 +434,7 @@ impl<Q: JobQueue> Worker<Q> {
                 Ok(Settled::HandedBack(reason))
             }
             Err(failed) => {
-                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((job.clone(), reason));
+                *self.unsettled.lock().unpoisoned() = Some((job.clone(), reason));
                 Err(anyhow::Error::new(failed).context(format!(
                     "{what} was refused ({refused}) and the job could not be handed back; \
                      it is handed back before the next claim"
@@ -499,11 +446,7 @@ impl<Q: JobQueue> Worker<Q> {
     /// Hands back the job a refused outcome left claimed, if any, before a new claim:
     /// the worker claims nothing while it still holds a job it no longer runs.
     async fn hand_back_unsettled(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let unsettled = self
-            .unsettled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let unsettled = self.unsettled.lock().unpoisoned().take();
         let Some((job, reason)) = unsettled else {
             return Ok(());
         };
@@ -518,7 +461,7 @@ impl<Q: JobQueue> Worker<Q> {
                 Ok(())
             }
             Err(error) => {
-                *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) = Some((job, reason));
+                *self.unsettled.lock().unpoisoned() = Some((job, reason));
                 Err(anyhow::Error::new(error).context(
                     "a job whose outcome was refused is still claimed; no new claim until it \
                      is handed back",
