@@ -10,33 +10,36 @@
 //! server), `bench` (the load generator) and `sim` (the cluster simulation)). Nothing here
 //! imports the binary.
 //!
-//! A map of the house. Data flows down this list; a module imports only modules below it
-//! (no cycles):
+//! A map of the house. The `pub mod` lines below are in layer order: data flows down the
+//! list, and a module names (`crate::x`) only modules listed after it (no cycles; checked by
+//! `tests/house.rs`, and `docs/layout.md` lists them in the same order):
 //!
-//! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a
-//!   gRPC job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API;
-//!   it imports `api::convert` for the proto ↔ domain conversion and nothing else of the
-//!   service.
+//! - `startup`: builds the `App` (opens the store, loads the advisor, binds), then serves and
+//!   stops in order.
+//! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a gRPC
+//!   job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API.
+//! - `extender`: the kube-scheduler extender and its cluster watcher, over the advisor.
+//! - `api`: the gRPC face: proto ↔ domain conversion, the one error → status table, auth,
+//!   per-RPC middleware.
+//! - `metrics` (Prometheus) and `http_server` (the one HTTP serve loop of the metrics and
+//!   extender endpoints).
+//! - Background tasks: `trainer` (retraining) and `worker` (the profiling job loop and its
+//!   `JobQueue`: in-process over the advisor, or an agent's over gRPC; the sweep of expired
+//!   leases).
 //! - Tools beside the service: `import` (loading KACE-format datasets into a store) and
 //!   `export` (writing a store's data of one GPU model as a KACE-format dataset, reading the
 //!   store read-only).
-//! - The service: `startup` (builds the `App`: opens the store, loads the advisor, binds,
-//!   then serves and stops in order), `api` (the gRPC face: proto ↔ domain conversion, the
-//!   one error → status table, auth, per-RPC middleware), `metrics` (Prometheus),
-//!   `extender` (the kube-scheduler extender and its cluster watcher, over the advisor), and the
-//!   background tasks `worker` (the profiling job loop and its `JobQueue`: in-process over
-//!   the advisor, or an agent's over gRPC; the sweep of expired leases) and `trainer`
-//!   (retraining).
 //! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
-//!   from; ranking; the model lifecycle.
+//!   from; ranking; placement; the model lifecycle.
 //! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute
 //!   parser, backends, calibration).
-//! - `store`: SQLite access (migrations, workloads, profiles, runs, models, jobs).
+//! - `store`: SQLite access (migrations, workloads, profiles, runs, models, jobs, occupancy).
 //! - `dataset`: KACE-format files read into domain values (import, eval, replay, benches).
 //! - `model`: features and model kinds, fitting and scoring.
-//! - Leaves: `domain` (validated values), `settings` (typed, layered settings), `proto`
-//!   (generated types), `telemetry` (logging), `progress` (terminal progress bars for the
-//!   offline tools).
+//! - Leaves: `tokens` (bearer tokens and roles, shared by gRPC auth and the extender),
+//!   `telemetry` (logging), `settings` (typed, layered settings), `sync` (poison-tolerant
+//!   locks), `progress` (terminal progress bars for the offline tools), `proto` (generated
+//!   types), `domain` (validated values).
 
 pub mod advisor;
 pub mod agent;

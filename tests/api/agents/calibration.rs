@@ -176,6 +176,26 @@ fn which_mps() -> Option<std::path::PathBuf> {
         .find(|path| path.is_file())
 }
 
+/// A calibration run of `agent`: these members at one fixed time.
+fn run(agent: &str, members: &[(&str, f64)]) -> pb::SubmitCalibrationRequest {
+    pb::SubmitCalibrationRequest {
+        agent_id: agent.into(),
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(k, (workload, throughput))| pb::ColocatedMember {
+                workload: workload.to_string(),
+                throughput: *throughput,
+                job_id: format!("calibrate-shared-{k}"),
+            })
+            .collect(),
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_780_000_000,
+            nanos: 0,
+        }),
+    }
+}
+
 /// SubmitCalibration stores only what an agent can have measured: on its own GPU model,
 /// for workloads profiled there, from an agent's (or operator's) token; anything else is
 /// refused with its code and changes nothing. A repeat is stored once.
@@ -198,22 +218,6 @@ async fn submit_calibration_is_an_agents_call_for_its_own_gpu_model() {
         .announce_agent(with_token(announce("cal", GPU_16), AGENT_TOKEN))
         .await
         .unwrap();
-    let run = |agent: &str, members: &[(&str, f64)]| pb::SubmitCalibrationRequest {
-        agent_id: agent.into(),
-        members: members
-            .iter()
-            .enumerate()
-            .map(|(k, (workload, throughput))| pb::ColocatedMember {
-                workload: workload.to_string(),
-                throughput: *throughput,
-                job_id: format!("calibrate-shared-{k}"),
-            })
-            .collect(),
-        observed_at: Some(prost_types::Timestamp {
-            seconds: 1_780_000_000,
-            nanos: 0,
-        }),
-    };
     let before = app.dump_store().await;
     let refusals = [
         // Not an agent's token.
