@@ -41,25 +41,25 @@
 //!   locks), `progress` (terminal progress bars for the offline tools), `proto` (generated
 //!   types), `domain` (validated values).
 
-pub mod advisor;
-pub mod agent;
-pub mod api;
-pub mod dataset;
-pub mod domain;
-pub mod export;
-pub mod extender;
-pub mod http_server;
-pub mod import;
-pub mod metrics;
-pub mod model;
-pub mod profiler;
-pub mod progress;
-pub mod proto;
-pub mod settings;
 pub mod startup;
-pub mod store;
-pub mod sync;
-pub mod telemetry;
-pub mod tokens;
+pub mod agent;
+pub mod extender;
+pub mod api;
+pub mod metrics;
+pub mod http_server;
 pub mod trainer;
 pub mod worker;
+pub mod import;
+pub mod export;
+pub mod advisor;
+pub mod profiler;
+pub mod store;
+pub mod dataset;
+pub mod model;
+pub mod tokens;
+pub mod telemetry;
+pub mod settings;
+pub mod sync;
+pub mod progress;
+pub mod proto;
+pub mod domain;
