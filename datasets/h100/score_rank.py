@@ -75,17 +75,26 @@ def picks(coloc, folder, targets):
         env["COLOC__DATABASE__URL"] = f"sqlite://{work}/coloc.db"
         port = free_port()
         env["COLOC__SERVER__LISTEN"] = f"127.0.0.1:{port}"
+        # No metrics endpoint: a server already on this host holds the default port.
+        env["COLOC__METRICS__LISTEN"] = ""
         env["COLOC_ADDR"] = f"http://127.0.0.1:{port}"
         subprocess.run(
             [coloc, "import", "kace", folder, "--gpu", GPU, "--gpu-memory-gb", GPU_MEMORY_GB],
             env=env, check=True, capture_output=True,
         )
-        server = subprocess.Popen([coloc, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = open(os.path.join(work, "serve.log"), "w+")
+        server = subprocess.Popen([coloc, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             for _ in range(100):
                 if subprocess.run([coloc, "health"], env=env, capture_output=True).returncode == 0:
                     break
+                if server.poll() is not None:
+                    log.seek(0)
+                    sys.exit(f"coloc serve exited with {server.returncode}:\n{log.read()}")
                 time.sleep(0.1)
+            else:
+                log.seek(0)
+                sys.exit(f"coloc serve did not answer health checks in 10 s:\n{log.read()}")
             answer = {}
             for target in targets:
                 for objective in OBJECTIVES:
@@ -99,6 +108,7 @@ def picks(coloc, folder, targets):
         finally:
             server.terminate()
             server.wait()
+            log.close()
 
 
 def without(folder, target, work):

@@ -27,6 +27,7 @@ mod ncu;
 mod occupancy;
 mod operations;
 mod place;
+mod ports;
 mod predict;
 mod profiles;
 mod progress;

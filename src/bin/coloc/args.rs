@@ -332,6 +332,14 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:50051 (overrides server.listen).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Address of the Prometheus metrics endpoint, e.g. 127.0.0.1:50062; "" switches it off
+    /// (overrides metrics.listen, default 127.0.0.1:50052).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// Address of the kube-scheduler extender's endpoint; "" switches it off (overrides
+    /// extender.listen, off by default).
+    #[arg(long, value_name = "ADDR")]
+    pub extender_listen: Option<String>,
     /// Log format: "text" (for people) or "json" (for collectors); overrides log.format.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,

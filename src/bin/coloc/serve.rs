@@ -14,12 +14,21 @@ use coloc::{
 use crate::args::{BackupArgs, CommonArgs, ConfigArgs, ServeArgs};
 
 pub fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Result<Settings> {
-    let mut overrides = Vec::new();
+    let overrides = listen
+        .map(|listen| ("server.listen", listen.clone()))
+        .into_iter()
+        .collect();
+    load_settings_with(common, overrides)
+}
+
+/// The settings from the file (`--config`), the environment and these command-line
+/// overrides, `--database` included.
+fn load_settings_with(
+    common: &CommonArgs,
+    mut overrides: Vec<(&'static str, String)>,
+) -> anyhow::Result<Settings> {
     if let Some(url) = &common.database {
         overrides.push(("database.url", url.clone()));
-    }
-    if let Some(listen) = listen {
-        overrides.push(("server.listen", listen.clone()));
     }
     Ok(Settings::load(SettingsSources {
         file: common.config.as_deref(),
@@ -30,7 +39,16 @@ pub fn load_settings(common: &CommonArgs, listen: Option<&String>) -> anyhow::Re
 
 /// `coloc serve`.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut settings = load_settings(&args.common, args.listen.as_ref())?;
+    let listens = [
+        ("server.listen", &args.listen),
+        ("metrics.listen", &args.metrics_listen),
+        ("extender.listen", &args.extender_listen),
+    ];
+    let overrides = listens
+        .into_iter()
+        .filter_map(|(key, value)| value.clone().map(|value| (key, value)))
+        .collect();
+    let mut settings = load_settings_with(&args.common, overrides)?;
     if let Some(format) = args.log_format {
         settings.log.format =
             format

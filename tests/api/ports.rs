@@ -1,0 +1,144 @@
+//! The ports of `coloc serve` are the operator's to choose: `--metrics-listen` and
+//! `--extender-listen` beside `--listen`, so two servers share a host; and a port already
+//! taken is refused with the name of the setting that asked for it.
+
+use std::{process::Stdio, time::Duration};
+
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+
+use crate::helpers::database_url;
+
+/// A loopback port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(dir: &TempDir, args: &[String]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .arg("serve")
+        .args(args)
+        .args(["--database", &database_url(dir)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the server on `port` says SERVING; panics if it dies first.
+async fn wait_serving(child: &mut tokio::process::Child, port: u16) {
+    let address = format!("http://127.0.0.1:{port}");
+    for _ in 0..400 {
+        if let Ok(channel) = tonic::transport::Endpoint::from_shared(address.clone())
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut health = HealthClient::new(channel);
+            if let Ok(answer) = health.check(HealthCheckRequest::default()).await {
+                if answer.into_inner().status == 1 {
+                    return;
+                }
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the server on {port} exited with {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the server on {port} never said SERVING");
+}
+
+/// `GET /metrics` over plain HTTP/1.0: the status line and the body.
+async fn scrape(port: u16) -> String {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn two_servers_share_a_host_each_on_its_own_metrics_port() {
+    let (first_dir, second_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (first_api, first_metrics) = (free_port(), free_port());
+    let (second_api, second_metrics) = (free_port(), free_port());
+    let mut first = serve(
+        &first_dir,
+        &[
+            format!("--listen=127.0.0.1:{first_api}"),
+            format!("--metrics-listen=127.0.0.1:{first_metrics}"),
+        ],
+    );
+    let mut second = serve(
+        &second_dir,
+        &[
+            format!("--listen=127.0.0.1:{second_api}"),
+            format!("--metrics-listen=127.0.0.1:{second_metrics}"),
+        ],
+    );
+    wait_serving(&mut first, first_api).await;
+    wait_serving(&mut second, second_api).await;
+    for port in [first_metrics, second_metrics] {
+        let answer = scrape(port).await;
+        assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"));
+        assert!(answer.contains("coloc_"), "no coloc metric on {port}");
+    }
+}
+
+#[tokio::test]
+async fn a_taken_metrics_port_is_refused_with_the_settings_name() {
+    let dir = TempDir::new().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let child = serve(
+        &dir,
+        &[
+            format!("--listen=127.0.0.1:{}", free_port()),
+            format!("--metrics-listen=127.0.0.1:{taken_port}"),
+        ],
+    );
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the server did not exit on a taken port")
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{taken_port}")) && stderr.contains("metrics.listen"),
+        "{stderr}"
+    );
+}
+
+/// The server's log from start until it serves gRPC on `api`, then it is stopped.
+async fn log_until_serving(metrics_listen: String) -> String {
+    let dir = TempDir::new().unwrap();
+    let api = free_port();
+    let mut child = serve(&dir, &[format!("--listen=127.0.0.1:{api}"), metrics_listen]);
+    wait_serving(&mut child, api).await;
+    child.start_kill().unwrap();
+    let output = child.wait_with_output().await.unwrap();
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn an_empty_metrics_listen_switches_the_endpoint_off() {
+    let with_metrics =
+        log_until_serving(format!("--metrics-listen=127.0.0.1:{}", free_port())).await;
+    assert!(with_metrics.contains("serving metrics"), "{with_metrics}");
+    let without = log_until_serving("--metrics-listen=".into()).await;
+    assert!(without.contains("serving gRPC"), "{without}");
+    assert!(!without.contains("serving metrics"), "{without}");
+}
