@@ -544,11 +544,13 @@ pub struct BenchArgs {
     /// Python with benches/peer/requirements.txt installed: also run the peer's Rank.
     #[arg(long)]
     pub peer_python: Option<PathBuf>,
-    /// The peer's server script and the proto directory it compiles.
+    /// The peer's server script.
     #[arg(long, default_value = "benches/peer/server.py")]
     pub peer_script: PathBuf,
+    /// The proto directory the peer's server compiles.
     #[arg(long, default_value = "proto")]
     pub proto_dir: PathBuf,
+    /// Seed of the synthetic store and of the requests' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// The in-process server's `trainer.max_training_runs` for the training it is measured
@@ -599,16 +601,22 @@ pub enum WorkloadsCommand {
         #[arg(long, value_enum)]
         state: Option<StateArg>,
     },
+    /// One workload: its registration, state and profile on every GPU model.
     Get {
+        /// The workload's name.
         name: String,
     },
     /// Register a workload (without a profile it waits for the profiling worker).
     Register {
+        /// The workload's name (letters, digits, `-`, `_`, `.`), e.g. bert-base-cased_batch8-inf.
         name: String,
+        /// Whether the workload trains or serves.
         #[arg(long, value_enum)]
         mode: ModeArg,
+        /// The model it runs, e.g. bert-base-cased (free text, for people).
         #[arg(long, default_value = "")]
         model: String,
+        /// Its batch size (0 = not said).
         #[arg(long, default_value_t = 0)]
         batch_size: u32,
         /// KEY=VALUE, repeatable.
@@ -620,6 +628,7 @@ pub enum WorkloadsCommand {
         /// Launch spec: an argument, repeatable.
         #[arg(long = "arg", allow_hyphen_values = true)]
         args: Vec<String>,
+        /// Launch spec: the folder the program starts in.
         #[arg(long)]
         working_dir: Option<String>,
         /// Launch spec: an environment variable KEY=VALUE for the program, repeatable.
@@ -635,7 +644,9 @@ pub enum WorkloadsCommand {
         #[arg(long = "profile-on")]
         profile_on: Vec<String>,
     },
+    /// Forget a workload: its registration, profiles and pending profiling jobs.
     Delete {
+        /// The workload's name.
         name: String,
     },
 }
@@ -661,9 +672,12 @@ pub enum ObjectiveArg {
 
 #[derive(Debug, Args)]
 pub struct RankArgs {
+    /// The workload to find partners for.
     pub target: String,
+    /// How many partners to show (0 = every one that qualifies).
     #[arg(long, default_value_t = 10)]
     pub top: i32,
+    /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
     #[arg(long, default_value = "")]
     pub gpu: String,
     /// Only these candidates (comma-separated); default every profiled workload.
@@ -686,6 +700,7 @@ pub struct RankArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
+    /// The GPU model the run was measured on.
     #[arg(long)]
     pub gpu: String,
     /// WORKLOAD=THROUGHPUT for each member (2 or more).
@@ -706,6 +721,7 @@ pub struct PredictArgs {
     /// 2 or more workloads; a name may repeat (copies of one workload).
     #[arg(required = true, num_args = 2..)]
     pub workloads: Vec<String>,
+    /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
     #[arg(long, default_value = "")]
     pub gpu: String,
     /// Memory available, GB; 0 = the GPU model's total memory.
@@ -715,6 +731,7 @@ pub struct PredictArgs {
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
+    /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
     #[arg(long, default_value = "")]
     pub gpu: String,
     /// Model kind: member-ridge-gbt or kace-linear; default the server's model.kind.
@@ -726,6 +743,7 @@ pub struct TrainArgs {
 pub enum ModelsCommand {
     /// Every stored version of a GPU model, newest first, rejected challengers included.
     List {
+        /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
         #[arg(long, default_value = "")]
         gpu: String,
         /// At most this many; 0 = 100.
@@ -739,11 +757,13 @@ pub enum ModelCommand {
     /// Serve this stored version whatever training decides, until unpinned.
     Pin {
         version: u64,
+        /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
         #[arg(long, default_value = "")]
         gpu: String,
     },
     /// Return to the newest promoted version.
     Unpin {
+        /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
         #[arg(long, default_value = "")]
         gpu: String,
     },
@@ -753,6 +773,7 @@ pub enum ModelCommand {
         /// The PNG to write.
         #[arg(long)]
         plot: PathBuf,
+        /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
         #[arg(long, default_value = "")]
         gpu: String,
         /// The newest this many reported runs; 0 = the server's default (10000).
@@ -766,6 +787,7 @@ pub enum ModelCommand {
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {
+    /// GPU model; empty = the server's default (model.default_gpu, else the only one it knows).
     #[arg(long, default_value = "")]
     pub gpu: String,
     /// A stored version; default the one serving.
@@ -792,6 +814,8 @@ pub struct PlaceArgs {
     /// How many GPUs to show (0 = all that qualify).
     #[arg(long, default_value_t = 5)]
     pub top: i32,
+    /// What a GPU's value is: the members' throughput sum, or the sum of each member's
+    /// fraction of its exclusive throughput (normalized).
     #[arg(long, value_enum, default_value = "throughput")]
     pub objective: ObjectiveArg,
     /// The lowest fraction of its exclusive throughput the new job may keep (0-1; 0 = no cap).
@@ -806,7 +830,8 @@ pub struct PlaceArgs {
     /// Also rank GPUs whose memory would overflow.
     #[arg(long)]
     pub include_oversubscribed: bool,
-    /// Score with the pessimistic end of the prediction intervals.
+    /// Check --min-job-fraction and --min-resident-fraction on the low end of each member's
+    /// 80 % interval instead of its point prediction (the gain is scored on the points).
     #[arg(long)]
     pub cautious: bool,
     /// Without --gpu-state: only GPUs on these nodes (comma-separated).
@@ -834,10 +859,14 @@ pub enum GpusCommand {
 pub enum JobsCommand {
     /// Record that a job runs on a GPU (again: renew its lease).
     Assign {
+        /// The scheduler's id of the job.
         job_id: String,
+        /// The GPU it runs on (the id the scheduler uses, e.g. a UUID or node-gpu0).
         gpu_id: String,
+        /// The job's workload (registered and profiled).
         #[arg(long)]
         workload: String,
+        /// The node the GPU is on.
         #[arg(long, default_value = "")]
         node: String,
         /// GPU model; empty = the server's default.
@@ -848,5 +877,8 @@ pub enum JobsCommand {
         lease: u32,
     },
     /// Forget a job.
-    Release { job_id: String },
+    Release {
+        /// The scheduler's id of the job.
+        job_id: String,
+    },
 }

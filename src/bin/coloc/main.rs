@@ -13,6 +13,8 @@ mod bench;
 mod data;
 mod eval;
 mod evaluate;
+#[cfg(test)]
+mod help_tests;
 mod operator;
 mod plot;
 mod profiling;
