@@ -50,11 +50,24 @@ async fn main() -> std::process::ExitCode {
     match run(cli.command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("coloc: {error:#}");
+            eprintln!("coloc: {}", error_chain(&error));
             // 64 + the gRPC code of a failed RPC (as grpcurl), else 1.
             std::process::ExitCode::from(operator::exit_code(&error))
         }
     }
+}
+
+/// The error and its causes, `: `-separated, each said once: transport errors repeat their
+/// cause's text in their own ("tcp connect error: tcp connect error: ...").
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if said.last() != Some(&text) {
+            said.push(text);
+        }
+    }
+    said.join(": ")
 }
 
 /// The command handed to its family.
@@ -107,5 +120,22 @@ async fn run(command: Command) -> anyhow::Result<()> {
         } => cluster::agents(&connection, command).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Simulate(args) => sim::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_cause_repeated_by_its_wrapper_is_said_once() {
+        let error = anyhow::anyhow!("Connection refused")
+            .context("tcp connect error")
+            .context("tcp connect error")
+            .context("cannot reach coloc at 127.0.0.1:1");
+        assert_eq!(
+            error_chain(&error),
+            "cannot reach coloc at 127.0.0.1:1: tcp connect error: Connection refused"
+        );
     }
 }
