@@ -4,9 +4,11 @@
 //! nothing of the store or the service, so that `import`, `export`, `eval`, the profiler's
 //! replay backend and the benchmarks all read and write the same files the same way.
 
+mod gpu_file;
 mod kace;
 mod kace_write;
 
+pub use gpu_file::{DatasetGpu, GPU_FILE};
 pub use kace::{parse_workload_name, KaceDataset, KacePair, KaceWorkload};
 pub use kace_write::{KaceWriteError, KaceWritten, Overwrite, KACE_FILES};
 

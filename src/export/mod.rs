@@ -5,14 +5,17 @@
 //! safe beside a running `coloc serve`), keeps what the KACE format can hold, and writes it
 //! with the `dataset` writer: every workload with a complete profile on the GPU model (its
 //! kernel and system metrics), and every stored run of exactly two of them (measured,
-//! calibrated, reported or imported) as a pair. What the format cannot hold is counted,
+//! calibrated, reported or imported) as a pair, and `gpu.json` naming the GPU model and its
+//! memory, so that an import files it back under the same GPU. What the format cannot hold is counted,
 //! never dropped silently: runs of three or more members, and pairs with a member that has
 //! no complete profile on the GPU model.
 
 use std::path::{Path, PathBuf};
 
 use crate::{
-    dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload, Overwrite},
+    dataset::{
+        parse_workload_name, DatasetGpu, KaceDataset, KacePair, KaceWorkload, Overwrite, GPU_FILE,
+    },
     domain::GpuName,
     store::{
         snapshot::{self, SnapshotError},
@@ -35,6 +38,10 @@ pub enum ExportError {
     Store(#[from] SnapshotError),
     #[error("cannot write the dataset")]
     Write(#[from] KaceWriteError),
+    #[error("{} exists (--force replaces it)", .0.display())]
+    GpuFileExists(PathBuf),
+    #[error("cannot write the dataset's {GPU_FILE}")]
+    GpuFile(#[source] std::io::Error),
     #[error("the export's writer stopped before answering")]
     WriterStopped(#[source] tokio::task::JoinError),
 }
@@ -79,6 +86,10 @@ pub async fn export_kace(
         });
     }
     let profiles = snapshot.profiles.len();
+    let gpu_memory_gb = snapshot
+        .profiles
+        .iter()
+        .find_map(|(_, profile)| profile.gpu_memory_gb);
     let workloads: Vec<KaceWorkload> = snapshot
         .profiles
         .into_iter()
@@ -137,11 +148,24 @@ pub async fn export_kace(
         workloads,
         pairs,
     };
+    let recorded_gpu = gpu_memory_gb.map(|gpu_memory_gb| DatasetGpu {
+        gpu: gpu.to_string(),
+        gpu_memory_gb,
+    });
+    if overwrite == Overwrite::Refuse && dir.join(GPU_FILE).exists() {
+        return Err(ExportError::GpuFileExists(dir.join(GPU_FILE)));
+    }
     let target = dir.to_path_buf();
     // Blocking file writes and syncs, off the async threads.
-    let written = tokio::task::spawn_blocking(move || dataset.write(&target, overwrite))
-        .await
-        .map_err(ExportError::WriterStopped)??;
+    let written = tokio::task::spawn_blocking(move || {
+        let written = dataset.write(&target, overwrite)?;
+        if let Some(recorded_gpu) = recorded_gpu {
+            recorded_gpu.write(&target).map_err(ExportError::GpuFile)?;
+        }
+        Ok::<_, ExportError>(written)
+    })
+    .await
+    .map_err(ExportError::WriterStopped)??;
     Ok(ExportSummary {
         gpu: gpu.clone(),
         dir: dir.to_path_buf(),

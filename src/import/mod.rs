@@ -139,6 +139,25 @@ pub fn prepare(dir: &Path, gpu: &GpuName, gpu_memory_gb: f64) -> anyhow::Result<
     })
 }
 
+/// Refuses an import that gives a GPU model the store already knows another memory size:
+/// data of another GPU under this one's name (an import never changes a GPU's memory).
+async fn check_gpu_memory(advisor: &Advisor, gpu: &GpuName, memory_gb: f64) -> anyhow::Result<()> {
+    let known = advisor.store().gpus().await?;
+    let stored = known
+        .iter()
+        .find(|(name, _)| name == gpu)
+        .and_then(|(_, memory)| *memory);
+    if let Some(stored) = stored {
+        if (stored - memory_gb).abs() > 0.01 * stored.max(memory_gb) {
+            anyhow::bail!(
+                "the store knows GPU model {gpu} with {stored} GB of memory, and this import \
+                 says {memory_gb} GB: is the data from another GPU model? Nothing was imported"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Imports a KACE-format dataset on `gpu`: every complete workload (registered, or its
 /// profile replaced), every pair of two imported workloads as an observation (a repeated
 /// import adds nothing), then trains. Everything is read and validated before anything is
@@ -155,6 +174,7 @@ pub async fn import_kace(
         pairs_skipped,
         incomplete_workloads,
     } = prepare(dir, gpu, gpu_memory_gb)?;
+    check_gpu_memory(advisor, gpu, gpu_memory_gb).await?;
     let mut registered = 0;
     let mut updated = 0;
     let mut unchanged = 0;

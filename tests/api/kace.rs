@@ -13,6 +13,7 @@ pub fn import(dir: &TempDir) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["import", "kace"])
         .arg(kace_dir())
+        .args(["--gpu", V100, "--gpu-memory-gb", "32"])
         .args(["--database", &database_url(dir)])
         .env("RUST_LOG", "warn")
         .output()
@@ -150,6 +151,10 @@ async fn importing_into_a_running_service_goes_through_its_api_and_rank_works_at
         "import",
         "kace",
         kace.to_str().unwrap(),
+        "--gpu",
+        V100,
+        "--gpu-memory-gb",
+        "32",
         "--database",
         &database_url(&app.dir),
     ])
@@ -161,7 +166,18 @@ async fn importing_into_a_running_service_goes_through_its_api_and_rank_works_at
     assert_eq!(app.count("workloads").await, 0);
 
     // Through the API: the same summary as the direct import.
-    let first = coloc(&["import", "kace", kace.to_str().unwrap(), "--addr", &addr]).await;
+    let first = coloc(&[
+        "import",
+        "kace",
+        kace.to_str().unwrap(),
+        "--gpu",
+        V100,
+        "--gpu-memory-gb",
+        "32",
+        "--addr",
+        &addr,
+    ])
+    .await;
     let out = String::from_utf8_lossy(&first.stdout);
     assert!(
         first.status.success(),
@@ -194,7 +210,18 @@ async fn importing_into_a_running_service_goes_through_its_api_and_rank_works_at
     assert_eq!(ranked.model_version, 2);
 
     // Idempotent: a second import adds nothing and trains nothing.
-    let second = coloc(&["import", "kace", kace.to_str().unwrap(), "--addr", &addr]).await;
+    let second = coloc(&[
+        "import",
+        "kace",
+        kace.to_str().unwrap(),
+        "--gpu",
+        V100,
+        "--gpu-memory-gb",
+        "32",
+        "--addr",
+        &addr,
+    ])
+    .await;
     let out = String::from_utf8_lossy(&second.stdout);
     assert!(
         out.contains("0 registered, 0 updated, 29 unchanged"),

@@ -62,7 +62,7 @@ fn the_import_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe() {
     let dir = TempDir::new().unwrap();
     let database = format!("sqlite://{}", dir.path().join("tty.db").display());
     let command = format!(
-        "{} import kace {} --database {database}",
+        "{} import kace {} --gpu 'Tesla V100-SXM2-32GB' --gpu-memory-gb 32 --database {database}",
         env!("CARGO_BIN_EXE_coloc"),
         kace_dir().display()
     );
@@ -73,7 +73,9 @@ fn the_import_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe() {
 
     let piped_dir = TempDir::new().unwrap();
     let piped = Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["import", "kace", kace_dir().to_str().unwrap(), "--database"])
+        .args(["import", "kace", kace_dir().to_str().unwrap()])
+        .args(["--gpu", "Tesla V100-SXM2-32GB", "--gpu-memory-gb", "32"])
+        .arg("--database")
         .arg(format!(
             "sqlite://{}",
             piped_dir.path().join("pipe.db").display()

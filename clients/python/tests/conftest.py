@@ -80,7 +80,8 @@ def server(coloc_bin, tmp_path_factory):
     work = tmp_path_factory.mktemp("coloc")
     database = f"sqlite://{work / 'coloc.db'}"
     env = server_env(work)
-    subprocess.run([coloc_bin, "import", "kace", KACE, "--database", database], env=env, check=True,
+    subprocess.run([coloc_bin, "import", "kace", KACE, "--gpu", "Tesla V100-SXM2-32GB",
+                    "--gpu-memory-gb", "32", "--database", database], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     with running_server(coloc_bin, work, env, database) as (addr, proc, log_path):
         wait_until_serving(lambda: Advisor(addr, token=READER_TOKEN, timeout=2), proc, log_path)

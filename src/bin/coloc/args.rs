@@ -358,12 +358,14 @@ pub struct ImportKaceArgs {
     pub dir: PathBuf,
     #[command(flatten)]
     pub common: CommonArgs,
-    /// GPU model the data was measured on.
-    #[arg(long, default_value = coloc::import::KACE_GPU)]
-    pub gpu: String,
-    /// Total memory of that GPU model, GB.
-    #[arg(long, default_value_t = coloc::import::KACE_GPU_MEMORY_GB)]
-    pub gpu_memory_gb: f64,
+    /// GPU model the data was measured on; required unless the folder's gpu.json says it
+    /// (the published KACE V100 data: "Tesla V100-SXM2-32GB").
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Total memory of that GPU model, GB; required with --gpu unless gpu.json says it
+    /// (the published KACE V100 data: 32).
+    #[arg(long)]
+    pub gpu_memory_gb: Option<f64>,
     /// Import through this running server's API (e.g. http://127.0.0.1:50051; token from
     /// COLOC_TOKEN, an operator's) instead of writing a database file that no server holds.
     #[arg(long)]

@@ -31,13 +31,53 @@ pub async fn export(args: ExportKaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The GPU model and memory an import files its data under: the flags, else the dataset's
+/// `gpu.json`; never a default. Flags that contradict `gpu.json` are refused.
+fn dataset_gpu(args: &ImportKaceArgs) -> anyhow::Result<(GpuName, f64)> {
+    let recorded = coloc::dataset::DatasetGpu::read(&args.dir)?;
+    let file = coloc::dataset::GPU_FILE;
+    let dir = args.dir.display();
+    let (gpu, memory) = match (&args.gpu, args.gpu_memory_gb, recorded) {
+        (None, _, None) => anyhow::bail!(
+            "{dir} does not say which GPU model it was measured on (no {file}): name it with \
+             --gpu and --gpu-memory-gb (the published KACE V100 data: --gpu \
+             \"{}\" --gpu-memory-gb {})",
+            import::KACE_GPU,
+            import::KACE_GPU_MEMORY_GB
+        ),
+        (Some(gpu), None, None) => {
+            anyhow::bail!("{dir} has no {file}: say the memory of {gpu} with --gpu-memory-gb")
+        }
+        (Some(gpu), Some(memory), None) => (gpu.clone(), memory),
+        (flag, memory, Some(recorded)) => {
+            if let Some(flag) = flag.as_ref().filter(|flag| **flag != recorded.gpu) {
+                anyhow::bail!(
+                    "{dir}/{file} says the data was measured on {:?}, not {flag:?}: \
+                     import it under its own GPU model (leave --gpu out)",
+                    recorded.gpu
+                );
+            }
+            if let Some(memory) = memory.filter(|memory| *memory != recorded.gpu_memory_gb) {
+                anyhow::bail!(
+                    "{dir}/{file} says {:?} has {} GB, not {memory}",
+                    recorded.gpu,
+                    recorded.gpu_memory_gb
+                );
+            }
+            (recorded.gpu, recorded.gpu_memory_gb)
+        }
+    };
+    let gpu = GpuName::parse("--gpu", &gpu).map_err(|e| anyhow::anyhow!(e.message))?;
+    coloc::domain::check_memory_gb("--gpu-memory-gb", memory)
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    Ok((gpu, memory))
+}
+
 /// `coloc import kace`.
 pub async fn import(args: ImportKaceArgs) -> anyhow::Result<()> {
     let settings = load_settings(&args.common, None)?;
     telemetry::init(&settings.log.level, settings.log.format);
-    let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
-    coloc::domain::check_memory_gb("--gpu-memory-gb", args.gpu_memory_gb)
-        .map_err(|e| anyhow::anyhow!(e.message))?;
+    let (gpu, gpu_memory_gb) = dataset_gpu(&args)?;
     if let Some(addr) = &args.addr {
         let connection = Connection {
             addr: addr.clone(),
@@ -46,7 +86,7 @@ pub async fn import(args: ImportKaceArgs) -> anyhow::Result<()> {
             json: false,
         };
         let summary =
-            operator::import::import_kace(&connection, &args.dir, &gpu, args.gpu_memory_gb).await?;
+            operator::import::import_kace(&connection, &args.dir, &gpu, gpu_memory_gb).await?;
         print_import_summary(&gpu, &summary);
         return Ok(());
     }
@@ -59,7 +99,7 @@ pub async fn import(args: ImportKaceArgs) -> anyhow::Result<()> {
             .await
             .context("cannot open the database")?;
         let advisor = Advisor::load(store, coloc::startup::advisor_options(&settings)?).await?;
-        let summary = import::import_kace(&advisor, &args.dir, &gpu, args.gpu_memory_gb).await;
+        let summary = import::import_kace(&advisor, &args.dir, &gpu, gpu_memory_gb).await;
         advisor.store().close().await;
         summary
     }
