@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
-use super::{Error, GpuProfiles, ProfileEntry, Result};
+use super::{
+    predict::{predict_entries, score_pairs, PairScore},
+    Error, GpuProfiles, ProfileEntry, Result,
+};
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::{Features, SetPrediction},
+    model::SetPrediction,
     store::StoredModel,
 };
 
@@ -250,69 +253,6 @@ fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<
             .map(|(e, t)| t / e.features.exclusive_throughput())
             .sum(),
     )
-}
-
-/// What the model says about one (target, candidate) pair, without allocating. Models
-/// that predict only sums get their members estimated (`split_by_exclusive`).
-#[derive(Debug, Clone, Copy)]
-struct PairScore {
-    sum: f64,
-    members: Option<[f64; 2]>,
-}
-
-impl PairScore {
-    fn from_prediction(p: SetPrediction, exclusive: [f64; 2]) -> Self {
-        let (members, _) = p.members_or_estimated(&exclusive);
-        Self {
-            sum: p.sum,
-            members: Some([members[0], members[1]]),
-        }
-    }
-}
-
-/// Batches at least this large are scored on all cores.
-const PARALLEL_BATCH: usize = 16_384;
-
-/// Scores the pairs (target, each candidate). With a pair scorer, each candidate costs its
-/// code (kept in the catalog entry when it was computed under this model) and a few table
-/// lookups; other kinds score the batch at once.
-fn score_pairs(
-    model: &StoredModel,
-    table: &GpuProfiles,
-    target: &ProfileEntry,
-    candidates: &[&ProfileEntry],
-) -> Vec<PairScore> {
-    let Some(scorer) = model.params.pair_scorer() else {
-        let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
-        let target_exclusive = target.features.exclusive_throughput();
-        return model
-            .params
-            .predict_pairs(&target.features, &features)
-            .into_iter()
-            .zip(candidates)
-            .map(|(p, c)| {
-                PairScore::from_prediction(p, [target_exclusive, c.features.exclusive_throughput()])
-            })
-            .collect();
-    };
-    let tables = scorer.target_tables(&target.features);
-    let codes_current = table.scoring_version() == Some(model.version);
-    let score = |entry: &&ProfileEntry| {
-        let members = match (&entry.code, codes_current) {
-            (Some(code), true) => scorer.score(&tables, &entry.features, code),
-            _ => scorer.score(&tables, &entry.features, &scorer.code(&entry.features)),
-        };
-        PairScore {
-            sum: members[0] + members[1],
-            members: Some(members),
-        }
-    };
-    if candidates.len() >= PARALLEL_BATCH {
-        use rayon::prelude::*;
-        candidates.par_iter().map(score).collect()
-    } else {
-        candidates.iter().map(score).collect()
-    }
 }
 
 fn not_profiled(gpu: &GpuName, name: &str) -> String {
@@ -581,32 +521,6 @@ impl RankWork {
             ranked,
             skipped,
         })
-    }
-}
-
-/// The model's prediction for a set of profiled workloads and its difficulty (what a
-/// crowded set's interval needs; 0 for pairs). A pair is scored exactly as Rank scores it
-/// (the pair scorer and the entries' codes, when the model has them).
-pub(super) fn predict_entries(
-    model: &StoredModel,
-    table: &GpuProfiles,
-    entries: &[&ProfileEntry],
-) -> (SetPrediction, f64) {
-    match entries {
-        [first, second] => {
-            let pair = score_pairs(model, table, first, &[second])[0];
-            (
-                SetPrediction {
-                    sum: pair.sum,
-                    members: pair.members.map(|m| m.to_vec()),
-                },
-                0.0,
-            )
-        }
-        _ => {
-            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set_with_difficulty(&features)
-        }
     }
 }
 

@@ -18,6 +18,7 @@ pub fn gpu(id: &str, residents: &[&str]) -> pb::GpuState {
         gpu: String::new(),
         memory_gb: 0.0,
         residents: residents.iter().map(|r| r.to_string()).collect(),
+        ..Default::default()
     }
 }
 
