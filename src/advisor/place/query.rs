@@ -141,7 +141,7 @@ impl PlaceQuery {
             if !gpu.resident_floors.is_empty() && gpu.resident_floors.len() != gpu.residents.len()
             {
                 return Err(ValidationError::new(
-                    format!("gpus[{i}].resident_floors"),
+                    format!("gpus[{i}].resident_min_fractions"),
                     format!(
                         "give one floor per resident or none, got {} floors for {} residents",
                         gpu.resident_floors.len(),
@@ -150,7 +150,7 @@ impl PlaceQuery {
                 ));
             }
             for (k, floor) in gpu.resident_floors.iter().enumerate() {
-                check_fraction(&format!("gpus[{i}].resident_floors[{k}]"), *floor)?;
+                check_fraction(&format!("gpus[{i}].resident_min_fractions[{k}]"), *floor)?;
             }
         }
         Ok(())
