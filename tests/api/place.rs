@@ -805,7 +805,7 @@ async fn a_fair_share_request_refuses_the_gpus_where_a_member_keeps_less_than_ha
 
 #[tokio::test]
 async fn a_residents_own_floor_skips_the_gpu_that_would_break_it_and_names_it() {
-    let (mut app, _) = slowdown_app(4).await;
+    let (mut app, _) = slowdown_app(6).await;
     let (_, kept) = pair_shares(&mut app, "w00", "w01").await;
     assert!(kept < 0.99, "w01 must lose some speed beside w00: {kept}");
     let floored = |id: &str, residents: &[&str], floors: &[f64]| pb::GpuState {
