@@ -106,7 +106,11 @@ fn cluster(workloads: &[String]) -> Arc<ClusterView> {
 }
 
 /// One call to the router: `body` POSTed, or a GET without one; the answer's bytes.
-async fn call_on(app: &axum::Router, path: &'static str, body: Option<Vec<u8>>) -> axum::body::Bytes {
+async fn call_on(
+    app: &axum::Router,
+    path: &'static str,
+    body: Option<Vec<u8>>,
+) -> axum::body::Bytes {
     let request = match body {
         Some(body) => http::Request::post(path)
             .header("content-type", "application/json")
@@ -124,12 +128,7 @@ async fn call_on(app: &axum::Router, path: &'static str, body: Option<Vec<u8>>) 
 /// Single-call latency distribution (criterion reports means). Place keeps set
 /// predictions across requests, so a repeated call is "warm"; "cold" forgets them first
 /// (the first call after a new model or a changed profile, or a resident set never seen).
-fn latencies(
-    rt: &tokio::runtime::Runtime,
-    advisor: &Advisor,
-    app: &axum::Router,
-    body: &[u8],
-) {
+fn latencies(rt: &tokio::runtime::Runtime, advisor: &Advisor, app: &axum::Router, body: &[u8]) {
     for (name, path, rounds, cold) in [
         ("healthz", "/healthz", 2000usize, false),
         ("prioritize 5000x8 warm", "/prioritize", 200, false),

@@ -8,7 +8,6 @@ use crate::{
     store::StoredModel,
 };
 
-
 /// What the model says about one (target, candidate) pair, without allocating. Models
 /// that predict only sums get their members estimated (`split_by_exclusive`).
 #[derive(Debug, Clone, Copy)]

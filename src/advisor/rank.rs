@@ -301,13 +301,13 @@ impl RankWork {
     }
 
     pub fn run(self) -> Result<RankResult> {
-        let target = self
-            .table
-            .get(&self.query.target)
-            .ok_or_else(|| Error::TargetNotProfiled {
-                workload: self.query.target.as_str().to_string(),
-                gpu: self.gpu.clone(),
-            })?;
+        let target =
+            self.table
+                .get(&self.query.target)
+                .ok_or_else(|| Error::TargetNotProfiled {
+                    workload: self.query.target.as_str().to_string(),
+                    gpu: self.gpu.clone(),
+                })?;
         let limit = memory_limit(&self.gpu, &self.table, self.query.gpu_memory_gb)?;
         let mut skipped = Vec::new();
         let pool = self.pool(&mut skipped);

@@ -187,8 +187,7 @@ impl Placer for AdvisorPlacer {
                     if let Some(i) = slot_of(&skipped.gpu_id) {
                         outcomes[i] = Some(if refuses(skipped.code) {
                             SlotOutcome::DoesNotFit {
-                                reason: resident_floor_reason(&skipped)
-                                    .unwrap_or(skipped.reason),
+                                reason: resident_floor_reason(&skipped).unwrap_or(skipped.reason),
                             }
                         } else {
                             SlotOutcome::Unscored {

@@ -42,8 +42,8 @@ use anyhow::Context;
 
 use coloc::{
     advisor::{
-        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery,
-        PlacedSets, PLACED_SETS,
+        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets,
+        PLACED_SETS,
     },
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},

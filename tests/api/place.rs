@@ -800,7 +800,10 @@ async fn a_fair_share_request_refuses_the_gpus_where_a_member_keeps_less_than_ha
             }
         }
     }
-    assert!(refused > 0 && accepted > 0, "{refused} refused, {accepted} accepted");
+    assert!(
+        refused > 0 && accepted > 0,
+        "{refused} refused, {accepted} accepted"
+    );
 }
 
 #[tokio::test]
@@ -834,7 +837,10 @@ async fn a_residents_own_floor_skips_the_gpu_that_would_break_it_and_names_it() 
         .map(|p| p.gpu_id.as_str())
         .collect();
     assert_eq!(placed.len(), 2, "{answer:?}");
-    assert!(placed.contains(&"kept") && placed.contains(&"free"), "{placed:?}");
+    assert!(
+        placed.contains(&"kept") && placed.contains(&"free"),
+        "{placed:?}"
+    );
     for id in ["held", "pair"] {
         let skipped = answer.skipped.iter().find(|s| s.gpu_id == id).unwrap();
         assert_eq!(skipped.code(), pb::PlaceSkipReason::PlaceResidentSlowdown);

@@ -69,7 +69,6 @@ pub struct Placement {
     pub model_version: u64,
 }
 
-
 /// Why a GPU was left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaceSkipCode {
@@ -162,7 +161,6 @@ pub fn place_in_keeping(
     work.run()
 }
 
-
 /// Why the job cannot be placed on any GPU of a GPU model, or `None` when it can.
 pub(super) fn job_not_placeable(
     gpu: &GpuName,
@@ -196,7 +194,6 @@ pub(super) fn job_not_placeable(
 pub(super) fn unknown_job(job: &WorkloadName) -> Error {
     Error::UnknownPlaceWorkload(job.as_str().to_string())
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -138,8 +138,7 @@ impl PlaceQuery {
                     ),
                 ));
             }
-            if !gpu.resident_floors.is_empty() && gpu.resident_floors.len() != gpu.residents.len()
-            {
+            if !gpu.resident_floors.is_empty() && gpu.resident_floors.len() != gpu.residents.len() {
                 return Err(ValidationError::new(
                     format!("gpus[{i}].resident_min_fractions"),
                     format!(

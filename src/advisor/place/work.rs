@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use super::{
-    job_not_placeable, sets::{PlacedSets, SetCache, SetValue}, unknown_job, ModelUsed, PlaceAnswer, PlaceQuery,
-    PlaceSkipCode, Placement, SkippedGpu,
+    job_not_placeable,
+    sets::{PlacedSets, SetCache, SetValue},
+    unknown_job, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
 };
 use crate::{
     advisor::{Catalog, Error, GpuProfiles, MemberPrediction, Objective, Result},
@@ -69,7 +70,10 @@ pub(super) struct Scored {
 
 /// The table positions of a GPU's residents, into `key` (cleared first); `Err(k)`: the
 /// k-th resident has none (unknown, or not profiled on the GPU's model).
-pub(super) fn resident_positions(own: &[Resident], key: &mut Vec<u32>) -> std::result::Result<(), usize> {
+pub(super) fn resident_positions(
+    own: &[Resident],
+    key: &mut Vec<u32>,
+) -> std::result::Result<(), usize> {
     key.clear();
     for (k, resident) in own.iter().enumerate() {
         match resident {
@@ -105,7 +109,6 @@ pub(super) fn objective_value(
             .sum(),
     }
 }
-
 
 impl PlaceWork {
     /// Looks up everything the request needs: for each GPU model its model, profiles and
@@ -195,7 +198,6 @@ impl PlaceWork {
     pub fn is_large(&self) -> bool {
         self.query.gpus.len() > ASYNC_GPUS
     }
-
 
     /// The caps and the objective need each member's prediction: a model that predicts
     /// only sums has them estimated. The rule and the residents' own floors read the
