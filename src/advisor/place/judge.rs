@@ -351,6 +351,9 @@ impl PlaceWork {
                 ),
             ));
         };
+        if rule.admits(gain, &shares) {
+            return Ok(());
+        }
         let names: Vec<&WorkloadName> = members.iter().map(|&i| set.name(i)).collect();
         match rule.refusal(gain, &names, &shares) {
             None => Ok(()),

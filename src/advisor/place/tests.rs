@@ -1,7 +1,8 @@
 //! Properties of Place on the published KACE V100 workloads with the default model
 //! fitted on their measured pairs: adding a resident never raises anyone's predicted
 //! throughput, a GPU whose memory would overflow is never ranked unless asked for, and
-//! every cap is honoured. Expected values come from the profiles, not from Place.
+//! every cap, resident's own floor and rule is honoured. Expected values come from the
+//! profiles (or Place's answer without the cap, floor or rule), not from the check itself.
 
 use std::{
     collections::HashMap,
@@ -13,6 +14,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::{
+    advisor::Objective,
     dataset::KaceDataset,
     domain::{Profile, ProfileSource},
     model::{fit, FitMetrics, TrainingRow},
@@ -248,6 +250,90 @@ proptest! {
             }
         }
         prop_assert_eq!(answer.placements.len() + answer.skipped.len(), gpus.len());
+    }
+}
+
+/// Whether `rule` admits a new set whose members keep `shares` (the job first) and whose
+/// value changes by `gain`, by the rule's definition.
+fn admitted(rule: PlaceRule, gain: f64, shares: &[f64]) -> bool {
+    let k = shares.len() as f64;
+    match rule {
+        PlaceRule::Gain => gain > 0.0,
+        PlaceRule::FairShare => shares.iter().all(|s| *s >= 1.0 / k - 1e-9),
+        PlaceRule::BreakEven => shares.iter().sum::<f64>() >= 1.0 - 1e-9,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn own_floors_and_the_rule_skip_exactly_the_gpus_that_break_them_and_say_why(
+        job_index in workload_index(),
+        gpus in prop::collection::vec(
+            prop::collection::vec((workload_index(), prop::option::of(0.05f64..1.0)), 0..4),
+            1..10,
+        ),
+        rule in prop::option::of(prop::sample::select(PlaceRule::ALL.to_vec())),
+    ) {
+        let states: Vec<GpuState> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, residents)| {
+                let indices: Vec<usize> = residents.iter().map(|r| r.0).collect();
+                GpuState {
+                    resident_floors: residents.iter().map(|r| r.1).collect(),
+                    ..gpu_state(i, &indices, None)
+                }
+            })
+            .collect();
+        let query = |floors: bool, rule: Option<PlaceRule>| {
+            let mut gpus = states.clone();
+            if !floors {
+                gpus.iter_mut().for_each(|g| g.resident_floors.clear());
+            }
+            let mut query = PlaceQuery::new(job(job_index), gpus);
+            query.objective = Objective::NormalizedSum;
+            query.include_oversubscribed = true;
+            query.max_jobs_per_gpu = MAX_JOBS_PER_GPU;
+            query.rule = rule;
+            query
+        };
+        let free = place(query(false, None));
+        let answer = place(query(true, rule));
+        prop_assert_eq!(free.placements.len(), gpus.len());
+        prop_assert_eq!(answer.placements.len() + answer.skipped.len(), gpus.len());
+        for (i, uncapped) in free.placements.iter().enumerate() {
+            let id = &uncapped.gpu_id;
+            let shares: Vec<f64> = uncapped
+                .members
+                .iter()
+                .map(|m| m.predicted_speed_fraction().unwrap())
+                .collect();
+            let index: usize = id[1..].parse().unwrap();
+            let floors = &gpus[index];
+            let broken = floors
+                .iter()
+                .zip(&shares[1..])
+                .position(|(r, share)| r.1.is_some_and(|floor| *share < floor));
+            let skipped = answer.skipped.iter().find(|s| &s.gpu_id == id);
+            let placed = answer.placements.iter().find(|p| &p.gpu_id == id);
+            if let Some(k) = broken {
+                let skipped = skipped.unwrap();
+                prop_assert_eq!(skipped.code, PlaceSkipCode::ResidentSlowdown);
+                prop_assert_eq!(skipped.workload.as_ref(), Some(&uncapped.members[1 + k].workload));
+                prop_assert_eq!(skipped.predicted_fraction, Some(shares[1 + k]));
+                prop_assert_eq!(skipped.floor, floors[k].1);
+            } else if rule.is_some_and(|rule| {
+                shares.len() > 1 && !admitted(rule, uncapped.gain, &shares)
+            }) {
+                let skipped = skipped.unwrap();
+                prop_assert_eq!(skipped.code, PlaceSkipCode::RuleRefused, "{}", i);
+            } else {
+                prop_assert!(placed.is_some(), "{} wrongly skipped: {:?}", id, skipped);
+                prop_assert_eq!(placed.unwrap().gain, uncapped.gain);
+            }
+        }
     }
 }
 
