@@ -60,9 +60,10 @@ pub struct PlaceQuery {
     /// 0 = every GPU that qualifies.
     pub top_k: usize,
     pub include_oversubscribed: bool,
-    /// Check `min_job_fraction` and `min_resident_fraction` on the low end of each
-    /// member's 80 % interval instead of its point prediction (a model without intervals
-    /// answers with the point prediction).
+    /// Check `min_job_fraction`, `min_resident_fraction` and the residents' own floors on
+    /// the low end of each member's 80 % interval instead of its point prediction (a model
+    /// without intervals answers with the point prediction). The rule reads the point
+    /// predictions either way.
     pub cautious: bool,
     /// What a shared GPU must promise besides memory, caps and floors, read on the point
     /// predictions of the new set's members (`None`: nothing more).
