@@ -105,6 +105,90 @@ fn cluster(workloads: &[String]) -> Arc<ClusterView> {
     Arc::new(view)
 }
 
+/// One call to the router: `body` POSTed, or a GET without one; the answer's bytes.
+async fn call_on(
+    app: &axum::Router,
+    path: &'static str,
+    body: Option<Vec<u8>>,
+) -> axum::body::Bytes {
+    let request = match body {
+        Some(body) => http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap(),
+        None => http::Request::get(path).body(Body::empty()).unwrap(),
+    };
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap()
+}
+
+/// Single-call latency distribution (criterion reports means). Place keeps set
+/// predictions across requests, so a repeated call is "warm"; "cold" forgets them first
+/// (the first call after a new model or a changed profile, or a resident set never seen).
+fn latencies(rt: &tokio::runtime::Runtime, advisor: &Advisor, app: &axum::Router, body: &[u8]) {
+    for (name, path, rounds, cold) in [
+        ("healthz", "/healthz", 2000usize, false),
+        ("prioritize 5000x8 warm", "/prioritize", 200, false),
+        ("prioritize 5000x8 cold", "/prioritize", 100, true),
+        ("filter 5000x8 cold", "/filter", 100, true),
+    ] {
+        let mut times: Vec<Duration> = (0..rounds)
+            .map(|_| {
+                let body = (path != "/healthz").then(|| body.to_vec());
+                if cold {
+                    advisor.forget_placed_sets();
+                }
+                let start = std::time::Instant::now();
+                rt.block_on(call_on(app, path, body));
+                start.elapsed()
+            })
+            .collect();
+        times.sort();
+        println!(
+            "extender {name}: p50 {:?} p99 {:?} max {:?} over {rounds} calls",
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.last().unwrap()
+        );
+    }
+}
+
+/// Cold prioritize under today's rules against the rules before them, calls alternating
+/// (so that both see the same machine).
+fn compare_rules(
+    rt: &tokio::runtime::Runtime,
+    advisor: &Advisor,
+    app: &axum::Router,
+    before: &axum::Router,
+    body: &[u8],
+) {
+    let rounds = 100;
+    let (mut now, mut then) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (app, times) in [(app, &mut now), (before, &mut then)] {
+            advisor.forget_placed_sets();
+            let start = std::time::Instant::now();
+            rt.block_on(call_on(app, "/prioritize", Some(body.to_vec())));
+            times.push(start.elapsed());
+        }
+    }
+    now.sort();
+    then.sort();
+    println!(
+        "extender prioritize 5000x8 cold, alternating: today's rules p50 {:?} p99 {:?}; the \
+         rules before p50 {:?} p99 {:?}; ratio p50 {:.2} p99 {:.2} over {rounds} calls each",
+        percentile(&now, 0.5),
+        percentile(&now, 0.99),
+        percentile(&then, 0.5),
+        percentile(&then, 0.99),
+        percentile(&now, 0.5).as_secs_f64() / percentile(&then, 0.5).as_secs_f64(),
+        percentile(&now, 0.99).as_secs_f64() / percentile(&then, 0.99).as_secs_f64(),
+    );
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -156,23 +240,6 @@ fn extender(c: &mut Criterion) {
         "NodeNames": names,
     }))
     .unwrap();
-    let call_on = |app: &axum::Router, path: &'static str, body: Option<Vec<u8>>| {
-        let app = app.clone();
-        async move {
-            let request = match body {
-                Some(body) => http::Request::post(path)
-                    .header("content-type", "application/json")
-                    .body(Body::from(body))
-                    .unwrap(),
-                None => http::Request::get(path).body(Body::empty()).unwrap(),
-            };
-            let response = app.oneshot(request).await.unwrap();
-            assert_eq!(response.status(), 200);
-            axum::body::to_bytes(response.into_body(), usize::MAX)
-                .await
-                .unwrap()
-        }
-    };
     let call = |path: &'static str, body: Option<Vec<u8>>| call_on(&app, path, body);
     // One answer checked: every node scored, some above the floor.
     let answer: serde_json::Value =
@@ -193,59 +260,8 @@ fn extender(c: &mut Criterion) {
     });
     group.finish();
 
-    // Single-call latency distribution (criterion reports means). Place keeps set
-    // predictions across requests, so a repeated call is "warm"; "cold" forgets them first
-    // (the first call after a new model or a changed profile, or a resident set never seen).
-    for (name, path, rounds, cold) in [
-        ("healthz", "/healthz", 2000usize, false),
-        ("prioritize 5000x8 warm", "/prioritize", 200, false),
-        ("prioritize 5000x8 cold", "/prioritize", 100, true),
-        ("filter 5000x8 cold", "/filter", 100, true),
-    ] {
-        let mut times: Vec<Duration> = (0..rounds)
-            .map(|_| {
-                let body = (path != "/healthz").then(|| body.clone());
-                if cold {
-                    advisor.forget_placed_sets();
-                }
-                let start = std::time::Instant::now();
-                rt.block_on(call(path, body));
-                start.elapsed()
-            })
-            .collect();
-        times.sort();
-        println!(
-            "extender {name}: p50 {:?} p99 {:?} max {:?} over {rounds} calls",
-            percentile(&times, 0.5),
-            percentile(&times, 0.99),
-            times.last().unwrap()
-        );
-    }
-
-    // Cold prioritize under today's rules against the rules before them, calls alternating
-    // (so that both see the same machine).
-    let rounds = 100;
-    let (mut now, mut then) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        for (app, times) in [(&app, &mut now), (&before, &mut then)] {
-            advisor.forget_placed_sets();
-            let start = std::time::Instant::now();
-            rt.block_on(call_on(app, "/prioritize", Some(body.clone())));
-            times.push(start.elapsed());
-        }
-    }
-    now.sort();
-    then.sort();
-    println!(
-        "extender prioritize 5000x8 cold, alternating: today's rules p50 {:?} p99 {:?}; the \
-         rules before p50 {:?} p99 {:?}; ratio p50 {:.2} p99 {:.2} over {rounds} calls each",
-        percentile(&now, 0.5),
-        percentile(&now, 0.99),
-        percentile(&then, 0.5),
-        percentile(&then, 0.99),
-        percentile(&now, 0.5).as_secs_f64() / percentile(&then, 0.5).as_secs_f64(),
-        percentile(&now, 0.99).as_secs_f64() / percentile(&then, 0.99).as_secs_f64(),
-    );
+    latencies(&rt, &advisor, &app, &body);
+    compare_rules(&rt, &advisor, &app, &before, &body);
 }
 
 criterion_group!(benches, extender);

@@ -99,6 +99,7 @@ fn cluster(names: &[String], n: usize, sets: usize) -> Vec<GpuState> {
             gpu: Some(GpuName::parse("gpu", V100).unwrap()),
             memory_gb: None,
             residents: pool[rng.below(pool.len())].clone(),
+            resident_floors: Vec::new(),
         })
         .collect()
 }

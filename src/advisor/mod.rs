@@ -7,6 +7,7 @@ mod catalog;
 mod error;
 mod occupancy;
 mod place;
+mod predict;
 mod rank;
 mod stats;
 mod training;
@@ -412,7 +413,7 @@ impl Advisor {
                 .iter()
                 .map(|m| table.get(&m.workload))
                 .collect();
-            let sum = rank::predict_entries(&champion, &table, &entries?).0.sum;
+            let sum = predict::predict_entries(&champion, &table, &entries?).0.sum;
             Some((sum, champion.version))
         });
         let (id, created) = self

@@ -165,6 +165,7 @@ impl Advisor {
                     .filter(|j| j.is_live(now))
                     .map(|j| j.workload.as_str().to_string())
                     .collect(),
+                resident_floors: Vec::new(),
             })
             .collect()
     }

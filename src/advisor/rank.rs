@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
-use super::{Error, GpuProfiles, ProfileEntry, Result};
+use super::{
+    predict::{predict_entries, score_pairs, PairScore},
+    Error, GpuProfiles, ProfileEntry, Result,
+};
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::{Features, SetPrediction},
+    model::SetPrediction,
     store::StoredModel,
 };
 
@@ -252,69 +255,6 @@ fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<
     )
 }
 
-/// What the model says about one (target, candidate) pair, without allocating. Models
-/// that predict only sums get their members estimated (`split_by_exclusive`).
-#[derive(Debug, Clone, Copy)]
-struct PairScore {
-    sum: f64,
-    members: Option<[f64; 2]>,
-}
-
-impl PairScore {
-    fn from_prediction(p: SetPrediction, exclusive: [f64; 2]) -> Self {
-        let (members, _) = p.members_or_estimated(&exclusive);
-        Self {
-            sum: p.sum,
-            members: Some([members[0], members[1]]),
-        }
-    }
-}
-
-/// Batches at least this large are scored on all cores.
-const PARALLEL_BATCH: usize = 16_384;
-
-/// Scores the pairs (target, each candidate). With a pair scorer, each candidate costs its
-/// code (kept in the catalog entry when it was computed under this model) and a few table
-/// lookups; other kinds score the batch at once.
-fn score_pairs(
-    model: &StoredModel,
-    table: &GpuProfiles,
-    target: &ProfileEntry,
-    candidates: &[&ProfileEntry],
-) -> Vec<PairScore> {
-    let Some(scorer) = model.params.pair_scorer() else {
-        let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
-        let target_exclusive = target.features.exclusive_throughput();
-        return model
-            .params
-            .predict_pairs(&target.features, &features)
-            .into_iter()
-            .zip(candidates)
-            .map(|(p, c)| {
-                PairScore::from_prediction(p, [target_exclusive, c.features.exclusive_throughput()])
-            })
-            .collect();
-    };
-    let tables = scorer.target_tables(&target.features);
-    let codes_current = table.scoring_version() == Some(model.version);
-    let score = |entry: &&ProfileEntry| {
-        let members = match (&entry.code, codes_current) {
-            (Some(code), true) => scorer.score(&tables, &entry.features, code),
-            _ => scorer.score(&tables, &entry.features, &scorer.code(&entry.features)),
-        };
-        PairScore {
-            sum: members[0] + members[1],
-            members: Some(members),
-        }
-    };
-    if candidates.len() >= PARALLEL_BATCH {
-        use rayon::prelude::*;
-        candidates.par_iter().map(score).collect()
-    } else {
-        candidates.iter().map(score).collect()
-    }
-}
-
 fn not_profiled(gpu: &GpuName, name: &str) -> String {
     format!("{name} has no profile on GPU model {:?}", gpu.as_str())
 }
@@ -361,77 +301,95 @@ impl RankWork {
     }
 
     pub fn run(self) -> Result<RankResult> {
-        let Self {
-            query,
-            gpu,
-            model,
-            table,
-            found,
-        } = self;
-        let target = table
-            .get(&query.target)
-            .ok_or_else(|| Error::TargetNotProfiled {
-                workload: query.target.as_str().to_string(),
-                gpu: gpu.clone(),
-            })?;
-        let limit = memory_limit(&gpu, &table, query.gpu_memory_gb)?;
-
+        let target =
+            self.table
+                .get(&self.query.target)
+                .ok_or_else(|| Error::TargetNotProfiled {
+                    workload: self.query.target.as_str().to_string(),
+                    gpu: self.gpu.clone(),
+                })?;
+        let limit = memory_limit(&self.gpu, &self.table, self.query.gpu_memory_gb)?;
         let mut skipped = Vec::new();
-        let named: Vec<&ProfileEntry>;
-        let pool: Vec<&ProfileEntry> = if query.candidates.is_empty() {
-            table.entries().iter().collect()
-        } else {
-            // Replicas: each distinct workload is answered once, at its first position.
-            let mut seen = foldhash::HashSet::with_capacity_and_hasher(
-                query.candidates.len(),
-                foldhash::fast::RandomState::default(),
-            );
-            named = query
-                .candidates
-                .iter()
-                .zip(&found)
-                .filter(|(name, _)| seen.insert(name.as_str()))
-                .filter_map(|(name, &found)| {
-                    let entry = match found {
-                        Found::Entry(i) => Some(&table.entries()[i]),
-                        Found::NotRankable | Found::Unknown => None,
-                    };
-                    if entry.is_none() {
-                        skipped.push(if matches!(found, Found::Unknown) {
-                            Skipped {
-                                workload: name.clone(),
-                                code: SkipCode::UnknownWorkload,
-                                reason: format!("{name} is not a registered workload"),
-                            }
-                        } else if table.lacks_kernel_metrics(name.as_str()) {
-                            Skipped {
-                                workload: name.clone(),
-                                code: SkipCode::KernelMetricsMissing,
-                                reason: format!(
-                                    "{name} was profiled on GPU model {:?} without kernel metrics \
-                                     (Nsight Compute was unavailable); profile it again",
-                                    gpu.as_str()
-                                ),
-                            }
-                        } else {
-                            Skipped {
-                                workload: name.clone(),
-                                code: SkipCode::NotProfiledOnGpu,
-                                reason: not_profiled(&gpu, name),
-                            }
-                        });
-                    }
-                    entry
-                })
-                .collect();
-            named
-        };
+        let pool = self.pool(&mut skipped);
+        let fitting = self.fitting(target, limit, pool, &mut skipped);
+        let ranked = self.score(target, &fitting, &mut skipped);
+        let ranked = self.best(target, &fitting, ranked);
+        Ok(RankResult {
+            gpu: self.gpu,
+            gpu_memory_gb: limit,
+            model_version: self.model.version,
+            objective: self.query.objective,
+            members_estimated: !self.model.params.kind().predicts_members(),
+            ranked,
+            skipped,
+        })
+    }
 
-        let mut scored: Vec<(&ProfileEntry, f64, bool)> = Vec::with_capacity(pool.len());
+    /// The candidates: every profiled workload, or the named ones (each distinct workload
+    /// once, at its first position) with those that cannot be ranked skipped.
+    fn pool(&self, skipped: &mut Vec<Skipped>) -> Vec<&ProfileEntry> {
+        let (query, table, gpu) = (&self.query, &self.table, &self.gpu);
+        if query.candidates.is_empty() {
+            return table.entries().iter().collect();
+        }
+        let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+            query.candidates.len(),
+            foldhash::fast::RandomState::default(),
+        );
+        query
+            .candidates
+            .iter()
+            .zip(&self.found)
+            .filter(|(name, _)| seen.insert(name.as_str()))
+            .filter_map(|(name, &found)| {
+                let entry = match found {
+                    Found::Entry(i) => Some(&table.entries()[i]),
+                    Found::NotRankable | Found::Unknown => None,
+                };
+                if entry.is_none() {
+                    skipped.push(if matches!(found, Found::Unknown) {
+                        Skipped {
+                            workload: name.clone(),
+                            code: SkipCode::UnknownWorkload,
+                            reason: format!("{name} is not a registered workload"),
+                        }
+                    } else if table.lacks_kernel_metrics(name.as_str()) {
+                        Skipped {
+                            workload: name.clone(),
+                            code: SkipCode::KernelMetricsMissing,
+                            reason: format!(
+                                "{name} was profiled on GPU model {:?} without kernel metrics \
+                                 (Nsight Compute was unavailable); profile it again",
+                                gpu.as_str()
+                            ),
+                        }
+                    } else {
+                        Skipped {
+                            workload: name.clone(),
+                            code: SkipCode::NotProfiledOnGpu,
+                            reason: not_profiled(gpu, name),
+                        }
+                    });
+                }
+                entry
+            })
+            .collect()
+    }
+
+    /// The candidates whose pair with the target fits the memory (or all, asked for): each
+    /// with the pair's memory and whether it fits.
+    fn fitting<'a>(
+        &self,
+        target: &ProfileEntry,
+        limit: f64,
+        pool: Vec<&'a ProfileEntry>,
+        skipped: &mut Vec<Skipped>,
+    ) -> Vec<(&'a ProfileEntry, f64, bool)> {
+        let mut fitting = Vec::with_capacity(pool.len());
         for entry in pool {
             let memory = target.features.memory_gb() + entry.features.memory_gb();
             let fits = memory <= limit;
-            if !fits && !query.include_oversubscribed {
+            if !fits && !self.query.include_oversubscribed {
                 skipped.push(Skipped {
                     workload: entry.name.to_string(),
                     code: SkipCode::ExceedsGpuMemory,
@@ -441,62 +399,49 @@ impl RankWork {
                 });
                 continue;
             }
-            scored.push((entry, memory, fits));
+            fitting.push((entry, memory, fits));
         }
+        fitting
+    }
 
-        let members_estimated = !model.params.kind().predicts_members();
+    /// The pair's interval: the model's seen band of two where it knows both workloads,
+    /// else its band of two.
+    fn interval_of(
+        &self,
+        target: &ProfileEntry,
+        entry: &ProfileEntry,
+        prediction: &PairScore,
+    ) -> Option<crate::model::intervals::SetInterval> {
+        prediction.members.and_then(|m| {
+            self.model.params.interval_with_difficulty(
+                &[&target.features, &entry.features],
+                &SetPrediction {
+                    sum: prediction.sum,
+                    members: Some(m.to_vec()),
+                },
+                0.0,
+            )
+        })
+    }
+
+    /// Scores every fitting candidate, skipping those that break the target's cap or fall
+    /// below the normalized floor.
+    fn score(
+        &self,
+        target: &ProfileEntry,
+        fitting: &[(&ProfileEntry, f64, bool)],
+        skipped: &mut Vec<Skipped>,
+    ) -> Vec<Scored> {
+        let query = &self.query;
         let floor = query.normalized_floor();
-        // Cautious needs intervals; a model without them answers with the point prediction.
-        let cautious =
-            query.cautious && query.min_target_fraction.is_some() && model.params.has_intervals();
-        // The pair's interval: the model's seen band of two where it knows both workloads,
-        // else its band of two.
-        let interval_of = |entry: &ProfileEntry, prediction: &PairScore| {
-            prediction.members.and_then(|m| {
-                model.params.interval_with_difficulty(
-                    &[&target.features, &entry.features],
-                    &SetPrediction {
-                        sum: prediction.sum,
-                        members: Some(m.to_vec()),
-                    },
-                    0.0,
-                )
-            })
-        };
-
-        let entries: Vec<&ProfileEntry> = scored.iter().map(|(e, _, _)| *e).collect();
-        let predictions = score_pairs(&model, &table, target, &entries);
+        let entries: Vec<&ProfileEntry> = fitting.iter().map(|(e, _, _)| *e).collect();
+        let predictions = score_pairs(&self.model, &self.table, target, &entries);
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
         for (i, prediction) in predictions.into_iter().enumerate() {
-            let entry = scored[i].0;
-            if let (Some(fraction), Some(members)) = (query.min_target_fraction, prediction.members)
-            {
-                let target_throughput = if cautious {
-                    interval_of(entry, &prediction)
-                        .and_then(|i| i.members)
-                        .map_or(members[0], |bounds| bounds[0].0)
-                } else {
-                    members[0]
-                };
-                let kept = target_throughput / target.features.exclusive_throughput();
-                if kept < fraction {
-                    skipped.push(Skipped {
-                        workload: entry.name.to_string(),
-                        code: SkipCode::TargetSlowdown,
-                        reason: format!(
-                            "predicted to leave the target {:.0} % of its exclusive throughput{}, \
-                             below the {:.0} % asked for",
-                            kept * 100.0,
-                            if cautious {
-                                " at the low end of its 80 % interval"
-                            } else {
-                                ""
-                            },
-                            fraction * 100.0
-                        ),
-                    });
-                    continue;
-                }
+            let entry = fitting[i].0;
+            if let Some(skip) = self.target_slowdown(target, entry, &prediction) {
+                skipped.push(skip);
+                continue;
             }
             let normalized = normalized_sum(
                 &[target, entry],
@@ -537,27 +482,77 @@ impl RankWork {
                 score,
             });
         }
+        ranked
+    }
+
+    /// Why the candidate is skipped for the target's `min_target_fraction` (read on the low
+    /// end of the target's interval with `cautious`, where the model has intervals).
+    fn target_slowdown(
+        &self,
+        target: &ProfileEntry,
+        entry: &ProfileEntry,
+        prediction: &PairScore,
+    ) -> Option<Skipped> {
+        let (fraction, members) = (self.query.min_target_fraction?, prediction.members?);
+        // Cautious needs intervals; a model without them answers with the point prediction.
+        let cautious = self.query.cautious && self.model.params.has_intervals();
+        let target_throughput = if cautious {
+            self.interval_of(target, entry, prediction)
+                .and_then(|i| i.members)
+                .map_or(members[0], |bounds| bounds[0].0)
+        } else {
+            members[0]
+        };
+        let kept = target_throughput / target.features.exclusive_throughput();
+        (kept < fraction).then(|| Skipped {
+            workload: entry.name.to_string(),
+            code: SkipCode::TargetSlowdown,
+            reason: format!(
+                "predicted to leave the target {:.0} % of its exclusive throughput{}, \
+                 below the {:.0} % asked for",
+                kept * 100.0,
+                if cautious {
+                    " at the low end of its 80 % interval"
+                } else {
+                    ""
+                },
+                fraction * 100.0
+            ),
+        })
+    }
+
+    /// The best `top_k` (all with 0), best first, with their members' predictions.
+    fn best(
+        &self,
+        target: &ProfileEntry,
+        fitting: &[(&ProfileEntry, f64, bool)],
+        mut ranked: Vec<Scored>,
+    ) -> Vec<RankedCandidate> {
+        let top_k = self.query.top_k;
         let order = |a: &Scored, b: &Scored| {
             rank_order(
-                (a.score, scored[a.index].0.name.as_str()),
-                (b.score, scored[b.index].0.name.as_str()),
+                (a.score, fitting[a.index].0.name.as_str()),
+                (b.score, fitting[b.index].0.name.as_str()),
             )
         };
-        if query.top_k > 0 && query.top_k < ranked.len() {
+        if top_k > 0 && top_k < ranked.len() {
             // Only the best k are ordered.
-            ranked.select_nth_unstable_by(query.top_k - 1, order);
-            ranked.truncate(query.top_k);
+            ranked.select_nth_unstable_by(top_k - 1, order);
+            ranked.truncate(top_k);
         }
         ranked.sort_unstable_by(order);
-        let ranked = ranked
+        ranked
             .into_iter()
             .map(|s| {
-                let (entry, memory, fits) = scored[s.index];
+                let (entry, memory, fits) = fitting[s.index];
                 let mut members = member_predictions(
                     &[target, entry],
                     s.prediction.members.as_ref().map(|m| &m[..]),
                 );
-                if let Some(bounds) = interval_of(entry, &s.prediction).and_then(|i| i.members) {
+                if let Some(bounds) = self
+                    .interval_of(target, entry, &s.prediction)
+                    .and_then(|i| i.members)
+                {
                     for (member, bound) in members.iter_mut().zip(bounds) {
                         member.predicted_interval = Some(bound);
                     }
@@ -571,42 +566,7 @@ impl RankWork {
                     members,
                 }
             })
-            .collect();
-        Ok(RankResult {
-            gpu,
-            gpu_memory_gb: limit,
-            model_version: model.version,
-            objective: query.objective,
-            members_estimated,
-            ranked,
-            skipped,
-        })
-    }
-}
-
-/// The model's prediction for a set of profiled workloads and its difficulty (what a
-/// crowded set's interval needs; 0 for pairs). A pair is scored exactly as Rank scores it
-/// (the pair scorer and the entries' codes, when the model has them).
-pub(super) fn predict_entries(
-    model: &StoredModel,
-    table: &GpuProfiles,
-    entries: &[&ProfileEntry],
-) -> (SetPrediction, f64) {
-    match entries {
-        [first, second] => {
-            let pair = score_pairs(model, table, first, &[second])[0];
-            (
-                SetPrediction {
-                    sum: pair.sum,
-                    members: pair.members.map(|m| m.to_vec()),
-                },
-                0.0,
-            )
-        }
-        _ => {
-            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set_with_difficulty(&features)
-        }
+            .collect()
     }
 }
 

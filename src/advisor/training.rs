@@ -70,6 +70,23 @@ pub fn trimmed_mean(errors: &VecDeque<f64>) -> f64 {
     kept.iter().sum::<f64>() / kept.len() as f64
 }
 
+/// The runs a training fits on, with what was left out.
+struct TrainingRuns {
+    rows: Vec<LabelledRow>,
+    /// Stored runs with a member not profiled on the GPU model.
+    unusable: usize,
+    /// Runs flagged as outliers.
+    outliers: usize,
+    /// The newest run fitted on.
+    last_id: i64,
+}
+
+/// A fitted challenger (params and metrics) and, where a champion serves, the comparison.
+type Judged = (
+    (model::ModelParams, model::FitMetrics),
+    Option<Option<(validation::Evaluation, validation::Evaluation)>>,
+);
+
 /// The champion's recent relative errors on reported runs.
 #[derive(Debug, Clone, Default)]
 pub(super) struct RollingError {
@@ -89,6 +106,59 @@ impl Advisor {
     ) -> Result<TrainOutcome> {
         let kind = kind.unwrap_or(self.default_kind);
         let _trainer = self.trainer.lock().await;
+        let runs = self.training_runs(gpu).await?;
+        let champion = self.models.load().get(gpu).cloned();
+        let (unusable, outliers, last_id) = (runs.unusable, runs.outliers, runs.last_id);
+        let judged = self
+            .fit_and_compare(kind, runs, champion.as_deref())
+            .await?;
+        let ((params, metrics), comparison) = match judged {
+            Ok(judged) => judged,
+            Err(error) => {
+                let reason = format!(
+                    "cannot train a {} model for GPU model {:?}: {error} ({unusable} stored runs \
+                     have members without a profile on it, {outliers} are outliers); the champion stays",
+                    kind.as_str(),
+                    gpu.as_str(),
+                );
+                self.store
+                    .record_training_run(
+                        gpu,
+                        kind.as_str(),
+                        trigger.as_str(),
+                        "failed",
+                        None,
+                        &reason,
+                        now_ms(),
+                    )
+                    .await?;
+                self.stats.training(super::TrainingOutcome::Failed);
+                tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
+                return Err(Error::TrainingFailed(reason));
+            }
+        };
+        let (status, reason, comparison) = self.verdict(champion.as_deref(), comparison.flatten());
+        let model = NewModel {
+            params,
+            metrics,
+            status,
+            reason,
+            comparison,
+            last_observation_id: last_id,
+            excluded_outliers: outliers as u64,
+        };
+        let (stored, promoted) = self.keep_trained(gpu, kind, trigger, model).await?;
+        Ok(TrainOutcome {
+            model: stored,
+            promoted,
+            unusable_observations: unusable,
+        })
+    }
+
+    /// Step one of a training: the GPU model's usable runs (the newest
+    /// `trainer.max_training_runs`, members profiled on it), outliers flagged in the store
+    /// and left out.
+    async fn training_runs(&self, gpu: &GpuName) -> Result<TrainingRuns> {
         let observations = self
             .store
             .observations(gpu, self.lifecycle.max_training_runs)
@@ -96,7 +166,7 @@ impl Advisor {
         let first_id = observations.first().map_or(0, |o| o.id);
         let table = self.read_catalog().gpu(gpu).unwrap_or_default();
         let total = observations.len();
-        let mut rows: Vec<LabelledRow> = observations
+        let rows: Vec<LabelledRow> = observations
             .into_iter()
             .filter_map(|observation| {
                 let mut names = Vec::with_capacity(observation.members.len());
@@ -127,24 +197,38 @@ impl Advisor {
             .collect();
         self.store.set_outliers(gpu, first_id, &flagged_ids).await?;
         let excluded: std::collections::HashSet<usize> = flagged.iter().map(|(i, _)| *i).collect();
-        rows = rows
+        let rows: Vec<LabelledRow> = rows
             .into_iter()
             .enumerate()
             .filter(|(i, _)| !excluded.contains(i))
             .map(|(_, r)| r)
             .collect();
-        let last_id = rows.iter().map(|r| r.id).max().unwrap_or(0);
+        Ok(TrainingRuns {
+            last_id: rows.iter().map(|r| r.id).max().unwrap_or(0),
+            rows,
+            unusable,
+            outliers: excluded.len(),
+        })
+    }
 
-        let champion = self.models.load().get(gpu).cloned();
+    /// Step two: fits the challenger on every run and, where a champion serves, compares
+    /// both procedures on a bounded sample, off the async threads.
+    async fn fit_and_compare(
+        &self,
+        kind: ModelKind,
+        runs: TrainingRuns,
+        champion: Option<&StoredModel>,
+    ) -> Result<std::result::Result<Judged, model::FitError>> {
+        let TrainingRuns { rows, last_id, .. } = runs;
         let folds = self.lifecycle.cv_folds;
-        let champion_procedure = champion.as_ref().map(|c| Procedure {
+        let champion_procedure = champion.map(|c| Procedure {
             kind: c.params.kind(),
             last_id: c.last_observation_id,
         });
         let threads = self.lifecycle.training_threads;
         // The caller's span (the Train RPC, or the retraining task's) follows the fit.
         let span = tracing::Span::current();
-        let judged = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             // The comparison is made on a bounded sample; the model is fitted on every run
             // (moved, not copied: on a large store the rows are most of the memory).
@@ -176,53 +260,21 @@ impl Advisor {
             }
         })
         .await
-        .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))?;
+        .map_err(|e| Error::Internal(anyhow::Error::new(e).context("model fit panicked")))
+    }
 
-        let ((params, metrics), comparison) = match judged {
-            Ok(judged) => judged,
-            Err(error) => {
-                let reason = format!(
-                    "cannot train a {} model for GPU model {:?}: {error} ({unusable} stored runs \
-                     have members without a profile on it, {} are outliers); the champion stays",
-                    kind.as_str(),
-                    gpu.as_str(),
-                    excluded.len()
-                );
-                self.store
-                    .record_training_run(
-                        gpu,
-                        kind.as_str(),
-                        trigger.as_str(),
-                        "failed",
-                        None,
-                        &reason,
-                        now_ms(),
-                    )
-                    .await?;
-                self.stats.training(super::TrainingOutcome::Failed);
-                tracing::warn!(gpu = %gpu, kind = kind.as_str(), %reason, "training failed");
-                return Err(Error::TrainingFailed(reason));
-            }
-        };
-
-        let (status, reason, comparison) = self.verdict(champion.as_deref(), comparison.flatten());
-        let stored = Arc::new(
-            self.store
-                .insert_model(
-                    gpu,
-                    &NewModel {
-                        params,
-                        metrics,
-                        status,
-                        reason: reason.clone(),
-                        comparison,
-                        last_observation_id: last_id,
-                        excluded_outliers: excluded.len() as u64,
-                    },
-                    now_ms(),
-                )
-                .await?,
-        );
+    /// Step three: stores the judged model and the attempt, and serves it if it was
+    /// promoted and no version is pinned. Returns it and whether it was promoted.
+    async fn keep_trained(
+        &self,
+        gpu: &GpuName,
+        kind: ModelKind,
+        trigger: Trigger,
+        model: NewModel,
+    ) -> Result<(Arc<StoredModel>, bool)> {
+        let (status, reason) = (model.status, model.reason.clone());
+        let (observations, outliers) = (model.metrics.observations, model.excluded_outliers);
+        let stored = Arc::new(self.store.insert_model(gpu, &model, now_ms()).await?);
         self.store
             .record_training_run(
                 gpu,
@@ -245,14 +297,9 @@ impl Advisor {
         }
         tracing::info!(
             gpu = %gpu, version = stored.version, kind = kind.as_str(), trigger = trigger.as_str(),
-            status = status.as_str(), observations = metrics.observations, outliers = excluded.len(),
-            %reason, "model trained"
+            status = status.as_str(), observations, outliers, %reason, "model trained"
         );
-        Ok(TrainOutcome {
-            model: stored,
-            promoted,
-            unusable_observations: unusable,
-        })
+        Ok((stored, promoted))
     }
 
     /// Promote or reject, and why.

@@ -703,13 +703,35 @@ fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
     for (j, resident) in raw.residents.iter().enumerate() {
         WorkloadName::check(&format!("gpus[{i}].residents[{j}]"), resident)?;
     }
+    // 0 = no floor; a length other than the residents' and values outside [0, 1] are
+    // refused by `PlaceQuery::validate`.
+    let resident_floors = raw
+        .resident_min_fractions
+        .into_iter()
+        .map(optional_fraction)
+        .collect();
     Ok(GpuState {
         id: raw.id,
         node: raw.node,
         gpu: optional_gpu(&field("gpu"), &raw.gpu)?,
         memory_gb: optional_memory(&field("memory_gb"), raw.memory_gb)?,
         residents: raw.residents,
+        resident_floors,
     })
+}
+
+fn place_rule(raw: i32) -> Result<Option<crate::advisor::PlaceRule>, ValidationError> {
+    use crate::advisor::PlaceRule;
+    match pb::PlaceRule::try_from(raw) {
+        Ok(pb::PlaceRule::Unspecified) => Ok(None),
+        Ok(pb::PlaceRule::Gain) => Ok(Some(PlaceRule::Gain)),
+        Ok(pb::PlaceRule::FairShare) => Ok(Some(PlaceRule::FairShare)),
+        Ok(pb::PlaceRule::BreakEven) => Ok(Some(PlaceRule::BreakEven)),
+        Err(_) => Err(ValidationError::new(
+            "rule",
+            format!("rule {raw} is not a known value"),
+        )),
+    }
 }
 
 /// 0 means "no cap"; anything else (NaN included) is checked by `PlaceQuery::validate`.
@@ -745,6 +767,7 @@ pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError>
         top_k: raw.top_k as usize,
         include_oversubscribed: raw.include_oversubscribed,
         cautious: raw.cautious,
+        rule: place_rule(raw.rule)?,
     };
     query.validate()?;
     Ok(query)
@@ -777,6 +800,7 @@ fn place_skip_to_pb(code: PlaceSkipCode) -> pb::PlaceSkipReason {
         PlaceSkipCode::JobNotProfiled => pb::PlaceSkipReason::PlaceJobNotProfiled,
         PlaceSkipCode::ResidentNotProfiled => pb::PlaceSkipReason::PlaceResidentNotProfiled,
         PlaceSkipCode::GpuMemoryUnknown => pb::PlaceSkipReason::PlaceGpuMemoryUnknown,
+        PlaceSkipCode::RuleRefused => pb::PlaceSkipReason::PlaceRuleRefused,
     }
 }
 
@@ -795,6 +819,8 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                     .map(|w| w.as_str().to_owned())
                     .unwrap_or_default(),
                 predicted_fraction: s.predicted_fraction,
+                floor: s.floor,
+                on_low_end: s.on_low_end,
             })
             .collect(),
         models: answer

@@ -5,12 +5,12 @@
 //! One Place query per call, over the distinct GPUs the extender collected, with the
 //! extender's rules ([`PlacerRules`]: by default NORMALIZED_SUM gains, floors read on the
 //! low ends of the 80 % intervals, the fair-share rule), Place's cap of 4 jobs per GPU and
-//! its rule that nobody is sped up by a co-runner, and the pod's `min_job_fraction`; each
-//! resident's own `min_job_fraction` and the rule are then checked on the members Place
-//! predicts (Place's `min_resident_fraction` is one figure for every resident, and
-//! residents differ). What Place skips for a cause the job's placement decides
-//! (memory, a cap, too many jobs) refuses the GPU; what it skips because coloc cannot judge
-//! the GPU (no model, a resident without a profile or unknown, memory unknown) leaves it
+//! its rule that nobody is sped up by a co-runner, the pod's `min_job_fraction` and each
+//! resident's own `min_job_fraction` as its floor: Place checks them all and answers
+//! which GPUs qualify. What Place skips for a cause the job's placement decides (memory, a
+//! cap or floor, too many jobs, the rule) refuses the GPU; what it skips because coloc
+//! cannot judge the GPU (no model, a resident without a profile or unknown, memory
+//! unknown, a model that predicts no member to check a floor or the rule on) leaves it
 //! unscored.
 
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     advisor::{
-        Advisor, Error, GpuState, MemberPrediction, Objective, PlaceQuery, PlaceRule, PlaceSkipCode,
+        Advisor, Error, GpuState, Objective, PlaceQuery, PlaceRule, PlaceSkipCode, SkippedGpu,
     },
     domain::{GpuName, WorkloadName},
     settings::{ExtenderObjective, ExtenderRule, ExtenderSettings},
@@ -93,88 +93,28 @@ impl Default for PlacerRules {
     }
 }
 
-/// Whether a GPU Place admitted fits the extender's rules: each resident keeps its own
-/// `min_job_fraction` (read as the pod's floor is: the low end of its interval when
-/// cautious), and the new set passes the [`PlaceRule`] on the point predictions, as the
-/// simulation reads it (`members`: the job first, then the residents in the order the
-/// slot gave them). What the answer cannot check (a model that predicts only sums, asked
-/// for no member) leaves the GPU unscored.
-fn judge(
-    members: &[MemberPrediction],
-    floors: &[Option<f64>],
-    gain: f64,
-    rules: PlacerRules,
-) -> SlotOutcome {
-    let unchecked = |what: &str| SlotOutcome::Unscored {
-        reason: format!("the model predicts no share for {what}, so it cannot be checked"),
+/// The extender's sentence for a resident that would fall below its own
+/// `min_job_fraction` (Place's reason names no annotation).
+fn resident_floor_reason(skipped: &SkippedGpu) -> Option<String> {
+    let (PlaceSkipCode::ResidentSlowdown, Some(workload), Some(kept), Some(floor)) = (
+        skipped.code,
+        &skipped.workload,
+        skipped.predicted_fraction,
+        skipped.floor,
+    ) else {
+        return None;
     };
-    for (member, floor) in members.iter().skip(1).zip(floors) {
-        let Some(floor) = *floor else { continue };
-        let low_end = rules
-            .cautious
-            .then(|| member.speed_fraction_interval().map(|(low, _)| low))
-            .flatten();
-        match low_end.or_else(|| member.predicted_speed_fraction()) {
-            Some(kept) if kept < floor => {
-                return SlotOutcome::DoesNotFit {
-                    reason: format!(
-                        "predicted to leave resident {} {:.0} % of its exclusive throughput{}, \
-                         below its {MIN_JOB_FRACTION_ANNOTATION} of {:.0} %",
-                        member.workload,
-                        kept * 100.0,
-                        if low_end.is_some() {
-                            " at the low end of its 80 % interval"
-                        } else {
-                            ""
-                        },
-                        floor * 100.0
-                    ),
-                }
-            }
-            Some(_) => {}
-            None => {
-                return unchecked(&format!(
-                    "resident {} with a {MIN_JOB_FRACTION_ANNOTATION}",
-                    member.workload
-                ))
-            }
-        }
-    }
-    if let (Some(rule), true) = (rules.rule, members.len() > 1) {
-        let Some(shares) = members
-            .iter()
-            .map(MemberPrediction::predicted_speed_fraction)
-            .collect::<Option<Vec<f64>>>()
-        else {
-            return unchecked(&format!("every member ({})", rule.name()));
-        };
-        if !rule.admits(gain, &shares) {
-            let k = shares.len();
-            let reason = match rule {
-                PlaceRule::FairShare => {
-                    let (worst, share) = members
-                        .iter()
-                        .zip(&shares)
-                        .min_by(|a, b| a.1.total_cmp(b.1))
-                        .map(|(m, s)| (m.workload.to_string(), *s))
-                        .unwrap_or_default();
-                    format!(
-                        "below its fair share: {worst} is predicted to keep {:.0} % of its \
-                         exclusive throughput, less than 1/{k} of the GPU",
-                        share * 100.0
-                    )
-                }
-                PlaceRule::BreakEven => format!(
-                    "below break-even: the {k} jobs together are predicted to do {:.2} of \
-                     one job's work (Σ colocated / exclusive throughput)",
-                    shares.iter().sum::<f64>()
-                ),
-                PlaceRule::Gain => format!("the GPU's predicted value would not grow ({gain:.3})"),
-            };
-            return SlotOutcome::DoesNotFit { reason };
-        }
-    }
-    SlotOutcome::Fits { gain }
+    Some(format!(
+        "predicted to leave resident {workload} {:.0} % of its exclusive throughput{}, \
+         below its {MIN_JOB_FRACTION_ANNOTATION} of {:.0} %",
+        kept * 100.0,
+        if skipped.on_low_end {
+            " at the low end of its 80 % interval"
+        } else {
+            ""
+        },
+        floor * 100.0
+    ))
 }
 
 fn normalized(name: &str) -> String {
@@ -188,7 +128,8 @@ fn refuses(code: PlaceSkipCode) -> bool {
         PlaceSkipCode::ExceedsGpuMemory
         | PlaceSkipCode::JobSlowdown
         | PlaceSkipCode::ResidentSlowdown
-        | PlaceSkipCode::TooManyJobs => true,
+        | PlaceSkipCode::TooManyJobs
+        | PlaceSkipCode::RuleRefused => true,
         PlaceSkipCode::UnknownWorkload
         | PlaceSkipCode::NoModel
         | PlaceSkipCode::JobNotProfiled
@@ -212,6 +153,7 @@ impl Placer for AdvisorPlacer {
                         gpu,
                         memory_gb: slot.memory_gb,
                         residents: slot.residents.clone(),
+                        resident_floors: slot.resident_floors.clone(),
                     }),
                     Err(reason) => outcomes[i] = Some(SlotOutcome::Unscored { reason }),
                 }
@@ -221,6 +163,7 @@ impl Placer for AdvisorPlacer {
                 query.objective = self.rules.objective;
                 query.cautious = self.rules.cautious;
                 query.min_job_fraction = ask.min_job_fraction;
+                query.rule = self.rules.rule;
                 let answer = self
                     .advisor
                     .place(query)
@@ -235,19 +178,16 @@ impl Placer for AdvisorPlacer {
                 let slot_of = |id: &str| id.parse::<usize>().ok().filter(|i| *i < slots);
                 for placement in answer.placements {
                     if let Some(i) = slot_of(&placement.gpu_id) {
-                        outcomes[i] = Some(judge(
-                            &placement.members,
-                            &ask.slots[i].resident_floors,
-                            placement.gain,
-                            self.rules,
-                        ));
+                        outcomes[i] = Some(SlotOutcome::Fits {
+                            gain: placement.gain,
+                        });
                     }
                 }
                 for skipped in answer.skipped {
                     if let Some(i) = slot_of(&skipped.gpu_id) {
                         outcomes[i] = Some(if refuses(skipped.code) {
                             SlotOutcome::DoesNotFit {
-                                reason: skipped.reason,
+                                reason: resident_floor_reason(&skipped).unwrap_or(skipped.reason),
                             }
                         } else {
                             SlotOutcome::Unscored {

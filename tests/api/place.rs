@@ -1,7 +1,8 @@
 //! Place through the generated client: GPUs ranked by the predicted gain of adding the job,
 //! an empty GPU worth the job's exclusive throughput, a one-resident GPU worth the pair's
-//! prediction minus the resident alone, every GPU left out named with its reason, and bad
-//! requests refused without touching the store.
+//! prediction minus the resident alone, every GPU left out named with its reason (a cap, a
+//! resident's own floor, the request's rule), and bad requests refused without touching
+//! the store.
 
 use coloc::proto as pb;
 use tonic::Code;
@@ -18,6 +19,7 @@ pub fn gpu(id: &str, residents: &[&str]) -> pb::GpuState {
         gpu: String::new(),
         memory_gb: 0.0,
         residents: residents.iter().map(|r| r.to_string()).collect(),
+        ..Default::default()
     }
 }
 
@@ -506,6 +508,10 @@ async fn place_refuses_bad_requests_with_the_right_code_and_changes_nothing() {
     );
     assert!(unknown.contains("nobody"), "{unknown}");
 
+    let floored = |residents: &[&str], floors: &[f64]| pb::GpuState {
+        resident_min_fractions: floors.to_vec(),
+        ..gpu("a", residents)
+    };
     let cases: Vec<(pb::PlaceRequest, &str)> = vec![
         (
             place("w00", vec![gpu("a", &[]), gpu("a", &["w01"])]),
@@ -565,6 +571,29 @@ async fn place_refuses_bad_requests_with_the_right_code_and_changes_nothing() {
         (
             place("w00", vec![gpu("a", &["w01"; 17])]),
             "gpus[0].residents",
+        ),
+        (
+            pb::PlaceRequest {
+                rule: 9,
+                ..place("w00", vec![gpu("a", &[])])
+            },
+            "rule",
+        ),
+        (
+            place("w00", vec![floored(&["w01"], &[1.5])]),
+            "gpus[0].resident_min_fractions[0]",
+        ),
+        (
+            place("w00", vec![floored(&["w01", "w02"], &[0.5, -0.1])]),
+            "gpus[0].resident_min_fractions[1]",
+        ),
+        (
+            place("w00", vec![floored(&["w01"], &[f64::NAN])]),
+            "gpus[0].resident_min_fractions[0]",
+        ),
+        (
+            place("w00", vec![floored(&["w01"], &[0.5, 0.5])]),
+            "gpus[0].resident_min_fractions",
         ),
     ];
     for (request, field) in cases {
@@ -693,5 +722,140 @@ async fn on_the_kace_pairs_place_ranks_one_resident_gpus_as_predict_scores_the_p
             "model version {version}: {pairs} placements checked, {clamped} member predictions \
              above exclusive"
         );
+    }
+}
+
+/// Each member's share of its exclusive throughput in the pair (`job`, `resident`), by the
+/// Predict RPC (a member never keeps more than alone): (job's, resident's). The pair is
+/// asked in the order the workloads were registered, as Place asks it.
+async fn pair_shares(app: &mut crate::helpers::TestApp, job: &str, resident: &str) -> (f64, f64) {
+    let (first, second) = if job < resident {
+        (job, resident)
+    } else {
+        (resident, job)
+    };
+    let predicted = pair_sum(app, first, second).await;
+    let share = |m: &pb::MemberPrediction| {
+        (m.predicted_throughput.unwrap() / m.exclusive_throughput).min(1.0)
+    };
+    let (first, second) = (share(&predicted.members[0]), share(&predicted.members[1]));
+    if job < resident {
+        (first, second)
+    } else {
+        (second, first)
+    }
+}
+
+#[tokio::test]
+async fn a_fair_share_request_refuses_the_gpus_where_a_member_keeps_less_than_half_and_takes_the_rest(
+) {
+    let (mut app, _) = slowdown_app(8).await;
+    let (mut refused, mut accepted) = (0, 0);
+    for job in 0..8 {
+        let job = format!("w0{job}");
+        let residents: Vec<String> = (0..8)
+            .map(|r| format!("w0{r}"))
+            .filter(|r| *r != job)
+            .collect();
+        let mut request = place(
+            &job,
+            residents.iter().map(|r| gpu(r, &[r.as_str()])).collect(),
+        );
+        request.objective = pb::Objective::NormalizedSum as i32;
+        request.rule = pb::PlaceRule::FairShare as i32;
+        let answer = app.client.place(request).await.unwrap().into_inner();
+        for resident in &residents {
+            let (job_share, resident_share) = pair_shares(&mut app, &job, resident).await;
+            // Two jobs share the GPU: each must keep at least half of its speed.
+            let (worst, worst_share) = if resident_share < job_share {
+                (resident, resident_share)
+            } else {
+                (&job, job_share)
+            };
+            if (worst_share - 0.5).abs() < 1e-6 {
+                continue; // too close to the line to say which side the model is on
+            }
+            let placed = answer.placements.iter().find(|p| &p.gpu_id == resident);
+            let skipped = answer.skipped.iter().find(|s| &s.gpu_id == resident);
+            if worst_share < 0.5 {
+                refused += 1;
+                assert!(placed.is_none(), "{job} beside {resident}: {placed:?}");
+                let skipped = skipped.expect("refused by fair share");
+                assert_eq!(skipped.code(), pb::PlaceSkipReason::PlaceRuleRefused);
+                assert_eq!(&skipped.workload, worst, "{skipped:?}");
+                assert!(
+                    (skipped.predicted_fraction.unwrap() - worst_share).abs() < 1e-9,
+                    "{skipped:?} vs {worst_share}"
+                );
+                assert!(skipped.reason.contains("fair share"), "{}", skipped.reason);
+            } else {
+                accepted += 1;
+                assert!(skipped.is_none(), "{job} beside {resident}: {skipped:?}");
+                let placed = placed.expect("fair share admits it");
+                let expected_gain = job_share + resident_share - 1.0;
+                assert!(
+                    (placed.gain - expected_gain).abs() < 1e-9,
+                    "{placed:?} vs {expected_gain}"
+                );
+            }
+        }
+    }
+    assert!(
+        refused > 0 && accepted > 0,
+        "{refused} refused, {accepted} accepted"
+    );
+}
+
+#[tokio::test]
+async fn a_residents_own_floor_skips_the_gpu_that_would_break_it_and_names_it() {
+    let (mut app, _) = slowdown_app(6).await;
+    let (_, kept) = pair_shares(&mut app, "w00", "w01").await;
+    assert!(kept < 0.99, "w01 must lose some speed beside w00: {kept}");
+    let floored = |id: &str, residents: &[&str], floors: &[f64]| pb::GpuState {
+        resident_min_fractions: floors.to_vec(),
+        ..gpu(id, residents)
+    };
+    let answer = app
+        .client
+        .place(place(
+            "w00",
+            vec![
+                // w01 asks for more than it keeps beside w00 (less still with w02 too);
+                // w02 asks for nothing.
+                floored("held", &["w02", "w01"], &[0.0, kept + 0.01]),
+                floored("pair", &["w01"], &[kept + 0.01]),
+                floored("kept", &["w01"], &[kept - 0.01]),
+                gpu("free", &["w01"]),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let placed: Vec<&str> = answer
+        .placements
+        .iter()
+        .map(|p| p.gpu_id.as_str())
+        .collect();
+    assert_eq!(placed.len(), 2, "{answer:?}");
+    assert!(
+        placed.contains(&"kept") && placed.contains(&"free"),
+        "{placed:?}"
+    );
+    for id in ["held", "pair"] {
+        let skipped = answer.skipped.iter().find(|s| s.gpu_id == id).unwrap();
+        assert_eq!(skipped.code(), pb::PlaceSkipReason::PlaceResidentSlowdown);
+        assert_eq!(skipped.workload, "w01");
+        assert_eq!(skipped.floor, Some(kept + 0.01));
+        assert!(!skipped.on_low_end);
+        let fraction = skipped.predicted_fraction.unwrap();
+        assert!(fraction < kept + 0.01, "{skipped:?}");
+        assert!(
+            skipped.reason.contains("w01") && skipped.reason.contains("own floor"),
+            "{}",
+            skipped.reason
+        );
+        if id == "pair" {
+            assert!((fraction - kept).abs() < 1e-9, "{skipped:?} vs {kept}");
+        }
     }
 }

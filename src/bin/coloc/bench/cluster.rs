@@ -33,6 +33,7 @@ pub(super) fn cluster(names: &[String], n: usize, seed: u64) -> Vec<pb::GpuState
             gpu: GPU.into(),
             memory_gb: 0.0,
             residents: pool[rng.random_range(0..pool.len())].clone(),
+            resident_min_fractions: Vec::new(),
         })
         .collect()
 }

@@ -117,6 +117,7 @@ fn read_gpu_state(path: &PathBuf) -> anyhow::Result<Vec<pb::GpuState>> {
             gpu: g.gpu,
             memory_gb: g.memory_gb,
             residents: g.residents,
+            resident_min_fractions: Vec::new(),
         })
         .collect())
 }
@@ -147,6 +148,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
             cautious: args.cautious,
             nodes: args.nodes,
             gpu: args.gpu,
+            rule: pb::PlaceRule::Unspecified as i32,
         })
         .await
         .map_err(status_error)?

@@ -5,11 +5,10 @@
 //! this job"; Place scores each GPU by the predicted gain under NORMALIZED_SUM (the set's
 //! Σ colocated / exclusive with the job minus without; an empty GPU gains 1; a member's
 //! prediction is the lowest the model gives it in any subset holding it), leaves out GPUs
-//! whose memory would overflow or whose new job would fall below `min_job_fraction`; the
-//! policy then takes the largest gain among the GPUs whose capped residents keep their caps
-//! (Place's `min_resident_fraction` is one figure for every resident; the simulation caps
-//! only LS jobs, so it checks the residents' predictions Place returns) and that its
-//! [`PlaceRule`] admits on the predicted members (`policy.rs`), or lets the job wait.
+//! whose memory would overflow, whose new job would fall below `min_job_fraction`, whose
+//! capped residents would fall below their caps (each LS resident's cap is its own floor in
+//! the query) or whose new set the policy's [`PlaceRule`] refuses on the predicted members
+//! (`policy.rs`); the policy takes the largest gain Place admits, or lets the job wait.
 //!
 //! Caps are checked by default with [`CapCheck::Cautious`] (`--caps cautious`, chosen with
 //! the `fair-share` rule on the selection seeds under the k8s queue, README): the job's
@@ -43,8 +42,8 @@ use anyhow::Context;
 
 use coloc::{
     advisor::{
-        place_in_keeping, Catalog, GpuState, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
-        PlacedSets, PLACED_SETS,
+        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets,
+        PLACED_SETS,
     },
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
@@ -249,15 +248,6 @@ impl ServicePlacer {
             Answerer::Fixed { .. } => None,
         }
     }
-
-    /// The share of its exclusive throughput a member keeps, as the caps read it.
-    fn kept(&self, member: &MemberPrediction) -> Option<f64> {
-        let low_end = match self.caps {
-            CapCheck::Cautious => member.speed_fraction_interval().map(|(low, _)| low),
-            CapCheck::Point => None,
-        };
-        low_end.or_else(|| member.predicted_speed_fraction())
-    }
 }
 
 impl Placer for ServicePlacer {
@@ -288,32 +278,22 @@ impl Placer for ServicePlacer {
                     .iter()
                     .map(|r| self.names[r.0 as usize].to_string())
                     .collect(),
+                resident_floors: request.gpus[i].residents.iter().map(|r| r.1).collect(),
             })
             .collect();
         let mut query = PlaceQuery::new(self.names[request.job as usize].clone(), gpus);
         query.objective = Objective::NormalizedSum;
         query.min_job_fraction = request.job_cap;
         query.cautious = self.caps == CapCheck::Cautious;
+        query.rule = Some(self.rule);
         let answer = self.answerer.answer(query)?;
         let mut best: Option<PlaceDecision> = None;
         for placement in &answer.placements {
             let index: usize = placement.gpu_id.parse().context("a GPU id")?;
-            let residents = &request.gpus[index].residents;
-            // Members: the job first, then the residents in the order given.
-            let caps_hold = residents
-                .iter()
-                .zip(&placement.members[1..])
-                .all(|(r, m)| r.1.is_none_or(|cap| self.kept(m).is_some_and(|s| s >= cap)));
-            // The rule reads the point predictions (a member without one counts as stopped).
-            let speeds: Vec<f64> = placement
-                .members
-                .iter()
-                .map(|m| m.predicted_speed_fraction().unwrap_or(0.0))
-                .collect();
             let better = best.is_none_or(|b| {
                 placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
             });
-            if caps_hold && self.rule.admits(placement.gain, &speeds) && better {
+            if better {
                 best = Some(PlaceDecision {
                     gpu: index,
                     gain: placement.gain,
@@ -519,6 +499,7 @@ mod tests {
                 .iter()
                 .map(|&r| p.names[r as usize].to_string())
                 .collect(),
+            resident_floors: Vec::new(),
         };
         let mut query = PlaceQuery::new(p.names[job as usize].clone(), vec![gpu]);
         query.objective = Objective::NormalizedSum;
