@@ -891,7 +891,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         None => eval::Policy::Model(ModelKind::DEFAULT),
         Some(raw) => match raw.strip_prefix("cand:") {
             Some(name) => {
-                let i = model::MEMBER_CANDIDATES
+                let i = eval::candidates::MEMBER_CANDIDATES
                     .iter()
                     .position(|(n, _)| *n == name)
                     .ok_or_else(|| {
@@ -969,7 +969,7 @@ async fn run_eval_nway(args: EvalNwayArgs) -> anyhow::Result<()> {
                     // The chosen calibration, or with --calibrations every one compared.
                     let calibrations: &[(&str, model::intervals::Calibration)] =
                         if with_calibrations {
-                            &model::intervals::CANDIDATES
+                            &eval::candidates::CALIBRATION_CANDIDATES
                         } else {
                             &[("chosen", model::intervals::Calibration::CHOSEN)]
                         };

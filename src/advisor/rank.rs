@@ -453,7 +453,7 @@ impl RankWork {
         // else its band of two.
         let interval_of = |entry: &ProfileEntry, prediction: &PairScore| {
             prediction.members.and_then(|m| {
-                model.params.interval_with_difficulty(
+                model.params.interval(
                     &[&target.features, &entry.features],
                     &SetPrediction {
                         sum: prediction.sum,
@@ -605,7 +605,8 @@ pub(super) fn predict_entries(
         }
         _ => {
             let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set_with_difficulty(&features)
+            let predicted = model.params.predict(&[features]).remove(0);
+            (predicted.prediction, predicted.difficulty)
         }
     }
 }
@@ -636,7 +637,7 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let interval = model.params.interval_with_difficulty(
+    let interval = model.params.interval(
         &entries.iter().map(|e| &e.features).collect::<Vec<_>>(),
         &prediction,
         difficulty,

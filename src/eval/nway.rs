@@ -408,7 +408,7 @@ pub fn evaluate(
                     rows.iter()
                         .map(|r| {
                             let members: Vec<&Features> = r.members.iter().collect();
-                            params.predict_set(&members).sum
+                            params.predict(&[members])[0].prediction.sum
                         })
                         .collect()
                 }
@@ -590,9 +590,9 @@ impl Coverage {
         let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
         for row in test {
             let members: Vec<&Features> = row.members.iter().collect();
-            let prediction = params.predict_set(&members);
+            let predicted = params.predict(&[&members]).remove(0);
             let interval = params
-                .interval(&members, &prediction)
+                .interval(&members, &predicted.prediction, predicted.difficulty)
                 .context("the model has no intervals")?;
             self.sums += 1;
             self.sums_inside += usize::from(inside(row.throughput_sum(), interval.sum));
@@ -740,7 +740,7 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                         .iter()
                         .filter(|row| {
                             let members: Vec<&Features> = row.members.iter().collect();
-                            seen.apply(&members, &params.predict_set(&members))
+                            seen.apply(&members, &params.predict(&[&members])[0].prediction)
                                 .is_some()
                         })
                         .count();

@@ -71,8 +71,9 @@ pub fn intervals_on_truth(
             .iter()
             .map(|&w| profile(w))
             .collect::<anyhow::Result<_>>()?;
-        let prediction = model.predict_set(&profiles);
-        let interval = model.interval(&profiles, &prediction);
+        let predicted = model.predict(&[&profiles]).remove(0);
+        let interval = model.interval(&profiles, &predicted.prediction, predicted.difficulty);
+        let prediction = predicted.prediction;
         let predicted = prediction
             .members
             .as_ref()
