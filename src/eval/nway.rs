@@ -624,17 +624,8 @@ fn fit_calibrated_each(
     training: &[TrainingRow],
     calibrations: &[(&str, Calibration)],
 ) -> anyhow::Result<Vec<model::ModelParams>> {
-    let options = model::MemberOptions::CHOSEN;
-    let point = model::MemberRidgeGbt::fit_with(training, options)?;
     let ways: Vec<Calibration> = calibrations.iter().map(|(_, c)| *c).collect();
-    Ok(model::MemberRidgeGbt::calibrate(training, options, &ways)?
-        .into_iter()
-        .map(|intervals| {
-            let mut model = point.clone();
-            model.intervals = intervals;
-            model::ModelParams::MemberRidgeGbt(model)
-        })
-        .collect())
+    Ok(model::fit_calibrated_each(training, &ways)?)
 }
 
 /// Coverage of the default model's 80 % intervals, calibrated each way of `calibrations`

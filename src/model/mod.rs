@@ -10,7 +10,7 @@
 //!   ([`PairScorer::target_tables`]) and scores each candidate with [`PairScorer::score`];
 //!   only `member-ridge-gbt` has one), else [`ModelParams::predict_pairs`];
 //! - [`fit`] (the trainer, through the advisor) and [`evaluate`]; [`fit_point`],
-//!   [`fit_member`] and [`fit_with_options`] for experiments;
+//!   [`fit_member`], [`fit_with_options`] and [`fit_calibrated_each`] for experiments;
 //! - [`ModelParams::coefficients`], [`ModelParams::is_servable`], [`ModelKind`].
 //!
 //! What is served is named here, never read from an experiment's list by position: the
@@ -295,6 +295,26 @@ pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelP
     Ok(ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_with(
         rows, options,
     )?))
+}
+
+/// `member-ridge-gbt` with the served options fitted once on `rows`, then its intervals
+/// calibrated on `rows` each way of `calibrations` (the held-out runs of each way of folding
+/// computed once), one model per way: for `coloc eval nway --coverage`, which compares
+/// them. No seen bands.
+pub fn fit_calibrated_each(
+    rows: &[TrainingRow],
+    calibrations: &[intervals::Calibration],
+) -> Result<Vec<ModelParams>, FitError> {
+    let options = MemberOptions::CHOSEN;
+    let point = MemberRidgeGbt::fit_with(rows, options)?;
+    Ok(MemberRidgeGbt::calibrate(rows, options, calibrations)?
+        .into_iter()
+        .map(|intervals| {
+            let mut model = point.clone();
+            model.intervals = intervals;
+            ModelParams::MemberRidgeGbt(model)
+        })
+        .collect())
 }
 
 /// Fits a model of `kind` as [`fit`] does, without what only a served model needs (the

@@ -63,7 +63,10 @@ type FoldTotal = (Vec<f64>, f64, usize);
 
 /// Scores a fitted model on a fold's test runs.
 fn fold_total(params: &ModelParams, test: &[&LabelledRow]) -> FoldTotal {
-    let sets: Vec<Vec<&Features>> = test.iter().map(|r| r.row.members.iter().collect()).collect();
+    let sets: Vec<Vec<&Features>> = test
+        .iter()
+        .map(|r| r.row.members.iter().collect())
+        .collect();
     let predicted: Vec<f64> = params
         .predict(&sets)
         .into_iter()
@@ -237,7 +240,6 @@ pub fn outliers(rows: &[LabelledRow], threshold: f64) -> Vec<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     fn member(exclusive: f64, seed: f64) -> Features {
         let mut f = Features([

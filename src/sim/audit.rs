@@ -22,8 +22,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use coloc::model::{
+    fit_member,
     intervals::{self, Intervals},
-    Features, MemberOptions, MemberRidgeGbt, ModelParams, TrainingRow,
+    Features, MemberOptions, ModelParams, TrainingRow,
 };
 
 use super::truth::Truth;
@@ -127,7 +128,7 @@ pub fn calibrated_on_held_out_runs_at(
         return Ok(None);
     };
     let held_out = intervals::held_out(rows, &intervals::k_folds(rows.len()), |train| {
-        MemberRidgeGbt::fit_with(train, MemberOptions::CHOSEN).map(ModelParams::MemberRidgeGbt)
+        fit_member(train, MemberOptions::CHOSEN)
     })?;
     let calibrated = Intervals::calibrate_at(&held_out, levels);
     if calibrated.bands.iter().all(Option::is_none) {

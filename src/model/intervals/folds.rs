@@ -135,4 +135,3 @@ pub fn folds_by_group<G: Ord + Clone>(row_groups: &[Vec<G>]) -> Vec<Vec<usize>> 
     }
     folds.into_values().collect()
 }
-

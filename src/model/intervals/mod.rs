@@ -21,24 +21,24 @@ use serde::{Deserialize, Serialize};
 
 use super::SetPrediction;
 
-pub use folds::{held_out, k_folds, set_folds};
 pub(crate) use folds::{folds_by_group, held_out_in_parallel, held_out_scored_in_parallel};
+pub use folds::{held_out, k_folds, set_folds};
 pub use seen::SeenBands;
 
 /// The central 80 %: the 10th and 90th percentiles.
 pub const LOWER: f64 = 0.1;
 pub const UPPER: f64 = 0.9;
 /// Folds of the profile folds (pairs always; crowded bands with [`Folds::Profiles`]).
-pub const FOLDS: usize = 5;
+pub(crate) const FOLDS: usize = 5;
 /// Folds at most of [`Folds::ProfileOut`]: one profile per fold up to this many profiles.
-pub const PROFILE_OUT_FOLDS: usize = 20;
+pub(crate) const PROFILE_OUT_FOLDS: usize = 20;
 
 /// The fewest held-out runs a band is calibrated from: with n runs the conformal quantiles
 /// are the floor((n + 1) x 0.1)-th and ceil((n + 1) x 0.9)-th smallest residuals, which
 /// exist only from n = 9 on (below, the 80 % interval would be unbounded; reading the
 /// smallest and largest residual instead, as before, gave an "80 %" band from three runs).
 /// A size with fewer borrows the nearest size that has a band, as a size with none does.
-pub const MIN_BAND_RUNS: usize = 9;
+pub(crate) const MIN_BAND_RUNS: usize = 9;
 
 /// The fewest held-out runs a band of three or more members of a model `Train` fits is
 /// kept from ([`Intervals::with_crowded_bands_from_at_least`]): 100, so that its 10 %
@@ -49,7 +49,7 @@ pub const MIN_BAND_RUNS: usize = 9;
 /// prediction where its band of two read e^-0.52 (README, "N-way", "Seen bands in a model
 /// that learned from a few crowded runs"). A crowded size with fewer borrows the nearest
 /// band, the pairs' where there is no other. Every KACE-sized training holds hundreds.
-pub const MIN_CROWDED_BAND_RUNS: usize = 100;
+pub(crate) const MIN_CROWDED_BAND_RUNS: usize = 100;
 
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.
 const BANDS: usize = 3;
@@ -133,16 +133,15 @@ impl Calibration {
     };
 
     /// The folds of the crowded bands' sum quantiles.
-    pub fn sum_folds(&self) -> Folds {
+    pub(crate) fn sum_folds(&self) -> Folds {
         self.sums.unwrap_or(self.folds)
     }
 
     /// Whether any of the crowded bands' quantiles come from `folds`.
-    pub fn uses(&self, folds: Folds) -> bool {
+    pub(crate) fn uses(&self, folds: Folds) -> bool {
         self.folds == folds || self.sum_folds() == folds
     }
 }
-
 
 /// One held-out run: what happened, what a model that did not fit it predicted, and the
 /// prediction's difficulty ([`super::MemberRidgeGbt::difficulty`]; 0 for other kinds).
@@ -180,13 +179,13 @@ fn log_residual(actual: f64, predicted: f64) -> Option<f64> {
 
 impl Intervals {
     /// Calibrates every band from held-out runs, with plain residuals.
-    pub fn calibrate<'a>(held_out: impl IntoIterator<Item = &'a HeldOut>) -> Self {
+    pub(crate) fn calibrate<'a>(held_out: impl IntoIterator<Item = &'a HeldOut>) -> Self {
         Self::calibrate_scaled(held_out, Scale::Plain)
     }
 
     /// Calibrates every band from held-out runs; the crowded bands (3 and 4 or more) with
     /// `scale`, the pairs' plain.
-    pub fn calibrate_scaled<'a>(
+    pub(crate) fn calibrate_scaled<'a>(
         held_out: impl IntoIterator<Item = &'a HeldOut>,
         scale: Scale,
     ) -> Self {
@@ -231,7 +230,7 @@ impl Intervals {
 
     /// `self` without the crowded bands calibrated from fewer than `runs` held-out runs
     /// (those sizes borrow the nearest band left).
-    pub fn with_crowded_bands_from_at_least(mut self, runs: usize) -> Self {
+    pub(crate) fn with_crowded_bands_from_at_least(mut self, runs: usize) -> Self {
         for slot in self.bands.iter_mut().skip(1) {
             if slot.is_some_and(|band| band.runs < runs) {
                 *slot = None;
@@ -241,7 +240,7 @@ impl Intervals {
     }
 
     /// The bands of `self` for pairs and of `crowded` for 3 and more members.
-    pub fn with_crowded_from(mut self, crowded: Intervals) -> Self {
+    pub(crate) fn with_crowded_from(mut self, crowded: Intervals) -> Self {
         for (b, band) in crowded.bands.into_iter().enumerate().skip(1) {
             if let Some(slot) = self.bands.get_mut(b) {
                 *slot = band;
@@ -253,7 +252,7 @@ impl Intervals {
     /// `self` with the sum quantiles of each crowded band taken from `sums`'s band of the
     /// same size, where it has one with the same floor (a band's sum and member quantiles
     /// are read with one floor; a band whose floor differs keeps its own sums).
-    pub fn with_crowded_sums_from(mut self, sums: &Intervals) -> Self {
+    pub(crate) fn with_crowded_sums_from(mut self, sums: &Intervals) -> Self {
         for (b, slot) in self.bands.iter_mut().enumerate().skip(1) {
             if let (Some(own), Some(Some(other))) = (slot.as_mut(), sums.bands.get(b)) {
                 if own.floor == other.floor {
@@ -285,14 +284,16 @@ impl Intervals {
         self.apply_band(band, 1.0, prediction)
     }
 
-    /// Whether the interval of a set of `size` members reads the prediction's difficulty.
-    pub fn needs_difficulty(&self, size: usize) -> bool {
+    /// Whether the interval of a set of `size` members reads the prediction's difficulty
+    /// (what the tests check a scaled band by).
+    #[cfg(test)]
+    pub(crate) fn needs_difficulty(&self, size: usize) -> bool {
         self.band(size).is_some_and(|b| b.floor.is_some())
     }
 
     /// The interval of `prediction` for a set of `size` members, whose difficulty is
     /// `difficulty` (read only by scaled bands).
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         size: usize,
         prediction: &SetPrediction,

@@ -38,7 +38,7 @@ pub struct SeenBands {
 /// The folds of [`SeenBands::folds`]: each fold's held-out rows, and per fold which rows
 /// it scores (by row index).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeenFolds {
+pub(crate) struct SeenFolds {
     pub folds: Vec<Vec<usize>>,
     pub scored: Vec<Vec<bool>>,
 }
@@ -99,7 +99,7 @@ impl SeenBands {
     /// [`MIN_CROWDED_BAND_RUNS`] for three and more), so that nothing is refitted for
     /// bands that cannot exist (a store of many workloads, each in few runs, is
     /// calibrated at no cost).
-    pub fn folds(rows: &[TrainingRow]) -> Option<SeenFolds> {
+    pub(crate) fn folds(rows: &[TrainingRow]) -> Option<SeenFolds> {
         let crowded = |r: &TrainingRow| r.members.len() >= 3;
         let prints: Vec<Vec<u64>> = rows
             .iter()
@@ -147,7 +147,7 @@ impl SeenBands {
 
     /// Seen bands from the held-out runs that [`Self::folds`] scored, covering the
     /// profiles of `rows` (the model's training); `None` without a band.
-    pub fn calibrate<'a>(
+    pub(crate) fn calibrate<'a>(
         held_out: impl IntoIterator<Item = &'a HeldOut>,
         rows: &[TrainingRow],
     ) -> Option<Self> {

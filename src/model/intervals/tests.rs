@@ -150,9 +150,7 @@ fn intervals_scale_the_prediction_by_the_residual_quantiles_of_its_size() {
     // 19 pair sums 5..=23 over 10: ranks 2 and 18 are 6/10 and 22/10.
     assert!((pair.sum.0 - 12.0).abs() < 1e-9 && (pair.sum.1 - 44.0).abs() < 1e-9);
     let members = pair.members.unwrap();
-    assert!(
-        (members[0].0 - 8.0 * 0.6).abs() < 1e-9 && (members[1].1 - 12.0 * 2.2).abs() < 1e-9
-    );
+    assert!((members[0].0 - 8.0 * 0.6).abs() < 1e-9 && (members[1].1 - 12.0 * 2.2).abs() < 1e-9);
     // Four members: exact predictions, a zero-width interval and no member interval.
     let quad = intervals
         .apply(4, &SetPrediction::sum_only(7.0), 0.0)

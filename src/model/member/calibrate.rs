@@ -22,7 +22,10 @@ impl MemberRidgeGbt {
     ///
     /// One after the other, not side by side: on a large store the fit's matrices are most
     /// of the memory, and the calibration's refits would add to them.
-    pub(crate) fn fit_calibrated(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+    pub(crate) fn fit_calibrated(
+        rows: &[TrainingRow],
+        options: MemberOptions,
+    ) -> Result<Self, FitError> {
         let mut model = Self::fit_with(rows, options)?;
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
             .pop()
@@ -66,7 +69,7 @@ impl MemberRidgeGbt {
     /// [`CALIBRATION_ROWS`] rows, evenly strided, take part, and at most
     /// [`PROFILE_OUT_CALIBRATION_ROWS`] of them in the one-profile-per-fold refits, beside
     /// the profile folds' on the caller's rayon pool. `None` where nothing could be held out.
-    pub fn calibrate(
+    pub(crate) fn calibrate(
         rows: &[TrainingRow],
         options: MemberOptions,
         calibrations: &[Calibration],
@@ -202,4 +205,3 @@ pub(super) fn profile_folds(rows: &[TrainingRow], folds: usize) -> Vec<Vec<usize
         .collect();
     intervals::folds_by_group(&groups)
 }
-

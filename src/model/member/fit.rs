@@ -52,7 +52,7 @@ impl MemberRidgeGbt {
     /// matrix is built column-major in place, and above [`TREE_SAMPLE_ROWS`] member rows
     /// it holds a random [`TREE_SAMPLE_ROWS`] of them, on which every tree is grown, on the
     /// caller's threads. Below it the fit is exactly the full-batch one.
-    pub fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
+    pub(crate) fn fit_with(rows: &[TrainingRow], options: MemberOptions) -> Result<Self, FitError> {
         Self::fit_sampling(rows, options, TREE_SAMPLE_ROWS)
     }
 

@@ -38,9 +38,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
     intervals::{Intervals, SeenBands},
-    member_terms::{
-        time_share_log_ratio, MemberOptions, MAX_BOOSTER_FEATURES, RIDGE_FEATURES,
-    },
+    member_terms::{time_share_log_ratio, MemberOptions, MAX_BOOSTER_FEATURES, RIDGE_FEATURES},
     pair_scorer::PairScorer,
     Features, KaceLinear, NUM_FEATURES,
 };
@@ -198,4 +196,3 @@ fn ridge_linear(intercept: f64, coefficients: &[f64], x: &[f64; RIDGE_FEATURES])
         .zip(coefficients)
         .fold(intercept, |acc, (x, c)| acc + x * c)
 }
-

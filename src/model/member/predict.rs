@@ -4,9 +4,7 @@
 
 use forust_ml::data::Matrix;
 
-use super::{
-    booster_features, prior, ridge_linear, views_of, MemberRidgeGbt, MemberView,
-};
+use super::{booster_features, prior, ridge_linear, views_of, MemberRidgeGbt, MemberView};
 use crate::model::{
     member_terms::{
         member_throughput, ridge_features, time_share_law, EXCLUSIVE_THROUGHPUT,

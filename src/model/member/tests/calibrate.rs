@@ -225,10 +225,19 @@ const CALIBRATIONS: [(&str, Calibration); 6] = {
     }
     [
         ("profile-folds", way(Folds::Profiles, Scale::Plain, None)),
-        ("profile-folds, scaled 0.1", way(Folds::Profiles, Scale::Fixed(0.1), None)),
-        ("profile-folds, scaled median", way(Folds::Profiles, Scale::Median, None)),
+        (
+            "profile-folds, scaled 0.1",
+            way(Folds::Profiles, Scale::Fixed(0.1), None),
+        ),
+        (
+            "profile-folds, scaled median",
+            way(Folds::Profiles, Scale::Median, None),
+        ),
         ("profile-out", way(Folds::ProfileOut, Scale::Plain, None)),
-        ("profile-out, scaled 0.1", way(Folds::ProfileOut, Scale::Fixed(0.1), None)),
+        (
+            "profile-out, scaled 0.1",
+            way(Folds::ProfileOut, Scale::Fixed(0.1), None),
+        ),
         ("served", Calibration::CHOSEN),
     ]
 };
@@ -271,10 +280,7 @@ fn every_calibration_gives_pairs_the_plain_band_of_five_profile_folds() {
         calibrated[3].as_ref().unwrap(),
         calibrated[5].as_ref().unwrap(),
     );
-    assert_eq!(
-        CALIBRATIONS[5].1.sums,
-        Some(intervals::Folds::Profiles)
-    );
+    assert_eq!(CALIBRATIONS[5].1.sums, Some(intervals::Folds::Profiles));
     let (folds, out, split) = (
         profile_folds_bands.bands[1].unwrap(),
         profile_out_bands.bands[1].unwrap(),

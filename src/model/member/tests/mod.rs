@@ -568,9 +568,7 @@ fn the_efficiency_candidate_fits_the_set_model_on_summed_colocated_over_summed_e
     // The sets' efficiencies are below 1.5 here, their sums far above: the fitted
     // intercept is on the efficiencies' scale, not the sums'.
     assert!(crowded.iter().all(|r| efficiency(r) < 1.5));
-    assert!(
-        on_sums.set_linear.as_ref().unwrap().intercept.abs() > 10.0 * ridge.intercept.abs()
-    );
+    assert!(on_sums.set_linear.as_ref().unwrap().intercept.abs() > 10.0 * ridge.intercept.abs());
     // A prediction: the members' sum averaged with efficiency x summed exclusive
     // throughput (members unchanged by the ratio option, the trees and ridge half equal).
     let fresh: Vec<Features> = (0..4).map(|_| workload(&mut state)).collect();
