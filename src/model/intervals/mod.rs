@@ -144,7 +144,7 @@ impl Calibration {
 }
 
 /// One held-out run: what happened, what a model that did not fit it predicted, and the
-/// prediction's difficulty ([`super::MemberRidgeGbt::difficulty`]; 0 for other kinds).
+/// prediction's difficulty ([`super::PredictedSet::difficulty`]).
 #[derive(Debug, Clone)]
 pub struct HeldOut {
     pub throughputs: Vec<f64>,
