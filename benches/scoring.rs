@@ -9,7 +9,7 @@ use std::path::Path;
 
 use coloc::{
     dataset::KaceDataset,
-    model::{fit, Features, ModelKind, ModelParams, TrainingRow},
+    model::{fit, Features, ModelKind, TrainingRow},
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -71,13 +71,11 @@ fn scoring(c: &mut Criterion) {
         group.finish();
     }
 
-    // The default kind's three paths: walking every tree (the reference), the pair scorer
+    // The default kind's three paths: walking every tree (the reference: the pairs as sets
+    // of two through the general path, in chunks on the rayon threads above 512), the pair scorer
     // with profile codes computed per call, and with codes precomputed as Rank keeps them.
     let (params, _) = fit(ModelKind::MemberRidgeGbt, &rows).expect("the KACE data fits");
-    let ModelParams::MemberRidgeGbt(model) = &params else {
-        unreachable!("fitted as member-ridge-gbt")
-    };
-    let scorer = model.pair_scorer().expect("depth-2 trees compile");
+    let scorer = params.pair_scorer().expect("depth-2 trees compile");
     let mut group = c.benchmark_group("score/member-ridge-gbt-paths");
     for n in [10usize, 100, 1_000, 10_000, 100_000] {
         let pool = candidates(&workloads, n);
@@ -88,8 +86,9 @@ fn scoring(c: &mut Criterion) {
             group.sample_size(10);
         }
         if n <= 10_000 {
-            group.bench_with_input(BenchmarkId::new("reference", n), &refs, |b, refs| {
-                b.iter(|| model.predict_pairs_reference(&target, refs))
+            let pairs: Vec<[&Features; 2]> = refs.iter().map(|c| [&target, *c]).collect();
+            group.bench_with_input(BenchmarkId::new("reference", n), &pairs, |b, pairs| {
+                b.iter(|| params.predict(pairs))
             });
         }
         group.bench_with_input(BenchmarkId::new("codes-per-call", n), &refs, |b, refs| {

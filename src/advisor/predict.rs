@@ -92,7 +92,8 @@ pub(super) fn predict_entries(
         }
         _ => {
             let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            model.params.predict_set_with_difficulty(&features)
+            let predicted = model.params.predict(&[features]).remove(0);
+            (predicted.prediction, predicted.difficulty)
         }
     }
 }

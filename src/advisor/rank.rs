@@ -413,7 +413,7 @@ impl RankWork {
         prediction: &PairScore,
     ) -> Option<crate::model::intervals::SetInterval> {
         prediction.members.and_then(|m| {
-            self.model.params.interval_with_difficulty(
+            self.model.params.interval(
                 &[&target.features, &entry.features],
                 &SetPrediction {
                     sum: prediction.sum,
@@ -596,7 +596,7 @@ pub(super) fn predict(
     let members_estimated = !model.params.kind().predicts_members();
     let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let interval = model.params.interval_with_difficulty(
+    let interval = model.params.interval(
         &entries.iter().map(|e| &e.features).collect::<Vec<_>>(),
         &prediction,
         difficulty,

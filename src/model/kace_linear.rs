@@ -19,12 +19,12 @@ impl KaceLinear {
     /// Fits on the rows. Columns are standardised before the solve (the raw metrics span
     /// eight orders of magnitude, from percentages to register counts) and the solution is
     /// mapped back to raw units; a column that does not vary gets coefficient 0.
-    pub fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
+    pub(crate) fn fit(rows: &[TrainingRow]) -> Result<Self, FitError> {
         Self::fit_refs(&rows.iter().collect::<Vec<_>>())
     }
 
     /// [`Self::fit`] on borrowed rows (a selection of a store's rows, without copying them).
-    pub fn fit_refs(rows: &[&TrainingRow]) -> Result<Self, FitError> {
+    pub(crate) fn fit_refs(rows: &[&TrainingRow]) -> Result<Self, FitError> {
         let n = rows.len();
         let mut x = Array2::<f64>::zeros((n, NUM_FEATURES));
         let mut y = Array1::<f64>::zeros(n);
@@ -79,11 +79,11 @@ impl KaceLinear {
         Ok(model)
     }
 
-    pub fn is_finite(&self) -> bool {
+    pub(crate) fn is_finite(&self) -> bool {
         self.intercept.is_finite() && self.coefficients.iter().all(|c| c.is_finite())
     }
 
-    pub fn has_expected_shape(&self) -> bool {
+    pub(crate) fn has_expected_shape(&self) -> bool {
         self.coefficients.len() == NUM_FEATURES
     }
 
@@ -97,7 +97,7 @@ impl KaceLinear {
 
     /// Summed left to right from the intercept, the same order as [`Self::predict_pairs`],
     /// so Predict and Rank give bit-identical sums for the same pair.
-    pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
+    pub(crate) fn predict_set(&self, members: &[&Features]) -> SetPrediction {
         let sum = members
             .iter()
             .fold(self.intercept, |acc, m| acc + self.dot(m));
@@ -106,7 +106,11 @@ impl KaceLinear {
 
     /// The model is linear in the summed features, so the target's part is computed once
     /// and each candidate costs one dot product.
-    pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
+    pub(crate) fn predict_pairs(
+        &self,
+        target: &Features,
+        candidates: &[&Features],
+    ) -> Vec<SetPrediction> {
         let base = self.intercept + self.dot(target);
         candidates
             .iter()

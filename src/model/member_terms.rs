@@ -114,11 +114,11 @@ impl MemberOptions {
     };
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
-    pub fn weighs_rows(self) -> bool {
+    pub(crate) fn weighs_rows(self) -> bool {
         self.weighted || self.weighted_crowded
     }
 
-    pub fn booster_features(self) -> usize {
+    pub(crate) fn booster_features(self) -> usize {
         if self.crowding {
             MAX_BOOSTER_FEATURES
         } else {

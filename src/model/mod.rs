@@ -1,15 +1,22 @@
 //! The model layer: turns profiles of a colocated set into a predicted throughput. Model
-//! kinds live behind [`ModelParams`]. What the rest of coloc calls, and so the layer's
-//! contract:
-//! - [`fit`] (the trainer and `coloc eval`) and [`evaluate`];
-//! - [`ModelParams::predict_set`] (Predict, Rank's general path, `coloc eval`) and
-//!   [`ModelParams::predict_pairs`];
-//! - [`ModelParams::pair_scorer`], Rank's fast path for pairs: the advisor's catalog keeps
-//!   each profile's [`ProfileCode`] under the serving model
+//! kinds live behind [`ModelParams`]. Its face, what the rest of coloc calls:
+//! - [`ModelParams::predict`]: any sets at once (pairs, threes, fours), each with its
+//!   [`PredictedSet::difficulty`]; [`ModelParams::interval`] of one of its answers, and
+//!   [`ModelParams::has_intervals`] (Predict, Place, Rank's general path, `coloc eval`,
+//!   `coloc simulate`);
+//! - the pair fast path, Rank's scoring of many pairs: [`ModelParams::pair_scorer`] (the
+//!   advisor's catalog keeps each profile's [`ProfileCode`] under the serving model
 //!   ([`PairScorer::code`]), and Rank folds the target into [`TargetTables`]
-//!   ([`PairScorer::target_tables`]) and scores each candidate with [`PairScorer::score`].
-//!   Only `member-ridge-gbt` has one; the advisor falls back to `predict_set` without it;
+//!   ([`PairScorer::target_tables`]) and scores each candidate with [`PairScorer::score`];
+//!   only `member-ridge-gbt` has one), else [`ModelParams::predict_pairs`];
+//! - [`fit`] (the trainer, through the advisor) and [`evaluate`]; [`fit_point`],
+//!   [`fit_member`], [`fit_with_options`] and [`fit_calibrated_each`] for experiments;
 //! - [`ModelParams::coefficients`], [`ModelParams::is_servable`], [`ModelKind`].
+//!
+//! What is served is named here, never read from an experiment's list by position: the
+//! kind [`ModelKind::DEFAULT`], its options [`MemberOptions::CHOSEN`], its intervals'
+//! calibration [`intervals::Calibration::CHOSEN`] (the lists `coloc eval` compares live
+//! with the evaluation).
 //!
 //! Inside, imports run one way: `member` (the fitter) uses `pair_scorer` and `ridge`, and
 //! both of the first use `member_terms` (the shared terms and the fit options) and
@@ -28,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
-pub use member::{MemberRidgeGbt, CANDIDATES as MEMBER_CANDIDATES};
+pub use member::MemberRidgeGbt;
 pub use member_terms::MemberOptions;
 pub use pair_scorer::{PairScorer, ProfileCode, TargetTables};
 
@@ -72,6 +79,15 @@ impl SetPrediction {
         }
         (split_by_exclusive(self.sum, exclusive), true)
     }
+}
+
+/// What [`ModelParams::predict`] answers for one set: the prediction, and its difficulty
+/// (what [`ModelParams::interval`] reads with it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictedSet {
+    pub prediction: SetPrediction,
+    /// How far the set lies from what the model knows (see [`ModelParams::predict`]).
+    pub difficulty: f64,
 }
 
 /// `sum` shared among members in proportion to their exclusive throughputs.
@@ -166,58 +182,38 @@ impl ModelParams {
         }
     }
 
-    pub fn predict_set(&self, members: &[&Features]) -> SetPrediction {
+    /// The prediction of each set of `sets` (pairs, threes and fours alike, in one call),
+    /// with its difficulty: how far the set lies from what the model knows, which a scaled
+    /// interval band widens with (for `member-ridge-gbt`, how far its set-level linear
+    /// model moves the members' sum, |ln| of the factor; 0 for pairs and for other kinds).
+    /// The trees walk every member of the batch at once, a large batch in chunks on the
+    /// caller's rayon threads; each answer equals the set predicted alone, to the bit.
+    pub fn predict<'f, S: AsRef<[&'f Features]> + Sync>(&self, sets: &[S]) -> Vec<PredictedSet> {
         match self {
-            Self::MemberRidgeGbt(m) => m.predict_set(members),
-            Self::KaceLinear(m) => m.predict_set(members),
+            Self::MemberRidgeGbt(m) => m.predict(sets),
+            Self::KaceLinear(m) => sets
+                .iter()
+                .map(|set| PredictedSet {
+                    prediction: m.predict_set(set.as_ref()),
+                    difficulty: 0.0,
+                })
+                .collect(),
         }
     }
 
-    /// [`Self::predict_set`] of many sets at once (the trees walk them in one batch, on the
-    /// caller's threads): what Place uses for the sets of three and more a request needs.
-    pub fn predict_sets(&self, sets: &[Vec<&Features>]) -> Vec<SetPrediction> {
-        match self {
-            Self::MemberRidgeGbt(m) => m.predict_sets(sets),
-            Self::KaceLinear(m) => sets.iter().map(|set| m.predict_set(set)).collect(),
-        }
-    }
-
-    /// [`Self::predict_sets`] with each prediction's difficulty (see
-    /// [`Self::predict_set_with_difficulty`]), for [`Self::interval_with_difficulty`].
-    pub fn predict_sets_with_difficulty(
-        &self,
-        sets: &[Vec<&Features>],
-    ) -> Vec<(SetPrediction, f64)> {
-        match self {
-            Self::MemberRidgeGbt(m) => m.predict_sets_with_difficulty(sets),
-            Self::KaceLinear(m) => sets.iter().map(|set| (m.predict_set(set), 0.0)).collect(),
-        }
-    }
-
-    /// [`Self::interval`] of the set `members` whose difficulty is known (it came with the
-    /// prediction), without predicting the set again.
-    pub fn interval_with_difficulty(
+    /// The 80 % interval of `prediction` of the set `members`, whose difficulty came with
+    /// it from [`Self::predict`] (0 for a pair), for models that carry calibrated
+    /// intervals: `member-ridge-gbt` fitted since intervals exist. Its seen band where the
+    /// model knows every member, else its band for the set's size. Place's cautious mode
+    /// reads the pessimistic end of each member's throughput.
+    pub fn interval(
         &self,
         members: &[&Features],
         prediction: &SetPrediction,
         difficulty: f64,
     ) -> Option<intervals::SetInterval> {
         match self {
-            Self::MemberRidgeGbt(m) => m.interval_with_difficulty(members, prediction, difficulty),
-            Self::KaceLinear(_) => None,
-        }
-    }
-
-    /// The 80 % interval of `prediction` of the set `members`, for models that carry
-    /// calibrated intervals: `member-ridge-gbt` fitted since intervals exist. Place's
-    /// cautious mode reads the pessimistic end of each member's throughput.
-    pub fn interval(
-        &self,
-        members: &[&Features],
-        prediction: &SetPrediction,
-    ) -> Option<intervals::SetInterval> {
-        match self {
-            Self::MemberRidgeGbt(m) => m.interval(members, prediction),
+            Self::MemberRidgeGbt(m) => m.interval(members, prediction, difficulty),
             Self::KaceLinear(_) => None,
         }
     }
@@ -231,16 +227,8 @@ impl ModelParams {
         }
     }
 
-    /// [`Self::predict_set`] and the prediction's difficulty (how far `member-ridge-gbt`'s
-    /// set-level linear model moves the members' sum, |ln| of the factor; 0 otherwise).
-    pub fn predict_set_with_difficulty(&self, members: &[&Features]) -> (SetPrediction, f64) {
-        match self {
-            Self::MemberRidgeGbt(m) => m.predict_set_with_difficulty(members),
-            Self::KaceLinear(m) => (m.predict_set(members), 0.0),
-        }
-    }
-
-    /// The compiled pair scorer, for kinds that have one (Rank's fast path).
+    /// The compiled pair scorer, for kinds that have one: Rank's fast path for pairs (see
+    /// the module's header); [`Self::predict_pairs`] otherwise.
     pub fn pair_scorer(&self) -> Option<&PairScorer> {
         match self {
             Self::MemberRidgeGbt(m) => m.pair_scorer(),
@@ -248,7 +236,9 @@ impl ModelParams {
         }
     }
 
-    /// Scores the pairs (target, candidate) for every candidate, as one batch.
+    /// Scores the pairs (target, candidate) for every candidate, as one batch: Rank's path
+    /// for pairs where [`Self::pair_scorer`] has none (for `kace-linear`, the target's
+    /// part once and one dot product per candidate).
     pub fn predict_pairs(&self, target: &Features, candidates: &[&Features]) -> Vec<SetPrediction> {
         match self {
             Self::MemberRidgeGbt(m) => m.predict_pairs(target, candidates),
@@ -305,6 +295,26 @@ pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelP
     Ok(ModelParams::MemberRidgeGbt(MemberRidgeGbt::fit_with(
         rows, options,
     )?))
+}
+
+/// `member-ridge-gbt` with the served options fitted once on `rows`, then its intervals
+/// calibrated on `rows` each way of `calibrations` (the held-out runs of each way of folding
+/// computed once), one model per way: for `coloc eval nway --coverage`, which compares
+/// them. No seen bands.
+pub fn fit_calibrated_each(
+    rows: &[TrainingRow],
+    calibrations: &[intervals::Calibration],
+) -> Result<Vec<ModelParams>, FitError> {
+    let options = MemberOptions::CHOSEN;
+    let point = MemberRidgeGbt::fit_with(rows, options)?;
+    Ok(MemberRidgeGbt::calibrate(rows, options, calibrations)?
+        .into_iter()
+        .map(|intervals| {
+            let mut model = point.clone();
+            model.intervals = intervals;
+            ModelParams::MemberRidgeGbt(model)
+        })
+        .collect())
 }
 
 /// Fits a model of `kind` as [`fit`] does, without what only a served model needs (the

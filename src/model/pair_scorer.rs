@@ -191,7 +191,7 @@ pub struct TargetTables {
 }
 
 /// One booster tree as forust-ml stores it, reduced to what scoring needs.
-pub struct TreeNode {
+pub(super) struct TreeNode {
     pub is_leaf: bool,
     pub value: f64,
     pub feature: usize,
@@ -202,7 +202,7 @@ pub struct TreeNode {
 
 impl PairScorer {
     /// Compiles `trees` (node 0 is the root) with the ridge half.
-    pub fn compile(
+    pub(super) fn compile(
         base_score: f64,
         trees: &[Vec<TreeNode>],
         ridge_intercept: f64,

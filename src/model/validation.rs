@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{fit_point, FitError, ModelKind, ModelParams, TrainingRow};
+use super::{fit_point, Features, FitError, ModelKind, ModelParams, TrainingRow};
 
 /// A stored run ready for training: its id, member names and training row.
 #[derive(Debug, Clone)]
@@ -63,13 +63,14 @@ type FoldTotal = (Vec<f64>, f64, usize);
 
 /// Scores a fitted model on a fold's test runs.
 fn fold_total(params: &ModelParams, test: &[&LabelledRow]) -> FoldTotal {
-    let predicted: Vec<f64> = test
+    let sets: Vec<Vec<&Features>> = test
         .iter()
-        .map(|r| {
-            params
-                .predict_set(&r.row.members.iter().collect::<Vec<_>>())
-                .sum
-        })
+        .map(|r| r.row.members.iter().collect())
+        .collect();
+    let predicted: Vec<f64> = params
+        .predict(&sets)
+        .into_iter()
+        .map(|p| p.prediction.sum)
         .collect();
     let mut scores = Vec::new();
     rank_scores(test, &predicted, &mut scores);
@@ -239,7 +240,6 @@ pub fn outliers(rows: &[LabelledRow], threshold: f64) -> Vec<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Features;
 
     fn member(exclusive: f64, seed: f64) -> Features {
         let mut f = Features([

@@ -111,7 +111,8 @@ impl<'a> SetCache<'a> {
             .iter()
             .map(|key| key.iter().map(|&i| &entries[i as usize].features).collect())
             .collect();
-        let predicted = self.ready.model.params.predict_sets_with_difficulty(&sets);
+        let predicted = self.ready.model.params.predict(&sets);
+        let predicted = predicted.into_iter().map(|p| (p.prediction, p.difficulty));
         self.raw.extend(needed.into_iter().zip(predicted));
     }
 
@@ -210,7 +211,7 @@ impl<'a> SetCache<'a> {
                             .ready
                             .model
                             .params
-                            .interval_with_difficulty(&features, &prediction, difficulty)
+                            .interval(&features, &prediction, difficulty)
                             .and_then(|interval| interval.members);
                         SetValue {
                             sum: prediction.sum,

@@ -80,7 +80,7 @@ fn nway_policies(args: &EvalNwayArgs) -> anyhow::Result<(eval::Policy, Vec<eval:
         None => eval::Policy::Model(ModelKind::DEFAULT),
         Some(raw) => match raw.strip_prefix("cand:") {
             Some(name) => {
-                let i = model::MEMBER_CANDIDATES
+                let i = eval::candidates::MEMBER_CANDIDATES
                     .iter()
                     .position(|(n, _)| *n == name)
                     .ok_or_else(|| {
@@ -176,7 +176,7 @@ async fn score_file(
         if with_coverage {
             // The chosen calibration, or with --calibrations every one compared.
             let calibrations: &[(&str, model::intervals::Calibration)] = if with_calibrations {
-                &model::intervals::CANDIDATES
+                &eval::candidates::CALIBRATION_CANDIDATES
             } else {
                 &[("chosen", model::intervals::Calibration::CHOSEN)]
             };

@@ -7,6 +7,7 @@
 //! test pair containing it with the best score; score(target) = the picked pair's actual
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
+pub mod candidates;
 pub mod nway;
 pub mod nway_api;
 mod objectives;
@@ -39,7 +40,7 @@ use coloc::{
 pub enum Policy {
     /// A model kind: the best predicted throughput sum.
     Model(ModelKind),
-    /// `member-ridge-gbt` with the options of `model::MEMBER_CANDIDATES[i]`.
+    /// `member-ridge-gbt` with the options of `candidates::MEMBER_CANDIDATES[i]`.
     Candidate(usize),
     /// The expected score of a uniformly random pick.
     Random,
@@ -53,7 +54,7 @@ impl Policy {
     pub fn name(self) -> String {
         match self {
             Self::Model(kind) => kind.as_str().to_string(),
-            Self::Candidate(i) => format!("cand:{}", model::MEMBER_CANDIDATES[i].0),
+            Self::Candidate(i) => format!("cand:{}", candidates::MEMBER_CANDIDATES[i].0),
             Self::Random => "random".into(),
             Self::SmallestMemory => "smallest-memory".into(),
             Self::LargestExclusive => "largest-exclusive".into(),
@@ -67,14 +68,14 @@ impl Policy {
         match self {
             // The served fit without its interval calibration, which ranking does not use.
             Self::Model(kind) => model::fit_point(kind, rows),
-            Self::Candidate(i) => model::fit_member(rows, model::MEMBER_CANDIDATES[i].1),
+            Self::Candidate(i) => model::fit_member(rows, candidates::MEMBER_CANDIDATES[i].1),
             _ => unreachable!("{} fits no model", self.name()),
         }
     }
 
     /// Every candidate of `member-ridge-gbt`'s options.
     pub fn candidates() -> Vec<Policy> {
-        (0..model::MEMBER_CANDIDATES.len())
+        (0..candidates::MEMBER_CANDIDATES.len())
             .map(Policy::Candidate)
             .collect()
     }
@@ -330,7 +331,7 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
                         .map(|&i| {
                             let row = data.row(i);
                             let members: Vec<&Features> = row.members.iter().collect();
-                            params.predict_set(&members).sum
+                            params.predict(&[members])[0].prediction.sum
                         })
                         .collect()
                 }

@@ -408,7 +408,7 @@ pub fn evaluate(
                     rows.iter()
                         .map(|r| {
                             let members: Vec<&Features> = r.members.iter().collect();
-                            params.predict_set(&members).sum
+                            params.predict(&[members])[0].prediction.sum
                         })
                         .collect()
                 }
@@ -590,9 +590,9 @@ impl Coverage {
         let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
         for row in test {
             let members: Vec<&Features> = row.members.iter().collect();
-            let prediction = params.predict_set(&members);
+            let predicted = params.predict(&[&members]).remove(0);
             let interval = params
-                .interval(&members, &prediction)
+                .interval(&members, &predicted.prediction, predicted.difficulty)
                 .context("the model has no intervals")?;
             self.sums += 1;
             self.sums_inside += usize::from(inside(row.throughput_sum(), interval.sum));
@@ -624,17 +624,8 @@ fn fit_calibrated_each(
     training: &[TrainingRow],
     calibrations: &[(&str, Calibration)],
 ) -> anyhow::Result<Vec<model::ModelParams>> {
-    let options = model::MemberOptions::CHOSEN;
-    let point = model::MemberRidgeGbt::fit_with(training, options)?;
     let ways: Vec<Calibration> = calibrations.iter().map(|(_, c)| *c).collect();
-    Ok(model::MemberRidgeGbt::calibrate(training, options, &ways)?
-        .into_iter()
-        .map(|intervals| {
-            let mut model = point.clone();
-            model.intervals = intervals;
-            model::ModelParams::MemberRidgeGbt(model)
-        })
-        .collect())
+    Ok(model::fit_calibrated_each(training, &ways)?)
 }
 
 /// Coverage of the default model's 80 % intervals, calibrated each way of `calibrations`
@@ -740,7 +731,7 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                         .iter()
                         .filter(|row| {
                             let members: Vec<&Features> = row.members.iter().collect();
-                            seen.apply(&members, &params.predict_set(&members))
+                            seen.apply(&members, &params.predict(&[&members])[0].prediction)
                                 .is_some()
                         })
                         .count();

@@ -133,7 +133,7 @@ pub fn evaluate_objectives(data: &EvalData, kind: ModelKind) -> anyhow::Result<O
             };
             let features: [&Features; 2] = [&data.features[&target], &data.features[partner]];
             let exclusive: Vec<f64> = features.iter().map(|f| f.exclusive_throughput()).collect();
-            let prediction = params.predict_set(&features);
+            let prediction = params.predict(&[features]).remove(0).prediction;
             let (members, _) = prediction.members_or_estimated(&exclusive);
             let predicted_normalized = members[0] / exclusive[0] + members[1] / exclusive[1];
             let actual_normalized = target_actual / exclusive[0] + partner_actual / exclusive[1];

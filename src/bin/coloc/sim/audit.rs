@@ -22,8 +22,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use coloc::model::{
+    fit_member,
     intervals::{self, Intervals},
-    Features, MemberOptions, MemberRidgeGbt, ModelParams, TrainingRow,
+    Features, MemberOptions, ModelParams, TrainingRow,
 };
 
 use super::truth::Truth;
@@ -71,8 +72,9 @@ pub fn intervals_on_truth(
             .iter()
             .map(|&w| profile(w))
             .collect::<anyhow::Result<_>>()?;
-        let prediction = model.predict_set(&profiles);
-        let interval = model.interval(&profiles, &prediction);
+        let predicted = model.predict(&[&profiles]).remove(0);
+        let interval = model.interval(&profiles, &predicted.prediction, predicted.difficulty);
+        let prediction = predicted.prediction;
         let predicted = prediction
             .members
             .as_ref()
@@ -126,7 +128,7 @@ pub fn calibrated_on_held_out_runs_at(
         return Ok(None);
     };
     let held_out = intervals::held_out(rows, &intervals::k_folds(rows.len()), |train| {
-        MemberRidgeGbt::fit_with(train, MemberOptions::CHOSEN).map(ModelParams::MemberRidgeGbt)
+        fit_member(train, MemberOptions::CHOSEN)
     })?;
     let calibrated = Intervals::calibrate_at(&held_out, levels);
     if calibrated.bands.iter().all(Option::is_none) {

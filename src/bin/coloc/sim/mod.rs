@@ -671,8 +671,11 @@ mod tests {
         let set =
             |n: usize| -> Vec<&Features> { names[..n].iter().map(|k| &features[*k]).collect() };
         let (a, p) = (&always.coloc.0, &pairs_only.coloc.0);
-        assert_eq!(a.predict_set(&set(2)), p.predict_set(&set(2)));
-        assert_ne!(a.predict_set(&set(4)).sum, p.predict_set(&set(4)).sum);
+        assert_eq!(a.predict(&[set(2)]), p.predict(&[set(2)]));
+        assert_ne!(
+            a.predict(&[set(4)])[0].prediction.sum,
+            p.predict(&[set(4)])[0].prediction.sum
+        );
         // Seen bands: the model on runs has them (--seen-bands on, the default), and its
         // crowded sets of the simulation's workloads are banded by them: narrower than
         // with --seen-bands off.
@@ -702,13 +705,14 @@ mod tests {
             .map(|w| &features[&w.name])
             .collect();
         let width = |model: &ModelParams| {
-            let prediction = model.predict_set(&simulated);
-            let (low, high) = model.interval(&simulated, &prediction).unwrap().sum;
+            let predicted = model.predict(&[&simulated]).remove(0);
+            let interval = model.interval(&simulated, &predicted.prediction, predicted.difficulty);
+            let (low, high) = interval.unwrap().sum;
             high / low
         };
         assert_eq!(
-            world.coloc.0.predict_set(&simulated),
-            off.coloc.0.predict_set(&simulated)
+            world.coloc.0.predict(&[&simulated]),
+            off.coloc.0.predict(&[&simulated])
         );
         assert!(width(&world.coloc.0) < width(&off.coloc.0));
     }

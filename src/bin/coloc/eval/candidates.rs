@@ -1,0 +1,261 @@
+//! The options `coloc eval` experiments compare: `member-ridge-gbt`'s fit options and the
+//! ways of calibrating its intervals, each by the name the evaluation prints. What is served
+//! is not read from these lists by position: the model names it
+//! ([`MemberOptions::CHOSEN`], [`Calibration::CHOSEN`]), and the tests here keep each
+//! served option equal to its row, so reordering a list cannot change what `Train` fits.
+
+use coloc::model::{
+    intervals::{Calibration, Folds, Scale},
+    MemberOptions,
+};
+
+/// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
+pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
+    const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
+        MemberOptions {
+            crowding,
+            stacked,
+            weighted,
+            weighted_crowded: false,
+            set_linear: false,
+            set_linear_bounded: false,
+            set_linear_shrink: 0,
+            members_capped: false,
+            time_share: false,
+            time_share_crowded: false,
+            set_linear_ratio: false,
+            law_blend: 0,
+            law_blend_always: false,
+        }
+    }
+    const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
+        MemberOptions {
+            crowding,
+            stacked: false,
+            weighted: false,
+            weighted_crowded,
+            set_linear,
+            set_linear_bounded: false,
+            set_linear_shrink: 0,
+            members_capped: false,
+            time_share: false,
+            time_share_crowded: false,
+            set_linear_ratio: false,
+            law_blend: 0,
+            law_blend_always: false,
+        }
+    }
+    const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
+        MemberOptions {
+            set_linear_shrink: shrink,
+            members_capped,
+            ..c(true, false, true)
+        }
+    }
+    [
+        ("plain", o(false, false, false)),
+        ("crowding", o(true, false, false)),
+        ("stacked", o(false, true, false)),
+        ("weighted", o(false, false, true)),
+        ("crowding+stacked", o(true, true, false)),
+        ("crowding+weighted", o(true, false, true)),
+        ("crowding+stacked+weighted", o(true, true, true)),
+        ("crowding+weighted-crowded", c(true, true, false)),
+        ("set-linear", c(false, false, true)),
+        ("crowding+set-linear", c(true, false, true)),
+        ("crowding+weighted-crowded+set-linear", c(true, true, true)),
+        (
+            "crowding+set-linear-bounded",
+            MemberOptions {
+                set_linear_bounded: true,
+                ..c(true, false, true)
+            },
+        ),
+        ("crowding+set-linear+capped", linear(0, true)),
+        ("crowding+set-ridge-0.1", linear(1, false)),
+        ("crowding+set-ridge-1", linear(10, false)),
+        ("crowding+set-ridge-0.1+capped", linear(1, true)),
+        ("crowding+set-ridge-1+capped", linear(10, true)),
+        (
+            "crowding+set-linear+capped+time-share",
+            MemberOptions {
+                time_share: true,
+                ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+set-linear+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                ..o(true, false, false)
+            },
+        ),
+        (
+            "crowding+set-linear-bounded+capped+time-share-crowded",
+            MemberOptions {
+                set_linear_bounded: true,
+                time_share_crowded: true,
+                ..linear(0, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ratio-ridge-0.1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                set_linear_ratio: true,
+                ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ratio-ridge-1+capped+time-share-crowded",
+            MemberOptions {
+                time_share_crowded: true,
+                set_linear_ratio: true,
+                ..linear(10, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.1",
+            MemberOptions {
+                time_share_crowded: true,
+                law_blend: 10,
+                ..linear(1, true)
+            },
+        ),
+        (
+            "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.25",
+            MemberOptions {
+                time_share_crowded: true,
+                law_blend: 25,
+                ..linear(1, true)
+            },
+        ),
+    ]
+};
+
+/// The calibrations `coloc eval nway --coverage --candidates` compares (README, "N-way").
+pub const CALIBRATION_CANDIDATES: [(&str, Calibration); 6] = [
+    (
+        "profile-folds",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Plain,
+            sums: None,
+        },
+    ),
+    (
+        "profile-folds, scaled 0.1",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Fixed(0.1),
+            sums: None,
+        },
+    ),
+    (
+        "profile-folds, scaled median",
+        Calibration {
+            folds: Folds::Profiles,
+            scale: Scale::Median,
+            sums: None,
+        },
+    ),
+    (
+        "profile-out",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Plain,
+            sums: None,
+        },
+    ),
+    (
+        "profile-out, scaled 0.1",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Fixed(0.1),
+            sums: None,
+        },
+    ),
+    (
+        "profile-out members, profile-folds sums",
+        Calibration {
+            folds: Folds::ProfileOut,
+            scale: Scale::Plain,
+            sums: Some(Folds::Profiles),
+        },
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row of `table` named `name`.
+    fn row<T: Copy>(table: &[(&str, T)], name: &str) -> T {
+        table
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no candidate {name:?}"))
+            .1
+    }
+
+    #[test]
+    fn the_served_calibration_is_its_candidate_row() {
+        assert_eq!(
+            Calibration::CHOSEN,
+            row(
+                &CALIBRATION_CANDIDATES,
+                "profile-out members, profile-folds sums"
+            )
+        );
+    }
+
+    #[test]
+    fn the_served_options_are_the_law_blend_candidate_blended_in_every_crowded_set() {
+        // The options `coloc eval nway --candidates` chose, with the law blended also where
+        // the fitted model learned no crowded set (chosen by the simulation, README,
+        // "Cluster simulation"; `coloc simulate --law-blend crowded-fits` serves the row
+        // itself).
+        let chosen = row(
+            &MEMBER_CANDIDATES,
+            "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.1",
+        );
+        assert!(!chosen.law_blend_always);
+        assert_eq!(
+            MemberOptions::CHOSEN,
+            MemberOptions {
+                law_blend_always: true,
+                ..chosen
+            }
+        );
+    }
+
+    #[test]
+    fn every_candidate_has_a_distinct_name_and_distinct_options() {
+        for (i, (name, options)) in MEMBER_CANDIDATES.iter().enumerate() {
+            for (other, other_options) in &MEMBER_CANDIDATES[i + 1..] {
+                assert_ne!(name, other);
+                assert_ne!(options, other_options, "{name} and {other}");
+            }
+        }
+        for (i, (name, calibration)) in CALIBRATION_CANDIDATES.iter().enumerate() {
+            for (other, other_calibration) in &CALIBRATION_CANDIDATES[i + 1..] {
+                assert_ne!(name, other);
+                assert_ne!(calibration, other_calibration, "{name} and {other}");
+            }
+        }
+    }
+}
