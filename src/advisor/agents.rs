@@ -1,4 +1,4 @@
-//! Profiling agents in domain terms (README, "Profiling agents"): announcing, claiming a
+//! Profiling agents in domain terms (docs/profiling.md, "Profiling agents"): announcing, claiming a
 //! job of the agent's GPU model under a lease, renewing it, submitting the outcome, and
 //! routing a new workload's profiling jobs to the GPU models agents serve. A claim's
 //! token makes every submission safe to repeat and refuses a holder that lost the job.

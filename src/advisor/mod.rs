@@ -67,7 +67,7 @@ pub struct AdvisorOptions {
     pub agents: AgentPolicy,
 }
 
-/// How models are trained, judged and watched (README, "Model lifecycle"): the
+/// How models are trained, judged and watched (docs/model.md, "Model lifecycle"): the
 /// `trainer.*` settings, as the advisor uses them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LifecyclePolicy {

@@ -30,7 +30,7 @@ pub enum Objective {
     /// The predicted throughput sum in the members' own units (KACE).
     ThroughputSum,
     /// The sum of each member's predicted colocated / exclusive throughput: the default,
-    /// chosen with `coloc eval objectives` (README, "Trustworthy defaults").
+    /// chosen with `coloc eval objectives` (docs/api.md, "Trustworthy defaults").
     #[default]
     NormalizedSum,
 }

@@ -74,7 +74,7 @@ pub struct NewWorkload {
     /// How the profiling worker runs it, when it is to be profiled here.
     pub launch: Option<LaunchSpec>,
     /// GPU models to profile it on (one job each) when it has no profile; empty = one job
-    /// any profiler may run. The advisor fills the default (README, "Profiling agents").
+    /// any profiler may run. The advisor fills the default (docs/profiling.md, "Profiling agents").
     pub profile_on: Vec<GpuName>,
 }
 

@@ -62,7 +62,7 @@ pub struct MemberOptions {
     /// Both halves learn each member's log ratio around the time-sharing law, ln min(1,
     /// 100 / the set's summed sm busy %), and add it back when predicting: a set whose
     /// members together keep the SMs busy less than all the time shares them unslowed, a
-    /// busier one in proportion (candidate; README, "N-way").
+    /// busier one in proportion (candidate; docs/nway.md).
     #[serde(default)]
     pub time_share: bool,
     /// [`Self::time_share`] for sets of three or more members only: pairs are learned and
@@ -85,18 +85,18 @@ pub struct MemberOptions {
     /// 100. The law learns nothing from busy workloads, so it cannot carry their units to
     /// light ones the model has never seen. Only where the fitted model learns crowded sets
     /// around the law (`time_share_crowded` in its options), or with `law_blend_always`;
-    /// 0 = off (README, "N-way").
+    /// 0 = off (docs/nway.md).
     #[serde(default)]
     pub law_blend: u8,
     /// With `law_blend`, the blend in every crowded set, also where the fitted model
     /// learned none (its crowded answers are then pair-learned members, blended with the
-    /// law) (chosen by the simulation; README, "Cluster simulation").
+    /// law) (chosen by the simulation; docs/simulation.md).
     #[serde(default)]
     pub law_blend_always: bool,
 }
 
 impl MemberOptions {
-    /// What `Train` fits: chosen by the rule fixed before comparing (README, "N-way").
+    /// What `Train` fits: chosen by the rule fixed before comparing (docs/nway.md).
     pub const CHOSEN: MemberOptions = MemberOptions {
         crowding: true,
         stacked: false,

@@ -107,7 +107,7 @@ pub enum ModelKind {
 impl ModelKind {
     pub const ALL: [ModelKind; 2] = [ModelKind::MemberRidgeGbt, ModelKind::KaceLinear];
     /// The kind `Train` fits unless told otherwise: the winner of `coloc eval kace` (see
-    /// README, "Model quality").
+    /// docs/model.md, "Model quality").
     pub const DEFAULT: ModelKind = ModelKind::MemberRidgeGbt;
 
     pub fn as_str(self) -> &'static str {

@@ -44,7 +44,7 @@ pub struct Settings {
     pub log: LogSettings,
 }
 
-/// Profiling agents, as the service sees them (README, "Profiling agents").
+/// Profiling agents, as the service sees them (docs/profiling.md, "Profiling agents").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AgentsSettings {

@@ -1,5 +1,5 @@
-//! The agents table: profiling agents that announced themselves (README, "Profiling
-//! agents"), when each was last seen and the job it holds. Announcing again updates the
+//! The agents table: profiling agents that announced themselves (docs/profiling.md
+//! "Profiling agents"), when each was last seen and the job it holds. Announcing again updates the
 //! row; every claim, renewal and submission counts as being seen.
 
 use sqlx::FromRow;

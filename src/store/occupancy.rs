@@ -8,7 +8,7 @@
 //! copy, which the writer brings up to date after each commit; they never query the
 //! database.
 //!
-//! Rules (README, "Occupancy"): assigning a job id again to the same GPU and workload
+//! Rules (docs/placement.md): assigning a job id again to the same GPU and workload
 //! renews its lease; to another GPU or workload it is refused until released. Releasing an
 //! unknown (or already released, or expired) job is not an error: `released` is false. A GPU
 //! becomes known with its first job and stays known (empty) after its last is released; its

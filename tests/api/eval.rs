@@ -124,7 +124,7 @@ fn eval_reproduces_the_kace_baseline_and_its_predictions_rescore_to_the_same_fig
     // The KACE linear baseline reproduces the paper (0.906) within 0.01 at n_occur=2.
     let kace_2 = row("n_occur=2")["kace-linear"].as_f64().unwrap();
     assert!((kace_2 - 0.906).abs() <= 0.01, "{kace_2}");
-    // The default model meets the targets coloc promises (README, "Model quality").
+    // The default model meets the targets coloc promises (docs/model.md, "Model quality").
     let default = "member-ridge-gbt";
     let targets = [("n_occur=2", 0.93), ("mean", 0.97), ("unseen", 0.975)];
     for (label, target) in targets {
@@ -410,7 +410,7 @@ fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
         within("coverage", protocol, 300.0);
     }
     // Sets of known workloads: runs held out at random from a model fitted as Train fits
-    // it, answered by its seen bands (README, "N-way", "Seen bands").
+    // it, answered by its seen bands (docs/nway.md, "Seen bands").
     let row = within(
         "seen_coverage",
         "4-way all, runs held out at random, seen workloads",

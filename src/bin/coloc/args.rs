@@ -32,12 +32,12 @@ pub enum Command {
     Eval(EvalCommand),
     /// Run pairs of workloads profiled on this node's GPU model together on its GPU and
     /// submit what they achieved to the service at --addr as training data of that GPU
-    /// model (README, "Calibration"). Needs an NVIDIA GPU (or profiler.nvml_recording) and
+    /// model (docs/profiling.md, "Calibration"). Needs an NVIDIA GPU (or profiler.nvml_recording) and
     /// launch specs; the token, an agent's or an operator's, comes from COLOC_TOKEN.
     Calibrate(CalibrateArgs),
     /// Run a profiling agent on this GPU node: announce it to the service at --addr, then
     /// claim the profiling jobs of this GPU model, measure them (profiler.* settings) and
-    /// submit the profiles (README, "Profiling agents"). The token, an agent's or an
+    /// submit the profiles (docs/profiling.md, "Profiling agents"). The token, an agent's or an
     /// operator's, comes from COLOC_TOKEN.
     Agent(AgentArgs),
     /// Profiling agents known to a running server.
@@ -217,7 +217,7 @@ pub enum EvalCommand {
     Kace(EvalKaceArgs),
     /// Which Rank objective picks partners that pay off: each KACE workload held out of
     /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
-    /// break-even rule, judged on the measured pairs (README, "Trustworthy defaults").
+    /// break-even rule, judged on the measured pairs (docs/api.md, "Trustworthy defaults").
     Objectives(EvalObjectivesArgs),
     /// The KACE artifact's unseen-workload protocol on runs of three or more jobs per GPU
     /// (run-set files such as kace-3way/runs.csv and kace-4way/runs.csv).
@@ -249,7 +249,7 @@ pub struct EvalNwayArgs {
     /// Only these model kinds (default: every kind); baselines are always scored.
     #[arg(long = "model", value_name = "KIND")]
     pub models: Vec<String>,
-    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    /// Also score every candidate option set of member-ridge-gbt (docs/nway.md).
     #[arg(long)]
     pub candidates: bool,
     /// Also measure how often the default model's 80 % intervals hold held-out runs (the
@@ -257,7 +257,7 @@ pub struct EvalNwayArgs {
     #[arg(long)]
     pub coverage: bool,
     /// With --coverage, measure every candidate way of calibrating the intervals, not only
-    /// the chosen one (README, "N-way", "Intervals").
+    /// the chosen one (docs/nway.md, "Intervals").
     #[arg(long, requires = "coverage")]
     pub calibrations: bool,
     /// Print the numbers as JSON instead of a table.
@@ -272,7 +272,7 @@ pub struct EvalNwayArgs {
     pub predictions_model: Option<String>,
     /// Judge the model kinds through the public API: per case a fresh server (loopback
     /// port 0, fresh SQLite file), the profiles registered, the training runs reported,
-    /// Train, PinModel, then Predict for every candidate run (README, "N-way").
+    /// Train, PinModel, then Predict for every candidate run (docs/nway.md).
     #[arg(long, conflicts_with_all = ["candidates", "coverage"])]
     pub through_api: bool,
     /// With --through-api: the servers' settings file (as `coloc serve --config`).
@@ -299,7 +299,7 @@ pub struct EvalKaceArgs {
     /// The model kind whose predictions --predictions-out writes.
     #[arg(long, value_name = "KIND")]
     pub predictions_model: Option<String>,
-    /// Also score every candidate option set of member-ridge-gbt (README, "N-way").
+    /// Also score every candidate option set of member-ridge-gbt (docs/nway.md).
     #[arg(long)]
     pub candidates: bool,
 }
@@ -398,7 +398,7 @@ pub struct ExportKaceArgs {
 }
 
 /// `coloc simulate`: what the cluster simulation (a module of the binary, `src/bin/coloc/sim/`) is
-/// told. The defaults are the setup README reports.
+/// told. The defaults are the setup docs/simulation.md reports.
 #[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     /// The pod list of the Alibaba GPU trace v2023 (one-GPU pods are simulated).
@@ -437,7 +437,7 @@ pub struct SimulateArgs {
     /// How the model policies check the LS caps: cautious (on the low end of each
     /// member's 80 % interval, Place's `cautious`; a model without intervals on its point)
     /// or point (on the point prediction). The default was chosen with --rule on seeds 6-10
-    /// (README, "Cluster simulation").
+    /// (docs/simulation.md).
     #[arg(long, default_value = "cautious", value_parser = ["cautious", "point"])]
     pub caps: String,
     /// What the oracle and the model policies ask of a shared GPU before a queued job
@@ -457,8 +457,8 @@ pub struct SimulateArgs {
     pub retry_delay: f64,
     /// Split the measured 3- and 4-job sets in two fixed halves (a hash of each set): the
     /// truth keeps the pairs and the judged half only, and the training half is what
-    /// `--train-on pairs+runs` adds to the model policies' training (README, "Cluster
-    /// simulation").
+    /// `--train-on pairs+runs` adds to the model policies' training
+    /// (docs/simulation.md).
     #[arg(long)]
     pub split_runs: bool,
     /// What the model policies (kace-linear, coloc) are trained on: pairs (the 181 measured
@@ -468,19 +468,19 @@ pub struct SimulateArgs {
     /// How coloc's model is banded: profiles (its 80 % intervals as `Train` calibrates
     /// them, on held-out profiles, and its seen bands, `--seen-bands`), held-out-runs (an experiment: recalibrated on runs held
     /// out at random, whose workloads the model saw) or held-out-runs-95 (the same, 95 %
-    /// intervals); README, "Cluster simulation".
+    /// intervals); docs/simulation.md.
     #[arg(long, default_value = "profiles", value_parser = ["profiles", "held-out-runs", "held-out-runs-95"])]
     pub bands: String,
     /// Where coloc's model blends crowded members with the time-sharing law: always (the
     /// default's way since 2026-11-27: a model fitted on pairs alone too) or crowded-fits
-    /// (only a model that learned crowded sets, the way before); README, "Cluster
-    /// simulation".
+    /// (only a model that learned crowded sets, the way before); docs/simulation.md
+    /// .
     #[arg(long, default_value = "always", value_parser = ["always", "crowded-fits"])]
     pub law_blend: String,
     /// Which of `Train`'s seen bands coloc's model keeps (narrower bands for sets of
     /// workloads it was trained on): on (every one, the default), crowded (those of three
     /// and more members only) or off (the model's bands alone, as before 2026-11-27);
-    /// README, "N-way", "Seen bands".
+    /// docs/nway.md, "Seen bands".
     #[arg(long, default_value = "on", value_parser = ["on", "crowded", "off"])]
     pub seen_bands: String,
     /// Simulate only the first N one-GPU pods (by arrival), for quick runs.

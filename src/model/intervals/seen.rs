@@ -13,7 +13,7 @@ use crate::model::{Features, SetPrediction, TrainingRow};
 /// calibrated on workloads held out (folds of whole profiles), which is the error on a new
 /// workload and far wider than the error on a new set of known ones (trained on pairs and
 /// crowded runs, the cluster simulation found 1.9-3.3 % of crowded members below the low
-/// end where 10 % belong; README, "N-way", "Seen bands"). These bands come from sets held
+/// end where 10 % belong; docs/nway.md, "Seen bands"). These bands come from sets held
 /// out at random instead (five folds of whole sets, so that no held-out run has a copy in
 /// its training), each scored only if its members are known to its fold's training: a
 /// pair's both members in any training run, a crowded set's every member in a crowded

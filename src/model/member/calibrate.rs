@@ -31,7 +31,7 @@ impl MemberRidgeGbt {
             .pop()
             .flatten();
         // Seen bands only where the model learned crowded sets from none or from enough
-        // (README, "N-way", "Seen bands in a model that learned from a few crowded runs").
+        // (docs/nway.md, "Seen bands in a model that learned from a few crowded runs").
         let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
         if model.intervals.is_some() && (crowded == 0 || crowded >= SET_LINEAR_MIN_SETS) {
             model.seen = Self::calibrate_seen(rows, options)?;

@@ -15,8 +15,8 @@
 //! learns nothing from busy workloads and so reads sets of light ones it has never seen
 //! where they run. Pairs are answered by the members alone.
 //!
-//! Chosen by `coloc eval kace` on the selection half of the data; see README, "Model quality";
-//! the options by `coloc eval nway --candidates`, README, "N-way".
+//! Chosen by `coloc eval kace` on the selection half of the data; see docs/model.md, "Model quality";
+//! the options by `coloc eval nway --candidates`, docs/nway.md.
 //!
 //! The folder: the fitted model and what its parts share (here), the fit ([`fit`]), the
 //! predictions and the pair scorer ([`predict`]), the intervals' calibration and their
@@ -118,7 +118,7 @@ pub struct MemberRidgeGbt {
     pub intervals: Option<Intervals>,
     /// Narrower bands for sets of workloads the model was trained on ([`SeenBands`]; none
     /// for models trained on 1 to 109 crowded runs, which learned crowded sets from a few
-    /// runs: README, "N-way", "Seen bands in a model that learned from a few crowded
+    /// runs: docs/nway.md, "Seen bands in a model that learned from a few crowded
     /// runs"; none for models stored before they existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<SeenBands>,

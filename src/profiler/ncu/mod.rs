@@ -4,7 +4,7 @@
 //! weighted means, weight = `gpu__time_duration.sum` of each kernel).
 //!
 //! **The invocation** ([`ncu_args`]), decided from real recordings (`../shared/data/ncu-real`,
-//! see README, "Profiling workloads"): `ncu --csv --page details --print-units base
+//! see docs/profiling.md): `ncu --csv --page details --print-units base
 //! --target-processes all --log-file <file> --metrics <the 8 metrics> <step filter>
 //! <program> <args>`.
 //! - `--page details`, not `--page raw`: the details page is ncu's default and what every

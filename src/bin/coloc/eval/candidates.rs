@@ -9,7 +9,7 @@ use coloc::model::{
     MemberOptions,
 };
 
-/// Candidates compared by `coloc eval nway --candidates` (README, "N-way").
+/// Candidates compared by `coloc eval nway --candidates` (docs/nway.md).
 pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
     const fn o(crowding: bool, stacked: bool, weighted: bool) -> MemberOptions {
         MemberOptions {
@@ -147,7 +147,7 @@ pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
     ]
 };
 
-/// The calibrations `coloc eval nway --coverage --candidates` compares (README, "N-way").
+/// The calibrations `coloc eval nway --coverage --candidates` compares (docs/nway.md).
 pub const CALIBRATION_CANDIDATES: [(&str, Calibration); 6] = [
     (
         "profile-folds",

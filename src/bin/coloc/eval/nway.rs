@@ -685,7 +685,7 @@ pub struct SeenCoverage {
 }
 
 /// Coverage of the intervals `Train` gives sets of workloads it has seen (its seen bands
-/// where they cover a set, README "N-way", "Seen bands"): five folds of whole sets (every
+/// where they cover a set, docs/nway.md, "Seen bands"): five folds of whole sets (every
 /// copy of a set in one fold, `intervals::set_folds`) of the file's runs, the default model
 /// fitted as `Train` fits it on every pair and the other folds' runs, scored on the
 /// held-out runs whose every member is in a run of that training. With `pairs`, also the

@@ -6,7 +6,7 @@
 //! scheduled_time` (how long it ran in the real cluster). A job's work is its lifetime at
 //! exclusive speed: alone on a GPU it finishes in its trace lifetime.
 //!
-//! The assignment rule (README, "Cluster simulation"): a pod that asked for a whole GPU
+//! The assignment rule (docs/simulation.md): a pod that asked for a whole GPU
 //! (`gpu_milli == 1000`) runs one of the training workloads; a GPU-sharing pod runs an
 //! inference workload, batch 2 when it asked for at most half a GPU (`gpu_milli <= 500`),
 //! batch 8 above. Within its class the workload is drawn uniformly by a hash of (seed, pod
