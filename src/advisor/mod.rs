@@ -12,6 +12,7 @@ mod rank;
 mod stats;
 mod training;
 
+use crate::sync::Unpoisoned;
 use std::{
     collections::HashMap,
     sync::{Arc, RwLock},
@@ -192,11 +193,11 @@ impl Advisor {
     fn read_catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
         // A panic while holding the lock cannot leave the catalog half-written (every
         // mutation is a single call), so a poisoned lock is still usable.
-        self.catalog.read().unwrap_or_else(|e| e.into_inner())
+        self.catalog.read().unpoisoned()
     }
 
     fn write_catalog(&self) -> std::sync::RwLockWriteGuard<'_, Catalog> {
-        self.catalog.write().unwrap_or_else(|e| e.into_inner())
+        self.catalog.write().unpoisoned()
     }
 
     pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
@@ -307,12 +308,7 @@ impl Advisor {
         }
         self.write_catalog().remove_workload(name);
         // Its job row went with it; stop the run if the worker is profiling it now.
-        if let Some(running) = self
-            .running_jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
+        if let Some(running) = self.running_jobs.lock().unpoisoned().get(name) {
             running.cancel();
         }
         Ok(())
@@ -344,16 +340,13 @@ impl Advisor {
         let token = parent.child_token();
         self.running_jobs
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unpoisoned()
             .insert(workload.clone(), token.clone());
         token
     }
 
     pub fn end_job(&self, workload: &WorkloadName) {
-        self.running_jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(workload);
+        self.running_jobs.lock().unpoisoned().remove(workload);
     }
 
     /// Stores a profiling job's result and makes the workload rankable at once, once per

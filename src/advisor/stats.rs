@@ -2,6 +2,7 @@
 //! by outcome, profiling jobs by outcome (in all, and per profiling agent). Plain atomics, read by the metrics endpoint when
 //! it is scraped, so that the advisor needs nothing of the metrics layer.
 
+use crate::sync::Unpoisoned;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What became of a ReportColocation.
@@ -111,13 +112,13 @@ impl Stats {
     /// An outcome an agent submitted (counted in [`jobs`](Self::jobs) too).
     pub fn agent_job(&self, agent: &str, outcome: JobOutcome) {
         self.job(outcome);
-        let mut agents = self.agent_jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut agents = self.agent_jobs.lock().unpoisoned();
         agents.entry(agent.to_string()).or_default()[outcome as usize] += 1;
     }
 
     /// Each agent's submitted outcomes, by agent id, in [`JobOutcome::ALL`]'s order.
     pub fn agent_jobs(&self) -> Vec<(String, [u64; 7])> {
-        let agents = self.agent_jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let agents = self.agent_jobs.lock().unpoisoned();
         agents
             .iter()
             .map(|(id, counts)| (id.clone(), *counts))

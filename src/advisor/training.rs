@@ -5,6 +5,7 @@
 //! overrides the verdicts; the champion's errors on newly reported runs are watched for
 //! drift.
 
+use crate::sync::Unpoisoned;
 use std::{collections::VecDeque, sync::Arc};
 
 use super::{Advisor, Error, ModelMap, Result};
@@ -355,16 +356,13 @@ impl Advisor {
 
     /// Serves `model` for its GPU model from now on; its rolling error starts afresh.
     pub(super) fn publish(&self, gpu: &GpuName, model: Arc<StoredModel>) {
-        self.rolling_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                gpu.clone(),
-                RollingError {
-                    version: model.version,
-                    errors: VecDeque::new(),
-                },
-            );
+        self.rolling_errors.lock().unpoisoned().insert(
+            gpu.clone(),
+            RollingError {
+                version: model.version,
+                errors: VecDeque::new(),
+            },
+        );
         self.write_catalog().set_scoring_model(model.clone());
         self.models.rcu(|current| {
             let mut next = ModelMap::clone(current);
@@ -447,10 +445,7 @@ impl Advisor {
 
     /// Records the champion's relative error on a newly reported run.
     pub(super) fn record_prediction_error(&self, gpu: &GpuName, version: u64, error: f64) {
-        let mut all = self
-            .rolling_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut all = self.rolling_errors.lock().unpoisoned();
         let rolling = all.entry(gpu.clone()).or_default();
         if rolling.version != version {
             *rolling = RollingError {
@@ -481,10 +476,7 @@ impl Advisor {
 
     /// The champion's mean relative error over its last reported runs, and how many.
     pub fn rolling_error(&self, gpu: &GpuName) -> Option<(f64, usize)> {
-        let all = self
-            .rolling_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let all = self.rolling_errors.lock().unpoisoned();
         let rolling = all.get(gpu)?;
         if rolling.errors.is_empty() {
             return None;
@@ -501,16 +493,13 @@ impl Advisor {
                 .prediction_errors(&champion.gpu, champion.version, self.lifecycle.drift_window)
                 .await?;
             errors.reverse();
-            self.rolling_errors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    champion.gpu.clone(),
-                    RollingError {
-                        version: champion.version,
-                        errors: errors.into(),
-                    },
-                );
+            self.rolling_errors.lock().unpoisoned().insert(
+                champion.gpu.clone(),
+                RollingError {
+                    version: champion.version,
+                    errors: errors.into(),
+                },
+            );
         }
         Ok(())
     }
