@@ -527,6 +527,8 @@ fn colocated_members(
     raw.into_iter()
         .enumerate()
         .map(|(i, m)| {
+            // The same rule for a job id as AssignJob's (empty: not given).
+            optional_id(&format!("members[{i}].job_id"), &m.job_id)?;
             Ok(ColocatedMember {
                 workload: workload_name(&format!("members[{i}].workload"), &m.workload)?,
                 throughput: m.throughput,

@@ -498,6 +498,23 @@ impl NvmlBackend {
     }
 }
 
+/// A workload's name as one path component: workload names may hold `/` and `.` (so
+/// `../escaped` is a valid name), and a folder named after one must stay inside
+/// `profiler.keep_raw_dir`. Every character but letters, digits, `-`, `_` and `+` becomes `_`.
+fn raw_folder_name(workload: &WorkloadName) -> String {
+    workload
+        .as_str()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// One profile's raw measurements under `profiler.keep_raw_dir`, in a folder of its own
 /// (`<workload>-<unix ms>`). Keeping them is a side effect that never fails a profile: a
 /// file that cannot be written is logged and left out.
@@ -508,7 +525,7 @@ struct RawRecord {
 
 impl RawRecord {
     fn create(base: &Path, workload: &WorkloadName) -> Option<Self> {
-        let dir = base.join(format!("{workload}-{}", now_ms()));
+        let dir = base.join(format!("{}-{}", raw_folder_name(workload), now_ms()));
         match std::fs::create_dir_all(&dir) {
             Ok(()) => Some(Self { dir }),
             Err(error) => {
@@ -593,5 +610,29 @@ pub async fn ncu_version(path: &Path) -> String {
             .take(128)
             .collect(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workload_named_to_climb_out_keeps_its_raw_measurements_inside_the_folder() {
+        let base = tempfile::TempDir::new().unwrap();
+        let keep = base.path().join("raw");
+        std::fs::create_dir(&keep).unwrap();
+        for name in ["../escaped", "a/../../b", "..", "./x", "models/bert:8"] {
+            let workload = WorkloadName::parse("name", name).unwrap();
+            let record = RawRecord::create(&keep, &workload).expect("created");
+            assert_eq!(record.dir.parent(), Some(keep.as_path()), "{name}");
+            record.write("probe.txt", b"1");
+            assert!(record.dir.join("probe.txt").is_file(), "{name}");
+        }
+        let outside: Vec<_> = std::fs::read_dir(base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(outside, vec![std::ffi::OsString::from("raw")]);
     }
 }

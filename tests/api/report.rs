@@ -142,6 +142,20 @@ async fn bad_reports_are_rejected_and_change_nothing() {
         ),
         ("invalid gpu name", bad_gpu, Code::InvalidArgument),
         ("time before 1970", bad_time, Code::InvalidArgument),
+        // AssignJob's rule for job ids: no control characters, at most 253 characters.
+        (
+            "a job id with a control character",
+            report(vec![member("a", 1.0, "job\u{7}1"), member("b", 1.0, "")]),
+            Code::InvalidArgument,
+        ),
+        (
+            "a job id AssignJob would refuse as too long",
+            report(vec![
+                member("a", 1.0, &"j".repeat(254)),
+                member("b", 1.0, ""),
+            ]),
+            Code::InvalidArgument,
+        ),
     ];
     for (what, request, code) in cases {
         let result = app.client.report_colocation(request).await;
