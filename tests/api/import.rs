@@ -158,3 +158,25 @@ async fn another_memory_size_for_a_known_gpu_model_is_refused_and_changes_nothin
         "the store changed"
     );
 }
+
+#[tokio::test]
+async fn an_import_prints_its_summary_without_the_services_info_lines() {
+    let db_dir = tempfile::TempDir::new().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+        .args(["import", "kace"])
+        .arg(h100_dir())
+        .arg("--database")
+        .arg(format!(
+            "sqlite://{}",
+            db_dir.path().join("coloc.db").display()
+        ))
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("INFO"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("model: version 2"), "{stdout}");
+}

@@ -702,8 +702,9 @@ pub struct RankArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The GPU model the run was measured on.
-    #[arg(long)]
+    /// The GPU model the run was measured on; empty = the server's default (model.default_gpu,
+    /// else the only one it knows).
+    #[arg(long, default_value = "")]
     pub gpu: String,
     /// WORKLOAD=THROUGHPUT for each member (2 or more).
     #[arg(required = true, num_args = 2..)]

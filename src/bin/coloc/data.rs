@@ -14,10 +14,17 @@ use crate::{
     serve::load_settings,
 };
 
+/// The offline tools print a summary on stdout; the service's info lines (models loaded,
+/// writers stopped) would only bury it, so they log warnings and errors unless RUST_LOG
+/// asks for more.
+fn init_quiet_logs(settings: &coloc::settings::Settings) {
+    telemetry::init("warn", settings.log.format);
+}
+
 /// `coloc export kace`.
 pub async fn export(args: ExportKaceArgs) -> anyhow::Result<()> {
     let settings = load_settings(&args.common, None)?;
-    telemetry::init(&settings.log.level, settings.log.format);
+    init_quiet_logs(&settings);
     let gpu = GpuName::parse("--gpu", &args.gpu).map_err(|e| anyhow::anyhow!(e.message))?;
     let overwrite = if args.force {
         coloc::dataset::Overwrite::Replace
@@ -76,7 +83,7 @@ fn dataset_gpu(args: &ImportKaceArgs) -> anyhow::Result<(GpuName, f64)> {
 /// `coloc import kace`.
 pub async fn import(args: ImportKaceArgs) -> anyhow::Result<()> {
     let settings = load_settings(&args.common, None)?;
-    telemetry::init(&settings.log.level, settings.log.format);
+    init_quiet_logs(&settings);
     let (gpu, gpu_memory_gb) = dataset_gpu(&args)?;
     if let Some(addr) = &args.addr {
         let connection = Connection {
