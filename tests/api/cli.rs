@@ -291,6 +291,54 @@ async fn the_cli_covers_predict_train_models_and_pins_in_grpcurls_json_and_exit_
     reports_with_at_are_idempotent(&app).await;
 }
 
+/// `jobs list` (a table and JSON) and the lease's end in `gpus list`: j1 and j2 run on g1,
+/// j2 renewed with a lease of an hour.
+async fn jobs_list_shows_every_job_and_its_lease(app: &TestApp) {
+    let renew = [
+        "jobs",
+        "assign",
+        "j2",
+        "g1",
+        "--workload",
+        "w02",
+        "--node",
+        "n1",
+        "--lease",
+        "3600",
+    ];
+    let (ok, _, err) = coloc(app, &renew).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = coloc(app, &["jobs", "list"]).await;
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows[0].starts_with("JOB") && rows[0].contains("LEASE ENDS"),
+        "{out}"
+    );
+    let j1 = rows
+        .iter()
+        .find(|r| r.starts_with("j1"))
+        .expect("j1 listed");
+    assert!(
+        j1.contains("w01") && j1.contains("g1") && j1.contains("no lease"),
+        "{j1}"
+    );
+    let j2 = rows
+        .iter()
+        .find(|r| r.starts_with("j2"))
+        .expect("j2 listed");
+    assert!(j2.contains("in 59m") || j2.contains("in 1h 0m"), "{j2}");
+    let (ok, out, err) = coloc(app, &["jobs", "list", "--json", "--nodes", "n9"]).await;
+    assert!(ok, "{err}");
+    let none: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(none["jobs"], serde_json::json!([]));
+    let (ok, out, err) = coloc(app, &["gpus", "list"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("j2=w02 (lease ends in "), "{out}");
+    assert!(out.contains("j1=w01 ") || out.contains("j1=w01\n"), "{out}");
+}
+
 #[tokio::test]
 async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy() {
     let (app, _) = crate::helpers::slowdown_app(5).await;
@@ -326,6 +374,7 @@ async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy
     assert!(ok);
     assert_eq!(out.trim(), "job j3 was not running");
 
+    jobs_list_shows_every_job_and_its_lease(&app).await;
     let (ok, out, err) = coloc(&app, &["gpus", "list", "--json"]).await;
     assert!(ok, "{err}");
     let gpus: serde_json::Value = serde_json::from_str(&out).unwrap();

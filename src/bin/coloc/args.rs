@@ -884,4 +884,14 @@ pub enum JobsCommand {
         /// The scheduler's id of the job.
         job_id: String,
     },
+    /// Every running job of the occupancy the server keeps: its workload, GPU, node and
+    /// when its lease ends.
+    List {
+        /// Only jobs on these nodes (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// Only jobs on GPUs of this GPU model.
+        #[arg(long, default_value = "")]
+        gpu: String,
+    },
 }

@@ -214,8 +214,12 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
     Ok(())
 }
 
-pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Result<()> {
-    let GpusCommand::List { nodes, gpu } = command;
+/// Every GPU of the occupancy the server keeps (all pages), on these nodes and GPU model.
+async fn all_gpus(
+    connection: &Connection,
+    nodes: &[String],
+    gpu: &str,
+) -> anyhow::Result<Vec<pb::ClusterGpu>> {
     let mut client = connection.client().await?;
     let mut gpus = Vec::new();
     let mut page_token = String::new();
@@ -224,18 +228,97 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
             .list_gpus(pb::ListGpusRequest {
                 page_size: 1000,
                 page_token,
-                nodes: nodes.clone(),
-                gpu: gpu.clone(),
+                nodes: nodes.to_vec(),
+                gpu: gpu.to_string(),
             })
             .await
             .map_err(status_error)?
             .into_inner();
         gpus.extend(page.gpus);
         if page.next_page_token.is_empty() {
-            break;
+            return Ok(gpus);
         }
         page_token = page.next_page_token;
     }
+}
+
+/// When a job's lease ends, from now: "in 4m 12s", "no lease", or "expired".
+fn lease_left(job: &pb::ClusterJob, now_s: i64) -> String {
+    let Some(expires) = &job.expires_at else {
+        return "no lease".to_string();
+    };
+    let left = expires.seconds - now_s;
+    if left <= 0 {
+        return "expired".to_string();
+    }
+    let (hours, minutes, seconds) = (left / 3600, left % 3600 / 60, left % 60);
+    if hours > 0 {
+        format!("in {hours}h {minutes}m")
+    } else if minutes > 0 {
+        format!("in {minutes}m {seconds}s")
+    } else {
+        format!("in {seconds}s")
+    }
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `coloc jobs list`: every running job of the occupancy, one row each.
+pub async fn jobs_list(connection: &Connection, nodes: &[String], gpu: &str) -> anyhow::Result<()> {
+    let gpus = all_gpus(connection, nodes, gpu).await?;
+    if connection.json {
+        let jobs: Vec<serde_json::Value> = gpus
+            .iter()
+            .flat_map(|g| {
+                g.jobs.iter().map(move |j| {
+                    serde_json::json!({
+                        "jobId": j.job_id,
+                        "workload": j.workload,
+                        "gpuId": g.id,
+                        "node": g.node,
+                        "gpu": g.gpu,
+                        "leaseExpiresAt": j.expires_at.as_ref().map(|t| t.seconds),
+                    })
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs }))?
+        );
+        return Ok(());
+    }
+    let now = now_s();
+    let rows: Vec<Vec<String>> = gpus
+        .iter()
+        .flat_map(|g| {
+            g.jobs.iter().map(move |j| {
+                vec![
+                    j.job_id.clone(),
+                    j.workload.clone(),
+                    g.id.clone(),
+                    g.node.clone(),
+                    g.gpu.clone(),
+                    lease_left(j, now),
+                ]
+            })
+        })
+        .collect();
+    print_table(
+        &["JOB", "WORKLOAD", "GPU ID", "NODE", "GPU", "LEASE ENDS"],
+        &rows,
+    );
+    Ok(())
+}
+
+pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Result<()> {
+    let GpusCommand::List { nodes, gpu } = command;
+    let gpus = all_gpus(connection, &nodes, &gpu).await?;
     if connection.json {
         return print_canonical(
             &pb::ListGpusResponse {
@@ -245,6 +328,7 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
             "coloc.v1.ListGpusResponse",
         );
     }
+    let now = now_s();
     let rows: Vec<Vec<String>> = gpus
         .iter()
         .map(|g| {
@@ -254,7 +338,12 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
                 g.gpu.clone(),
                 g.jobs
                     .iter()
-                    .map(|j| format!("{}={}", j.job_id, j.workload))
+                    .map(|j| match lease_left(j, now) {
+                        lease if j.expires_at.is_some() => {
+                            format!("{}={} (lease ends {lease})", j.job_id, j.workload)
+                        }
+                        _ => format!("{}={}", j.job_id, j.workload),
+                    })
                     .collect::<Vec<_>>()
                     .join(" "),
             ]
@@ -267,6 +356,7 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
 pub async fn jobs(connection: &Connection, command: JobsCommand) -> anyhow::Result<()> {
     let mut client = connection.client().await?;
     match command {
+        JobsCommand::List { nodes, gpu } => jobs_list(connection, &nodes, &gpu).await?,
         JobsCommand::Assign {
             job_id,
             gpu_id,
