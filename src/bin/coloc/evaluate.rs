@@ -1,6 +1,7 @@
 //! `coloc eval kace|objectives|nway`: the evaluation protocols of `eval` run on published
 //! data, their tables printed (or JSON) and, on request, predictions and a plot written.
 
+use crate::data_sources::{require, DataSet};
 use std::{collections::BTreeSet, path::PathBuf};
 
 use anyhow::Context;
@@ -22,6 +23,10 @@ fn parse_model_kind(flag: &str, raw: &str) -> anyhow::Result<ModelKind> {
 /// `coloc eval nway`: every run-set file scored in turn (locally, and with `--through-api`
 /// the model kinds by fresh servers), then one table (or JSON) of them all.
 pub async fn nway(args: EvalNwayArgs) -> anyhow::Result<()> {
+    for runs in &args.runs {
+        require(runs, DataSet::KaceNway)?;
+    }
+    require(&args.profiles, DataSet::KaceV100)?;
     if args.json {
         coloc::progress::hide();
     }
@@ -260,6 +265,7 @@ fn print_api_trainings(servers: usize, trainings: &[eval::nway_api::ApiTraining]
 
 /// `coloc eval kace`.
 pub async fn kace(args: EvalKaceArgs) -> anyhow::Result<()> {
+    require(&args.dir, DataSet::KaceV100)?;
     if args.json {
         coloc::progress::hide();
     }
@@ -310,6 +316,7 @@ pub async fn kace(args: EvalKaceArgs) -> anyhow::Result<()> {
 
 /// `coloc eval objectives`.
 pub async fn objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
+    require(&args.dir, DataSet::KaceV100)?;
     if args.json {
         coloc::progress::hide();
     }

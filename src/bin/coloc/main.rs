@@ -11,6 +11,7 @@ use clap::Parser;
 mod args;
 mod bench;
 mod data;
+mod data_sources;
 mod eval;
 mod evaluate;
 #[cfg(test)]

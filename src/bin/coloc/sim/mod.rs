@@ -22,6 +22,7 @@ mod report;
 mod trace;
 mod truth;
 
+use crate::data_sources::{require, DataSet};
 use std::{collections::BTreeMap, time::Instant};
 
 use anyhow::{bail, Context};
@@ -348,6 +349,10 @@ fn simulate_seeds(
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    require(&args.trace, DataSet::AlibabaTrace)?;
+    require(&args.kace_v100, DataSet::KaceV100)?;
+    require(&args.kace_3way, DataSet::KaceNway)?;
+    require(&args.kace_4way, DataSet::KaceNway)?;
     let policies = checked_policies(&args)?;
     let mut pods = read_pods(&args.trace)?;
     if let Some(n) = args.max_pods {
