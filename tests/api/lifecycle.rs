@@ -630,3 +630,55 @@ async fn drift_does_not_retrain_again_until_a_new_window_of_runs_arrives() {
     assert_eq!(retrains, [0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]);
     assert_eq!(serving_version(&mut app, "w00").await, 1);
 }
+
+/// Reported runs retrain in batches: the first 60 KACE pairs train a model, every further
+/// batch of 30 retrains (each challenger judged against a champion), and a batch smaller
+/// than `min_new_observations` (20) does not, so the newest model holds the first 180.
+#[tokio::test]
+async fn reported_runs_retrain_batch_by_batch_and_never_on_fewer_than_the_minimum() {
+    let mut app = app().await;
+    let dataset = KaceDataset::read(&kace_dir()).unwrap();
+    register_kace_workloads(&mut app, &dataset).await;
+    let report = |i: usize| {
+        let pair = &dataset.pairs[i];
+        kace_run(
+            (&pair.workload1, pair.throughput1),
+            (&pair.workload2, pair.throughput2),
+            1_700_000_000 + i as i64,
+        )
+    };
+    for i in 0..60 {
+        app.client.report_colocation(report(i)).await.unwrap();
+    }
+    let trainer = trainer(&app);
+    let first = trainer.run_once().await.unwrap();
+    assert!(
+        matches!(&first[..], [TrainerOutcome::Trained { .. }]),
+        "{first:?}"
+    );
+    let mut judged = 0;
+    for batch in (60..dataset.pairs.len()).collect::<Vec<_>>().chunks(30) {
+        for &i in batch {
+            app.client.report_colocation(report(i)).await.unwrap();
+        }
+        for outcome in trainer.run_once().await.unwrap() {
+            match outcome {
+                TrainerOutcome::Trained { outcome, .. } => {
+                    assert!(outcome.model.comparison.is_some(), "not judged");
+                    judged += 1;
+                }
+                TrainerOutcome::Failed { error, .. } => panic!("retraining failed: {error}"),
+            }
+        }
+    }
+    // 181 pairs: batches of 30 from 60 to 180 retrain four times; the last holds one run.
+    assert_eq!(dataset.pairs.len(), 181);
+    assert_eq!(judged, 4);
+    let newest = app
+        .query_i64(
+            "SELECT observations + excluded_outliers FROM models ORDER BY version DESC LIMIT 1",
+        )
+        .await;
+    assert_eq!(newest, 180);
+    assert!(trainer.run_once().await.unwrap().is_empty());
+}
