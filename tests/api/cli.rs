@@ -515,3 +515,42 @@ async fn register_sends_the_launch_specs_environment_and_nvtx_range() {
     let (_, out, _) = coloc(&app, &["workloads", "list"]).await;
     assert!(!out.contains("x ") && !out.contains("y "), "{out}");
 }
+
+/// `rank --gpu-memory-gb` and `--include-oversubscribed` reach the server: with room for
+/// no pair every candidate is skipped for memory, and asked for, they come back marked as
+/// not fitting.
+#[tokio::test]
+async fn rank_takes_the_memory_limit_and_oversubscription_from_the_command_line() {
+    let (app, _) = trained_app(6).await;
+    let rank = [
+        "rank",
+        "w01",
+        "--top",
+        "0",
+        "--json",
+        "--include-below-break-even",
+    ];
+    let (ok, out, err) = coloc(&app, &rank).await;
+    assert!(ok, "{err}");
+    let roomy: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let fitting = roomy["ranked"].as_array().map_or(0, Vec::len);
+    assert!(fitting > 0, "{out}");
+
+    let tight = [&rank[..], &["--gpu-memory-gb", "0.001"]].concat();
+    let (ok, out, err) = coloc(&app, &tight).await;
+    assert!(ok, "{err}");
+    let none: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(none["ranked"].as_array().is_none_or(Vec::is_empty), "{out}");
+    assert!(out.contains("EXCEEDS_GPU_MEMORY"), "{out}");
+
+    let over = [&tight[..], &["--include-oversubscribed", "--cautious"]].concat();
+    let (ok, out, err) = coloc(&app, &over).await;
+    assert!(ok, "{err}");
+    let marked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ranked = marked["ranked"].as_array().expect("ranked");
+    assert_eq!(ranked.len(), fitting, "{out}");
+    assert!(
+        ranked.iter().all(|c| c.get("fitsMemory").is_none()),
+        "fits_memory false is left out of proto3 JSON: {out}"
+    );
+}

@@ -698,6 +698,16 @@ pub struct RankArgs {
     /// Also rank candidates predicted to do less work together than apart.
     #[arg(long)]
     pub include_below_break_even: bool,
+    /// Check --min-target-speed-fraction on the low end of the target's 80 % interval
+    /// instead of its point prediction (a model without intervals: the point prediction).
+    #[arg(long)]
+    pub cautious: bool,
+    /// Also rank candidates whose summed memory exceeds the GPU's (fits_memory = false).
+    #[arg(long)]
+    pub include_oversubscribed: bool,
+    /// Memory available for the pair, GB; 0 = the GPU model's total memory.
+    #[arg(long, default_value_t = 0.0)]
+    pub gpu_memory_gb: f64,
 }
 
 #[derive(Debug, Args)]

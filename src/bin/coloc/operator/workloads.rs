@@ -181,6 +181,9 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             min_target_speed_fraction: args.min_target_speed_fraction,
             min_benefit: args.min_benefit,
             include_below_break_even: args.include_below_break_even,
+            cautious: args.cautious,
+            include_oversubscribed: args.include_oversubscribed,
+            gpu_memory_gb: args.gpu_memory_gb,
             ..Default::default()
         })
         .await
