@@ -122,23 +122,61 @@ async fn a_taken_metrics_port_is_refused_with_the_settings_name() {
     );
 }
 
-/// The server's log from start until it serves gRPC on `api`, then it is stopped.
-async fn log_until_serving(metrics_listen: String) -> String {
+/// The loopback TCP ports `pid` listens on: its socket inodes (`/proc/PID/fd`) looked up in
+/// `/proc/net/tcp` among the sockets in LISTEN (state 0A). Every listener is bound before
+/// the server answers health checks, so this is complete once it says SERVING.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let mut ports: Vec<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+            if *state != "0A" || !inodes.contains(*inode) {
+                return None;
+            }
+            u16::from_str_radix(local.rsplit(':').next()?, 16).ok()
+        })
+        .collect();
+    ports.sort_unstable();
+    ports
+}
+
+/// The ports a server started with `metrics_listen` listens on once it serves gRPC on
+/// `api`; then it is stopped.
+async fn ports_when_serving(api: u16, metrics_listen: String) -> Vec<u16> {
     let dir = TempDir::new().unwrap();
-    let api = free_port();
     let mut child = serve(&dir, &[format!("--listen=127.0.0.1:{api}"), metrics_listen]);
     wait_serving(&mut child, api).await;
+    let ports = listening_ports(child.id().unwrap());
     child.start_kill().unwrap();
-    let output = child.wait_with_output().await.unwrap();
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    child.wait().await.unwrap();
+    ports
 }
 
 #[tokio::test]
 async fn an_empty_metrics_listen_switches_the_endpoint_off() {
+    let (api, metrics) = (free_port(), free_port());
     let with_metrics =
-        log_until_serving(format!("--metrics-listen=127.0.0.1:{}", free_port())).await;
-    assert!(with_metrics.contains("serving metrics"), "{with_metrics}");
-    let without = log_until_serving("--metrics-listen=".into()).await;
-    assert!(without.contains("serving gRPC"), "{without}");
-    assert!(!without.contains("serving metrics"), "{without}");
+        ports_when_serving(api, format!("--metrics-listen=127.0.0.1:{metrics}")).await;
+    let mut expected = vec![api, metrics];
+    expected.sort_unstable();
+    assert_eq!(with_metrics, expected);
+    let api = free_port();
+    let without = ports_when_serving(api, "--metrics-listen=".into()).await;
+    assert_eq!(without, vec![api]);
 }
