@@ -434,3 +434,12 @@ pub async fn all_workloads(
         page_token = page.next_page_token;
     }
 }
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -7,16 +7,7 @@ use coloc::proto::colocation_advisor_client::ColocationAdvisorClient;
 use tempfile::TempDir;
 use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
 
-use crate::helpers::database_url;
-
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{database_url, free_port};
 
 #[tokio::test]
 async fn a_closed_log_pipe_neither_breaks_rpcs_nor_stops_sigterm_from_working() {

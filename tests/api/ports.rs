@@ -8,16 +8,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
 
-use crate::helpers::database_url;
-
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{database_url, free_port};
 
 fn serve(dir: &TempDir, args: &[String]) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_coloc"))

@@ -261,13 +261,6 @@ fn lease_left(job: &pb::ClusterJob, now_s: i64) -> String {
     }
 }
 
-fn now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// `coloc jobs list`: every running job of the occupancy, one row each.
 pub async fn jobs_list(connection: &Connection, nodes: &[String], gpu: &str) -> anyhow::Result<()> {
     let gpus = all_gpus(connection, nodes, gpu).await?;
@@ -293,7 +286,7 @@ pub async fn jobs_list(connection: &Connection, nodes: &[String], gpu: &str) -> 
         );
         return Ok(());
     }
-    let now = now_s();
+    let now = coloc::domain::now_ms() / 1000;
     let rows: Vec<Vec<String>> = gpus
         .iter()
         .flat_map(|g| {
@@ -328,7 +321,7 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
             "coloc.v1.ListGpusResponse",
         );
     }
-    let now = now_s();
+    let now = coloc::domain::now_ms() / 1000;
     let rows: Vec<Vec<String>> = gpus
         .iter()
         .map(|g| {
