@@ -1,8 +1,16 @@
 //! Whether the store can write, as its writes find out: every write transaction reports its
 //! outcome here. A storage fault (disk full, read-only or vanished file, I/O error) marks the
-//! store failing until a write succeeds again; while it fails, a probe task writes one tiny
-//! row every [`PROBE_INTERVAL`] so that recovery is noticed even when no client writes.
-//! Health (the advisor's gRPC health status) and metrics read this state.
+//! store failing until a real write succeeds again: the probe's row, or a batch of reports
+//! that stored a new run (a transaction that changed nothing proves nothing: on a read-only
+//! connection it commits too). While the store fails, the probe task writes one tiny row
+//! every [`PROBE_INTERVAL`] so that recovery is noticed even when no client writes. Health
+//! (the advisor's gRPC health status) and metrics read this state.
+//!
+//! The pool asks [`WriteHealth::keep_connection`] before it lends or takes back a
+//! connection: while writes fail, and afterwards for the connections opened since the last
+//! write that succeeded before the fault, the connection is closed rather than kept. SQLite
+//! opens a file it may not write (made immutable, a read-only remount) read-only instead of
+//! failing, and such a connection would refuse every write long after the fault is gone.
 //!
 //! Failures of the request itself (a constraint, a missing workload) say nothing about the
 //! storage and leave the state as it is.
@@ -10,9 +18,9 @@
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use sqlx::SqlitePool;
@@ -20,15 +28,26 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
+use crate::sync::Unpoisoned;
 
 /// How often a failing store tries a write of its own.
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The store's write health and its counts.
 #[derive(Debug)]
 pub struct WriteHealth {
     failing: watch::Sender<bool>,
     failures: AtomicU64,
+    times: Mutex<FaultTimes>,
+}
+
+/// When writes last succeeded, and the last fault's span: connections opened within it
+/// may be read-only.
+#[derive(Debug)]
+struct FaultTimes {
+    last_success: Instant,
+    /// From the last success before the fault to the first success after it.
+    fault: Option<(Instant, Instant)>,
 }
 
 impl Default for WriteHealth {
@@ -36,6 +55,10 @@ impl Default for WriteHealth {
         Self {
             failing: watch::Sender::new(false),
             failures: AtomicU64::new(0),
+            times: Mutex::new(FaultTimes {
+                last_success: Instant::now(),
+                fault: None,
+            }),
         }
     }
 }
@@ -56,22 +79,43 @@ impl WriteHealth {
         self.failing.subscribe()
     }
 
-    /// Records a write's outcome.
-    pub(super) fn record<T>(&self, outcome: &Result<T, StoreError>) {
-        match outcome {
-            Ok(_) => self.succeeded(),
-            Err(error) if error.is_storage_fault() => self.failed(error),
-            Err(_) => {}
+    /// Records the failure of a write transaction that may have written nothing: its
+    /// success says nothing (see the module header), a storage fault marks the store
+    /// failing.
+    pub(super) fn record_failure<T>(&self, outcome: &Result<T, StoreError>) {
+        if let Err(error) = outcome {
+            if error.is_storage_fault() {
+                self.failed(error);
+            }
         }
     }
 
+    /// A write that stored a row committed: the store writes.
     pub(super) fn succeeded(&self) {
+        let now = Instant::now();
+        let mut times = self.times.lock().unpoisoned();
         self.failing.send_if_modified(|failing| {
             if *failing {
                 tracing::info!("store writes succeed again");
+                times.fault = Some((times.last_success, now));
             }
             std::mem::replace(failing, false)
         });
+        times.last_success = now;
+    }
+
+    /// Whether the pool may keep (or lend) a connection opened `age` ago: not while writes
+    /// fail, nor one opened during the last fault.
+    pub fn keep_connection(&self, age: Duration) -> bool {
+        if self.failing() {
+            return false;
+        }
+        let times = self.times.lock().unpoisoned();
+        let Some((began, ended)) = times.fault else {
+            return true;
+        };
+        let opened = Instant::now().checked_sub(age);
+        !opened.is_some_and(|opened| opened >= began && opened <= ended)
     }
 
     pub(super) fn failed(&self, error: &StoreError) {
@@ -99,8 +143,10 @@ pub(super) async fn probe(pool: SqlitePool, health: Arc<WriteHealth>, stop: Canc
             _ = tokio::time::sleep(PROBE_INTERVAL) => {}
         }
         if health.failing() {
-            let outcome = write_probe(&pool).await;
-            health.record(&outcome);
+            match write_probe(&pool).await {
+                Ok(()) => health.succeeded(),
+                Err(error) => health.record_failure::<()>(&Err(error)),
+            }
         }
     }
 }
@@ -116,4 +162,44 @@ async fn write_probe(pool: &SqlitePool) -> Result<(), StoreError> {
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_dropped_while_writes_fail_and_those_opened_during_the_fault_after() {
+        let health = WriteHealth::default();
+        assert!(health.keep_connection(Duration::ZERO));
+        assert!(health.keep_connection(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(20));
+        health.failed(&StoreError::WriterStopped);
+        assert!(!health.keep_connection(Duration::ZERO));
+        assert!(!health.keep_connection(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(20));
+        health.succeeded();
+        assert!(!health.failing());
+        // Opened during the fault (10 ms ago): closed; opened before the last success
+        // before it (an hour ago) or after the recovery: kept.
+        assert!(!health.keep_connection(Duration::from_millis(10)));
+        assert!(health.keep_connection(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(health.keep_connection(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_write_transaction_that_commits_does_not_mark_a_failing_store_healthy() {
+        let health = WriteHealth::default();
+        health.failed(&StoreError::WriterStopped);
+        health.record_failure::<()>(&Ok(()));
+        assert!(
+            health.failing(),
+            "a commit that wrote nothing proves nothing"
+        );
+        health.record_failure::<()>(&Err(StoreError::Closed));
+        assert_eq!(health.failures(), 1, "not a storage fault");
+        health.succeeded();
+        assert!(!health.failing());
+    }
 }

@@ -201,17 +201,28 @@ impl Store {
         let max_connections = if in_memory { 1 } else { 4 };
         let faults = FaultSwitch::default();
         let connect_faults = faults.clone();
+        let health = Arc::new(WriteHealth::default());
+        // While writes fail, a file-backed store's connections are closed after each use
+        // and opened afresh (store/health.rs); an in-memory database would be lost.
+        let keep = move |health: &WriteHealth, age| in_memory || health.keep_connection(age);
+        let (acquire_health, release_health) = (health.clone(), health.clone());
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)
             .after_connect(move |connection, _| {
                 let faults = connect_faults.clone();
                 Box::pin(async move { faults.install(connection).await })
             })
-            .after_release(|connection, _| Box::pin(release_check(connection)))
+            .before_acquire(move |_, meta| {
+                let kept = keep(&acquire_health, meta.age);
+                Box::pin(async move { Ok(kept) })
+            })
+            .after_release(move |connection, meta| {
+                let kept = keep(&release_health, meta.age);
+                Box::pin(async move { Ok(kept && release_check(connection).await?) })
+            })
             .connect_with(options)
             .await?;
         sqlx::migrate!().run(&pool).await?;
-        let health = Arc::new(WriteHealth::default());
         let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone(), health.clone()));
         let occupancy_writer = Arc::new(OccupancyWriter::spawn(pool.clone()).await?);
         let probe_stop = CancellationToken::new();
@@ -303,15 +314,15 @@ impl Store {
         begun
     }
 
-    /// [`finish`] for a write transaction: its outcome, commit included, tells
-    /// [`WriteHealth`] whether the store can write.
+    /// [`finish`] for a write transaction: a storage fault, commit included, tells
+    /// [`WriteHealth`] that the store cannot write (only a real write says it can again).
     async fn finish_write<T>(
         &self,
         tx: Transaction<'static, Sqlite>,
         outcome: Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let finished = finish(tx, outcome).await;
-        self.health.record(&finished);
+        self.health.record_failure(&finished);
         finished
     }
 

@@ -7,8 +7,10 @@
 //!
 //! A run that fails (a constraint the database enforces) fails alone: the batch is rolled
 //! back and written again with a savepoint per run, and only the failing run's caller gets
-//! its error. A failure of the transaction itself (begin, a savepoint statement, commit)
-//! fails every run of the batch: none is acknowledged.
+//! its error. A failure of the transaction itself (begin, a savepoint statement, commit) or
+//! of the storage under any run (a read-only file, a full disk) fails every run of the
+//! batch: none is acknowledged, and the store is marked failing, never healthy, until a
+//! batch or the probe stores a row again (`health`).
 //!
 //! The writer cannot deadlock with the pool or with other writers: it borrows a pool
 //! connection only for the length of a batch, waits on nothing but that connection while it
@@ -143,17 +145,23 @@ pub(super) async fn run_once(
             if let Err(error) = tx.commit().await {
                 return fail_batch(batch, Vec::new(), StoreError::Database(error), health);
             }
-            health.succeeded();
+            if written.iter().any(|(_, created)| *created) {
+                health.succeeded();
+            }
             let runs = batch.len();
             answer(batch, written.into_iter().map(Ok));
             tracing::debug!(runs, "observation batch committed");
             BatchOutcome::Committed { runs }
         }
         Err(error) => {
-            tracing::debug!(error = %error, "a run failed; writing the batch again run by run");
             if let Err(rollback) = tx.rollback().await {
                 tracing::warn!(error = %rollback, "rollback failed");
             }
+            // The storage failed, not the run: every run of the batch would fail the same.
+            if error.is_storage_fault() {
+                return fail_batch(batch, Vec::new(), error, health);
+            }
+            tracing::debug!(error = %error, "a run failed; writing the batch again run by run");
             run_isolated(pool, batch, health).await
         }
     }
@@ -205,7 +213,9 @@ async fn run_isolated(
     if let Err(error) = tx.commit().await {
         return fail_batch(batch, replies, StoreError::Database(error), health);
     }
-    health.succeeded();
+    if replies.iter().any(|reply| matches!(reply, Ok((_, true)))) {
+        health.succeeded();
+    }
     let runs = batch.len();
     let failed = replies.iter().filter(|r| r.is_err()).count();
     answer(batch, replies);
@@ -223,8 +233,9 @@ fn answer(batch: Vec<WriteRequest>, replies: impl IntoIterator<Item = Reply>) {
 }
 
 /// Writes one run under its own savepoint. The outer error means the transaction itself
-/// is in doubt (a savepoint statement failed) and the batch must be abandoned; the inner
-/// one is this run's own failure, already rolled back.
+/// is in doubt (a savepoint statement failed, or the storage did: a read-only file, a full
+/// disk) and the batch must be abandoned; the inner one is this run's own failure, already
+/// rolled back.
 async fn write_isolated(
     tx: &mut Transaction<'static, Sqlite>,
     request: &WriteRequest,
@@ -247,6 +258,7 @@ async fn write_isolated(
                 .await?;
             Ok(Ok(written))
         }
+        Err(error) if error.is_storage_fault() => Err(error),
         Err(error) => {
             sqlx::query("ROLLBACK TO observation")
                 .execute(&mut **tx)
@@ -444,6 +456,27 @@ mod tests {
         );
         assert_eq!(count(&store, "observations").await, 2);
         assert_eq!(count(&store, "observation_members").await, 4);
+    }
+
+    /// A batch whose runs were all stored before commits and writes nothing: it says
+    /// nothing about whether the store writes again.
+    #[tokio::test]
+    async fn only_a_batch_that_stores_a_run_marks_a_failing_store_healthy() {
+        let (_dir, store) = open_store().await;
+        let (mut request_rx, _replies) = queue(vec![run_of(1.0)]);
+        write_queued(&store, &mut request_rx).await;
+        // No probe: only the batches below may clear the state.
+        store.probe_stop.cancel();
+        store.write_health().failed(&StoreError::WriterStopped);
+        let (mut request_rx, _replies) = queue(vec![run_of(1.0)]);
+        assert_eq!(
+            write_queued(&store, &mut request_rx).await,
+            BatchOutcome::Committed { runs: 1 }
+        );
+        assert!(store.write_health().failing());
+        let (mut request_rx, _replies) = queue(vec![run_of(2.0)]);
+        write_queued(&store, &mut request_rx).await;
+        assert!(!store.write_health().failing());
     }
 
     #[tokio::test]

@@ -30,6 +30,7 @@ mod place;
 mod ports;
 mod predict;
 mod profiles;
+mod readonly;
 mod progress;
 mod rank;
 mod report;
