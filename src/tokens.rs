@@ -17,7 +17,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Reader => "reader",
             Self::Agent => "agent",
@@ -131,6 +131,13 @@ impl Tokens {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The role of the request's bearer token, if it is a known one.
+    pub fn role(&self, authorization: Option<&str>) -> Option<Role> {
+        self.roles
+            .get(authorization.and_then(bearer_token)?)
+            .copied()
     }
 
     /// Whether the request's bearer token may call `path`.

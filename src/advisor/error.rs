@@ -106,6 +106,18 @@ pub enum Error {
     /// may succeed once the fault is gone. Health says NOT_SERVING meanwhile.
     #[error("the database cannot be written right now; retry later")]
     StorageUnavailable(#[source] StoreError),
+    /// Runs named by id (DeleteRuns) that are not stored.
+    #[error("no stored run has id {}; nothing was deleted", .0.iter().map(i64::to_string).collect::<Vec<_>>().join(", "))]
+    UnknownRuns(Vec<i64>),
+    /// A GPU of the occupancy named by id that coloc does not know.
+    #[error("GPU {0:?} is not in the occupancy (coloc gpus list shows the known ones)")]
+    UnknownClusterGpu(String),
+    /// A node with no GPU in the occupancy.
+    #[error("no GPU of the occupancy is on node {0:?}")]
+    UnknownNode(String),
+    /// A workload without a profile on the GPU model named.
+    #[error("workload {workload:?} has no profile on GPU model {:?}", .gpu.as_str())]
+    UnknownProfile { workload: String, gpu: GpuName },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }

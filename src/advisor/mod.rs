@@ -11,6 +11,7 @@ mod predict;
 mod rank;
 mod stats;
 mod training;
+mod undo;
 
 use crate::sync::Unpoisoned;
 use std::{
@@ -46,6 +47,7 @@ pub use rank::{
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{trimmed_mean, TrainOutcome, Trigger};
+pub use undo::{ForgetTarget, UndoOutcome};
 
 /// Page size when the client asks for none, and the largest page served.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;

@@ -30,6 +30,8 @@ pub enum Trigger {
     Drift,
     /// `coloc import`.
     Import,
+    /// An operator's undo changed the training data (DeleteRuns, DeleteProfile).
+    Undo,
 }
 
 impl Trigger {
@@ -39,6 +41,7 @@ impl Trigger {
             Self::Schedule => "schedule",
             Self::Drift => "drift",
             Self::Import => "import",
+            Self::Undo => "undo",
         }
     }
 }

@@ -11,7 +11,12 @@ use std::{
 
 use tonic::body::Body;
 
-use crate::tokens::Tokens;
+use crate::tokens::{Role, Tokens};
+
+/// The role of the token a request was let in with, in the request's extensions (the
+/// audit trail names it); absent when auth is off.
+#[derive(Debug, Clone, Copy)]
+pub struct CallerRole(pub Role);
 
 /// The tower layer that applies [`Tokens::check`] to every request.
 #[derive(Clone)]
@@ -60,7 +65,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         if let Some(tokens) = &self.tokens {
             let authorization = request
                 .headers()
@@ -68,6 +73,9 @@ where
                 .and_then(|v| v.to_str().ok());
             if let Err(status) = tokens.check(request.uri().path(), authorization) {
                 return Box::pin(async move { Ok(status.into_http()) });
+            }
+            if let Some(role) = tokens.role(authorization) {
+                request.extensions_mut().insert(CallerRole(role));
             }
         }
         Box::pin(self.inner.call(request))

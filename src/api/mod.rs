@@ -7,6 +7,7 @@ mod auth;
 pub mod convert;
 mod middleware;
 mod status;
+mod undo;
 
 use std::sync::Arc;
 
@@ -281,6 +282,34 @@ impl ColocationAdvisor for AdvisorService {
                 .map(|m| convert::model_to_pb(m, &context))
                 .collect(),
         }))
+    }
+
+    async fn delete_runs(
+        &self,
+        request: Request<pb::DeleteRunsRequest>,
+    ) -> Result<Response<pb::UndoResponse>, Status> {
+        undo::delete_runs(&self.advisor, request).await
+    }
+
+    async fn forget_gpus(
+        &self,
+        request: Request<pb::ForgetGpusRequest>,
+    ) -> Result<Response<pb::UndoResponse>, Status> {
+        undo::forget_gpus(&self.advisor, request).await
+    }
+
+    async fn delete_profile(
+        &self,
+        request: Request<pb::DeleteProfileRequest>,
+    ) -> Result<Response<pb::UndoResponse>, Status> {
+        undo::delete_profile(&self.advisor, request).await
+    }
+
+    async fn list_audit(
+        &self,
+        request: Request<pb::ListAuditRequest>,
+    ) -> Result<Response<pb::ListAuditResponse>, Status> {
+        undo::list_audit(&self.advisor, request).await
     }
 
     async fn pin_model(

@@ -20,7 +20,11 @@ pub fn code(error: &Error) -> Code {
         | Error::UnknownReportedWorkload(_)
         | Error::UnknownModelVersion { .. }
         | Error::UnknownAgent(_)
-        | Error::UnknownJob(_) => Code::NotFound,
+        | Error::UnknownJob(_)
+        | Error::UnknownRuns(_)
+        | Error::UnknownClusterGpu(_)
+        | Error::UnknownNode(_)
+        | Error::UnknownProfile { .. } => Code::NotFound,
         // The holder lost the job to an expired lease: a concurrency conflict, settled by
         // dropping the job (and claiming anew), not by retrying the same call.
         Error::ClaimLost { .. } => Code::Aborted,

@@ -29,6 +29,10 @@ pub struct ImportSummary {
     pub workloads_unchanged: usize,
     pub incomplete_workloads: Vec<String>,
     pub observations_new: usize,
+    /// The import batch of the new runs (when they were stored), which `coloc runs delete
+    /// --import-batch` takes; `None` when no run was new, or the runs went through
+    /// ReportColocation (`import --addr`: they are reported runs).
+    pub import_batch: Option<i64>,
     pub observations_total: usize,
     pub pairs_skipped: usize,
     /// The models fitted after the import, the one served last; or the one kept.
@@ -204,9 +208,10 @@ pub async fn import_kace(
         }
     }
     progress.finish_and_clear();
+    let batch = now_ms();
     let observations_new = advisor
         .store()
-        .insert_observations(&observations, ObservationSource::Imported, now_ms())
+        .insert_observations(&observations, ObservationSource::Imported, batch)
         .await?;
     // A repeated import changes nothing, so it keeps the current model instead of adding
     // versions identical to it. Otherwise the KACE baseline is fitted first (kept as a
@@ -249,6 +254,7 @@ pub async fn import_kace(
         workloads_unchanged: unchanged,
         incomplete_workloads,
         observations_new,
+        import_batch: (observations_new > 0).then_some(batch),
         observations_total: observations.len(),
         pairs_skipped,
         models,

@@ -17,6 +17,7 @@ mod observation_writer;
 mod observations;
 mod occupancy;
 pub mod snapshot;
+mod undo;
 mod workloads;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -35,6 +36,10 @@ pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, PredictedRun, Prediction, StoredObservation};
 pub use occupancy::{
     AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
+};
+pub use undo::{
+    AuditAction, AuditEntry, MatchedRuns, NewAuditEntry, ProfileRemoved, RunSelection, RunSelector,
+    MAX_RUN_IDS,
 };
 pub use workloads::WorkloadRecord;
 
@@ -277,6 +282,15 @@ impl Store {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         self.occupancy_writer.release(job_id, now_ms).await
+    }
+
+    /// Forgets the known GPUs among `gpu_ids` with all their jobs; (GPUs, jobs) forgotten.
+    pub async fn forget_cluster_gpus(
+        &self,
+        gpu_ids: Vec<String>,
+        now_ms: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        self.occupancy_writer.forget(gpu_ids, now_ms).await
     }
 
     /// The committed occupancy, from memory. Hold the guard briefly: the writer waits for it

@@ -16,7 +16,14 @@ pub enum ObservationSource {
 }
 
 impl ObservationSource {
-    fn as_str(self) -> &'static str {
+    /// The source named as stored ("reported", "imported", "calibrated").
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::Reported, Self::Imported, Self::Calibrated]
+            .into_iter()
+            .find(|source| source.as_str() == raw)
+    }
+
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Reported => "reported",
             Self::Imported => "imported",

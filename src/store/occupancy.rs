@@ -210,6 +210,8 @@ pub enum OccupancyConflict {
 enum Op {
     Assign(Assignment),
     Release(String),
+    /// Forget these GPUs (known ones) with every job on them (ForgetGpus).
+    Forget(Vec<String>),
 }
 
 type Reply = Result<Outcome, StoreError>;
@@ -218,6 +220,11 @@ type Reply = Result<Outcome, StoreError>;
 enum Outcome {
     Assigned(Assigned),
     Released(bool),
+    /// GPUs and jobs forgotten.
+    Forgot {
+        gpus: u64,
+        jobs: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -273,14 +280,27 @@ impl OccupancyWriter {
     ) -> Result<Assigned, StoreError> {
         match self.send(Op::Assign(assignment), now_ms).await? {
             Outcome::Assigned(assigned) => Ok(assigned),
-            Outcome::Released(_) => unreachable!("an assignment is answered as one"),
+            _ => unreachable!("an assignment is answered as one"),
         }
     }
 
     pub(super) async fn release(&self, job_id: String, now_ms: i64) -> Result<bool, StoreError> {
         match self.send(Op::Release(job_id), now_ms).await? {
             Outcome::Released(released) => Ok(released),
-            Outcome::Assigned(_) => unreachable!("a release is answered as one"),
+            _ => unreachable!("a release is answered as one"),
+        }
+    }
+
+    /// Forgets the GPUs with these ids that are known, with their jobs (live or expired):
+    /// (GPUs, jobs) forgotten. The ids can then be assigned anew, on any node and model.
+    pub(super) async fn forget(
+        &self,
+        gpu_ids: Vec<String>,
+        now_ms: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        match self.send(Op::Forget(gpu_ids), now_ms).await? {
+            Outcome::Forgot { gpus, jobs } => Ok((gpus, jobs)),
+            _ => unreachable!("a forget is answered as one"),
         }
     }
 
@@ -381,6 +401,19 @@ impl Committer for OccupancyCommitter {
 /// What one operation does, decided against the writer's copy.
 fn plan(state: &Occupancy, op: &Op, now_ms: i64) -> Result<(Vec<Effect>, Outcome), StoreError> {
     match op {
+        Op::Forget(gpu_ids) => {
+            let mut effects = Vec::new();
+            let (mut gpus, mut jobs) = (0, 0);
+            for gpu in gpu_ids.iter().filter_map(|id| state.gpu(id)) {
+                for job in &gpu.jobs {
+                    effects.push(Effect::RemoveJob(job.job_id.clone()));
+                    jobs += 1;
+                }
+                effects.push(Effect::RemoveGpu(gpu.id.clone()));
+                gpus += 1;
+            }
+            Ok((effects, Outcome::Forgot { gpus, jobs }))
+        }
         Op::Release(job_id) => Ok(match state.job(job_id) {
             Some((_, job)) if job.is_live(now_ms) => (
                 vec![Effect::RemoveJob(job.job_id.clone())],

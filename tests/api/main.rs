@@ -39,5 +39,6 @@ mod sim;
 mod starter;
 mod train;
 mod trust;
+mod undo;
 mod worker;
 mod workloads;

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod undo;
+pub use undo::{AuditCommand, DeleteRunsArgs, RunsCommand, UndoArgs};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "coloc",
@@ -94,6 +97,20 @@ pub enum Command {
         connection: Connection,
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Stored runs (training data): delete the wrong ones.
+    Runs {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// The audit trail of undo commands.
+    Audit {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: AuditCommand,
     },
     /// Report a colocated run to a running server.
     Report {
@@ -651,6 +668,17 @@ pub enum WorkloadsCommand {
         /// The workload's name.
         name: String,
     },
+    /// Remove a workload's profile on one GPU model (its other profiles stay), then
+    /// retrain that GPU model.
+    DeleteProfile {
+        /// The workload's name.
+        name: String,
+        /// The GPU model whose profile goes (default: the server's).
+        #[arg(long, default_value = "")]
+        gpu: String,
+        #[command(flatten)]
+        undo: UndoArgs,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -865,6 +893,18 @@ pub enum GpusCommand {
         /// Only GPUs of this GPU model.
         #[arg(long, default_value = "")]
         gpu: String,
+    },
+    /// Forget a GPU (or every GPU of --node) with its jobs, so its id can be assigned anew
+    /// on another node or GPU model.
+    Forget {
+        /// The GPU's id.
+        #[arg(required_unless_present = "node", conflicts_with = "node")]
+        gpu_id: Option<String>,
+        /// Forget every GPU of this node instead.
+        #[arg(long)]
+        node: Option<String>,
+        #[command(flatten)]
+        undo: UndoArgs,
     },
 }
 

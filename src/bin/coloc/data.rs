@@ -157,6 +157,9 @@ fn print_import_summary(gpu: &GpuName, summary: &import::ImportSummary) {
         summary.observations_total - summary.observations_new,
         summary.pairs_skipped
     );
+    if let Some(batch) = summary.import_batch {
+        println!("import batch {batch} (undo: coloc runs delete --import-batch {batch})");
+    }
     for model in &summary.models {
         match model {
             Ok(model) => println!(

@@ -90,6 +90,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
             command,
         } => workloads::workloads(&connection, command).await,
         Command::Rank { connection, args } => workloads::rank(&connection, args).await,
+        Command::Runs {
+            connection,
+            command,
+        } => operator::undo::runs(&connection, command).await,
+        Command::Audit {
+            connection,
+            command,
+        } => operator::undo::audit(&connection, command).await,
         Command::Report { connection, args } => models::report(&connection, args).await,
         Command::Predict { connection, args } => models::predict(&connection, args).await,
         Command::Train { connection, args } => models::train(&connection, args).await,

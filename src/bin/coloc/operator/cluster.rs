@@ -310,7 +310,12 @@ pub async fn jobs_list(connection: &Connection, nodes: &[String], gpu: &str) -> 
 }
 
 pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Result<()> {
-    let GpusCommand::List { nodes, gpu } = command;
+    let (nodes, gpu) = match command {
+        GpusCommand::List { nodes, gpu } => (nodes, gpu),
+        GpusCommand::Forget { gpu_id, node, undo } => {
+            return super::undo::forget_gpus(connection, gpu_id, node, undo).await
+        }
+    };
     let gpus = all_gpus(connection, &nodes, &gpu).await?;
     if connection.json {
         return print_canonical(

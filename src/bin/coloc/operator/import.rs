@@ -89,6 +89,7 @@ pub async fn import_kace(
         workloads_unchanged: unchanged,
         incomplete_workloads: prepared.incomplete_workloads,
         observations_new,
+        import_batch: None,
         observations_total: prepared.observations.len(),
         pairs_skipped: prepared.pairs_skipped,
         models,

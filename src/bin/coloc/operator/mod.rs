@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod import;
 pub mod models;
+pub mod undo;
 pub mod workloads;
 
 use std::sync::OnceLock;

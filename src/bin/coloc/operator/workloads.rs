@@ -70,6 +70,9 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             }
             println!("registered {} ({})", w.name, state_name(w.state));
         }
+        WorkloadsCommand::DeleteProfile { name, gpu, undo } => {
+            return super::undo::delete_profile(connection, name, gpu, undo).await
+        }
         WorkloadsCommand::Delete { name } => {
             let response = client
                 .delete_workload(pb::DeleteWorkloadRequest { name: name.clone() })
