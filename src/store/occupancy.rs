@@ -13,7 +13,8 @@
 //! database's write lock) before it decides anything. When another server wrote since, the
 //! copy is read again first; each batch that writes bumps the version. So the rules hold
 //! across servers: a job is never booked on two GPUs, nor a GPU past its
-//! [`MAX_MEMBERS`].
+//! [`MAX_MEMBERS`]. The readers' copy follows other servers' writes too: a task reads the
+//! stored version every [`REFRESH_INTERVAL`] and the occupancy again when it moved.
 //!
 //! Rules (docs/placement.md): assigning a job id again to the same GPU and workload
 //! renews its lease; to another GPU or workload it is refused until released. Releasing an
@@ -38,6 +39,9 @@ use crate::{
     domain::{GpuName, WorkloadName, MAX_MEMBERS},
     sync::Unpoisoned,
 };
+
+/// How often the readers' copy looks for other servers' writes.
+pub const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The most operations one transaction writes.
 const MAX_BATCH: usize = 512;
@@ -73,6 +77,8 @@ pub struct ClusterGpu {
 pub struct Occupancy {
     gpus: BTreeMap<Arc<str>, ClusterGpu>,
     jobs: HashMap<Arc<str>, Arc<str>>,
+    /// The stored `occupancy_version` this copy is at.
+    version: i64,
 }
 
 impl Occupancy {
@@ -234,33 +240,34 @@ struct Request {
     reply_tx: oneshot::Sender<Reply>,
 }
 
-/// The occupancy as read from the database, with the version it was read at.
-type Loaded = (Occupancy, i64);
-
 /// The handle the store keeps: the writer's queue and the readers' copy.
 #[derive(Debug)]
 pub(super) struct OccupancyWriter {
     writer: GroupCommit<Request>,
     view: Arc<RwLock<Occupancy>>,
+    /// Stops the refresh of the readers' copy.
+    refresh_stop: tokio_util::sync::CancellationToken,
 }
 
 impl OccupancyWriter {
     /// Loads the stored occupancy and starts the writer on `pool`.
     pub(super) async fn spawn(pool: SqlitePool) -> Result<Self, StoreError> {
         let mut connection = pool.acquire().await?;
-        let (state, version) = load(&mut connection).await?;
+        let state = load(&mut connection).await?;
         drop(connection);
         let view = Arc::new(RwLock::new(state.clone()));
+        let refresh_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(refresh(pool.clone(), view.clone(), refresh_stop.clone()));
         let committer = OccupancyCommitter {
             pool,
             next_expiry: state.next_expiry(),
             state,
-            version,
             view: view.clone(),
         };
         Ok(Self {
             writer: GroupCommit::spawn("occupancy writer", committer, QUEUE_CAPACITY),
             view,
+            refresh_stop,
         })
     }
 
@@ -299,6 +306,7 @@ impl OccupancyWriter {
 
     /// Refuses new operations, writes the queued ones, and waits for the writer.
     pub(super) async fn stop(&self) {
+        self.refresh_stop.cancel();
         self.writer.stop().await;
     }
 }
@@ -319,9 +327,11 @@ struct JobRow {
     expires_at_ms: Option<i64>,
 }
 
-async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Loaded, StoreError> {
-    let mut occupancy = Occupancy::default();
-    let version = stored_version(connection).await?;
+async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Occupancy, StoreError> {
+    let mut occupancy = Occupancy {
+        version: stored_version(connection).await?,
+        ..Occupancy::default()
+    };
     let gpus: Vec<GpuRow> = sqlx::query_as("SELECT id, node, gpu FROM cluster_gpus")
         .fetch_all(&mut *connection)
         .await?;
@@ -363,7 +373,46 @@ async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Loaded, StoreEr
             },
         });
     }
-    Ok((occupancy, version))
+    Ok(occupancy)
+}
+
+/// Brings the readers' copy up to other servers' writes, every [`REFRESH_INTERVAL`] until
+/// `stop`. A copy the writer has already brought further is left alone.
+async fn refresh(
+    pool: SqlitePool,
+    view: Arc<RwLock<Occupancy>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(REFRESH_INTERVAL) => {}
+        }
+        let known = view.read().unpoisoned().version;
+        let read = async {
+            // One read transaction: the version and the rows agree.
+            let mut tx = pool.begin().await?;
+            if stored_version(&mut tx).await? <= known {
+                return Ok(None);
+            }
+            Ok::<_, StoreError>(Some(load(&mut tx).await?))
+        }
+        .await;
+        match read {
+            Ok(Some(fresh)) => {
+                let mut published = view.write().unpoisoned();
+                if fresh.version > published.version {
+                    tracing::debug!(
+                        version = fresh.version,
+                        "occupancy written by another server"
+                    );
+                    *published = fresh;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!(error = %error.chain(), "occupancy refresh failed"),
+        }
+    }
 }
 
 async fn stored_version(connection: &mut sqlx::SqliteConnection) -> sqlx::Result<i64> {
@@ -377,8 +426,6 @@ async fn stored_version(connection: &mut sqlx::SqliteConnection) -> sqlx::Result
 struct OccupancyCommitter {
     pool: SqlitePool,
     state: Occupancy,
-    /// The stored version `state` is at.
-    version: i64,
     view: Arc<RwLock<Occupancy>>,
     next_expiry: Option<i64>,
 }
@@ -406,15 +453,17 @@ impl Committer for OccupancyCommitter {
 impl OccupancyCommitter {
     /// Reads the occupancy again when another server changed it since this copy was read.
     async fn catch_up(&mut self, tx: &mut Transaction<'static, Sqlite>) -> Result<(), StoreError> {
-        if stored_version(tx).await? == self.version {
+        if stored_version(tx).await? == self.state.version {
             return Ok(());
         }
-        let (state, version) = load(tx).await?;
-        tracing::debug!(version, "occupancy changed by another server; read again");
+        let state = load(tx).await?;
+        tracing::debug!(
+            version = state.version,
+            "occupancy changed by another server; read again"
+        );
         *self.view.write().unpoisoned() = state.clone();
         self.next_expiry = state.next_expiry();
         self.state = state;
-        self.version = version;
         Ok(())
     }
 }
@@ -557,7 +606,6 @@ async fn write_batch(
 ) {
     let OccupancyCommitter {
         state,
-        version,
         view,
         next_expiry,
         ..
@@ -610,7 +658,7 @@ async fn write_batch(
         }
         .await;
         match written {
-            Ok(bumped) => *version = bumped,
+            Ok(bumped) => state.version = bumped,
             Err(error) => {
                 tracing::error!(error = %error, operations = replies.len(), "occupancy batch failed");
                 for effect in undo.into_iter().rev() {
@@ -638,6 +686,7 @@ async fn write_batch(
             }
             published.apply(effect);
         }
+        published.version = state.version;
     }
     for (reply_tx, outcome, _) in replies {
         // A caller that gave up waiting is told nothing; its operation stands.
@@ -822,6 +871,43 @@ mod tests {
             .map(|(job, gpus)| (job, gpus.into_iter().next().unwrap()))
             .collect();
         assert_eq!(stored, acknowledged);
+        // Each server's copy for Place follows the other's writes by itself.
+        let started = std::time::Instant::now();
+        for store in &replicas {
+            loop {
+                let seen: HashMap<String, String> = store
+                    .occupancy()
+                    .gpus()
+                    .flat_map(|gpu| {
+                        gpu.jobs
+                            .iter()
+                            .map(|job| (job.job_id.to_string(), gpu.id.to_string()))
+                    })
+                    .collect();
+                if seen == acknowledged {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(2),
+                    "a server's copy is still behind 2 s later"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        // A write on one server alone reaches the other's copy.
+        replicas[0]
+            .assign_cluster_job(assignment("late", "g-late", None), 2)
+            .await
+            .unwrap();
+        let written = std::time::Instant::now();
+        while replicas[1].occupancy().gpu("g-late").is_none() {
+            assert!(written.elapsed() < std::time::Duration::from_secs(2));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        eprintln!(
+            "the other server's copy had it after {:?}",
+            written.elapsed()
+        );
         eprintln!(
             "10,000 attempts on 2 servers: {} jobs booked, {elsewhere} refused as booked \
              elsewhere, {full} as a full GPU, 0 double bookings",
