@@ -2,11 +2,19 @@
 //! runs on which GPU, so that Place can answer without the whole cluster in each request.
 //!
 //! Durable and fast: one writer task (`group_commit`'s loop, as for reported runs) takes
-//! every assignment and release, checks each against its own copy of the occupancy, writes
-//! the queued ones in one `BEGIN IMMEDIATE` transaction (one fsync for all) and answers
-//! each caller only once that transaction committed. Readers are served from a second
-//! copy, which the writer brings up to date after each commit; they never query the
+//! every assignment and release, opens one `BEGIN IMMEDIATE` transaction for the queued
+//! ones, checks each against its own copy of the occupancy, writes them (one fsync for all)
+//! and answers each caller only once that transaction committed. Readers are served from a
+//! second copy, which the writer brings up to date after each commit; they never query the
 //! database.
+//!
+//! Several servers on one database: the copy carries the `occupancy_version` it was read
+//! at, and every batch reads the stored version inside its write transaction (under the
+//! database's write lock) before it decides anything. When another server wrote since, the
+//! copy is read again first; each batch that writes bumps the version. So the rules hold
+//! across servers: a job is never booked on two GPUs, nor a GPU past its
+//! [`MAX_MEMBERS`]. The readers' copy follows other servers' writes too: a task reads the
+//! stored version every [`REFRESH_INTERVAL`] and the occupancy again when it moved.
 //!
 //! Rules (docs/placement.md): assigning a job id again to the same GPU and workload
 //! renews its lease; to another GPU or workload it is refused until released. Releasing an
@@ -31,6 +39,9 @@ use crate::{
     domain::{GpuName, WorkloadName, MAX_MEMBERS},
     sync::Unpoisoned,
 };
+
+/// How often the readers' copy looks for other servers' writes.
+pub const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The most operations one transaction writes.
 const MAX_BATCH: usize = 512;
@@ -66,6 +77,8 @@ pub struct ClusterGpu {
 pub struct Occupancy {
     gpus: BTreeMap<Arc<str>, ClusterGpu>,
     jobs: HashMap<Arc<str>, Arc<str>>,
+    /// The stored `occupancy_version` this copy is at.
+    version: i64,
 }
 
 impl Occupancy {
@@ -239,13 +252,19 @@ struct Request {
 pub(super) struct OccupancyWriter {
     writer: GroupCommit<Request>,
     view: Arc<RwLock<Occupancy>>,
+    /// Stops the refresh of the readers' copy.
+    refresh_stop: tokio_util::sync::CancellationToken,
 }
 
 impl OccupancyWriter {
     /// Loads the stored occupancy and starts the writer on `pool`.
     pub(super) async fn spawn(pool: SqlitePool) -> Result<Self, StoreError> {
-        let state = load(&pool).await?;
+        let mut connection = pool.acquire().await?;
+        let state = load(&mut connection).await?;
+        drop(connection);
         let view = Arc::new(RwLock::new(state.clone()));
+        let refresh_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(refresh(pool.clone(), view.clone(), refresh_stop.clone()));
         let committer = OccupancyCommitter {
             pool,
             next_expiry: state.next_expiry(),
@@ -255,6 +274,7 @@ impl OccupancyWriter {
         Ok(Self {
             writer: GroupCommit::spawn("occupancy writer", committer, QUEUE_CAPACITY),
             view,
+            refresh_stop,
         })
     }
 
@@ -306,6 +326,7 @@ impl OccupancyWriter {
 
     /// Refuses new operations, writes the queued ones, and waits for the writer.
     pub(super) async fn stop(&self) {
+        self.refresh_stop.cancel();
         self.writer.stop().await;
     }
 }
@@ -326,10 +347,13 @@ struct JobRow {
     expires_at_ms: Option<i64>,
 }
 
-async fn load(pool: &SqlitePool) -> Result<Occupancy, StoreError> {
-    let mut occupancy = Occupancy::default();
+async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Occupancy, StoreError> {
+    let mut occupancy = Occupancy {
+        version: stored_version(connection).await?,
+        ..Occupancy::default()
+    };
     let gpus: Vec<GpuRow> = sqlx::query_as("SELECT id, node, gpu FROM cluster_gpus")
-        .fetch_all(pool)
+        .fetch_all(&mut *connection)
         .await?;
     for row in gpus {
         let gpu = GpuName::parse("gpu", &row.gpu).map_err(|e| StoreError::Corrupt(e.message))?;
@@ -347,7 +371,7 @@ async fn load(pool: &SqlitePool) -> Result<Occupancy, StoreError> {
     let jobs: Vec<JobRow> = sqlx::query_as(
         "SELECT job_id, gpu_id, workload, assigned_at_ms, expires_at_ms FROM cluster_jobs ORDER BY rowid",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *connection)
     .await?;
     for row in jobs {
         let workload = WorkloadName::parse("workload", &row.workload)
@@ -372,6 +396,51 @@ async fn load(pool: &SqlitePool) -> Result<Occupancy, StoreError> {
     Ok(occupancy)
 }
 
+/// Brings the readers' copy up to other servers' writes, every [`REFRESH_INTERVAL`] until
+/// `stop`. A copy the writer has already brought further is left alone.
+async fn refresh(
+    pool: SqlitePool,
+    view: Arc<RwLock<Occupancy>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(REFRESH_INTERVAL) => {}
+        }
+        let known = view.read().unpoisoned().version;
+        let read = async {
+            // One read transaction: the version and the rows agree.
+            let mut tx = pool.begin().await?;
+            if stored_version(&mut tx).await? <= known {
+                return Ok(None);
+            }
+            Ok::<_, StoreError>(Some(load(&mut tx).await?))
+        }
+        .await;
+        match read {
+            Ok(Some(fresh)) => {
+                let mut published = view.write().unpoisoned();
+                if fresh.version > published.version {
+                    tracing::debug!(
+                        version = fresh.version,
+                        "occupancy written by another server"
+                    );
+                    *published = fresh;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!(error = %error.chain(), "occupancy refresh failed"),
+        }
+    }
+}
+
+async fn stored_version(connection: &mut sqlx::SqliteConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT version FROM occupancy_version WHERE id = 1")
+        .fetch_one(connection)
+        .await
+}
+
 /// What the writer task commits: batches of operations, each checked against the
 /// writer's own copy of the occupancy, which it keeps with the next lease expiry.
 struct OccupancyCommitter {
@@ -385,16 +454,46 @@ impl Committer for OccupancyCommitter {
     type Request = Request;
 
     async fn commit(&mut self, first: Request, queue: &mut mpsc::Receiver<Request>) {
+        let mut tx = match self.pool.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => tx,
+            Err(error) => return fail_all(vec![first], StoreError::Database(error)),
+        };
         let mut batch = vec![first];
         take_queued(&mut batch, queue, MAX_BATCH);
-        write_batch(
-            &self.pool,
-            &mut self.state,
-            &self.view,
-            batch,
-            &mut self.next_expiry,
-        )
-        .await;
+        if let Err(error) = self.catch_up(&mut tx).await {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback failed");
+            }
+            return fail_all(batch, error);
+        }
+        write_batch(self, tx, batch).await;
+    }
+}
+
+impl OccupancyCommitter {
+    /// Reads the occupancy again when another server changed it since this copy was read.
+    async fn catch_up(&mut self, tx: &mut Transaction<'static, Sqlite>) -> Result<(), StoreError> {
+        if stored_version(tx).await? == self.state.version {
+            return Ok(());
+        }
+        let state = load(tx).await?;
+        tracing::debug!(
+            version = state.version,
+            "occupancy changed by another server; read again"
+        );
+        *self.view.write().unpoisoned() = state.clone();
+        self.next_expiry = state.next_expiry();
+        self.state = state;
+        Ok(())
+    }
+}
+
+/// Answers every operation of a batch that could not start with the error.
+fn fail_all(batch: Vec<Request>, error: StoreError) {
+    tracing::error!(error = %error.chain(), operations = batch.len(), "occupancy batch failed");
+    let error = Arc::new(error);
+    for request in batch {
+        let _ = request.reply_tx.send(Err(StoreError::Batch(error.clone())));
     }
 }
 
@@ -534,12 +633,16 @@ async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) ->
 /// answers every caller after the commit; a failed transaction undoes the copy and fails
 /// every operation that would have written.
 async fn write_batch(
-    pool: &SqlitePool,
-    state: &mut Occupancy,
-    view: &RwLock<Occupancy>,
+    committer: &mut OccupancyCommitter,
+    mut tx: Transaction<'static, Sqlite>,
     batch: Vec<Request>,
-    next_expiry: &mut Option<i64>,
 ) {
+    let OccupancyCommitter {
+        state,
+        view,
+        next_expiry,
+        ..
+    } = committer;
     let now_ms = batch.iter().map(|r| r.now_ms).max().unwrap_or_default();
     let mut effects: Vec<Effect> = Vec::new();
     let mut undo: Vec<Effect> = Vec::new();
@@ -568,31 +671,44 @@ async fn write_batch(
             Err(error) => replies.push((request.reply_tx, Err(error), false)),
         }
     }
-    if !effects.is_empty() {
+    if effects.is_empty() {
+        // Nothing to write: the read ends, and with it the write lock.
+        if let Err(error) = tx.rollback().await {
+            tracing::warn!(error = %error, "rollback failed");
+        }
+    } else {
         let written = async {
-            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
             for effect in &effects {
                 write_effect(&mut tx, effect).await?;
             }
-            tx.commit().await
+            let bumped: i64 = sqlx::query_scalar(
+                "UPDATE occupancy_version SET version = version + 1 WHERE id = 1 RETURNING version",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(bumped)
         }
         .await;
-        if let Err(error) = written {
-            tracing::error!(error = %error, operations = replies.len(), "occupancy batch failed");
-            for effect in undo.into_iter().rev() {
-                state.apply(effect);
+        match written {
+            Ok(bumped) => state.version = bumped,
+            Err(error) => {
+                tracing::error!(error = %error, operations = replies.len(), "occupancy batch failed");
+                for effect in undo.into_iter().rev() {
+                    state.apply(effect);
+                }
+                *next_expiry = state.next_expiry();
+                let error = Arc::new(StoreError::Database(error));
+                for (reply_tx, outcome, writes) in replies {
+                    let outcome = if writes {
+                        Err(StoreError::Batch(error.clone()))
+                    } else {
+                        outcome
+                    };
+                    let _ = reply_tx.send(outcome);
+                }
+                return;
             }
-            *next_expiry = state.next_expiry();
-            let error = Arc::new(StoreError::Database(error));
-            for (reply_tx, outcome, writes) in replies {
-                let outcome = if writes {
-                    Err(StoreError::Batch(error.clone()))
-                } else {
-                    outcome
-                };
-                let _ = reply_tx.send(outcome);
-            }
-            return;
         }
         let mut published = view.write().unpoisoned();
         for effect in effects {
@@ -603,6 +719,7 @@ async fn write_batch(
             }
             published.apply(effect);
         }
+        published.version = state.version;
     }
     for (reply_tx, outcome, _) in replies {
         // A caller that gave up waiting is told nothing; its operation stands.
@@ -710,5 +827,127 @@ mod tests {
             .unwrap();
         assert_eq!(rows, MAX_MEMBERS as i64);
         store.close().await;
+    }
+
+    /// Two servers on one database file (two stores, each with its own writer and copy),
+    /// 10,000 concurrent assignments of 1,000 job ids to 40 GPUs (at most 640 places),
+    /// each sent to either server: no job is acknowledged on two GPUs, no GPU holds more
+    /// than 16 acknowledged jobs, and the database holds exactly what was acknowledged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_servers_on_one_database_never_double_book() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
+        let replicas = [
+            Store::open(&url).await.unwrap(),
+            Store::open(&url).await.unwrap(),
+        ];
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut attempts = tokio::task::JoinSet::new();
+        for i in 0..10_000 {
+            let job = format!("j{}", i % 1_000);
+            let gpu = format!("g{}", next() % 40);
+            let store = replicas[next() % 2].clone();
+            attempts.spawn(async move {
+                let outcome = store
+                    .assign_cluster_job(assignment(&job, &gpu, None), 1)
+                    .await;
+                (job, gpu, outcome)
+            });
+        }
+        let mut booked: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+        let (mut elsewhere, mut full) = (0, 0);
+        while let Some(attempt) = attempts.join_next().await {
+            let (job, gpu, outcome) = attempt.unwrap();
+            match outcome {
+                Ok(_) => {
+                    booked.entry(job).or_default().insert(gpu);
+                }
+                Err(StoreError::Occupancy(OccupancyConflict::JobAssignedElsewhere { .. })) => {
+                    elsewhere += 1
+                }
+                Err(StoreError::Occupancy(OccupancyConflict::GpuFull { .. })) => full += 1,
+                Err(error) => panic!("{error:?}"),
+            }
+        }
+        assert!(
+            elsewhere > 0 && full > 0,
+            "{elsewhere} moves and {full} full GPUs refused"
+        );
+        let doubled: Vec<_> = booked.iter().filter(|(_, gpus)| gpus.len() > 1).collect();
+        assert!(
+            doubled.is_empty(),
+            "jobs acknowledged on two GPUs: {:?}",
+            &doubled[..doubled.len().min(5)]
+        );
+        let mut per_gpu: HashMap<&str, usize> = HashMap::new();
+        for gpus in booked.values() {
+            *per_gpu.entry(gpus.iter().next().unwrap()).or_default() += 1;
+        }
+        assert!(
+            per_gpu.values().all(|&jobs| jobs <= MAX_MEMBERS),
+            "{per_gpu:?}"
+        );
+        let stored: Vec<(String, String)> =
+            sqlx::query_as("SELECT job_id, gpu_id FROM cluster_jobs")
+                .fetch_all(replicas[0].pool())
+                .await
+                .unwrap();
+        let stored: HashMap<String, String> = stored.into_iter().collect();
+        let acknowledged: HashMap<String, String> = booked
+            .into_iter()
+            .map(|(job, gpus)| (job, gpus.into_iter().next().unwrap()))
+            .collect();
+        assert_eq!(stored, acknowledged);
+        // Each server's copy for Place follows the other's writes by itself.
+        let started = std::time::Instant::now();
+        for store in &replicas {
+            loop {
+                let seen: HashMap<String, String> = store
+                    .occupancy()
+                    .gpus()
+                    .flat_map(|gpu| {
+                        gpu.jobs
+                            .iter()
+                            .map(|job| (job.job_id.to_string(), gpu.id.to_string()))
+                    })
+                    .collect();
+                if seen == acknowledged {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(2),
+                    "a server's copy is still behind 2 s later"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        // A write on one server alone reaches the other's copy.
+        replicas[0]
+            .assign_cluster_job(assignment("late", "g-late", None), 2)
+            .await
+            .unwrap();
+        let written = std::time::Instant::now();
+        while replicas[1].occupancy().gpu("g-late").is_none() {
+            assert!(written.elapsed() < std::time::Duration::from_secs(2));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        eprintln!(
+            "the other server's copy had it after {:?}",
+            written.elapsed()
+        );
+        eprintln!(
+            "10,000 attempts on 2 servers: {} jobs booked, {elsewhere} refused as booked \
+             elsewhere, {full} as a full GPU, 0 double bookings",
+            acknowledged.len()
+        );
+        for store in replicas {
+            store.close().await;
+        }
     }
 }

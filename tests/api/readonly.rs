@@ -247,29 +247,7 @@ async fn writes_recover_by_themselves_after_a_read_only_fault_under_load() {
         last_refusal - lifted
     );
 
-    // Health: NOT_SERVING while writes failed, SERVING once they succeed again.
-    assert!(
-        health.iter().any(|(at, status)| *at > fault_began
-            && *at < lifted
-            && *status == ServingStatus::NotServing),
-        "health stayed SERVING through the fault"
-    );
-    let settled = last_refusal.max(first_ok) + Duration::from_millis(200);
-    let wrong: Vec<_> = health
-        .iter()
-        .filter(|(at, status)| *at > settled && *status != ServingStatus::Serving)
-        .map(|(at, status)| (*at - lifted, *status))
-        .take(5)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "NOT_SERVING after writes succeeded again (since the lift): {wrong:?}"
-    );
-    let before_fault: Vec<_> = health
-        .iter()
-        .filter(|(at, status)| *at < fault_began && *status != ServingStatus::Serving)
-        .collect();
-    assert!(before_fault.is_empty(), "NOT_SERVING before the fault");
+    check_health(&health, fault_began, lifted, last_refusal.max(first_ok));
 
     // 0 acknowledged reports lost, none stored twice, none half written.
     let ids: HashSet<u64> = seen.acknowledged.iter().map(|(_, id, _)| *id).collect();
@@ -298,4 +276,38 @@ async fn writes_recover_by_themselves_after_a_read_only_fault_under_load() {
     );
     drop(connection);
     drop(app.stop().await);
+}
+
+/// Health: SERVING before the fault, NOT_SERVING during it, SERVING once writes succeed
+/// again (`writes_back`: the later of the last refusal and the first write after the
+/// lift).
+fn check_health(
+    health: &[(Instant, ServingStatus)],
+    fault_began: Instant,
+    lifted: Instant,
+    writes_back: Instant,
+) {
+    // Health: NOT_SERVING while writes failed, SERVING once they succeed again.
+    assert!(
+        health.iter().any(|(at, status)| *at > fault_began
+            && *at < lifted
+            && *status == ServingStatus::NotServing),
+        "health stayed SERVING through the fault"
+    );
+    let settled = writes_back + Duration::from_millis(200);
+    let wrong: Vec<_> = health
+        .iter()
+        .filter(|(at, status)| *at > settled && *status != ServingStatus::Serving)
+        .map(|(at, status)| (*at - lifted, *status))
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "NOT_SERVING after writes succeeded again (since the lift): {wrong:?}"
+    );
+    let before_fault: Vec<_> = health
+        .iter()
+        .filter(|(at, status)| *at < fault_began && *status != ServingStatus::Serving)
+        .collect();
+    assert!(before_fault.is_empty(), "NOT_SERVING before the fault");
 }
