@@ -39,5 +39,6 @@ mod starter;
 mod train;
 mod trust;
 mod undo;
+mod upload;
 mod worker;
 mod workloads;
