@@ -40,5 +40,6 @@ mod train;
 mod trust;
 mod undo;
 mod upload;
+mod walk_through;
 mod worker;
 mod workloads;
