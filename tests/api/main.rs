@@ -13,6 +13,7 @@ mod eval;
 mod export;
 mod extender;
 mod faults;
+mod fetch_data;
 mod grpcurl;
 mod health;
 mod hostile;
