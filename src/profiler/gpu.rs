@@ -123,21 +123,30 @@ impl RecordedSampler {
         }
     }
 
-    /// Reads a recording: the first line is a [`GpuInfo`], every other line a [`GpuSample`].
+    /// Reads a recording ([`read_recording`]).
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-        let info: GpuInfo = serde_json::from_str(lines.next().ok_or("an empty recording")?)
-            .map_err(|e| format!("{}: GPU info: {e}", path.display()))?;
-        let samples = lines
-            .enumerate()
-            .map(|(i, line)| {
-                serde_json::from_str(line)
-                    .map_err(|e| format!("{}: sample {}: {e}", path.display(), i + 1))
-            })
-            .collect::<Result<Vec<GpuSample>, String>>()?;
+        let (info, samples) = read_recording(path)?;
         Ok(Self::new(info, samples))
     }
+}
+
+/// Reads a recording: the first line is a [`GpuInfo`], every other line a [`GpuSample`]
+/// (JSON lines; blank lines are skipped). The format of `profiler.nvml_recording`, of
+/// what the nvml backend keeps under `profiler.keep_raw_dir`, and of an uploaded profile's
+/// NVML file (docs/profiling.md, "Bring your own profile").
+pub fn read_recording(path: &Path) -> Result<(GpuInfo, Vec<GpuSample>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let info: GpuInfo = serde_json::from_str(lines.next().ok_or("an empty recording")?)
+        .map_err(|e| format!("{}: GPU info (line 1): {e}", path.display()))?;
+    let samples = lines
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .map_err(|e| format!("{}: sample {}: {e}", path.display(), i + 1))
+        })
+        .collect::<Result<Vec<GpuSample>, String>>()?;
+    Ok((info, samples))
 }
 
 impl GpuSampler for RecordedSampler {

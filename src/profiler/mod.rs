@@ -7,6 +7,7 @@ pub mod calibrate;
 pub mod gpu;
 pub mod ncu;
 pub mod runner;
+pub mod upload;
 
 use std::{
     collections::HashMap,

@@ -10,18 +10,18 @@ use std::process::Command;
 
 use regex::Regex;
 
-fn repository_root() -> PathBuf {
+pub(crate) fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The lines of `markdown` outside fenced code blocks, and the blocks themselves with
 /// their info string (`sh`, `python`, ...).
-struct Markdown {
-    prose: String,
-    code_blocks: Vec<(String, Vec<String>)>,
+pub(crate) struct Markdown {
+    pub prose: String,
+    pub code_blocks: Vec<(String, Vec<String>)>,
 }
 
-fn split_markdown(markdown: &str) -> Markdown {
+pub(crate) fn split_markdown(markdown: &str) -> Markdown {
     let mut prose = String::new();
     let mut code_blocks = Vec::new();
     let mut open_block: Option<(String, Vec<String>)> = None;
@@ -45,7 +45,7 @@ fn split_markdown(markdown: &str) -> Markdown {
 
 /// Splits a shell command line into words as sh would for these simple lines: single and
 /// double quotes, backslash escapes, and a `#` comment at the start of a word.
-fn shell_words(line: &str) -> Vec<String> {
+pub(crate) fn shell_words(line: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;

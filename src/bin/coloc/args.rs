@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod undo;
+mod upload;
 pub use undo::{AuditCommand, DeleteRunsArgs, RunsCommand, UndoArgs};
+pub use upload::ProfileFiles;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -662,6 +664,17 @@ pub enum WorkloadsCommand {
         /// repeatable; none = every GPU model with a live agent, else model.default_gpu.
         #[arg(long = "profile-on")]
         profile_on: Vec<String>,
+        /// A profile measured elsewhere, stored with the registration.
+        #[command(flatten)]
+        files: ProfileFiles,
+    },
+    /// Store a profile measured elsewhere for a registered workload (its profile on that
+    /// GPU model is replaced).
+    SubmitProfile {
+        /// The workload's name.
+        name: String,
+        #[command(flatten)]
+        files: ProfileFiles,
     },
     /// Forget a workload: its registration, profiles and pending profiling jobs.
     Delete {

@@ -44,7 +44,8 @@ pub fn require(path: &Path, set: DataSet) -> anyhow::Result<()> {
         return Ok(());
     }
     anyhow::bail!(
-        "{} does not exist; it is {} (docs/data.md says which file goes where)",
+        "{} does not exist; it is {} (scripts/fetch-data.sh lays the public sources out; \
+         docs/data.md says which file goes where)",
         path.display(),
         set.source()
     )

@@ -6,7 +6,9 @@ use anyhow::Context;
 use coloc::proto as pb;
 
 use super::{all_workloads, mode_name, print_canonical, print_table, state_name, status_error};
-use crate::args::{Connection, ModeArg, ObjectiveArg, RankArgs, StateArg, WorkloadsCommand};
+use crate::args::{
+    Connection, ModeArg, ObjectiveArg, ProfileFiles, RankArgs, StateArg, WorkloadsCommand,
+};
 
 pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> anyhow::Result<()> {
     let mut client = connection.client().await?;
@@ -45,7 +47,9 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
             env,
             nvtx_range,
             profile_on,
+            files,
         } => {
+            let profile = uploaded_profile(&files)?;
             let labels = key_values("label", &labels)?;
             let launch = launch_spec(program, args, &env, working_dir, nvtx_range)?;
             let w = client
@@ -58,7 +62,7 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                     model,
                     batch_size,
                     labels,
-                    profile: None,
+                    profile,
                     launch,
                     profile_on_gpus: profile_on,
                 })
@@ -69,6 +73,25 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
                 return print_canonical(&w, "coloc.v1.Workload");
             }
             println!("registered {} ({})", w.name, state_name(w.state));
+        }
+        WorkloadsCommand::SubmitProfile { name, files } => {
+            let Some(profile) = uploaded_profile(&files)? else {
+                anyhow::bail!(
+                    "name the profile's files: --ncu FILE.csv --nvml FILE.jsonl --throughput X"
+                );
+            };
+            let w = client
+                .put_profile(pb::PutProfileRequest {
+                    name,
+                    profile: Some(profile),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if connection.json {
+                return print_canonical(&w, "coloc.v1.Workload");
+            }
+            println!("stored the profile of {} ({})", w.name, state_name(w.state));
         }
         WorkloadsCommand::DeleteProfile { name, gpu, undo } => {
             return super::undo::delete_profile(connection, name, gpu, undo).await
@@ -86,6 +109,29 @@ pub async fn workloads(connection: &Connection, command: WorkloadsCommand) -> an
         }
     }
     Ok(())
+}
+
+/// The profile of `--ncu --nvml --throughput`, checked here before anything is sent;
+/// `None` without `--ncu`.
+fn uploaded_profile(files: &ProfileFiles) -> anyhow::Result<Option<pb::Profile>> {
+    let (Some(ncu), Some(nvml), Some(throughput)) = (&files.ncu, &files.nvml, files.throughput)
+    else {
+        return Ok(None);
+    };
+    let gpu = files
+        .gpu
+        .as_deref()
+        .map(|g| coloc::domain::GpuName::parse("--gpu", g))
+        .transpose()?;
+    let profile = coloc::profiler::upload::profile_from_files(
+        ncu,
+        nvml,
+        throughput,
+        &files.throughput_unit,
+        gpu.as_ref(),
+        coloc::domain::now_ms(),
+    )?;
+    Ok(Some(coloc::api::convert::profile_to_pb(&profile)))
 }
 
 /// `coloc workloads list`.
