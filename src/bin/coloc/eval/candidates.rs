@@ -147,6 +147,29 @@ pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
     ]
 };
 
+/// The candidates `coloc eval nway --nested` chooses among inside each training set
+/// (decision 020): the set-level ridge model off or on x the law blend weight 0, 0.1 or
+/// 0.25, every other option as served; in the rule's tie order (simpler first).
+pub const NESTED_CANDIDATES: [(&str, MemberOptions); 6] = {
+    const fn n(set_ridge: bool, law_blend: u8) -> MemberOptions {
+        MemberOptions {
+            set_linear: set_ridge,
+            set_linear_shrink: if set_ridge { 1 } else { 0 },
+            members_capped: set_ridge,
+            law_blend,
+            ..MemberOptions::CHOSEN
+        }
+    }
+    [
+        ("law-0", n(false, 0)),
+        ("law-0.1", n(false, 10)),
+        ("law-0.25", n(false, 25)),
+        ("set-ridge+law-0", n(true, 0)),
+        ("set-ridge+law-0.1", n(true, 10)),
+        ("set-ridge+law-0.25", n(true, 25)),
+    ]
+};
+
 /// The calibrations `coloc eval nway --coverage --candidates` compares (docs/nway.md).
 pub const CALIBRATION_CANDIDATES: [(&str, Calibration); 6] = [
     (
