@@ -267,9 +267,28 @@ mod tests {
     }
 
     #[test]
+    fn the_served_options_are_the_nested_candidate_with_set_ridge_and_law_0_1() {
+        // Decision 020: every nested inner fold chose the set ridge; the rule picks law 0
+        // on the 4-way file, not yet served (the decision says why).
+        assert_eq!(
+            MemberOptions::CHOSEN,
+            row(&NESTED_CANDIDATES, "set-ridge+law-0.1")
+        );
+        assert!(NESTED_CANDIDATES
+            .iter()
+            .all(|(_, o)| o.time_share_crowded && o.crowding));
+    }
+
+    #[test]
     fn every_candidate_has_a_distinct_name_and_distinct_options() {
         for (i, (name, options)) in MEMBER_CANDIDATES.iter().enumerate() {
             for (other, other_options) in &MEMBER_CANDIDATES[i + 1..] {
+                assert_ne!(name, other);
+                assert_ne!(options, other_options, "{name} and {other}");
+            }
+        }
+        for (i, (name, options)) in NESTED_CANDIDATES.iter().enumerate() {
+            for (other, other_options) in &NESTED_CANDIDATES[i + 1..] {
                 assert_ne!(name, other);
                 assert_ne!(options, other_options, "{name} and {other}");
             }
