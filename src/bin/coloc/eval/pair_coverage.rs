@@ -9,10 +9,13 @@ use coloc::model::{self, ModelKind, TrainingRow};
 
 use super::{nway::Coverage, EvalData, Protocol};
 
+/// Which cases a protocol takes.
+type CaseFilter = dyn Fn(&super::Case) -> bool;
+
 /// One row per protocol: "pairs, n_occur=2 splits", "pairs, unseen workload", "pairs,
 /// unseen family".
 pub fn pair_protocol_coverage(data: &EvalData) -> anyhow::Result<Vec<Coverage>> {
-    let protocols: [(&str, &dyn Fn(&super::Case) -> bool); 3] = [
+    let protocols: [(&str, &CaseFilter); 3] = [
         ("pairs, n_occur=2 splits", &|c| c.n_occur == Some(2)),
         ("pairs, unseen workload", &|c| {
             c.protocol == Protocol::Unseen
