@@ -19,6 +19,8 @@ pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [
     "memory_gb",
 ];
 
+/// The first six features come from Nsight Compute, the other four from NVML.
+pub const KERNEL_METRICS: usize = 6;
 const EXCLUSIVE_THROUGHPUT: usize = 6;
 const MEMORY_GB: usize = 9;
 
@@ -55,6 +57,21 @@ impl Features {
             }
         }
         Self(total)
+    }
+
+    /// The profile as NVML alone measures it: the six Nsight Compute kernel metrics
+    /// withheld (zero, a column every model leaves out as constant), the four system
+    /// metrics kept. What a cluster that forbids performance counters in containers
+    /// (ERR_NVGPUCTRPERM) can profile.
+    pub fn nvml_only(&self) -> Self {
+        let mut f = *self;
+        f.0[..KERNEL_METRICS].fill(0.0);
+        f
+    }
+
+    /// Whether every kernel metric is zero (a profile from NVML alone).
+    pub fn is_nvml_only(&self) -> bool {
+        self.0[..KERNEL_METRICS].iter().all(|v| *v == 0.0)
     }
 
     pub fn exclusive_throughput(&self) -> f64 {
@@ -108,6 +125,15 @@ mod tests {
             Features([0.0; NUM_FEATURES]).fingerprint(),
             PINNED_ZERO_FINGERPRINT
         );
+    }
+
+    #[test]
+    fn an_nvml_only_profile_keeps_the_system_metrics_alone() {
+        let f = Features([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        assert!(!f.is_nvml_only());
+        let nvml = f.nvml_only();
+        assert_eq!(nvml.0, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0, 8.0, 9.0, 10.0]);
+        assert!(nvml.is_nvml_only());
     }
 
     #[test]

@@ -300,6 +300,14 @@ pub struct EvalNwayArgs {
     /// Only these targets (default: every workload of the runs).
     #[arg(long = "target", value_name = "WORKLOAD")]
     pub targets: Vec<String>,
+    /// Withhold the six Nsight Compute kernel metrics from every profile (training and
+    /// answers): the quality of profiles from NVML alone.
+    #[arg(long, conflicts_with = "through_api")]
+    pub nvml_only: bool,
+    /// Instead of the table: the crowded-set choices made by nested leave-family-out
+    /// cross-validation inside each training set, outer folds reporting (decision 020).
+    #[arg(long, conflicts_with_all = ["through_api", "coverage", "candidates"])]
+    pub nested: bool,
 }
 
 #[derive(Debug, Args)]
@@ -321,6 +329,14 @@ pub struct EvalKaceArgs {
     /// Also score every candidate option set of member-ridge-gbt (docs/nway.md).
     #[arg(long)]
     pub candidates: bool,
+    /// Also measure the default model's 80 % intervals on each pair protocol (n_occur=2
+    /// splits, unseen workload, unseen family), calibrated on each case's training alone.
+    #[arg(long)]
+    pub coverage: bool,
+    /// Withhold the six Nsight Compute kernel metrics from every profile (training and
+    /// answers): the quality of profiles from NVML alone.
+    #[arg(long)]
+    pub nvml_only: bool,
 }
 
 #[derive(Debug, Args)]

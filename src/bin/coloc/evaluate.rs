@@ -30,6 +30,9 @@ pub async fn nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     if args.json {
         coloc::progress::hide();
     }
+    if args.nested {
+        return nested(&args).await;
+    }
     let (predictions_policy, policies) = nway_policies(&args)?;
     let mut writer = match &args.predictions_out {
         Some(path) => Some(eval::nway_predictions_writer(path)?),
@@ -75,6 +78,35 @@ pub async fn nway(args: EvalNwayArgs) -> anyhow::Result<()> {
         anyhow::bail!("--target {missing:?} is in no run of the files");
     }
     print_nway(&args, &policies, &scores)
+}
+
+/// `coloc eval nway --nested`: each run file under decision 020's nested protocol.
+async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
+    let mut reports = Vec::new();
+    for path in &args.runs {
+        let (path, profiles, nvml_only) = (path.clone(), args.profiles.clone(), args.nvml_only);
+        let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let runs = eval::nway::read_runs(&path)?;
+            let size = runs.first().map_or(0, |r| r.members.len());
+            let mut data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
+            if nvml_only {
+                data.withhold_kernel_metrics();
+            }
+            eval::nested::evaluate(&data)
+        })
+        .await??;
+        if !args.json {
+            print!("{report}");
+        }
+        reports.push(report);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "nested": reports }))?
+        );
+    }
+    Ok(())
 }
 
 /// The policies `eval nway` scores, and the one whose predictions `--predictions-out`
@@ -160,10 +192,14 @@ async fn score_file(
     let (with_coverage, with_calibrations) = (args.coverage, args.calibrations);
     let through_api = args.through_api;
     let targets = args.targets.clone();
+    let nvml_only = args.nvml_only;
     tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let runs = eval::nway::read_runs(&path)?;
         let size = runs.first().map_or(0, |r| r.members.len());
-        let data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
+        let mut data = eval::nway::NwayData::read(&format!("{size}-way"), &path, &profiles)?;
+        if nvml_only {
+            data.withhold_kernel_metrics();
+        }
         let mut cases = data.cases();
         if !targets.is_empty() {
             cases.retain(|c| targets.contains(&c.target));
@@ -289,10 +325,17 @@ pub async fn kace(args: EvalKaceArgs) -> anyhow::Result<()> {
         eval::Policy::LargestExclusive,
     ]);
     let dir = args.dir.clone();
+    let (with_coverage, nvml_only) = (args.coverage, args.nvml_only);
     let (data, results, summary) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let data = eval::EvalData::read(&dir)?;
+        let mut data = eval::EvalData::read(&dir)?;
+        if nvml_only {
+            data.withhold_kernel_metrics();
+        }
         let results = eval::evaluate(&data, &policies)?;
-        let summary = eval::summarize(&data, &policies, &results);
+        let mut summary = eval::summarize(&data, &policies, &results);
+        if with_coverage {
+            summary.coverage = eval::pair_protocol_coverage(&data)?;
+        }
         Ok((data, results, summary))
     })
     .await??;
@@ -310,6 +353,9 @@ pub async fn kace(args: EvalKaceArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eval::print_table(&summary, &mut std::io::stdout().lock())?;
+        for c in &summary.coverage {
+            println!("80 % interval coverage, {c}");
+        }
     }
     Ok(())
 }

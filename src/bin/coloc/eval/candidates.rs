@@ -147,6 +147,29 @@ pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
     ]
 };
 
+/// The candidates `coloc eval nway --nested` chooses among inside each training set
+/// (decision 020): the set-level ridge model off or on x the law blend weight 0, 0.1 or
+/// 0.25, every other option as served; in the rule's tie order (simpler first).
+pub const NESTED_CANDIDATES: [(&str, MemberOptions); 6] = {
+    const fn n(set_ridge: bool, law_blend: u8) -> MemberOptions {
+        MemberOptions {
+            set_linear: set_ridge,
+            set_linear_shrink: if set_ridge { 1 } else { 0 },
+            members_capped: set_ridge,
+            law_blend,
+            ..MemberOptions::CHOSEN
+        }
+    }
+    [
+        ("law-0", n(false, 0)),
+        ("law-0.1", n(false, 10)),
+        ("law-0.25", n(false, 25)),
+        ("set-ridge+law-0", n(true, 0)),
+        ("set-ridge+law-0.1", n(true, 10)),
+        ("set-ridge+law-0.25", n(true, 25)),
+    ]
+};
+
 /// The calibrations `coloc eval nway --coverage --candidates` compares (docs/nway.md).
 pub const CALIBRATION_CANDIDATES: [(&str, Calibration); 6] = [
     (
@@ -244,9 +267,28 @@ mod tests {
     }
 
     #[test]
+    fn the_served_options_are_the_nested_candidate_with_set_ridge_and_law_0_1() {
+        // Decision 020: every nested inner fold chose the set ridge; the rule picks law 0
+        // on the 4-way file, not yet served (the decision says why).
+        assert_eq!(
+            MemberOptions::CHOSEN,
+            row(&NESTED_CANDIDATES, "set-ridge+law-0.1")
+        );
+        assert!(NESTED_CANDIDATES
+            .iter()
+            .all(|(_, o)| o.time_share_crowded && o.crowding));
+    }
+
+    #[test]
     fn every_candidate_has_a_distinct_name_and_distinct_options() {
         for (i, (name, options)) in MEMBER_CANDIDATES.iter().enumerate() {
             for (other, other_options) in &MEMBER_CANDIDATES[i + 1..] {
+                assert_ne!(name, other);
+                assert_ne!(options, other_options, "{name} and {other}");
+            }
+        }
+        for (i, (name, options)) in NESTED_CANDIDATES.iter().enumerate() {
+            for (other, other_options) in &NESTED_CANDIDATES[i + 1..] {
                 assert_ne!(name, other);
                 assert_ne!(options, other_options, "{name} and {other}");
             }

@@ -8,9 +8,12 @@
 //! throughput sum / the best actual sum among those pairs (the oracle).
 
 pub mod candidates;
+pub mod mape;
+pub mod nested;
 pub mod nway;
 pub mod nway_api;
 mod objectives;
+mod pair_coverage;
 mod plot;
 mod report;
 
@@ -23,6 +26,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 pub use objectives::{evaluate_objectives, print_objectives};
+pub use pair_coverage::pair_protocol_coverage;
 pub use plot::draw;
 pub use report::{
     nway_predictions_writer, print_nway_table, print_table, write_nway_predictions,
@@ -86,6 +90,9 @@ impl Policy {
 pub enum Protocol {
     Split,
     Unseen,
+    /// Every workload of one family (model and mode, any batch size) held out together:
+    /// training has no pair with a member of the family; the family's members are scored.
+    Family,
 }
 
 /// One training/test case.
@@ -94,8 +101,10 @@ pub struct Case {
     pub protocol: Protocol,
     pub n_occur: Option<u32>,
     pub seed: Option<u32>,
-    /// The held-out workload (unseen protocol).
+    /// The held-out workload (unseen protocol) or family (`model mode`, family protocol).
     pub holdout: Option<String>,
+    /// The workloads scored as targets (unseen and family protocols; every one for splits).
+    pub targets: Option<BTreeSet<String>>,
     pub train: Vec<usize>,
     pub test: Vec<usize>,
 }
@@ -116,6 +125,13 @@ struct SplitRow {
 }
 
 impl EvalData {
+    /// Every profile as NVML alone measures it ([`Features::nvml_only`]).
+    pub fn withhold_kernel_metrics(&mut self) {
+        for f in self.features.values_mut() {
+            *f = f.nvml_only();
+        }
+    }
+
     /// Reads the dataset and its splits (splits.csv beside the metric files).
     pub fn read(dir: &Path) -> anyhow::Result<Self> {
         let dataset = KaceDataset::read(dir)?;
@@ -162,6 +178,7 @@ impl EvalData {
                 n_occur: Some(n_occur),
                 seed: Some(seed),
                 holdout: None,
+                targets: None,
                 test: (0..pairs.len()).filter(|i| !train.contains(i)).collect(),
                 train: train.into_iter().collect(),
             })
@@ -170,7 +187,7 @@ impl EvalData {
             .iter()
             .flat_map(|p| [p.workload1.as_str(), p.workload2.as_str()])
             .collect();
-        for w in workloads {
+        for &w in &workloads {
             let (test, train): (Vec<usize>, Vec<usize>) =
                 (0..pairs.len()).partition(|&i| pairs[i].workload1 == w || pairs[i].workload2 == w);
             cases.push(Case {
@@ -178,6 +195,28 @@ impl EvalData {
                 n_occur: None,
                 seed: None,
                 holdout: Some(w.to_string()),
+                targets: Some(BTreeSet::from([w.to_string()])),
+                train,
+                test,
+            });
+        }
+        let mut families: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for &w in &workloads {
+            families
+                .entry(family_label(w))
+                .or_default()
+                .insert(w.to_string());
+        }
+        for (label, members) in families {
+            let (test, train): (Vec<usize>, Vec<usize>) = (0..pairs.len()).partition(|&i| {
+                members.contains(&pairs[i].workload1) || members.contains(&pairs[i].workload2)
+            });
+            cases.push(Case {
+                protocol: Protocol::Family,
+                n_occur: None,
+                seed: None,
+                holdout: Some(label),
+                targets: Some(members),
                 train,
                 test,
             });
@@ -189,13 +228,20 @@ impl EvalData {
         })
     }
 
-    fn row(&self, i: usize) -> TrainingRow {
+    pub fn row(&self, i: usize) -> TrainingRow {
         let p = &self.pairs[i];
         TrainingRow {
             members: vec![self.features[&p.workload1], self.features[&p.workload2]],
             throughputs: vec![p.throughput1, p.throughput2],
         }
     }
+}
+
+/// A workload's family as the family protocols name it: its model and mode
+/// (`bert-base-cased inf` for every batch size of BERT-base inference).
+pub fn family_label(name: &str) -> String {
+    let (model, _, mode) = coloc::dataset::parse_workload_name(name);
+    format!("{model} {}", mode.as_str())
 }
 
 /// What one policy made of one case.
@@ -208,6 +254,8 @@ pub struct CaseResult {
     /// The policy's score of each test pair, in `Case::test` order (models: the predicted
     /// throughput sum); empty for `Random`.
     pub pair_scores: Vec<f64>,
+    /// Models: the absolute percentage errors of every test pair.
+    pub ape: mape::Ape,
 }
 
 impl CaseResult {
@@ -222,7 +270,7 @@ pub fn score_targets(
     pairs: &[KacePair],
     test: &[usize],
     pair_scores: &[f64],
-    only_target: Option<&str>,
+    only: Option<&BTreeSet<String>>,
 ) -> BTreeMap<String, f64> {
     let mut by_target: BTreeMap<&str, Vec<(f64, &str, f64)>> = BTreeMap::new();
     for (&i, &score) in test.iter().zip(pair_scores) {
@@ -241,7 +289,7 @@ pub fn score_targets(
     }
     by_target
         .into_iter()
-        .filter(|(t, _)| only_target.is_none_or(|o| o == *t))
+        .filter(|(t, _)| only.is_none_or(|o| o.contains(*t)))
         .map(|(target, candidates)| {
             let oracle = candidates.iter().map(|c| c.2).fold(f64::MIN, f64::max);
             let picked = candidates
@@ -257,7 +305,7 @@ pub fn score_targets(
 pub fn random_targets(
     pairs: &[KacePair],
     test: &[usize],
-    only_target: Option<&str>,
+    only: Option<&BTreeSet<String>>,
 ) -> BTreeMap<String, f64> {
     let mut by_target: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for &i in test {
@@ -275,7 +323,7 @@ pub fn random_targets(
     }
     by_target
         .into_iter()
-        .filter(|(t, _)| only_target.is_none_or(|o| o == *t))
+        .filter(|(t, _)| only.is_none_or(|o| o.contains(*t)))
         .map(|(target, sums)| {
             let oracle = sums.iter().cloned().fold(f64::MIN, f64::max);
             let mean = sums.iter().map(|s| s / oracle).sum::<f64>() / sums.len() as f64;
@@ -289,9 +337,10 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
     let mut results = Vec::new();
     let progress = coloc::progress::bar((data.cases.len() * policies.len()) as u64, "eval");
     for (c, case) in data.cases.iter().enumerate() {
-        let only = case.holdout.as_deref();
+        let only = case.targets.as_ref();
         for &policy in policies {
             progress.inc(1);
+            let mut ape = mape::Ape::default();
             let pair_scores: Vec<f64> = match policy {
                 Policy::Random => Vec::new(),
                 Policy::SmallestMemory => case
@@ -331,7 +380,9 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
                         .map(|&i| {
                             let row = data.row(i);
                             let members: Vec<&Features> = row.members.iter().collect();
-                            params.predict(&[members])[0].prediction.sum
+                            let predicted = params.predict(&[members]).remove(0).prediction;
+                            ape.add(&row.members, &predicted, &row.throughputs);
+                            predicted.sum
                         })
                         .collect()
                 }
@@ -345,6 +396,7 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
                 policy,
                 target_scores,
                 pair_scores,
+                ape,
             });
         }
     }
@@ -359,6 +411,8 @@ pub struct Summary {
     pub rows: Vec<SummaryRow>,
     /// Per policy, per target: the mean score over the n_occur=2 splits.
     pub per_target_n_occur_2: BTreeMap<String, BTreeMap<String, f64>>,
+    /// With `--coverage`: the default model's 80 % intervals on each pair protocol.
+    pub coverage: Vec<nway::Coverage>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -366,6 +420,8 @@ pub struct SummaryRow {
     pub row: String,
     /// Per policy name.
     pub scores: BTreeMap<String, f64>,
+    /// Per model policy name: the absolute percentage errors of the row's test pairs.
+    pub mape: BTreeMap<String, mape::Mape>,
 }
 
 /// Seeds on which settings may be chosen; the others report.
@@ -385,11 +441,26 @@ pub fn summarize(data: &EvalData, policies: &[Policy], results: &[CaseResult]) -
     let mut n_occurs: Vec<u32> = data.cases.iter().filter_map(|c| c.n_occur).collect();
     n_occurs.sort();
     n_occurs.dedup();
+    let mape_of = |filter: &dyn Fn(&Case) -> bool, policy: Policy| -> mape::Mape {
+        let mut ape = mape::Ape::default();
+        for r in results
+            .iter()
+            .filter(|r| r.policy == policy && filter(&data.cases[r.case]))
+        {
+            ape.extend(&r.ape);
+        }
+        ape.summary()
+    };
     let row = |label: String, filter: &dyn Fn(&Case) -> bool| SummaryRow {
         row: label,
         scores: policies
             .iter()
             .map(|&p| (p.name(), mean_of(filter, p)))
+            .collect(),
+        mape: policies
+            .iter()
+            .filter(|p| matches!(p, Policy::Model(_) | Policy::Candidate(_)))
+            .map(|&p| (p.name(), mape_of(filter, p)))
             .collect(),
     };
     for n in &n_occurs {
@@ -431,6 +502,9 @@ pub fn summarize(data: &EvalData, policies: &[Policy], results: &[CaseResult]) -
     rows.push(row("unseen, report workloads (odd)".into(), &|c| {
         c.protocol == Protocol::Unseen && !selection_workload(c)
     }));
+    rows.push(row("family unseen".into(), &|c| {
+        c.protocol == Protocol::Family
+    }));
 
     let mut per_target: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for &policy in policies {
@@ -456,6 +530,7 @@ pub fn summarize(data: &EvalData, policies: &[Policy], results: &[CaseResult]) -
         policies: names,
         rows,
         per_target_n_occur_2: per_target,
+        coverage: Vec::new(),
     }
 }
 
@@ -486,6 +561,7 @@ mod tests {
         // C picks BC (4/8).
         let scores = [1.0, 3.0, 2.0, 5.0];
         let got = score_targets(&pairs, &test, &scores, None);
+        let only_b = BTreeSet::from(["B".to_string()]);
         assert_eq!(got["A"], 0.8);
         assert_eq!(got["B"], 0.4);
         assert_eq!(got["C"], 0.5);
@@ -495,13 +571,17 @@ mod tests {
         assert!((random["B"] - 0.7).abs() < 1e-12);
         assert!((random["C"] - 0.75).abs() < 1e-12);
         // Only the held-out target is scored in the unseen protocol.
-        assert_eq!(score_targets(&pairs, &test, &scores, Some("B")).len(), 1);
+        assert_eq!(
+            score_targets(&pairs, &test, &scores, Some(&only_b)).len(),
+            1
+        );
     }
 
     #[test]
     fn ties_are_broken_by_partner_name_like_rank() {
         let pairs = vec![pair("T", "Z", 1.0, 1.0), pair("T", "M", 3.0, 3.0)];
-        let got = score_targets(&pairs, &[0, 1], &[7.0, 7.0], Some("T"));
+        let only_t = BTreeSet::from(["T".to_string()]);
+        let got = score_targets(&pairs, &[0, 1], &[7.0, 7.0], Some(&only_t));
         assert_eq!(got["T"], 1.0, "M sorts before Z");
     }
 }

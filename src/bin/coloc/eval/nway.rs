@@ -22,7 +22,7 @@ use std::{
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::Policy;
+use super::{mape, Policy};
 use coloc::{
     dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload},
     domain::WorkloadMode,
@@ -208,6 +208,13 @@ impl NwayData {
         })
     }
 
+    /// Every profile as NVML alone measures it ([`Features::nvml_only`]).
+    pub fn withhold_kernel_metrics(&mut self) {
+        for f in self.features.values_mut() {
+            *f = f.nvml_only();
+        }
+    }
+
     pub fn has_subset(&self) -> bool {
         self.runs.iter().any(|r| r.in_subset.is_some())
     }
@@ -320,6 +327,8 @@ pub struct NwayResult {
     /// predicted sum); empty for `Random`.
     pub run_scores: Vec<f64>,
     pub score: f64,
+    /// Models scored in process: the absolute percentage errors of every candidate.
+    pub ape: mape::Ape,
 }
 
 /// The candidate a policy picks: the highest score, ties to the lower run id.
@@ -365,6 +374,7 @@ pub fn scored(
         policy,
         run_scores,
         score,
+        ape: mape::Ape::default(),
     }
 }
 
@@ -383,6 +393,7 @@ pub fn evaluate(
         progress.inc(policies.len() as u64);
         let rows: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
         for &policy in policies {
+            let mut ape = mape::Ape::default();
             let run_scores: Vec<f64> = match policy {
                 Policy::Random => Vec::new(),
                 Policy::SmallestMemory => rows
@@ -408,12 +419,16 @@ pub fn evaluate(
                     rows.iter()
                         .map(|r| {
                             let members: Vec<&Features> = r.members.iter().collect();
-                            params.predict(&[members])[0].prediction.sum
+                            let predicted = params.predict(&[members]).remove(0).prediction;
+                            ape.add(&r.members, &predicted, &r.throughputs);
+                            predicted.sum
                         })
                         .collect()
                 }
             };
-            results.push(scored(data, case, c, policy, run_scores));
+            let mut result = scored(data, case, c, policy, run_scores);
+            result.ape = ape;
+            results.push(result);
         }
     }
     progress.finish_and_clear();
@@ -439,6 +454,9 @@ pub struct NwayRow {
     pub report: BTreeMap<String, f64>,
     /// Per policy name, per target.
     pub per_target: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Per model policy scored in process: the absolute percentage errors over every
+    /// target's candidates (a run counts once per target it is a candidate of).
+    pub mape: BTreeMap<String, mape::Mape>,
 }
 
 pub fn summarize(
@@ -466,7 +484,18 @@ pub fn summarize(
             let mut per_target = BTreeMap::new();
             let mut selection = BTreeMap::new();
             let mut report = BTreeMap::new();
+            let mut mapes = BTreeMap::new();
             for &policy in policies {
+                let mut ape = mape::Ape::default();
+                for r in results
+                    .iter()
+                    .filter(|r| r.policy == policy && members.contains(&r.case))
+                {
+                    ape.extend(&r.ape);
+                }
+                if !ape.sums.is_empty() {
+                    mapes.insert(policy.name(), ape.summary());
+                }
                 let scores: BTreeMap<String, f64> = results
                     .iter()
                     .filter(|r| r.policy == policy && members.contains(&r.case))
@@ -504,6 +533,7 @@ pub fn summarize(
                 selection,
                 report,
                 per_target,
+                mape: mapes,
             }
         })
         .collect()
@@ -586,7 +616,11 @@ impl Coverage {
     }
 
     /// Counts the held-out `test` runs inside the intervals of `params`.
-    fn add(&mut self, params: &model::ModelParams, test: &[TrainingRow]) -> anyhow::Result<()> {
+    pub(super) fn add(
+        &mut self,
+        params: &model::ModelParams,
+        test: &[TrainingRow],
+    ) -> anyhow::Result<()> {
         let inside = |v: f64, (lo, hi): (f64, f64)| lo <= v && v <= hi;
         for row in test {
             let members: Vec<&Features> = row.members.iter().collect();
@@ -606,7 +640,7 @@ impl Coverage {
         Ok(())
     }
 
-    fn new(protocol: String, calibration: &str) -> Self {
+    pub(super) fn new(protocol: String, calibration: &str) -> Self {
         Self {
             protocol,
             policy: format!("{}, {calibration}", ModelKind::DEFAULT.as_str()),

@@ -31,6 +31,15 @@ pub fn print_table(summary: &Summary, out: &mut impl Write) -> std::io::Result<(
         }
         writeln!(out)?;
     }
+    // The field's absolute error beside the ranking score: the model policies' MAPE on the
+    // rows the protocols report.
+    for row in summary.rows.iter().filter(|r| {
+        r.row == "n_occur=2" || r.row == "mean" || r.row == "unseen" || r.row == "family unseen"
+    }) {
+        for (name, mape) in &row.mape {
+            writeln!(out, "pairs, {}, {name}: {mape}", row.row)?;
+        }
+    }
     Ok(())
 }
 
@@ -58,6 +67,9 @@ pub fn write_predictions(
         let protocol = match case.protocol {
             super::Protocol::Split => "split",
             super::Protocol::Unseen => "unseen",
+            // Family cases score pairs the unseen cases already wrote; left out so that
+            // the file keeps one prediction per (case, pair) an independent scorer reads.
+            super::Protocol::Family => continue,
         };
         let n_occur = case.n_occur.map(|n| n.to_string()).unwrap_or_default();
         let seed = case.seed.map(|s| s.to_string()).unwrap_or_default();
@@ -117,6 +129,11 @@ pub fn print_nway_table(
                 write!(out, "  {:>17.4}", values[&policy.name()])?;
             }
             writeln!(out)?;
+        }
+    }
+    for (row, label) in rows.iter().zip(&labels) {
+        for (name, mape) in &row.mape {
+            writeln!(out, "{label}, {name}: {mape}")?;
         }
     }
     Ok(())
