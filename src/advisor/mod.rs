@@ -46,7 +46,7 @@ pub use place::{
     MAX_PLACE_GPUS, PLACED_SETS,
 };
 pub use rank::{
-    rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
+    predict_in, rank_in, rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};

@@ -658,6 +658,49 @@ impl RankWork {
     }
 }
 
+/// Rank without an advisor: against `catalog` and `model` (its GPU model's profiles), at
+/// once on this thread. For tools that hold their own catalog (the evaluation, tests); the
+/// service calls [`super::Advisor::rank`].
+pub fn rank_in(
+    catalog: &super::Catalog,
+    model: &Arc<StoredModel>,
+    query: RankQuery,
+) -> Result<RankResult> {
+    query.validate()?;
+    if !catalog.contains(&query.target) {
+        return Err(Error::UnknownTarget(query.target.as_str().to_string()));
+    }
+    let table = catalog.gpu(&model.gpu).unwrap_or_default();
+    let found = query
+        .candidates
+        .iter()
+        .map(|c| match table.position(c.as_str()) {
+            Some(i) => Found::Entry(i),
+            None if catalog.contains(c.as_str()) => Found::NotRankable,
+            None => Found::Unknown,
+        })
+        .collect();
+    RankWork {
+        query,
+        gpu: model.gpu.clone(),
+        model: model.clone(),
+        table,
+        found,
+    }
+    .run()
+}
+
+/// Predict without an advisor, as [`rank_in`].
+pub fn predict_in(
+    catalog: &super::Catalog,
+    model: &StoredModel,
+    query: PredictQuery,
+) -> Result<PredictResult> {
+    query.validate()?;
+    let table = catalog.gpu(&model.gpu).unwrap_or_default();
+    predict(&query, &model.gpu, model, &table)
+}
+
 pub(super) fn predict(
     query: &PredictQuery,
     gpu: &GpuName,

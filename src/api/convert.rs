@@ -386,7 +386,7 @@ pub fn rank_query(raw: pb::RankRequest, defaults: &Policy) -> Result<RankQuery, 
     for candidate in &raw.candidates {
         WorkloadName::check("candidate", candidate)?;
     }
-    // The defaults, then the fields of old (set where not their zero), then the policy.
+    // The defaults, then the policy, then the fields of old where set (not their zero).
     let legacy = PolicyChanges {
         objective,
         cautious: raw.cautious.then_some(true),
@@ -394,9 +394,7 @@ pub fn rank_query(raw: pb::RankRequest, defaults: &Policy) -> Result<RankQuery, 
         include_losses: raw.include_below_break_even.then_some(true),
         ..PolicyChanges::default()
     };
-    let policy = defaults
-        .with(legacy)
-        .with(policy_changes(raw.policy)?);
+    let policy = defaults.with(policy_changes(raw.policy)?).with(legacy);
     let query = RankQuery {
         target: workload_name("target", &raw.target)?,
         candidates: raw.candidates,
@@ -816,6 +814,7 @@ pub fn place_query(raw: pb::PlaceRequest, defaults: &Policy) -> Result<PlaceQuer
         nodes: filter.nodes,
         gpu_filter: filter.gpu,
         policy: defaults
+            .with(policy_changes(raw.policy)?)
             .with(PolicyChanges {
                 objective: raw.objective.map(objective).transpose()?,
                 rule: match raw.rule {
@@ -826,8 +825,7 @@ pub fn place_query(raw: pb::PlaceRequest, defaults: &Policy) -> Result<PlaceQuer
                 min_job_fraction: optional_fraction(raw.min_job_fraction),
                 min_partner_fraction: optional_fraction(raw.min_resident_fraction),
                 include_losses: None,
-            })
-            .with(policy_changes(raw.policy)?),
+            }),
         max_jobs_per_gpu: match raw.max_jobs_per_gpu {
             0 => crate::advisor::DEFAULT_MAX_JOBS_PER_GPU,
             n => n as usize,

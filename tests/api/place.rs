@@ -23,10 +23,14 @@ pub fn gpu(id: &str, residents: &[&str]) -> pb::GpuState {
     }
 }
 
+/// Place as it answered before policies: THROUGHPUT_SUM, no rule, point predictions,
+/// losses listed (the defaults are tested on their own).
 pub fn place(workload: &str, gpus: Vec<pb::GpuState>) -> pb::PlaceRequest {
     pb::PlaceRequest {
         workload: workload.into(),
         gpus,
+        objective: Some(pb::Objective::ThroughputSum as i32),
+        policy: Some(crate::helpers::open_policy()),
         ..Default::default()
     }
 }

@@ -250,6 +250,18 @@ impl ServicePlacer {
     }
 }
 
+impl ServicePlacer {
+    /// The catalog and model that answer, when they are fixed (tests compare them with the
+    /// other callers of the one prediction).
+    #[cfg(test)]
+    pub fn fixed(&self) -> Option<(&Catalog, &HashMap<GpuName, Arc<StoredModel>>)> {
+        match &self.answerer {
+            Answerer::Fixed { catalog, models, .. } => Some((catalog, models)),
+            Answerer::Learning(_) => None,
+        }
+    }
+}
+
 impl Placer for ServicePlacer {
     fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>> {
         let started = Instant::now();
