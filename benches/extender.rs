@@ -12,12 +12,12 @@ use std::{path::Path, sync::Arc, time::Duration};
 
 use axum::body::Body;
 use coloc::{
-    advisor::{Advisor, Objective},
+    advisor::{Advisor, Objective, Policy},
     domain::GpuName,
     extender::{
         http::{router, ServeOptions},
         node::NodeGpus,
-        placer::{AdvisorPlacer, PlacerRules},
+        placer::AdvisorPlacer,
         pod::Residency,
         ClusterView, Extender,
     },
@@ -208,10 +208,10 @@ fn extender(c: &mut Criterion) {
     workloads.sort();
     let job = workloads[workloads.len() / 2].clone();
     let view = cluster(&workloads);
-    let router_with = |rules: PlacerRules| {
+    let router_with = |policy: Policy| {
         router(
             Arc::new(Extender::new(
-                Arc::new(AdvisorPlacer::new(advisor.clone(), rules)),
+                Arc::new(AdvisorPlacer::with_policy(advisor.clone(), policy)),
                 view.clone(),
             )),
             &ServeOptions {
@@ -222,14 +222,10 @@ fn extender(c: &mut Criterion) {
             },
         )
     };
-    let app = router_with(PlacerRules::default());
+    let app = router_with(Policy::default());
     // The baseline of the same run: the rules before 2026-11-24 (THROUGHPUT_SUM gains,
     // floors on the point predictions, no placement rule).
-    let before = router_with(PlacerRules {
-        objective: Objective::ThroughputSum,
-        rule: None,
-        cautious: false,
-    });
+    let before = router_with(Policy::unrestricted(Objective::ThroughputSum));
     let names: Vec<String> = (0..NODES).map(|n| format!("gpu-node-{n:05}")).collect();
     let body = serde_json::to_vec(&serde_json::json!({
         "Pod": {"metadata": {"name": "trainer", "namespace": "ml", "uid": "u1",

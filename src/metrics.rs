@@ -34,6 +34,7 @@ pub struct Metrics {
     model_age: GaugeVec,
     model_trained: GaugeVec,
     rolling_error: GaugeVec,
+    suspect_profiles: IntGaugeVec,
     store_bytes: IntGauge,
     store_writes_failing: IntGauge,
     store_write_failures: IntCounter,
@@ -200,6 +201,12 @@ impl Metrics {
                 "Mean relative error of the serving model on recently reported runs",
                 &["gpu"],
             ),
+            suspect_profiles: int_gauge(
+                &registry,
+                "coloc_suspect_profiles",
+                "Profiles whose exclusive throughput stored runs exceed beyond noise, per GPU model",
+                &["gpu"],
+            ),
             store_bytes: single_gauge(&registry, "coloc_store_bytes", "Size of the SQLite database"),
             store_writes_failing: single_gauge(
                 &registry,
@@ -264,8 +271,12 @@ impl Metrics {
         self.model_age.reset();
         self.model_trained.reset();
         self.rolling_error.reset();
+        self.suspect_profiles.reset();
         for model in advisor.champions() {
             let gpu = model.gpu.as_str();
+            self.suspect_profiles
+                .with_label_values(&[gpu])
+                .set(advisor.suspect_profiles(&model.gpu).len() as i64);
             self.model_version
                 .with_label_values(&[gpu])
                 .set(model.version as f64);

@@ -22,7 +22,7 @@ use crate::{
     domain::{now_ms, GpuName},
     extender::{
         http::{tls_acceptor, ServeOptions},
-        placer::{AdvisorPlacer, PlacerRules},
+        placer::{policy_from_settings, AdvisorPlacer},
         ClusterView, ClusterWatcher, Extender,
     },
     metrics::Metrics,
@@ -51,7 +51,7 @@ pub struct App {
     metrics_listener: Option<TcpListener>,
     /// The scheduler extender's listener and how it serves; `None` when extender.listen
     /// is empty.
-    extender: Option<(TcpListener, ServeOptions, PlacerRules)>,
+    extender: Option<(TcpListener, ServeOptions)>,
     /// What the extender knows of the cluster (kept by the watcher when it runs).
     cluster: Arc<ClusterView>,
     /// The pod and node watcher; `None` unless extender.watch_cluster.
@@ -124,7 +124,6 @@ impl App {
             Some(listener) => Some((
                 listener,
                 extender_options(settings, tokens.as_ref())?,
-                PlacerRules::from_settings(&settings.extender),
             )),
         };
         let cluster = Arc::new(ClusterView::new());
@@ -170,7 +169,7 @@ impl App {
     pub fn extender_addr(&self) -> Option<SocketAddr> {
         self.extender
             .as_ref()
-            .and_then(|(l, _, _)| l.local_addr().ok())
+            .and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// What the extender knows of the cluster (embedders and tests may feed it).
@@ -300,9 +299,9 @@ impl App {
     /// that nothing writes to the store after it closes and the running profiling job is
     /// re-queued while the API already refuses new calls.
     fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
-        let extender = self.extender.take().map(|(listener, options, rules)| {
+        let extender = self.extender.take().map(|(listener, options)| {
             let extender = Arc::new(Extender::new(
-                Arc::new(AdvisorPlacer::new(self.advisor.clone(), rules)),
+                Arc::new(AdvisorPlacer::new(self.advisor.clone())),
                 self.cluster.clone(),
             ));
             move |stop| {
@@ -611,6 +610,7 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         default_kind: model_kind(settings.model.kind),
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
+        policy: policy_from_settings(&settings.policy),
         no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
             "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
              agent` on a GPU node, send the profile with PutProfile, or run a server with \

@@ -20,6 +20,7 @@ use std::{
 
 use foldhash::{HashMap as FastMap, HashSet as FastSet};
 
+use super::runs::RunSummary;
 use crate::{
     domain::{GpuName, Profile, WorkloadName},
     model::{Features, ProfileCode},
@@ -35,6 +36,18 @@ pub struct ProfileEntry {
     pub throughput_unit: Arc<str>,
     /// Its code under the table's scoring model, when that model has a pair scorer.
     pub code: Option<ProfileCode>,
+    /// The exclusive throughput the answers use in place of the profile's, while stored
+    /// runs show the profile's figure too low (a suspect profile, `advisor::suspect`).
+    pub corrected_exclusive: Option<f64>,
+}
+
+impl ProfileEntry {
+    /// The exclusive throughput every prediction is bounded by and normalized with: the
+    /// profile's, or its correction while the profile is suspect.
+    pub fn exclusive(&self) -> f64 {
+        self.corrected_exclusive
+            .unwrap_or_else(|| self.features.exclusive_throughput())
+    }
 }
 
 /// The profiles of one GPU model, in a dense vector for fast scans plus a name index.
@@ -52,6 +65,8 @@ pub struct GpuProfiles {
     /// Changes with every change of the entries (positions, profiles, codes): what Place's
     /// set predictions, kept across requests by table position, are valid for.
     generation: u64,
+    /// What the stored runs of this GPU model say (evidence, suspect profiles).
+    runs: Arc<RunSummary>,
 }
 
 /// Generations are unique across every table of the process (a copy made by
@@ -70,6 +85,11 @@ impl GpuProfiles {
         Q: Hash + Eq + ?Sized,
     {
         self.index.get(name).copied()
+    }
+
+    /// What the stored runs of this GPU model say.
+    pub fn runs(&self) -> &RunSummary {
+        &self.runs
     }
 
     pub fn entries(&self) -> &[ProfileEntry] {
@@ -106,6 +126,12 @@ impl GpuProfiles {
     fn upsert(&mut self, mut entry: ProfileEntry) {
         self.changed();
         entry.code = self.code(&entry.features);
+        // A new profile ends a suspicion raised against the old one.
+        entry.corrected_exclusive = self
+            .runs
+            .suspect(entry.name.as_str())
+            .filter(|s| s.profile_exclusive == entry.features.exclusive_throughput())
+            .map(|s| s.corrected_exclusive);
         match self.index.get(&entry.name) {
             Some(&i) => self.entries[i] = entry,
             None => {
@@ -164,6 +190,20 @@ impl Catalog {
             .for_each(|entry| entry.code = scorer.map(|s| s.code(&entry.features)));
     }
 
+    /// Keeps what the stored runs of `gpu` say, and bounds and normalizes each suspect
+    /// profile's predictions by its corrected exclusive throughput (`advisor::runs`).
+    pub fn set_runs(&mut self, gpu: &GpuName, runs: RunSummary) {
+        let table = Arc::make_mut(self.gpus.entry(gpu.clone()).or_default());
+        table.changed();
+        for entry in &mut table.entries {
+            entry.corrected_exclusive = runs
+                .suspect(entry.name.as_str())
+                .filter(|s| s.profile_exclusive == entry.features.exclusive_throughput())
+                .map(|s| s.corrected_exclusive);
+        }
+        table.runs = Arc::new(runs);
+    }
+
     pub fn set_gpu_memory(&mut self, gpu: &GpuName, memory_gb: Option<f64>) {
         let table = Arc::make_mut(self.gpus.entry(gpu.clone()).or_default());
         if memory_gb.is_some() {
@@ -195,6 +235,7 @@ impl Catalog {
                 features: Features::of(profile),
                 throughput_unit: profile.system.throughput_unit.as_str().into(),
                 code: None,
+                corrected_exclusive: None,
             });
         }
     }

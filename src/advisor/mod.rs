@@ -7,8 +7,10 @@ mod catalog;
 mod error;
 mod occupancy;
 mod place;
+mod policy;
 mod predict;
 mod rank;
+mod runs;
 mod stats;
 mod training;
 mod undo;
@@ -36,13 +38,16 @@ pub use agents::{AgentFailure, AgentPolicy, AgentView};
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
+pub use policy::{is_loss, Policy, PolicyChanges};
+pub use predict::EXCLUSIVE_NOISE_MARGIN;
+pub use runs::{Evidence, RunSummary, SuspectProfile, MIN_SUSPECT_RUNS};
 pub use place::{
     place_in, place_in_keeping, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule,
     PlaceSkipCode, PlacedSets, Placement, SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU,
     MAX_PLACE_GPUS, PLACED_SETS,
 };
 pub use rank::{
-    rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
+    predict_in, rank_in, rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
     RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
 };
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
@@ -68,6 +73,9 @@ pub struct AdvisorOptions {
     pub no_profiler_reason: Option<String>,
     /// Leases of agents' claims, and when an agent counts as live.
     pub agents: AgentPolicy,
+    /// The placement policy Rank, Place and the extender apply unless a request says
+    /// otherwise (the `[policy]` settings).
+    pub policy: Policy,
 }
 
 /// How models are trained, judged and watched (docs/model.md, "Model lifecycle"): the
@@ -120,6 +128,8 @@ pub struct Advisor {
     agent_policy: AgentPolicy,
     /// Place's set predictions, kept across requests.
     placed_sets: Arc<place::PlacedSets>,
+    /// The default placement policy.
+    policy: Policy,
 }
 
 impl Advisor {
@@ -133,6 +143,7 @@ impl Advisor {
             lifecycle,
             no_profiler_reason,
             agents: agent_policy,
+            policy,
         } = options;
         if let Some(reason) = &no_profiler_reason {
             // Only jobs no live agent can run: the others keep their reasons.
@@ -175,9 +186,54 @@ impl Advisor {
             running_jobs: std::sync::Mutex::new(HashMap::new()),
             agent_policy,
             placed_sets: Arc::new(place::PlacedSets::new(place::PLACED_SETS)),
+            policy,
         };
         advisor.load_rolling_errors().await?;
+        let gpus: Vec<GpuName> = advisor.models.load().keys().cloned().collect();
+        for gpu in gpus {
+            let runs = advisor
+                .store
+                .observations(&gpu, advisor.lifecycle.max_training_runs)
+                .await?;
+            advisor.refresh_runs(&gpu, &runs);
+        }
         Ok(advisor)
+    }
+
+    /// The profiles of `gpu` whose exclusive throughput the stored runs contradict.
+    pub fn suspect_profiles(&self, gpu: &GpuName) -> Vec<SuspectProfile> {
+        self.read_catalog()
+            .gpu(gpu)
+            .map(|t| t.runs().suspects.clone())
+            .unwrap_or_default()
+    }
+
+    /// The GPU models on which `workload`'s profile is suspect, with the suspicion.
+    pub fn suspect_profiles_of(&self, workload: &WorkloadName) -> Vec<(GpuName, SuspectProfile)> {
+        let catalog = self.read_catalog();
+        let gpus: Vec<GpuName> = catalog.gpu_names().cloned().collect();
+        gpus.into_iter()
+            .filter_map(|gpu| {
+                let suspect = catalog.gpu(&gpu)?.runs().suspect(workload.as_str())?.clone();
+                Some((gpu, suspect))
+            })
+            .collect()
+    }
+
+    /// Summarizes the stored runs of `gpu` (evidence, suspect profiles) into the catalog.
+    fn refresh_runs(&self, gpu: &GpuName, runs: &[crate::store::StoredObservation]) {
+        let table = self.read_catalog().gpu(gpu).unwrap_or_default();
+        let summary = RunSummary::of(runs.iter().map(|r| r.members.as_slice()), |name| {
+            table
+                .position(name)
+                .map(|i| table.entries()[i].features.exclusive_throughput())
+        });
+        self.write_catalog().set_runs(gpu, summary);
+    }
+
+    /// The server's default placement policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     pub fn default_kind(&self) -> ModelKind {

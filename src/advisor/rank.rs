@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use super::{
-    predict::{predict_entries, score_pairs, PairScore},
-    Error, GpuProfiles, ProfileEntry, Result,
+    place::SetCache,
+    runs::Evidence,
+    policy::is_loss,
+    predict::{score_pairs, PairScore},
+    Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
@@ -46,15 +49,13 @@ pub struct RankQuery {
     pub gpu: Option<GpuName>,
     pub gpu_memory_gb: Option<f64>,
     pub include_oversubscribed: bool,
-    pub objective: Objective,
-    /// The lowest fraction of its exclusive throughput the target may keep.
-    pub min_target_fraction: Option<f64>,
+    /// Rank asks Place's question for each candidate (the target the job, the candidate
+    /// its GPU's only resident): the objective, the rule, cautious, the target's floor
+    /// (`min_job_fraction`), the candidate's (`min_partner_fraction`) and whether predicted
+    /// losses (below break-even) are ranked.
+    pub policy: Policy,
     /// The least predicted normalized sum above break-even a candidate needs.
     pub min_benefit: f64,
-    /// Rank candidates predicted below break-even too.
-    pub include_below_break_even: bool,
-    /// The fraction holds for the low end of the target's 80 % interval.
-    pub cautious: bool,
 }
 
 impl RankQuery {
@@ -74,15 +75,20 @@ impl RankQuery {
                 ),
             ));
         }
-        if let Some(fraction) = self.min_target_fraction {
-            if !(fraction > 0.0 && fraction <= 1.0) {
-                return Err(ValidationError::new(
-                    "min_target_speed_fraction",
-                    format!(
-                    "min_target_speed_fraction is the fraction of its exclusive throughput the target \
-                     keeps: between 0 (no limit) and 1, got {fraction}"
-                ),
-                ));
+        for (field, fraction) in [
+            ("min_target_speed_fraction", self.policy.min_job_fraction),
+            ("min_partner_fraction", self.policy.min_partner_fraction),
+        ] {
+            if let Some(fraction) = fraction {
+                if !(fraction > 0.0 && fraction <= 1.0) {
+                    return Err(ValidationError::new(
+                        field,
+                        format!(
+                            "{field} is the fraction of its exclusive throughput a job keeps: \
+                             between 0 (no limit) and 1, got {fraction}"
+                        ),
+                    ));
+                }
             }
         }
         if !(self.min_benefit.is_finite() && self.min_benefit >= 0.0) {
@@ -95,7 +101,7 @@ impl RankQuery {
                 ),
             ));
         }
-        if self.include_below_break_even && self.min_benefit > 0.0 {
+        if self.policy.include_losses && self.min_benefit > 0.0 {
             return Err(ValidationError::new(
                 "include_below_break_even",
                 "include_below_break_even ranks candidates predicted to lose, min_benefit > 0 \
@@ -107,7 +113,7 @@ impl RankQuery {
 
     /// The predicted normalized sum a candidate needs; `None` when losers are ranked too.
     pub fn normalized_floor(&self) -> Option<f64> {
-        (!self.include_below_break_even).then_some(BREAK_EVEN_NORMALIZED_SUM + self.min_benefit)
+        (!self.policy.include_losses).then_some(BREAK_EVEN_NORMALIZED_SUM + self.min_benefit)
     }
 }
 
@@ -143,6 +149,37 @@ pub struct MemberPrediction {
     pub predicted_throughput: Option<f64>,
     /// The 80 % interval of `predicted_throughput`, where the model carries intervals.
     pub predicted_interval: Option<(f64, f64)>,
+    /// What the stored runs say of this member in this set.
+    pub evidence: Evidence,
+    /// The profile's exclusive throughput; `exclusive_throughput` differs from it while the
+    /// profile is suspect (the corrected figure).
+    pub profile_exclusive_throughput: f64,
+}
+
+impl MemberPrediction {
+    /// The answer for `entry` as a member of the set `set` (names) of `table`.
+    pub(super) fn of(
+        entry: &ProfileEntry,
+        table: &GpuProfiles,
+        set: &[&str],
+        predicted_throughput: Option<f64>,
+        predicted_interval: Option<(f64, f64)>,
+    ) -> Self {
+        Self {
+            workload: entry.name.clone(),
+            exclusive_throughput: entry.exclusive(),
+            throughput_unit: entry.throughput_unit.clone(),
+            predicted_throughput,
+            predicted_interval,
+            evidence: table.runs().evidence(set, entry.name.as_str()),
+            profile_exclusive_throughput: entry.features.exclusive_throughput(),
+        }
+    }
+
+    /// The profile's exclusive throughput is suspect: runs show the workload faster.
+    pub fn exclusive_suspect(&self) -> bool {
+        self.exclusive_throughput != self.profile_exclusive_throughput
+    }
 }
 
 impl MemberPrediction {
@@ -168,6 +205,8 @@ pub struct RankedCandidate {
     pub workload: WorkloadName,
     pub predicted_throughput_sum: f64,
     pub predicted_normalized_sum: Option<f64>,
+    /// The normalized sum on the members' low ends (a cautious policy's order).
+    pub predicted_normalized_sum_low: Option<f64>,
     pub fits_memory: bool,
     pub memory_gb: f64,
     pub members: Vec<MemberPrediction>,
@@ -181,6 +220,10 @@ pub enum SkipCode {
     TargetSlowdown,
     KernelMetricsMissing,
     BelowBreakEven,
+    /// The candidate would keep less than `min_partner_fraction`.
+    PartnerSlowdown,
+    /// The pair breaks the policy's rule.
+    RuleRefused,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -195,7 +238,8 @@ pub struct RankResult {
     pub gpu: GpuName,
     pub gpu_memory_gb: f64,
     pub model_version: u64,
-    pub objective: Objective,
+    /// The policy applied.
+    pub policy: Policy,
     /// The model predicts only sums: member throughputs are split by exclusive throughput.
     pub members_estimated: bool,
     pub ranked: Vec<RankedCandidate>,
@@ -230,17 +274,16 @@ fn memory_limit(gpu: &GpuName, table: &GpuProfiles, requested: Option<f64>) -> R
         .ok_or_else(|| Error::GpuMemoryUnknown(gpu.clone()))
 }
 
-fn member_predictions(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Vec<MemberPrediction> {
+fn member_predictions(
+    table: &GpuProfiles,
+    entries: &[&ProfileEntry],
+    members: Option<&[f64]>,
+) -> Vec<MemberPrediction> {
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     entries
         .iter()
         .enumerate()
-        .map(|(i, entry)| MemberPrediction {
-            workload: entry.name.clone(),
-            exclusive_throughput: entry.features.exclusive_throughput(),
-            throughput_unit: entry.throughput_unit.clone(),
-            predicted_throughput: members.map(|m| m[i]),
-            predicted_interval: None,
-        })
+        .map(|(i, entry)| MemberPrediction::of(entry, table, &names, members.map(|m| m[i]), None))
         .collect()
 }
 
@@ -250,7 +293,7 @@ fn normalized_sum(entries: &[&ProfileEntry], members: Option<&[f64]>) -> Option<
         entries
             .iter()
             .zip(members?)
-            .map(|(e, t)| t / e.features.exclusive_throughput())
+            .map(|(e, t)| t / e.exclusive())
             .sum(),
     )
 }
@@ -265,7 +308,9 @@ struct Scored {
     index: usize,
     prediction: PairScore,
     normalized: Option<f64>,
-    /// What the objective orders by.
+    /// The normalized sum on the members' low ends (cautious, with intervals).
+    normalized_low: Option<f64>,
+    /// What the objective orders by (on the low ends when cautious).
     score: f64,
 }
 
@@ -318,7 +363,7 @@ impl RankWork {
             gpu: self.gpu,
             gpu_memory_gb: limit,
             model_version: self.model.version,
-            objective: self.query.objective,
+            policy: self.query.policy,
             members_estimated: !self.model.params.kind().predicts_members(),
             ranked,
             skipped,
@@ -412,112 +457,157 @@ impl RankWork {
         entry: &ProfileEntry,
         prediction: &PairScore,
     ) -> Option<crate::model::intervals::SetInterval> {
-        prediction.members.and_then(|m| {
-            self.model.params.interval(
-                &[&target.features, &entry.features],
-                &SetPrediction {
-                    sum: prediction.sum,
-                    members: Some(m.to_vec()),
-                },
-                0.0,
-            )
-        })
+        self.model.params.interval(
+            &[&target.features, &entry.features],
+            &SetPrediction {
+                sum: prediction.sum,
+                members: Some(prediction.members.to_vec()),
+            },
+            0.0,
+        )
     }
 
-    /// Scores every fitting candidate, skipping those that break the target's cap or fall
-    /// below the normalized floor.
+    /// Scores every fitting candidate, skipping those the policy refuses, in Place's order:
+    /// the target's floor, the candidate's, the rule, then a predicted loss (or a gain
+    /// below `min_benefit`).
     fn score(
         &self,
         target: &ProfileEntry,
         fitting: &[(&ProfileEntry, f64, bool)],
         skipped: &mut Vec<Skipped>,
     ) -> Vec<Scored> {
-        let query = &self.query;
-        let floor = query.normalized_floor();
+        let policy = &self.query.policy;
         let entries: Vec<&ProfileEntry> = fitting.iter().map(|(e, _, _)| *e).collect();
         let predictions = score_pairs(&self.model, &self.table, target, &entries);
+        // Cautious needs intervals; a model without them answers with the point prediction.
+        let cautious = policy.cautious && self.model.params.has_intervals();
         let mut ranked: Vec<Scored> = Vec::with_capacity(predictions.len());
         for (i, prediction) in predictions.into_iter().enumerate() {
             let entry = fitting[i].0;
-            if let Some(skip) = self.target_slowdown(target, entry, &prediction) {
+            let pair = [target, entry];
+            let low: Option<[f64; 2]> = if cautious {
+                self.interval_of(target, entry, &prediction)
+                    .and_then(|i| i.members)
+                    .map(|b| [b[0].0, b[1].0])
+            } else {
+                None
+            };
+            let kept = low.unwrap_or(prediction.members);
+            if let Some(skip) = self.floors(&pair, kept, low.is_some()) {
                 skipped.push(skip);
                 continue;
             }
-            let normalized = normalized_sum(
-                &[target, entry],
-                prediction.members.as_ref().map(|m| &m[..]),
-            )
-            .expect("score_pairs predicts (or estimates) every member");
-            if let Some(floor) = floor.filter(|floor| normalized < *floor) {
-                skipped.push(Skipped {
-                    workload: entry.name.to_string(),
-                    code: SkipCode::BelowBreakEven,
-                    reason: if normalized < BREAK_EVEN_NORMALIZED_SUM {
-                        format!(
-                            "predicted normalized sum {normalized:.2} (colocated / exclusive \
-                             throughput, summed) is below break-even ({BREAK_EVEN_NORMALIZED_SUM:.2}): \
-                             together the pair is predicted to do {:.0} % less work than apart",
-                            (BREAK_EVEN_NORMALIZED_SUM - normalized) * 100.0
-                        )
-                    } else {
-                        format!(
-                            "predicted normalized sum {normalized:.2} is below {floor:.2} \
-                             (break-even + min_benefit): a predicted gain of {:.0} % over \
-                             running apart, less than the {:.0} % asked for",
-                            (normalized - BREAK_EVEN_NORMALIZED_SUM) * 100.0,
-                            query.min_benefit * 100.0
-                        )
-                    },
-                });
+            let normalized = normalized_sum(&pair, Some(&prediction.members[..]))
+                .expect("every member is predicted or estimated");
+            let gain = match policy.objective {
+                Objective::ThroughputSum => prediction.sum - entry.exclusive(),
+                Objective::NormalizedSum => normalized - 1.0,
+            };
+            if let Some(skip) = self.rule_refusal(&pair, &prediction, gain) {
+                skipped.push(skip);
                 continue;
             }
-            let score = match query.objective {
-                Objective::ThroughputSum => prediction.sum,
-                Objective::NormalizedSum => normalized,
+            if let Some(skip) = self.below_floor(entry, normalized) {
+                skipped.push(skip);
+                continue;
+            }
+            let normalized_low = low.map(|l| l[0] / target.exclusive() + l[1] / entry.exclusive());
+            let score = match (policy.objective, low) {
+                (Objective::ThroughputSum, None) => prediction.sum,
+                (Objective::ThroughputSum, Some(l)) => l[0] + l[1],
+                (Objective::NormalizedSum, _) => normalized_low.unwrap_or(normalized),
             };
             ranked.push(Scored {
                 index: i,
                 prediction,
                 normalized: Some(normalized),
+                normalized_low,
                 score,
             });
         }
         ranked
     }
 
-    /// Why the candidate is skipped for the target's `min_target_fraction` (read on the low
-    /// end of the target's interval with `cautious`, where the model has intervals).
-    fn target_slowdown(
+    /// Why the pair breaks a floor of the policy: the target's (`min_job_fraction`), then
+    /// the candidate's (`min_partner_fraction`); `kept` are the members' throughputs as the
+    /// floors read them (the low ends with `cautious`).
+    fn floors(&self, pair: &[&ProfileEntry; 2], kept: [f64; 2], on_low_end: bool) -> Option<Skipped> {
+        let policy = &self.query.policy;
+        let floors = [
+            (policy.min_job_fraction, SkipCode::TargetSlowdown, "the target"),
+            (policy.min_partner_fraction, SkipCode::PartnerSlowdown, "the partner"),
+        ];
+        for (k, (floor, code, who)) in floors.into_iter().enumerate() {
+            let Some(floor) = floor else { continue };
+            let share = kept[k] / pair[k].exclusive();
+            if share < floor {
+                return Some(Skipped {
+                    workload: pair[1].name.to_string(),
+                    code,
+                    reason: format!(
+                        "predicted to leave {who} {:.0} % of its exclusive throughput{}, \
+                         below the {:.0} % asked for",
+                        share * 100.0,
+                        if on_low_end {
+                            " at the low end of its 80 % interval"
+                        } else {
+                            ""
+                        },
+                        floor * 100.0
+                    ),
+                });
+            }
+        }
+        None
+    }
+
+    /// Why the policy's rule refuses the pair, on the point predictions.
+    fn rule_refusal(
         &self,
-        target: &ProfileEntry,
-        entry: &ProfileEntry,
+        pair: &[&ProfileEntry; 2],
         prediction: &PairScore,
+        gain: f64,
     ) -> Option<Skipped> {
-        let (fraction, members) = (self.query.min_target_fraction?, prediction.members?);
-        // Cautious needs intervals; a model without them answers with the point prediction.
-        let cautious = self.query.cautious && self.model.params.has_intervals();
-        let target_throughput = if cautious {
-            self.interval_of(target, entry, prediction)
-                .and_then(|i| i.members)
-                .map_or(members[0], |bounds| bounds[0].0)
-        } else {
-            members[0]
-        };
-        let kept = target_throughput / target.features.exclusive_throughput();
-        (kept < fraction).then(|| Skipped {
+        let rule = self.query.policy.rule?;
+        let shares = [
+            prediction.members[0] / pair[0].exclusive(),
+            prediction.members[1] / pair[1].exclusive(),
+        ];
+        let names = [&pair[0].name, &pair[1].name];
+        rule.refusal(gain, &names, &shares).map(|refusal| Skipped {
+            workload: pair[1].name.to_string(),
+            code: SkipCode::RuleRefused,
+            reason: refusal.reason,
+        })
+    }
+
+    /// Why the pair is skipped as a predicted loss, or below break-even + `min_benefit`.
+    fn below_floor(&self, entry: &ProfileEntry, normalized: f64) -> Option<Skipped> {
+        let query = &self.query;
+        let floor = query.normalized_floor()?;
+        let loss = is_loss(normalized - BREAK_EVEN_NORMALIZED_SUM);
+        if !loss && normalized - BREAK_EVEN_NORMALIZED_SUM >= query.min_benefit {
+            return None;
+        }
+        Some(Skipped {
             workload: entry.name.to_string(),
-            code: SkipCode::TargetSlowdown,
-            reason: format!(
-                "predicted to leave the target {:.0} % of its exclusive throughput{}, \
-                 below the {:.0} % asked for",
-                kept * 100.0,
-                if cautious {
-                    " at the low end of its 80 % interval"
-                } else {
-                    ""
-                },
-                fraction * 100.0
-            ),
+            code: SkipCode::BelowBreakEven,
+            reason: if loss {
+                format!(
+                    "predicted normalized sum {normalized:.2} (colocated / exclusive \
+                     throughput, summed) is below break-even ({BREAK_EVEN_NORMALIZED_SUM:.2}): \
+                     together the pair is predicted to do {:.0} % less work than apart",
+                    (BREAK_EVEN_NORMALIZED_SUM - normalized) * 100.0
+                )
+            } else {
+                format!(
+                    "predicted normalized sum {normalized:.2} is below {floor:.2} \
+                     (break-even + min_benefit): a predicted gain of {:.0} % over \
+                     running apart, less than the {:.0} % asked for",
+                    (normalized - BREAK_EVEN_NORMALIZED_SUM) * 100.0,
+                    query.min_benefit * 100.0
+                )
+            },
         })
     }
 
@@ -545,10 +635,7 @@ impl RankWork {
             .into_iter()
             .map(|s| {
                 let (entry, memory, fits) = fitting[s.index];
-                let mut members = member_predictions(
-                    &[target, entry],
-                    s.prediction.members.as_ref().map(|m| &m[..]),
-                );
+                let mut members = member_predictions(&self.table, &[target, entry], Some(&s.prediction.members[..]));
                 if let Some(bounds) = self
                     .interval_of(target, entry, &s.prediction)
                     .and_then(|i| i.members)
@@ -561,6 +648,7 @@ impl RankWork {
                     workload: entry.name.clone(),
                     predicted_throughput_sum: s.prediction.sum,
                     predicted_normalized_sum: s.normalized,
+                    predicted_normalized_sum_low: s.normalized_low,
                     fits_memory: fits,
                     memory_gb: memory,
                     members,
@@ -568,6 +656,49 @@ impl RankWork {
             })
             .collect()
     }
+}
+
+/// Rank without an advisor: against `catalog` and `model` (its GPU model's profiles), at
+/// once on this thread. For tools that hold their own catalog (the evaluation, tests); the
+/// service calls [`super::Advisor::rank`].
+pub fn rank_in(
+    catalog: &super::Catalog,
+    model: &Arc<StoredModel>,
+    query: RankQuery,
+) -> Result<RankResult> {
+    query.validate()?;
+    if !catalog.contains(&query.target) {
+        return Err(Error::UnknownTarget(query.target.as_str().to_string()));
+    }
+    let table = catalog.gpu(&model.gpu).unwrap_or_default();
+    let found = query
+        .candidates
+        .iter()
+        .map(|c| match table.position(c.as_str()) {
+            Some(i) => Found::Entry(i),
+            None if catalog.contains(c.as_str()) => Found::NotRankable,
+            None => Found::Unknown,
+        })
+        .collect();
+    RankWork {
+        query,
+        gpu: model.gpu.clone(),
+        model: model.clone(),
+        table,
+        found,
+    }
+    .run()
+}
+
+/// Predict without an advisor, as [`rank_in`].
+pub fn predict_in(
+    catalog: &super::Catalog,
+    model: &StoredModel,
+    query: PredictQuery,
+) -> Result<PredictResult> {
+    query.validate()?;
+    let table = catalog.gpu(&model.gpu).unwrap_or_default();
+    predict(&query, &model.gpu, model, &table)
 }
 
 pub(super) fn predict(
@@ -587,35 +718,40 @@ pub(super) fn predict(
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;
-    let (prediction, difficulty) = predict_entries(model, table, &entries);
-    let exclusive: Vec<f64> = entries
+    // The one prediction (Place's set cache), the first workload asking.
+    let positions: Vec<u32> = query
+        .workloads
         .iter()
-        .map(|e| e.features.exclusive_throughput())
+        .map(|name| table.position(name.as_str()).expect("looked up above") as u32)
         .collect();
-    let (members, _) = prediction.members_or_estimated(&exclusive);
+    let mut key = positions.clone();
+    key.sort_unstable();
+    let mut cache = SetCache::new(model, table, positions[0], None);
+    let value = cache.value(&key);
+    let at = |p: u32| key.binary_search(&p).expect("a member of the set");
+    let members: Vec<f64> = positions
+        .iter()
+        .map(|&p| value.members.as_ref().expect("predicted or estimated")[at(p)])
+        .collect();
     let members_estimated = !model.params.kind().predicts_members();
-    let members = Some(&members[..]);
     let memory: f64 = entries.iter().map(|e| e.features.memory_gb()).sum();
-    let interval = model.params.interval(
-        &entries.iter().map(|e| &e.features).collect::<Vec<_>>(),
-        &prediction,
-        difficulty,
-    );
-    let mut member_answers = member_predictions(&entries, members);
-    if let Some(bounds) = interval.as_ref().and_then(|i| i.members.as_ref()) {
-        for (answer, bound) in member_answers.iter_mut().zip(bounds) {
-            answer.predicted_interval = Some(*bound);
+    let mut member_answers = member_predictions(table, &entries, Some(&members));
+    if let Some(bounds) = value.bounds.as_ref() {
+        for (answer, &p) in member_answers.iter_mut().zip(&positions) {
+            answer.predicted_interval = Some(bounds[at(p)]);
         }
     }
+    let sum_interval = value.sum_bounds;
+    let members = Some(&members[..]);
     Ok(PredictResult {
         gpu: gpu.clone(),
         model_version: model.version,
-        predicted_throughput_sum: prediction.sum,
+        predicted_throughput_sum: value.sum,
         predicted_normalized_sum: normalized_sum(&entries, members),
         members: member_answers,
         memory_gb: memory,
         fits_memory: memory <= limit,
         members_estimated,
-        sum_interval: interval.map(|i| i.sum),
+        sum_interval,
     })
 }

@@ -168,6 +168,7 @@ impl Advisor {
             .observations(gpu, self.lifecycle.max_training_runs)
             .await?;
         let first_id = observations.first().map_or(0, |o| o.id);
+        self.refresh_runs(gpu, &observations);
         let table = self.read_catalog().gpu(gpu).unwrap_or_default();
         let total = observations.len();
         let rows: Vec<LabelledRow> = observations

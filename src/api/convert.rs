@@ -3,9 +3,9 @@
 
 use crate::{
     advisor::{
-        GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
-        PlaceSkipCode, Placement, PredictQuery, PredictResult, RankQuery, RankResult,
-        RankedCandidate, SkipCode, Skipped,
+        Evidence, GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
+        PlaceSkipCode, Placement, Policy, PolicyChanges, PredictQuery, PredictResult, RankQuery,
+        RankResult, RankedCandidate, SkipCode, Skipped,
     },
     domain::{
         check_memory_gb, ColocatedMember, GpuName, KernelMetrics, LaunchSpec, NewWorkload,
@@ -293,6 +293,7 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
         created_at: Some(timestamp(record.created_at_ms)),
         updated_at: Some(timestamp(record.updated_at_ms)),
         launch: record.launch.map(launch_spec_to_pb),
+        suspect_profiles: Vec::new(),
     }
 }
 
@@ -307,11 +308,47 @@ fn objective(raw: i32) -> Result<Objective, ValidationError> {
     }
 }
 
-pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
-    let objective = match raw.objective {
-        None => Objective::default(),
-        Some(raw) => objective(raw)?,
+/// The request's changes to the server's default policy (`defaults`): each field of
+/// `raw` that is set.
+fn policy_changes(raw: Option<pb::Policy>) -> Result<PolicyChanges, ValidationError> {
+    let Some(raw) = raw else {
+        return Ok(PolicyChanges::default());
     };
+    Ok(PolicyChanges {
+        objective: raw.objective.map(objective).transpose()?,
+        rule: match raw.rule {
+            0 => None,
+            rule => Some(place_rule(rule)?),
+        },
+        cautious: raw.cautious,
+        min_job_fraction: raw.min_job_fraction,
+        min_partner_fraction: raw.min_partner_fraction,
+        include_losses: raw.include_losses,
+    })
+}
+
+pub fn policy_to_pb(policy: &Policy) -> pb::Policy {
+    use crate::advisor::PlaceRule;
+    pb::Policy {
+        objective: Some(match policy.objective {
+            Objective::ThroughputSum => pb::Objective::ThroughputSum,
+            Objective::NormalizedSum => pb::Objective::NormalizedSum,
+        } as i32),
+        rule: match policy.rule {
+            None => pb::PlaceRule::None,
+            Some(PlaceRule::Gain) => pb::PlaceRule::Gain,
+            Some(PlaceRule::FairShare) => pb::PlaceRule::FairShare,
+            Some(PlaceRule::BreakEven) => pb::PlaceRule::BreakEven,
+        } as i32,
+        cautious: Some(policy.cautious),
+        min_job_fraction: policy.min_job_fraction,
+        min_partner_fraction: policy.min_partner_fraction,
+        include_losses: Some(policy.include_losses),
+    }
+}
+
+pub fn rank_query(raw: pb::RankRequest, defaults: &Policy) -> Result<RankQuery, ValidationError> {
+    let objective = raw.objective.map(objective).transpose()?;
     #[allow(deprecated)] // The old name is still honoured.
     let deprecated_fraction = raw.max_target_slowdown;
     let min_target_fraction = match (raw.min_target_speed_fraction, deprecated_fraction) {
@@ -349,6 +386,15 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
     for candidate in &raw.candidates {
         WorkloadName::check("candidate", candidate)?;
     }
+    // The defaults, then the policy, then the fields of old where set (not their zero).
+    let legacy = PolicyChanges {
+        objective,
+        cautious: raw.cautious.then_some(true),
+        min_job_fraction: min_target_fraction.map(|(_, fraction)| fraction),
+        include_losses: raw.include_below_break_even.then_some(true),
+        ..PolicyChanges::default()
+    };
+    let policy = defaults.with(policy_changes(raw.policy)?).with(legacy);
     let query = RankQuery {
         target: workload_name("target", &raw.target)?,
         candidates: raw.candidates,
@@ -356,11 +402,8 @@ pub fn rank_query(raw: pb::RankRequest) -> Result<RankQuery, ValidationError> {
         gpu: optional_gpu("gpu", &raw.gpu)?,
         gpu_memory_gb: optional_memory("gpu_memory_gb", raw.gpu_memory_gb)?,
         include_oversubscribed: raw.include_oversubscribed,
-        objective,
-        min_target_fraction: min_target_fraction.map(|(_, fraction)| fraction),
+        policy,
         min_benefit: raw.min_benefit,
-        include_below_break_even: raw.include_below_break_even,
-        cautious: raw.cautious,
     };
     query.validate()?;
     Ok(query)
@@ -379,6 +422,13 @@ fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
         exclusive_throughput: member.exclusive_throughput,
         throughput_unit: member.throughput_unit.to_string(),
         predicted_throughput: member.predicted_throughput,
+        evidence: match member.evidence {
+            Evidence::RunsOfSet => pb::Evidence::RunsOfSet,
+            Evidence::RunsOfWorkload => pb::Evidence::RunsOfWorkload,
+            Evidence::ProfileOnly => pb::Evidence::ProfileOnly,
+        } as i32,
+        exclusive_suspect: member.exclusive_suspect(),
+        profile_exclusive_throughput: member.profile_exclusive_throughput,
     }
 }
 
@@ -387,6 +437,7 @@ fn ranked_to_pb(candidate: RankedCandidate) -> pb::RankedCandidate {
         workload: candidate.workload.as_str().to_owned(),
         predicted_throughput_sum: candidate.predicted_throughput_sum,
         predicted_normalized_sum: candidate.predicted_normalized_sum,
+        predicted_normalized_sum_low: candidate.predicted_normalized_sum_low,
         fits_memory: candidate.fits_memory,
         memory_gb: candidate.memory_gb,
         members: candidate.members.into_iter().map(member_to_pb).collect(),
@@ -401,6 +452,8 @@ fn skip_code_to_pb(code: SkipCode) -> pb::SkipReason {
         SkipCode::TargetSlowdown => pb::SkipReason::TargetSlowdown,
         SkipCode::KernelMetricsMissing => pb::SkipReason::KernelMetricsMissing,
         SkipCode::BelowBreakEven => pb::SkipReason::BelowBreakEven,
+        SkipCode::PartnerSlowdown => pb::SkipReason::PartnerSlowdown,
+        SkipCode::RuleRefused => pb::SkipReason::RuleRefused,
     }
 }
 
@@ -457,11 +510,12 @@ pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
         gpu: result.gpu.to_string(),
         gpu_memory_gb: result.gpu_memory_gb,
         skipped_counts: counts,
-        objective: match result.objective {
+        objective: match result.policy.objective {
             Objective::ThroughputSum => pb::Objective::ThroughputSum,
             Objective::NormalizedSum => pb::Objective::NormalizedSum,
         } as i32,
         members_estimated: result.members_estimated,
+        policy: Some(policy_to_pb(&result.policy)),
     }
 }
 
@@ -725,7 +779,7 @@ fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
 fn place_rule(raw: i32) -> Result<Option<crate::advisor::PlaceRule>, ValidationError> {
     use crate::advisor::PlaceRule;
     match pb::PlaceRule::try_from(raw) {
-        Ok(pb::PlaceRule::Unspecified) => Ok(None),
+        Ok(pb::PlaceRule::Unspecified | pb::PlaceRule::None) => Ok(None),
         Ok(pb::PlaceRule::Gain) => Ok(Some(PlaceRule::Gain)),
         Ok(pb::PlaceRule::FairShare) => Ok(Some(PlaceRule::FairShare)),
         Ok(pb::PlaceRule::BreakEven) => Ok(Some(PlaceRule::BreakEven)),
@@ -741,7 +795,7 @@ fn optional_fraction(value: f64) -> Option<f64> {
     (value != 0.0).then_some(value)
 }
 
-pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError> {
+pub fn place_query(raw: pb::PlaceRequest, defaults: &Policy) -> Result<PlaceQuery, ValidationError> {
     if raw.top_k < 0 {
         return Err(ValidationError::new(
             "top_k",
@@ -759,17 +813,25 @@ pub fn place_query(raw: pb::PlaceRequest) -> Result<PlaceQuery, ValidationError>
             .collect::<Result<_, _>>()?,
         nodes: filter.nodes,
         gpu_filter: filter.gpu,
-        objective: objective(raw.objective)?,
-        min_job_fraction: optional_fraction(raw.min_job_fraction),
-        min_resident_fraction: optional_fraction(raw.min_resident_fraction),
+        policy: defaults
+            .with(policy_changes(raw.policy)?)
+            .with(PolicyChanges {
+                objective: raw.objective.map(objective).transpose()?,
+                rule: match raw.rule {
+                    0 => None,
+                    rule => Some(place_rule(rule)?),
+                },
+                cautious: raw.cautious.then_some(true),
+                min_job_fraction: optional_fraction(raw.min_job_fraction),
+                min_partner_fraction: optional_fraction(raw.min_resident_fraction),
+                include_losses: None,
+            }),
         max_jobs_per_gpu: match raw.max_jobs_per_gpu {
             0 => crate::advisor::DEFAULT_MAX_JOBS_PER_GPU,
             n => n as usize,
         },
         top_k: raw.top_k as usize,
         include_oversubscribed: raw.include_oversubscribed,
-        cautious: raw.cautious,
-        rule: place_rule(raw.rule)?,
     };
     query.validate()?;
     Ok(query)
@@ -781,6 +843,7 @@ fn placement_to_pb(placement: Placement) -> pb::Placement {
         node: placement.node,
         gpu: placement.gpu.to_string(),
         gain: placement.gain,
+        gain_low: placement.gain_low,
         value_before: placement.value_before,
         value_after: placement.value_after,
         members: placement.members.into_iter().map(member_to_pb).collect(),
@@ -803,6 +866,7 @@ fn place_skip_to_pb(code: PlaceSkipCode) -> pb::PlaceSkipReason {
         PlaceSkipCode::ResidentNotProfiled => pb::PlaceSkipReason::PlaceResidentNotProfiled,
         PlaceSkipCode::GpuMemoryUnknown => pb::PlaceSkipReason::PlaceGpuMemoryUnknown,
         PlaceSkipCode::RuleRefused => pb::PlaceSkipReason::PlaceRuleRefused,
+        PlaceSkipCode::PredictedLoss => pb::PlaceSkipReason::PlacePredictedLoss,
     }
 }
 
@@ -835,6 +899,7 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 members_estimated: m.members_estimated,
             })
             .collect(),
+        policy: Some(policy_to_pb(&answer.policy)),
     }
 }
 
@@ -870,18 +935,21 @@ mod tests {
             throughput_unit: unit.clone(),
             predicted_throughput: Some(5.0),
             predicted_interval: None,
+            evidence: Evidence::ProfileOnly,
+            profile_exclusive_throughput: 10.0,
         };
         let result = RankResult {
             gpu: GpuName::parse("gpu", "GPU").unwrap(),
             gpu_memory_gb: 16.0,
             model_version: 1,
-            objective: Objective::NormalizedSum,
+            policy: Policy::default(),
             members_estimated: false,
             ranked: (0..20_000)
                 .map(|i| RankedCandidate {
                     workload: name("c", i),
                     predicted_throughput_sum: 20_000.0 - i as f64,
                     predicted_normalized_sum: Some(1.0),
+                    predicted_normalized_sum_low: None,
                     fits_memory: true,
                     memory_gb: 2.0,
                     members: vec![member(name("t", 0)), member(name("c", i))],

@@ -76,7 +76,20 @@ impl ColocationAdvisor for AdvisorService {
     ) -> Result<Response<pb::Workload>, Status> {
         let name = convert::workload_name("name", &request.into_inner().name)?;
         let record = self.advisor.get(&name).await?;
-        Ok(Response::new(convert::workload_to_pb(record)))
+        let mut workload = convert::workload_to_pb(record);
+        workload.suspect_profiles = self
+            .advisor
+            .suspect_profiles_of(&name)
+            .into_iter()
+            .map(|(gpu, s)| pb::SuspectProfile {
+                gpu: gpu.to_string(),
+                profile_exclusive_throughput: s.profile_exclusive,
+                corrected_exclusive_throughput: s.corrected_exclusive,
+                runs_above: s.runs_above as u64,
+                runs: s.runs as u64,
+            })
+            .collect();
+        Ok(Response::new(workload))
     }
 
     async fn list_workloads(
@@ -119,7 +132,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::RankRequest>,
     ) -> Result<Response<pb::RankResponse>, Status> {
-        let query = convert::rank_query(request.into_inner())?;
+        let query = convert::rank_query(request.into_inner(), &self.advisor.policy())?;
         let result = self.advisor.rank(query).await?;
         Ok(Response::new(convert::rank_to_pb(result)))
     }
@@ -137,7 +150,7 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::PlaceRequest>,
     ) -> Result<Response<pb::PlaceResponse>, Status> {
-        let query = convert::place_query(request.into_inner())?;
+        let query = convert::place_query(request.into_inner(), &self.advisor.policy())?;
         let answer = self.advisor.place(query).await?;
         Ok(Response::new(convert::place_to_pb(answer)))
     }

@@ -3,8 +3,9 @@
 //! coloc has a model for, ignoring case and the space/dash difference.
 //!
 //! One Place query per call, over the distinct GPUs the extender collected, with the
-//! extender's rules ([`PlacerRules`]: by default NORMALIZED_SUM gains, floors read on the
-//! low ends of the 80 % intervals, the fair-share rule), Place's cap of 4 jobs per GPU and
+//! server's one [`Policy`] (the `[policy]` settings Rank and Place default to: NORMALIZED_SUM
+//! gains, floors read on the low ends of the 80 % intervals, the fair-share rule, no
+//! predicted loss), Place's cap of 4 jobs per GPU and
 //! its rule that nobody is sped up by a co-runner, the pod's `min_job_fraction` and each
 //! resident's own `min_job_fraction` as its floor: Place checks them all and answers
 //! which GPUs qualify. What Place skips for a cause the job's placement decides (memory, a
@@ -21,20 +22,34 @@ use super::{
 };
 use crate::{
     advisor::{
-        Advisor, Error, GpuState, Objective, PlaceQuery, PlaceRule, PlaceSkipCode, SkippedGpu,
+        Advisor, Error, GpuState, Objective, PlaceAnswer, PlaceQuery, PlaceRule, PlaceSkipCode,
+        Policy, SkippedGpu,
     },
     domain::{GpuName, WorkloadName},
-    settings::{ExtenderObjective, ExtenderRule, ExtenderSettings},
+    settings::{ExtenderObjective, ExtenderRule, PolicySettings},
 };
 
 pub struct AdvisorPlacer {
     advisor: Arc<Advisor>,
-    rules: PlacerRules,
+    /// `None`: the advisor's default policy.
+    policy: Option<Policy>,
 }
 
 impl AdvisorPlacer {
-    pub fn new(advisor: Arc<Advisor>, rules: PlacerRules) -> Self {
-        Self { advisor, rules }
+    /// Applies the advisor's default policy ([`Advisor::policy`]), as Rank and Place do.
+    pub fn new(advisor: Arc<Advisor>) -> Self {
+        Self {
+            advisor,
+            policy: None,
+        }
+    }
+
+    /// Applies `policy` instead (benchmarks compare policies on one advisor).
+    pub fn with_policy(advisor: Arc<Advisor>, policy: Policy) -> Self {
+        Self {
+            advisor,
+            policy: Some(policy),
+        }
     }
 
     /// The GPU model a node's label means; `Err` = coloc has no model for it.
@@ -53,44 +68,62 @@ impl AdvisorPlacer {
     }
 }
 
-/// What the extender asks of a GPU (`extender.objective`, `rule`, `cautious`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PlacerRules {
-    pub objective: Objective,
-    /// What a shared GPU must promise, on the members' predicted shares (`None`: nothing
-    /// beyond the floors).
-    pub rule: Option<PlaceRule>,
-    /// Read floors on the low end of each member's 80 % interval.
-    pub cautious: bool,
+/// The server's default [`Policy`] from the `[policy]` settings: what the extender, Rank
+/// and Place apply unless told otherwise.
+pub fn policy_from_settings(settings: &PolicySettings) -> Policy {
+    let fraction = |f: f64| (f > 0.0).then_some(f);
+    Policy {
+        objective: match settings.objective {
+            ExtenderObjective::NormalizedSum => Objective::NormalizedSum,
+            ExtenderObjective::ThroughputSum => Objective::ThroughputSum,
+        },
+        rule: match settings.rule {
+            ExtenderRule::None => None,
+            ExtenderRule::Gain => Some(PlaceRule::Gain),
+            ExtenderRule::FairShare => Some(PlaceRule::FairShare),
+            ExtenderRule::BreakEven => Some(PlaceRule::BreakEven),
+        },
+        cautious: settings.cautious,
+        min_job_fraction: fraction(settings.min_job_fraction),
+        min_partner_fraction: fraction(settings.min_partner_fraction),
+        include_losses: settings.include_losses,
+    }
 }
 
-impl PlacerRules {
-    pub fn from_settings(settings: &ExtenderSettings) -> Self {
-        Self {
-            objective: match settings.objective {
-                ExtenderObjective::NormalizedSum => Objective::NormalizedSum,
-                ExtenderObjective::ThroughputSum => Objective::ThroughputSum,
-            },
-            rule: match settings.rule {
-                ExtenderRule::None => None,
-                ExtenderRule::Gain => Some(PlaceRule::Gain),
-                ExtenderRule::FairShare => Some(PlaceRule::FairShare),
-                ExtenderRule::BreakEven => Some(PlaceRule::BreakEven),
-            },
-            cautious: settings.cautious,
+/// The Place query the extender asks for a pod: the policy, with the pod's own
+/// `min_job_fraction` as the job's floor where it gives one.
+pub fn placement_query(job: WorkloadName, gpus: Vec<GpuState>, policy: Policy, min_job_fraction: Option<f64>) -> PlaceQuery {
+    let mut query = PlaceQuery::new(job, gpus);
+    query.policy = policy;
+    if min_job_fraction.is_some() {
+        query.policy.min_job_fraction = min_job_fraction;
+    }
+    query
+}
+
+/// What the extender makes of one GPU Place left out: refused (a cause the job's placement
+/// decides) or unscored (coloc cannot judge it).
+pub fn skipped_outcome(skipped: &SkippedGpu) -> SlotOutcome {
+    if refuses(skipped.code) {
+        SlotOutcome::DoesNotFit {
+            reason: resident_floor_reason(skipped).unwrap_or_else(|| skipped.reason.clone()),
+        }
+    } else {
+        SlotOutcome::Unscored {
+            reason: skipped.reason.clone(),
         }
     }
 }
 
-impl Default for PlacerRules {
-    /// The defaults of `coloc.example.toml`.
-    fn default() -> Self {
-        Self {
-            objective: Objective::NormalizedSum,
-            rule: Some(PlaceRule::FairShare),
-            cautious: true,
-        }
+/// What the extender makes of Place's answer for the GPU `gpu_id` (`None`: not in it).
+pub fn outcome_of(answer: &PlaceAnswer, gpu_id: &str) -> Option<SlotOutcome> {
+    if let Some(placement) = answer.placements.iter().find(|p| p.gpu_id == gpu_id) {
+        return Some(SlotOutcome::Fits {
+            gain: placement.gain,
+        });
     }
+    let skipped = answer.skipped.iter().find(|s| s.gpu_id == gpu_id)?;
+    Some(skipped_outcome(skipped))
 }
 
 /// The extender's sentence for a resident that would fall below its own
@@ -129,7 +162,8 @@ fn refuses(code: PlaceSkipCode) -> bool {
         | PlaceSkipCode::JobSlowdown
         | PlaceSkipCode::ResidentSlowdown
         | PlaceSkipCode::TooManyJobs
-        | PlaceSkipCode::RuleRefused => true,
+        | PlaceSkipCode::RuleRefused
+        | PlaceSkipCode::PredictedLoss => true,
         PlaceSkipCode::UnknownWorkload
         | PlaceSkipCode::NoModel
         | PlaceSkipCode::JobNotProfiled
@@ -159,11 +193,8 @@ impl Placer for AdvisorPlacer {
                 }
             }
             if !gpus.is_empty() {
-                let mut query = PlaceQuery::new(job, gpus);
-                query.objective = self.rules.objective;
-                query.cautious = self.rules.cautious;
-                query.min_job_fraction = ask.min_job_fraction;
-                query.rule = self.rules.rule;
+                let query =
+                    placement_query(job, gpus, self.policy.unwrap_or_else(|| self.advisor.policy()), ask.min_job_fraction);
                 let answer = self
                     .advisor
                     .place(query)
@@ -176,24 +207,16 @@ impl Placer for AdvisorPlacer {
                     })?;
                 let slots = outcomes.len();
                 let slot_of = |id: &str| id.parse::<usize>().ok().filter(|i| *i < slots);
-                for placement in answer.placements {
+                for placement in &answer.placements {
                     if let Some(i) = slot_of(&placement.gpu_id) {
                         outcomes[i] = Some(SlotOutcome::Fits {
                             gain: placement.gain,
                         });
                     }
                 }
-                for skipped in answer.skipped {
+                for skipped in &answer.skipped {
                     if let Some(i) = slot_of(&skipped.gpu_id) {
-                        outcomes[i] = Some(if refuses(skipped.code) {
-                            SlotOutcome::DoesNotFit {
-                                reason: resident_floor_reason(&skipped).unwrap_or(skipped.reason),
-                            }
-                        } else {
-                            SlotOutcome::Unscored {
-                                reason: skipped.reason,
-                            }
-                        });
+                        outcomes[i] = Some(skipped_outcome(skipped));
                     }
                 }
             }

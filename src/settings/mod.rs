@@ -35,6 +35,7 @@ pub struct Settings {
     pub server: ServerSettings,
     pub metrics: MetricsSettings,
     pub extender: ExtenderSettings,
+    pub policy: PolicySettings,
     pub auth: AuthSettings,
     pub database: DatabaseSettings,
     pub model: ModelSettings,
@@ -193,17 +194,29 @@ pub struct ExtenderSettings {
     pub watch_cluster: bool,
     /// The namespace whose pods are watched; "" = all namespaces.
     pub watch_namespace: String,
-    /// How a GPU's gain is valued: "normalized-sum" (Σ colocated / exclusive, Rank's
-    /// default) or "throughput-sum".
+}
+
+/// The placement policy Rank, Place and the scheduler extender apply unless a request
+/// says otherwise (`advisor::Policy`; docs/placement.md, "The policy").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySettings {
+    /// How a set is valued: "normalized-sum" (Σ colocated / exclusive) or "throughput-sum".
     pub objective: ExtenderObjective,
-    /// What a shared GPU must promise before the pod may join it, on the members' predicted
-    /// shares of their exclusive throughput: "fair-share" (each of the k jobs keeps at least
-    /// 1/k; the rule the cluster simulation chose), "break-even" (together at least one
-    /// job's work), "gain" (the set's value grows) or "none".
+    /// What a shared GPU must promise, on the members' predicted shares of their exclusive
+    /// throughput: "fair-share" (each of the k jobs keeps at least 1/k; the rule the
+    /// cluster simulation chose), "break-even" (together at least one job's work), "gain"
+    /// (the set's value grows) or "none".
     pub rule: ExtenderRule,
-    /// Read every floor (the pod's and each resident's `coloc.io/min-job-fraction`) on the
-    /// low end of the member's 80 % interval instead of its point prediction.
+    /// Read the floors, and order answers, on the low ends of the members' 80 % intervals.
     pub cautious: bool,
+    /// The lowest fraction of its exclusive throughput the asking job keeps; 0 = none.
+    pub min_job_fraction: f64,
+    /// The lowest fraction every partner (Rank's candidate, Place's residents) keeps; 0 =
+    /// none.
+    pub min_partner_fraction: f64,
+    /// List sets predicted to do less work than their members apart.
+    pub include_losses: bool,
 }
 
 /// `extender.rule`.
@@ -416,9 +429,14 @@ require_token = false
 max_request_bytes = 67108864
 watch_cluster = false
 watch_namespace = ""
+
+[policy]
 objective = "normalized-sum"
 rule = "fair-share"
 cautious = true
+min_job_fraction = 0.0
+min_partner_fraction = 0.0
+include_losses = false
 
 [auth]
 tokens_file = ""

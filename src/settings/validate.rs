@@ -25,6 +25,20 @@ impl Settings {
             });
         }
         self.validate_extender()?;
+        for (key, fraction) in [
+            ("policy.min_job_fraction", self.policy.min_job_fraction),
+            ("policy.min_partner_fraction", self.policy.min_partner_fraction),
+        ] {
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(SettingsError::Invalid {
+                    key,
+                    message: format!(
+                        "a fraction of the job's exclusive throughput: between 0 (none) and 1, \
+                         got {fraction}"
+                    ),
+                });
+            }
+        }
         if self.server.max_request_bytes < 1024 {
             return Err(SettingsError::Invalid {
                 key: "server.max_request_bytes",

@@ -150,7 +150,7 @@ async fn place_expectations(
             workload: JOB.into(),
             gpus,
             min_job_fraction: floor.unwrap_or(0.0),
-            objective: pb::Objective::NormalizedSum as i32,
+            objective: Some(pb::Objective::NormalizedSum as i32),
             cautious: true,
             ..Default::default()
         })
@@ -433,7 +433,7 @@ async fn rule_cases(app: &mut TestApp) -> (String, [String; 3]) {
                         ..Default::default()
                     })
                     .collect(),
-                objective: pb::Objective::NormalizedSum as i32,
+                objective: Some(pb::Objective::NormalizedSum as i32),
                 ..Default::default()
             })
             .await

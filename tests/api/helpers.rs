@@ -19,6 +19,17 @@ pub const GPU: &str = "Test GPU 16GB";
 pub const GPU_MEMORY_GB: f64 = 16.0;
 
 /// The public KACE V100 measurements, read in place (never copied into the repository).
+/// The policy of the tests written before policies: no rule, point predictions, losses
+/// listed (the objective and floors as each request says).
+pub fn open_policy() -> pb::Policy {
+    pb::Policy {
+        rule: pb::PlaceRule::None as i32,
+        cautious: Some(false),
+        include_losses: Some(true),
+        ..Default::default()
+    }
+}
+
 pub fn kace_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-v100")
 }

@@ -23,10 +23,14 @@ pub fn gpu(id: &str, residents: &[&str]) -> pb::GpuState {
     }
 }
 
+/// Place as it answered before policies: THROUGHPUT_SUM, no rule, point predictions,
+/// losses listed (the defaults are tested on their own).
 pub fn place(workload: &str, gpus: Vec<pb::GpuState>) -> pb::PlaceRequest {
     pb::PlaceRequest {
         workload: workload.into(),
         gpus,
+        objective: Some(pb::Objective::ThroughputSum as i32),
+        policy: Some(crate::helpers::open_policy()),
         ..Default::default()
     }
 }
@@ -408,7 +412,7 @@ async fn normalized_sum_scores_by_the_members_share_of_their_exclusive_throughpu
         "w00",
         vec![gpu("a", &[]), gpu("b", &["w01"]), gpu("c", &["w02", "w03"])],
     );
-    request.objective = pb::Objective::NormalizedSum as i32;
+    request.objective = Some(pb::Objective::NormalizedSum as i32);
     let answer = app.client.place(request).await.unwrap().into_inner();
     for placement in &answer.placements {
         let after: f64 = placement
@@ -453,7 +457,7 @@ async fn under_a_sum_only_model_caps_and_normalized_sum_use_members_estimated_fr
         .sum();
     let share = (predicted.predicted_throughput_sum / exclusive).min(1.0);
     let mut request = place("w00", vec![gpu("a", &["w01"]), gpu("b", &[])]);
-    request.objective = pb::Objective::NormalizedSum as i32;
+    request.objective = Some(pb::Objective::NormalizedSum as i32);
     let answer = app.client.place(request).await.unwrap().into_inner();
     assert!(answer.models[0].members_estimated);
     assert!(answer.skipped.is_empty(), "{:?}", answer.skipped);
@@ -553,7 +557,7 @@ async fn place_refuses_bad_requests_with_the_right_code_and_changes_nothing() {
         ),
         (
             pb::PlaceRequest {
-                objective: 7,
+                objective: Some(7),
                 ..place("w00", vec![gpu("a", &[])])
             },
             "objective",
@@ -761,7 +765,7 @@ async fn a_fair_share_request_refuses_the_gpus_where_a_member_keeps_less_than_ha
             &job,
             residents.iter().map(|r| gpu(r, &[r.as_str()])).collect(),
         );
-        request.objective = pb::Objective::NormalizedSum as i32;
+        request.objective = Some(pb::Objective::NormalizedSum as i32);
         request.rule = pb::PlaceRule::FairShare as i32;
         let answer = app.client.place(request).await.unwrap().into_inner();
         for resident in &residents {

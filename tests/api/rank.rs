@@ -17,6 +17,7 @@ fn rank(target: &str) -> pb::RankRequest {
         target: target.into(),
         objective: Some(pb::Objective::ThroughputSum as i32),
         include_below_break_even: true,
+        policy: Some(crate::helpers::open_policy()),
         ..Default::default()
     }
 }

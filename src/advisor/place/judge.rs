@@ -6,10 +6,16 @@
 use super::{
     rule::Refusal,
     sets::{SetCache, SetValue},
-    work::{insert_sorted, objective_value, resident_positions, Ready, Resident, Scored},
+    work::{
+        insert_sorted, low_objective_value, objective_value, resident_positions, Ready, Resident,
+        Scored,
+    },
     GpuState, PlaceSkipCode, PlaceWork, SkippedGpu,
 };
-use crate::domain::WorkloadName;
+use crate::{
+    advisor::{policy::is_loss, Objective},
+    domain::WorkloadName,
+};
 
 /// A skipped GPU's answer.
 type Skip = std::result::Result<(), SkippedGpu>;
@@ -93,19 +99,25 @@ impl PlaceWork {
         let (memory, limit) = self.memory(gpu, context, ready, key)?;
 
         let cache = caches[context].as_mut().expect("ready");
+        let policy = self.query.policy;
         key.sort_unstable();
         let before = cache.value(key);
-        let value_before = objective_value(self.query.objective, &before, key, cache);
+        let value_before = objective_value(policy.objective, &before, key, cache);
+        let normalized_before = objective_value(Objective::NormalizedSum, &before, key, cache);
+        let low_before = low_objective_value(policy.objective, &before, key, cache);
         let before_key = key.clone();
         insert_sorted(key, ready.job);
         let after = cache.value(key);
-        let value_after = objective_value(self.query.objective, &after, key, cache);
+        let value_after = objective_value(policy.objective, &after, key, cache);
+        let normalized_gain =
+            objective_value(Objective::NormalizedSum, &after, key, cache) - normalized_before;
         let gain = value_after - value_before;
+        let gain_low = low_objective_value(policy.objective, &after, key, cache) - low_before;
 
         let set = NewSet {
             key,
             after: &after,
-            low_ends: if self.query.cautious {
+            low_ends: if policy.cautious {
                 after.bounds.as_ref()
             } else {
                 None
@@ -116,11 +128,28 @@ impl PlaceWork {
         self.caps(gpu, &set, &before_key)?;
         self.own_floors(gpu, own, &set)?;
         self.rule(gpu, own, &set, gain)?;
+        if !own.is_empty() && !policy.include_losses && is_loss(normalized_gain) {
+            return Err(SkippedGpu {
+                predicted_fraction: None,
+                ..skip(
+                    gpu,
+                    PlaceSkipCode::PredictedLoss,
+                    format!(
+                        "a predicted loss: with the job the GPU would do {:.2} of one job's \
+                         work less than its residents and the job apart (Σ colocated / \
+                         exclusive throughput); ask with include_losses to list it",
+                        -normalized_gain
+                    ),
+                )
+            });
+        }
         Ok(Scored {
             gpu: gpu_index,
             residents: resident_start,
             context,
             gain,
+            gain_low,
+            score: if policy.cautious { gain_low } else { gain },
             value_before,
             value_after,
             fits: memory <= limit,
@@ -223,7 +252,7 @@ impl PlaceWork {
     /// The query's caps: the job's `min_job_fraction`, every resident's (the worst one
     /// named) `min_resident_fraction`.
     fn caps(&self, gpu: &GpuState, set: &NewSet<'_, '_>, residents: &[u32]) -> Skip {
-        let query = &self.query;
+        let policy = &self.query.policy;
         let predicted_as = set.predicted_as();
         let broken = |code, reason: String, workload: &WorkloadName, kept, cap| SkippedGpu {
             workload: Some(workload.clone()),
@@ -233,7 +262,7 @@ impl PlaceWork {
             ..skip(gpu, code, reason)
         };
         let job = set.ready.job;
-        if let (Some(cap), Some(kept)) = (query.min_job_fraction, set.kept(job)) {
+        if let (Some(cap), Some(kept)) = (policy.min_job_fraction, set.kept(job)) {
             if kept < cap {
                 return Err(broken(
                     PlaceSkipCode::JobSlowdown,
@@ -244,13 +273,13 @@ impl PlaceWork {
                         ((cap - kept) * 100.0).round(),
                         percent(cap)
                     ),
-                    &query.workload,
+                    &self.query.workload,
                     kept,
                     cap,
                 ));
             }
         }
-        if let Some(cap) = query.min_resident_fraction {
+        if let Some(cap) = policy.min_partner_fraction {
             let worst = residents
                 .iter()
                 .filter_map(|&i| set.kept(i).map(|kept| (i, kept)))
@@ -324,7 +353,7 @@ impl PlaceWork {
     /// The query's rule on the point predictions of the new set (the job first, then the
     /// residents in the order given); a job alone on a GPU shares it with nobody.
     fn rule(&self, gpu: &GpuState, own: &[Resident], set: &NewSet<'_, '_>, gain: f64) -> Skip {
-        let Some(rule) = self.query.rule else {
+        let Some(rule) = self.query.policy.rule else {
             return Ok(());
         };
         if own.is_empty() {

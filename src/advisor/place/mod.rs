@@ -7,11 +7,12 @@
 //! would be broken, it holds too many jobs already or the new set breaks the query's
 //! [`PlaceRule`] (gain, fair share, break-even).
 //!
-//! Predictions are the serving model's, with one rule added: a co-runner never speeds a job
-//! up. A member's predicted throughput in a set is the lowest the model predicts for it in
-//! any subset of that set that contains it (alone it runs at its exclusive throughput), so
-//! adding a job to a GPU never raises anyone's prediction. Sets repeat heavily in a real
-//! cluster; every distinct multiset of workloads is predicted once per request.
+//! Predictions are the one prediction of `advisor::predict` (Predict's and Rank's too): a
+//! co-runner never speeds a job up. A member's predicted throughput in a set is the lowest
+//! the model predicts for it in any subset of that set that contains it (alone it runs at
+//! its exclusive throughput), so adding a job to a GPU never raises anyone's prediction.
+//! Sets repeat heavily in a real cluster; every distinct multiset of workloads is predicted
+//! once per request.
 //!
 //! Where the model carries 80 % intervals, each member's answer carries its interval (the
 //! model's for a set of that size, or its seen band for a set of workloads it was trained
@@ -23,7 +24,7 @@
 
 use std::sync::Arc;
 
-use super::{Catalog, Error, GpuProfiles, MemberPrediction, Result};
+use super::{Catalog, Error, GpuProfiles, MemberPrediction, Policy, Result};
 use crate::{
     domain::{GpuName, WorkloadName},
     model::ModelKind,
@@ -33,11 +34,12 @@ use crate::{
 mod judge;
 mod query;
 mod rule;
-mod sets;
+pub(super) mod sets;
 mod work;
 
 pub use query::{GpuState, PlaceQuery};
 pub use rule::PlaceRule;
+pub(super) use sets::SetCache;
 pub use sets::{PlacedSets, PLACED_SETS};
 pub(super) use work::PlaceWork;
 
@@ -57,6 +59,9 @@ pub struct Placement {
     pub gpu: GpuName,
     /// The objective's value of the set with the job minus without it.
     pub gain: f64,
+    /// The gain read on the members' low ends (their 80 % intervals; the point gain where
+    /// the model has none): what a cautious policy orders GPUs by.
+    pub gain_low: f64,
     pub value_before: f64,
     pub value_after: f64,
     /// The new job first, then each resident in the order given.
@@ -93,6 +98,9 @@ pub enum PlaceSkipCode {
     GpuMemoryUnknown,
     /// The new set breaks the query's [`PlaceRule`].
     RuleRefused,
+    /// With the job, the GPU would do less work than its residents and the job apart, and
+    /// the policy does not list losses.
+    PredictedLoss,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,18 +126,19 @@ pub struct ModelUsed {
     pub gpu: GpuName,
     pub version: u64,
     pub kind: ModelKind,
-    /// The model predicts only sums, and the request's objective or caps needed each
-    /// member: members were estimated from the sum in proportion to their exclusive
-    /// throughputs.
+    /// The model predicts only sums: members were estimated from the sum in proportion to
+    /// their exclusive throughputs.
     pub members_estimated: bool,
 }
 
 #[derive(Debug, Clone)]
 pub struct PlaceAnswer {
-    /// Best first: highest gain, ties by GPU id.
+    /// Best first: highest gain (on the low ends with a cautious policy), ties by GPU id.
     pub placements: Vec<Placement>,
     pub skipped: Vec<SkippedGpu>,
     pub models: Vec<ModelUsed>,
+    /// The policy applied.
+    pub policy: Policy,
 }
 
 /// Place without an advisor: against `catalog` and the serving model of each GPU model, at

@@ -2,9 +2,9 @@
 //! residents (and each resident's own floor), the objective, the caps and the rule, and the
 //! checks a query must pass before any GPU is scored.
 
-use super::{PlaceRule, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS};
+use super::{DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS};
 use crate::{
-    advisor::Objective,
+    advisor::Policy,
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
 };
 
@@ -50,42 +50,30 @@ pub struct PlaceQuery {
     pub nodes: Vec<String>,
     /// With `gpus` empty: only GPUs of this GPU model.
     pub gpu_filter: Option<GpuName>,
-    pub objective: Objective,
-    /// The lowest fraction of its exclusive throughput the new job may keep.
-    pub min_job_fraction: Option<f64>,
-    /// The lowest fraction of its exclusive throughput every resident may keep.
-    pub min_resident_fraction: Option<f64>,
+    /// The objective, rule, cautious reading, the job's floor (`min_job_fraction`), every
+    /// resident's (`min_partner_fraction`, besides the residents' own floors) and whether
+    /// predicted losses are listed.
+    pub policy: Policy,
     /// Jobs a GPU may hold with the new one included.
     pub max_jobs_per_gpu: usize,
     /// 0 = every GPU that qualifies.
     pub top_k: usize,
     pub include_oversubscribed: bool,
-    /// Check `min_job_fraction`, `min_resident_fraction` and the residents' own floors on
-    /// the low end of each member's 80 % interval instead of its point prediction (a model
-    /// without intervals answers with the point prediction). The rule reads the point
-    /// predictions either way.
-    pub cautious: bool,
-    /// What a shared GPU must promise besides memory, caps and floors, read on the point
-    /// predictions of the new set's members (`None`: nothing more).
-    pub rule: Option<PlaceRule>,
 }
 
 impl PlaceQuery {
-    /// A query with the defaults for everything but the job and the GPUs.
+    /// A query with the defaults for everything but the job and the GPUs (the default
+    /// [`Policy`]).
     pub fn new(workload: WorkloadName, gpus: Vec<GpuState>) -> Self {
         Self {
             workload,
             gpus,
             nodes: Vec::new(),
             gpu_filter: None,
-            objective: Objective::ThroughputSum,
-            min_job_fraction: None,
-            min_resident_fraction: None,
+            policy: Policy::default(),
             max_jobs_per_gpu: DEFAULT_MAX_JOBS_PER_GPU,
             top_k: 0,
             include_oversubscribed: false,
-            cautious: false,
-            rule: None,
         }
     }
 
@@ -117,8 +105,8 @@ impl PlaceQuery {
                 ),
             ));
         }
-        check_fraction("min_job_fraction", self.min_job_fraction)?;
-        check_fraction("min_resident_fraction", self.min_resident_fraction)?;
+        check_fraction("min_job_fraction", self.policy.min_job_fraction)?;
+        check_fraction("min_resident_fraction", self.policy.min_partner_fraction)?;
         let mut seen = foldhash::HashSet::with_capacity_and_hasher(
             self.gpus.len(),
             foldhash::fast::RandomState::default(),

@@ -51,7 +51,7 @@ impl PlaceRule {
 
 /// Why a rule refuses a GPU: a sentence for people and, for fair share, the member that
 /// falls furthest below it with its share.
-pub(super) struct Refusal<'a> {
+pub(in crate::advisor) struct Refusal<'a> {
     pub reason: String,
     pub worst: Option<(&'a WorkloadName, f64)>,
 }
@@ -59,7 +59,7 @@ pub(super) struct Refusal<'a> {
 impl PlaceRule {
     /// Why the rule refuses the new set whose members (the job first) keep `shares` of
     /// their exclusive throughput and whose value changes by `gain`; `None` = admitted.
-    pub(super) fn refusal<'a>(
+    pub(in crate::advisor) fn refusal<'a>(
         self,
         gain: f64,
         names: &[&'a WorkloadName],

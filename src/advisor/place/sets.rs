@@ -1,16 +1,17 @@
 //! Set values and the per-request set cache: each distinct multiset of one GPU model's
 //! workloads is predicted once per request (backed by [`PlacedSets`], the predictions kept
 //! across requests), each member's throughput the lowest the model gives it in any subset
-//! of the set that contains it.
+//! of the set that contains it (the bound of `advisor::predict`). Predict reads its sets
+//! here too, so that every caller gets the same members to the bit.
 
 use std::sync::Arc;
 
 use foldhash::HashMap as FastMap;
 
-use super::work::Ready;
 use crate::{
-    advisor::predict::predict_entries,
+    advisor::{predict::predict_entries, GpuProfiles},
     model::{split_by_exclusive, SetPrediction},
+    store::StoredModel,
 };
 
 /// Set predictions kept across Place requests, keyed by (model version, profile table
@@ -44,37 +45,55 @@ impl std::fmt::Debug for PlacedSets {
 /// members) and the sum.
 #[derive(Debug, Clone)]
 pub struct SetValue {
-    pub(super) sum: f64,
-    pub(super) members: Option<Vec<f64>>,
+    pub(in crate::advisor) sum: f64,
+    pub(in crate::advisor) members: Option<Vec<f64>>,
     /// Each member's 80 % interval, where the model carries intervals (a lone job's is its
     /// exclusive throughput, exactly).
-    pub(super) bounds: Option<Vec<(f64, f64)>>,
+    pub(in crate::advisor) bounds: Option<Vec<(f64, f64)>>,
+    /// The sum's 80 % interval, where the model carries intervals.
+    pub(in crate::advisor) sum_bounds: Option<(f64, f64)>,
 }
 
 /// Predictions of multisets of one GPU model's workloads, keyed by sorted table positions:
-/// this request's, backed by the ones kept across requests.
-pub(super) struct SetCache<'a> {
-    ready: &'a Ready,
+/// this request's, backed by the ones kept across requests. A model that predicts only
+/// sums gets its members estimated from the sum in proportion to their exclusive
+/// throughputs.
+pub(in crate::advisor) struct SetCache<'a> {
+    model: &'a StoredModel,
+    table: &'a GpuProfiles,
+    /// The asking job's table position: a pair with it is scored job first (see
+    /// `advisor::predict`), any other pair lower position first.
+    lead: u32,
     sets: FastMap<Vec<u32>, Arc<SetValue>>,
     shared: Option<&'a PlacedSets>,
     /// The model's own predictions of sets of three and more, made in one batch
     /// ([`Self::prefetch`]) before the min-over-subsets rule reads them.
     /// Batch predictions not yet turned into values, with their difficulty.
     raw: FastMap<Vec<u32>, (SetPrediction, f64)>,
-    /// The model predicts only sums and the request needs each member: members are
-    /// estimated from the sum in proportion to their exclusive throughputs, as Rank and
-    /// Predict do (such values are not kept across requests).
-    estimate: bool,
 }
 
 impl<'a> SetCache<'a> {
-    pub(super) fn new(ready: &'a Ready, shared: Option<&'a PlacedSets>, estimate: bool) -> Self {
+    pub(in crate::advisor) fn new(
+        model: &'a StoredModel,
+        table: &'a GpuProfiles,
+        lead: u32,
+        shared: Option<&'a PlacedSets>,
+    ) -> Self {
         Self {
-            ready,
+            model,
+            table,
+            lead,
             sets: FastMap::default(),
-            shared: if estimate { None } else { shared },
+            shared,
             raw: FastMap::default(),
-            estimate,
+        }
+    }
+
+    /// A pair in the order it is scored in: the lead first, else lower position first.
+    fn oriented(&self, key: &[u32]) -> Vec<u32> {
+        match key {
+            [a, b] if *b == self.lead && *a != self.lead => vec![*b, *a],
+            _ => key.to_vec(),
         }
     }
 
@@ -106,33 +125,33 @@ impl<'a> SetCache<'a> {
             return;
         }
         let needed: Vec<Vec<u32>> = needed.into_iter().collect();
-        let entries = self.ready.table.entries();
+        let entries = self.table.entries();
         let sets: Vec<Vec<&crate::model::Features>> = needed
             .iter()
             .map(|key| key.iter().map(|&i| &entries[i as usize].features).collect())
             .collect();
-        let predicted = self.ready.model.params.predict(&sets);
+        let predicted = self.model.params.predict(&sets);
         let predicted = predicted.into_iter().map(|p| (p.prediction, p.difficulty));
         self.raw.extend(needed.into_iter().zip(predicted));
     }
 
+    /// A pair's key across requests is in the order it is scored in (a pair scored the
+    /// other way round is another entry).
     fn shared_key(&self, key: &[u32]) -> (u64, u64, Vec<u32>) {
         (
-            self.ready.model.version,
-            self.ready.table.generation(),
-            key.to_vec(),
+            self.model.version,
+            self.table.generation(),
+            self.oriented(key),
         )
     }
 
-    pub(super) fn exclusive(&self, index: u32) -> f64 {
-        self.ready.table.entries()[index as usize]
-            .features
-            .exclusive_throughput()
+    pub(in crate::advisor) fn exclusive(&self, index: u32) -> f64 {
+        self.table.entries()[index as usize].exclusive()
     }
 
     /// The prediction of the multiset `key` (sorted), each member's throughput the lowest
     /// over the subsets that contain it.
-    pub(super) fn value(&mut self, key: &[u32]) -> Arc<SetValue> {
+    pub(in crate::advisor) fn value(&mut self, key: &[u32]) -> Arc<SetValue> {
         if let Some(value) = self.sets.get(key) {
             return value.clone();
         }
@@ -147,6 +166,7 @@ impl<'a> SetCache<'a> {
                 sum: 0.0,
                 members: Some(Vec::new()),
                 bounds: Some(Vec::new()),
+                sum_bounds: Some((0.0, 0.0)),
             },
             [only] => {
                 let alone = self.exclusive(*only);
@@ -154,21 +174,30 @@ impl<'a> SetCache<'a> {
                     sum: alone,
                     members: Some(vec![alone]),
                     bounds: Some(vec![(alone, alone)]),
+                    sum_bounds: Some((alone, alone)),
                 }
             }
             _ => {
                 let (raw, difficulty) = match self.raw.remove(key) {
                     Some(raw) => raw,
                     None => {
-                        let entries: Vec<_> = key
+                        let oriented = self.oriented(key);
+                        let entries: Vec<_> = oriented
                             .iter()
-                            .map(|&i| &self.ready.table.entries()[i as usize])
+                            .map(|&i| &self.table.entries()[i as usize])
                             .collect();
-                        predict_entries(&self.ready.model, &self.ready.table, &entries)
+                        let (mut raw, difficulty) =
+                            predict_entries(self.model, self.table, &entries);
+                        if oriented != key {
+                            if let Some(members) = raw.members.as_mut() {
+                                members.reverse();
+                            }
+                        }
+                        (raw, difficulty)
                     }
                 };
                 let members = match raw.members {
-                    None if self.estimate => {
+                    None => {
                         let exclusive: Vec<f64> = key.iter().map(|&i| self.exclusive(i)).collect();
                         Some(split_by_exclusive(raw.sum, &exclusive))
                     }
@@ -179,6 +208,7 @@ impl<'a> SetCache<'a> {
                         sum: raw.sum,
                         members: None,
                         bounds: None,
+                        sum_bounds: None,
                     },
                     Some(mut members) => {
                         // Without member j, member i sits at i (i < j) or i - 1 (i > j).
@@ -198,25 +228,40 @@ impl<'a> SetCache<'a> {
                         }
                         // The interval is the model's for a set of this size (and the
                         // set's difficulty) around the member's prediction (the lowest over
-                        // the subsets).
+                        // the subsets), asked in the order the set was scored in.
+                        let oriented = self.oriented(key);
+                        let swapped = oriented != key;
+                        if swapped {
+                            members.reverse();
+                        }
                         let prediction = SetPrediction {
                             sum: members.iter().sum(),
                             members: Some(members),
                         };
-                        let features: Vec<_> = key
+                        let features: Vec<_> = oriented
                             .iter()
-                            .map(|&i| &self.ready.table.entries()[i as usize].features)
+                            .map(|&i| &self.table.entries()[i as usize].features)
                             .collect();
-                        let bounds = self
-                            .ready
-                            .model
-                            .params
-                            .interval(&features, &prediction, difficulty)
-                            .and_then(|interval| interval.members);
+                        let interval =
+                            self.model
+                                .params
+                                .interval(&features, &prediction, difficulty);
+                        let sum_bounds = interval.as_ref().map(|i| i.sum);
+                        let mut bounds = interval.and_then(|interval| interval.members);
+                        let mut prediction = prediction;
+                        if swapped {
+                            if let Some(m) = prediction.members.as_mut() {
+                                m.reverse();
+                            }
+                            if let Some(b) = bounds.as_mut() {
+                                b.reverse();
+                            }
+                        }
                         SetValue {
                             sum: prediction.sum,
                             members: prediction.members,
                             bounds,
+                            sum_bounds,
                         }
                     }
                 }

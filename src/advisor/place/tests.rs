@@ -14,7 +14,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::{
-    advisor::Objective,
+    advisor::{Objective, Policy},
     dataset::KaceDataset,
     domain::{Profile, ProfileSource},
     model::{fit, FitMetrics, TrainingRow},
@@ -135,6 +135,7 @@ proptest! {
             job(job_index),
             vec![gpu_state(0, &residents, None), gpu_state(1, &grown, None)],
         );
+        query.policy = Policy::unrestricted(Objective::ThroughputSum);
         query.include_oversubscribed = true;
         query.max_jobs_per_gpu = MAX_JOBS_PER_GPU;
         let answer = place(query);
@@ -169,6 +170,7 @@ proptest! {
             .map(|(i, (residents, memory))| gpu_state(i, residents, *memory))
             .collect();
         let mut query = PlaceQuery::new(job(job_index), states);
+        query.policy = Policy::unrestricted(Objective::ThroughputSum);
         query.include_oversubscribed = include_oversubscribed;
         let answer = place(query);
         prop_assert_eq!(answer.placements.len() + answer.skipped.len(), gpus.len());
@@ -207,13 +209,15 @@ proptest! {
             .map(|(i, residents)| gpu_state(i, residents, None))
             .collect();
         let mut free = PlaceQuery::new(job(job_index), states.clone());
+        free.policy = Policy::unrestricted(Objective::ThroughputSum);
         free.include_oversubscribed = true;
         free.max_jobs_per_gpu = MAX_JOBS_PER_GPU;
         let free = place(free);
         let mut query = PlaceQuery::new(job(job_index), states);
+        query.policy = Policy::unrestricted(Objective::ThroughputSum);
         query.include_oversubscribed = true;
-        query.min_job_fraction = job_cap;
-        query.min_resident_fraction = resident_cap;
+        query.policy.min_job_fraction = job_cap;
+        query.policy.min_partner_fraction = resident_cap;
         query.max_jobs_per_gpu = max_jobs;
         let answer = place(query);
         for placement in &answer.placements {
@@ -293,10 +297,11 @@ proptest! {
                 gpus.iter_mut().for_each(|g| g.resident_floors.clear());
             }
             let mut query = PlaceQuery::new(job(job_index), gpus);
-            query.objective = Objective::NormalizedSum;
+        query.policy = Policy::unrestricted(Objective::ThroughputSum);
+            query.policy.objective = Objective::NormalizedSum;
             query.include_oversubscribed = true;
             query.max_jobs_per_gpu = MAX_JOBS_PER_GPU;
-            query.rule = rule;
+            query.policy.rule = rule;
             query
         };
         let free = place(query(false, None));
@@ -344,6 +349,7 @@ fn gpus_running_the_same_set_get_the_same_answer() {
         .map(|i| gpu_state(i, &[[0, 1], [2, 2], [3, 4]][i % 3], None))
         .collect();
     let mut query = PlaceQuery::new(job(5), states);
+        query.policy = Policy::unrestricted(Objective::ThroughputSum);
     query.include_oversubscribed = true;
     let answer = place(query);
     assert_eq!(answer.placements.len(), 300);

@@ -61,6 +61,10 @@ pub(super) struct Scored {
     pub residents: usize,
     pub context: usize,
     pub gain: f64,
+    /// The gain on the members' low ends (the point gain without intervals).
+    pub gain_low: f64,
+    /// What the GPUs are ordered by: `gain_low` when cautious, else `gain`.
+    pub score: f64,
     pub value_before: f64,
     pub value_after: f64,
     pub fits: bool,
@@ -102,10 +106,31 @@ pub(super) fn objective_value(
         Objective::NormalizedSum => value
             .members
             .as_ref()
-            .expect("checked: the model predicts members")
+            .expect("members are predicted or estimated")
             .iter()
             .zip(key)
             .map(|(t, &i)| t / cache.exclusive(i))
+            .sum(),
+    }
+}
+
+/// The objective's value of a set on its members' low ends (each member's 80 % interval;
+/// the point prediction where the model has no intervals).
+pub(super) fn low_objective_value(
+    objective: Objective,
+    value: &SetValue,
+    key: &[u32],
+    cache: &SetCache<'_>,
+) -> f64 {
+    let Some(bounds) = value.bounds.as_ref() else {
+        return objective_value(objective, value, key, cache);
+    };
+    match objective {
+        Objective::ThroughputSum => bounds.iter().map(|b| b.0).sum(),
+        Objective::NormalizedSum => bounds
+            .iter()
+            .zip(key)
+            .map(|(b, &i)| b.0 / cache.exclusive(i))
             .sum(),
     }
 }
@@ -199,31 +224,20 @@ impl PlaceWork {
         self.query.gpus.len() > ASYNC_GPUS
     }
 
-    /// The caps and the objective need each member's prediction: a model that predicts
-    /// only sums has them estimated. The rule and the residents' own floors read the
-    /// members as the model gives them (without, the GPU cannot be checked).
-    fn needs_members(&self) -> bool {
-        self.query.objective == Objective::NormalizedSum
-            || self.query.min_job_fraction.is_some()
-            || self.query.min_resident_fraction.is_some()
-    }
-
     /// One set cache per GPU model that can be scored.
-    fn caches(&self, needs_members: bool) -> Vec<Option<SetCache<'_>>> {
+    fn caches(&self) -> Vec<Option<SetCache<'_>>> {
         self.contexts
             .iter()
             .map(|c| {
                 c.ready.as_ref().ok().map(|ready| {
-                    let estimate = needs_members && !ready.model.params.kind().predicts_members();
-                    SetCache::new(ready, self.shared.as_deref(), estimate)
+                    SetCache::new(&ready.model, &ready.table, ready.job, self.shared.as_deref())
                 })
             })
             .collect()
     }
 
     pub fn run(self) -> Result<PlaceAnswer> {
-        let needs_members = self.needs_members();
-        let mut caches = self.caches(needs_members);
+        let mut caches = self.caches();
         self.prefetch(&mut caches);
         let mut used = vec![false; self.contexts.len()];
         let mut scored: Vec<Scored> = Vec::new();
@@ -244,7 +258,8 @@ impl PlaceWork {
         Ok(PlaceAnswer {
             placements,
             skipped,
-            models: self.models_used(&used, needs_members),
+            models: self.models_used(&used),
+            policy: self.query.policy,
         })
     }
 
@@ -290,8 +305,8 @@ impl PlaceWork {
     ) -> Vec<Placement> {
         let query = &self.query;
         let order = |a: &Scored, b: &Scored| {
-            b.gain
-                .total_cmp(&a.gain)
+            b.score
+                .total_cmp(&a.score)
                 .then_with(|| query.gpus[a.gpu].id.cmp(&query.gpus[b.gpu].id))
         };
         if query.top_k > 0 && query.top_k < scored.len() {
@@ -316,16 +331,19 @@ impl PlaceWork {
                 key.sort_unstable();
                 let after = cache.value(&key);
                 let entries = ready.table.entries();
+                let names: Vec<&str> = key
+                    .iter()
+                    .map(|&i| entries[i as usize].name.as_str())
+                    .collect();
                 let member = |index: u32| {
-                    let entry = &entries[index as usize];
                     let position = key.binary_search(&index).expect("a member of the set");
-                    MemberPrediction {
-                        workload: entry.name.clone(),
-                        exclusive_throughput: entry.features.exclusive_throughput(),
-                        throughput_unit: entry.throughput_unit.clone(),
-                        predicted_throughput: after.members.as_ref().map(|m| m[position]),
-                        predicted_interval: after.bounds.as_ref().map(|b| b[position]),
-                    }
+                    MemberPrediction::of(
+                        &entries[index as usize],
+                        &ready.table,
+                        &names,
+                        after.members.as_ref().map(|m| m[position]),
+                        after.bounds.as_ref().map(|b| b[position]),
+                    )
                 };
                 let mut members = Vec::with_capacity(own.len() + 1);
                 members.push(member(ready.job));
@@ -339,6 +357,7 @@ impl PlaceWork {
                     node: gpu.node.clone(),
                     gpu: self.contexts[s.context].gpu.clone(),
                     gain: s.gain,
+                    gain_low: s.gain_low,
                     value_before: s.value_before,
                     value_after: s.value_after,
                     members,
@@ -352,7 +371,7 @@ impl PlaceWork {
     }
 
     /// The models that scored at least one GPU.
-    fn models_used(&self, used: &[bool], needs_members: bool) -> Vec<ModelUsed> {
+    fn models_used(&self, used: &[bool]) -> Vec<ModelUsed> {
         self.contexts
             .iter()
             .zip(used)
@@ -362,7 +381,7 @@ impl PlaceWork {
                 gpu: c.gpu.clone(),
                 version: r.model.version,
                 kind: r.model.params.kind(),
-                members_estimated: needs_members && !r.model.params.kind().predicts_members(),
+                members_estimated: !r.model.params.kind().predicts_members(),
             })
             .collect()
     }

@@ -729,6 +729,35 @@ pub enum ObjectiveArg {
     Normalized,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RuleArg {
+    FairShare,
+    BreakEven,
+    Gain,
+    None,
+}
+
+/// The policy flags Rank and Place share; each one given replaces the server's default
+/// (settings [policy]: normalized, fair share, cautious; docs/placement.md, "The policy").
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// What a shared GPU must promise: each job keeps 1/k of its speed (fair-share), the
+    /// set does one job's work (break-even), the value grows (gain), or none.
+    #[arg(long, value_enum)]
+    pub rule: Option<RuleArg>,
+    /// Read floors and order on the point predictions instead of the low ends of the 80 %
+    /// intervals (the default policy is cautious).
+    #[arg(long, conflicts_with = "cautious")]
+    pub point: bool,
+    /// The lowest fraction of its exclusive throughput every partner (Rank's candidate,
+    /// Place's residents) may keep (0-1; 0 = the server's default).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_partner_fraction: f64,
+    /// Also list sets predicted to do less work than their members apart.
+    #[arg(long)]
+    pub include_losses: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RankArgs {
     /// The workload to find partners for.
@@ -765,6 +794,8 @@ pub struct RankArgs {
     /// Memory available for the pair, GB; 0 = the GPU model's total memory.
     #[arg(long, default_value_t = 0.0)]
     pub gpu_memory_gb: f64,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -885,13 +916,14 @@ pub struct PlaceArgs {
     #[arg(long, default_value_t = 5)]
     pub top: i32,
     /// What a GPU's value is: the members' throughput sum, or the sum of each member's
-    /// fraction of its exclusive throughput (normalized).
-    #[arg(long, value_enum, default_value = "throughput")]
-    pub objective: ObjectiveArg,
+    /// fraction of its exclusive throughput (normalized); default the server's (normalized).
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
     /// The lowest fraction of its exclusive throughput the new job may keep (0-1; 0 = no cap).
     #[arg(long, default_value_t = 0.0)]
     pub min_job_fraction: f64,
-    /// The lowest fraction every resident may keep (0-1; 0 = no cap).
+    /// The lowest fraction every resident may keep (0-1; 0 = the server's default); the
+    /// same as --min-partner-fraction.
     #[arg(long, default_value_t = 0.0)]
     pub min_resident_fraction: f64,
     /// Jobs a GPU may hold with the new one (0 = the server's default, 4).
@@ -910,6 +942,8 @@ pub struct PlaceArgs {
     /// Without --gpu-state: only GPUs of this GPU model.
     #[arg(long, default_value = "")]
     pub gpu: String,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Subcommand)]

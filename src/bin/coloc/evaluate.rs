@@ -376,7 +376,7 @@ pub async fn objectives(args: EvalObjectivesArgs) -> anyhow::Result<()> {
     let dir = args.dir.clone();
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let data = eval::EvalData::read(&dir)?;
-        eval::evaluate_objectives(&data, kind)
+        eval::evaluate_objectives(&dir, &data, kind)
     })
     .await??;
     if args.json {

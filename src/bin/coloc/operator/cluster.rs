@@ -136,10 +136,10 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
         .place(pb::PlaceRequest {
             workload: args.workload,
             gpus,
-            objective: match args.objective {
-                ObjectiveArg::Throughput => pb::Objective::ThroughputSum,
-                ObjectiveArg::Normalized => pb::Objective::NormalizedSum,
-            } as i32,
+            objective: args.objective.map(|o| match o {
+                ObjectiveArg::Throughput => pb::Objective::ThroughputSum as i32,
+                ObjectiveArg::Normalized => pb::Objective::NormalizedSum as i32,
+            }),
             min_job_fraction: args.min_job_fraction,
             min_resident_fraction: args.min_resident_fraction,
             max_jobs_per_gpu: args.max_jobs_per_gpu,
@@ -149,6 +149,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
             nodes: args.nodes,
             gpu: args.gpu,
             rule: pb::PlaceRule::Unspecified as i32,
+            policy: Some(super::policy_request(&args.policy)),
         })
         .await
         .map_err(status_error)?
@@ -162,6 +163,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
             model.gpu, model.version, model.kind
         );
     }
+    println!("{}", super::policy_line(response.policy.as_ref()));
     let rows: Vec<Vec<String>> = response
         .placements
         .iter()
@@ -182,6 +184,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
                     residents.join(" ")
                 },
                 format!("{:.2}", p.gain),
+                format!("{:.2}", p.gain_low),
                 format!("{:.2} -> {:.2}", p.value_before, p.value_after),
                 percent(p.members[0].predicted_speed_fraction),
                 percent(worst),
@@ -201,6 +204,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
             "NODE",
             "RESIDENTS",
             "GAIN",
+            "LOW END",
             "VALUE",
             "JOB KEEPS",
             "WORST RESIDENT KEEPS",

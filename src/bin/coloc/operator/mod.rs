@@ -23,7 +23,7 @@ use tonic::{
 
 use coloc::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
 
-use crate::args::Connection;
+use crate::args::{Connection, PolicyArgs, RuleArg};
 
 /// A failed RPC, kept whole so that the exit code can say which.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +147,66 @@ impl Connection {
 
 pub(crate) fn status_error(status: tonic::Status) -> anyhow::Error {
     RpcError(status).into()
+}
+
+/// The policy fields the flags set; the rest keep the server's defaults.
+fn policy_request(args: &PolicyArgs) -> pb::Policy {
+    pb::Policy {
+        rule: match args.rule {
+            None => pb::PlaceRule::Unspecified,
+            Some(RuleArg::FairShare) => pb::PlaceRule::FairShare,
+            Some(RuleArg::BreakEven) => pb::PlaceRule::BreakEven,
+            Some(RuleArg::Gain) => pb::PlaceRule::Gain,
+            Some(RuleArg::None) => pb::PlaceRule::None,
+        } as i32,
+        cautious: args.point.then_some(false),
+        min_partner_fraction: (args.min_partner_fraction > 0.0).then_some(args.min_partner_fraction),
+        include_losses: args.include_losses.then_some(true),
+        ..Default::default()
+    }
+}
+
+/// The policy an answer says it applied, in one line.
+fn policy_line(policy: Option<&pb::Policy>) -> String {
+    let Some(policy) = policy else {
+        return "policy: (not said)".into();
+    };
+    let objective = match policy.objective.and_then(|o| pb::Objective::try_from(o).ok()) {
+        Some(pb::Objective::ThroughputSum) => "throughput-sum",
+        _ => "normalized-sum",
+    };
+    let rule = match pb::PlaceRule::try_from(policy.rule) {
+        Ok(pb::PlaceRule::FairShare) => "fair-share",
+        Ok(pb::PlaceRule::BreakEven) => "break-even",
+        Ok(pb::PlaceRule::Gain) => "gain",
+        _ => "none",
+    };
+    let floor = |f: Option<f64>| f.map_or("none".to_string(), |f| format!("{:.0} %", f * 100.0));
+    format!(
+        "policy: {objective}, rule {rule}, {}, job floor {}, partner floor {}{}",
+        if policy.cautious == Some(false) {
+            "point predictions"
+        } else {
+            "cautious (low ends)"
+        },
+        floor(policy.min_job_fraction),
+        floor(policy.min_partner_fraction),
+        if policy.include_losses == Some(true) {
+            ", losses listed"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A member's evidence, for tables.
+fn evidence_name(evidence: i32) -> &'static str {
+    match pb::Evidence::try_from(evidence) {
+        Ok(pb::Evidence::RunsOfSet) => "runs of set",
+        Ok(pb::Evidence::RunsOfWorkload) => "runs of workload",
+        Ok(pb::Evidence::ProfileOnly) => "profile only",
+        _ => "-",
+    }
 }
 
 fn mode_name(mode: i32) -> &'static str {

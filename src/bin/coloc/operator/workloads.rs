@@ -5,7 +5,10 @@ use anyhow::Context;
 
 use coloc::proto as pb;
 
-use super::{all_workloads, mode_name, print_canonical, print_table, state_name, status_error};
+use super::{
+    all_workloads, evidence_name, mode_name, policy_line, print_canonical, print_table,
+    state_name, status_error,
+};
 use crate::args::{
     Connection, ModeArg, ObjectiveArg, ProfileFiles, RankArgs, StateArg, WorkloadsCommand,
 };
@@ -233,6 +236,7 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             cautious: args.cautious,
             include_oversubscribed: args.include_oversubscribed,
             gpu_memory_gb: args.gpu_memory_gb,
+            policy: Some(super::policy_request(&args.policy)),
             ..Default::default()
         })
         .await
@@ -252,10 +256,19 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
                 format!("{:.2}", c.predicted_throughput_sum),
                 c.predicted_normalized_sum
                     .map_or("-".into(), |n| format!("{n:.3}")),
+                c.predicted_normalized_sum_low
+                    .map_or("-".into(), |n| format!("{n:.3}")),
                 c.members
                     .first()
                     .and_then(|m| m.predicted_speed_fraction)
                     .map_or("-".into(), |s| format!("{:.0} %", s * 100.0)),
+                c.members.get(1).map_or("-".into(), |m| {
+                    format!(
+                        "{}{}",
+                        evidence_name(m.evidence),
+                        if m.exclusive_suspect { ", suspect" } else { "" }
+                    )
+                }),
                 format!("{:.1}", c.memory_gb),
             ]
         })
@@ -271,13 +284,16 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             ""
         }
     );
+    println!("{}", policy_line(response.policy.as_ref()));
     print_table(
         &[
             "#",
             "CANDIDATE",
             "PREDICTED SUM",
             "NORMALIZED",
+            "LOW END",
             "TARGET SPEED FRACTION",
+            "PARTNER EVIDENCE",
             "MEMORY GB",
         ],
         &rows,

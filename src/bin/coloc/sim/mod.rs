@@ -12,6 +12,8 @@
 //! (PNG); beside them `audit`, which sets `coloc`'s intervals against the truth once per
 //! run.
 
+#[cfg(test)]
+mod agreement;
 mod audit;
 mod engine;
 mod online;

@@ -42,7 +42,7 @@ use anyhow::Context;
 
 use coloc::{
     advisor::{
-        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets,
+        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets, Policy as AdvisorPolicy,
         PLACED_SETS,
     },
     dataset::{KaceDataset, KACE_GPU},
@@ -250,6 +250,18 @@ impl ServicePlacer {
     }
 }
 
+impl ServicePlacer {
+    /// The catalog and model that answer, when they are fixed (tests compare them with the
+    /// other callers of the one prediction).
+    #[cfg(test)]
+    pub fn fixed(&self) -> Option<(&Catalog, &HashMap<GpuName, Arc<StoredModel>>)> {
+        match &self.answerer {
+            Answerer::Fixed { catalog, models, .. } => Some((catalog, models)),
+            Answerer::Learning(_) => None,
+        }
+    }
+}
+
 impl Placer for ServicePlacer {
     fn place(&mut self, request: &PlaceRequest) -> anyhow::Result<Option<PlaceDecision>> {
         let started = Instant::now();
@@ -282,10 +294,15 @@ impl Placer for ServicePlacer {
             })
             .collect();
         let mut query = PlaceQuery::new(self.names[request.job as usize].clone(), gpus);
-        query.objective = Objective::NormalizedSum;
-        query.min_job_fraction = request.job_cap;
-        query.cautious = self.caps == CapCheck::Cautious;
-        query.rule = Some(self.rule);
+        query.policy = AdvisorPolicy {
+            objective: Objective::NormalizedSum,
+            rule: Some(self.rule),
+            cautious: self.caps == CapCheck::Cautious,
+            min_job_fraction: request.job_cap,
+            min_partner_fraction: None,
+            // The simulation's rule decides; a loss it admits runs.
+            include_losses: true,
+        };
         let answer = self.answerer.answer(query)?;
         let mut best: Option<PlaceDecision> = None;
         for placement in &answer.placements {
@@ -502,7 +519,7 @@ mod tests {
             resident_floors: Vec::new(),
         };
         let mut query = PlaceQuery::new(p.names[job as usize].clone(), vec![gpu]);
-        query.objective = Objective::NormalizedSum;
+        query.policy = AdvisorPolicy::unrestricted(Objective::NormalizedSum);
         let answer = p.answerer.answer(query).unwrap();
         answer.placements[0]
             .members
