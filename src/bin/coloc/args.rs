@@ -337,6 +337,10 @@ pub struct EvalKaceArgs {
     /// answers): the quality of profiles from NVML alone.
     #[arg(long)]
     pub nvml_only: bool,
+    /// Instead of the table: the pair options chosen by nested leave-workload-out
+    /// cross-validation inside each training set, outer folds reporting (decision 020).
+    #[arg(long, conflicts_with_all = ["coverage", "candidates", "plot", "predictions_out"])]
+    pub nested: bool,
 }
 
 #[derive(Debug, Args)]

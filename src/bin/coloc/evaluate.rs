@@ -326,6 +326,23 @@ pub async fn kace(args: EvalKaceArgs) -> anyhow::Result<()> {
     ]);
     let dir = args.dir.clone();
     let (with_coverage, nvml_only) = (args.coverage, args.nvml_only);
+    if args.nested {
+        let dir = args.dir.clone();
+        let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut data = eval::EvalData::read(&dir)?;
+            if nvml_only {
+                data.withhold_kernel_metrics();
+            }
+            eval::nested_pairs::evaluate(&data)
+        })
+        .await??;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{report}");
+        }
+        return Ok(());
+    }
     let (data, results, summary) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let mut data = eval::EvalData::read(&dir)?;
         if nvml_only {
