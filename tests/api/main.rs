@@ -35,6 +35,7 @@ mod progress;
 mod rank;
 mod report;
 mod restart;
+mod schema;
 mod sim;
 mod starter;
 mod train;
