@@ -829,6 +829,33 @@ mod tests {
         store.close().await;
     }
 
+    /// Each server's copy for Place follows the other's writes by itself, within 2 s.
+    async fn copies_catch_up(replicas: &[Store], acknowledged: &HashMap<String, String>) {
+        // Each server's copy for Place follows the other's writes by itself.
+        let started = std::time::Instant::now();
+        for store in replicas {
+            loop {
+                let seen: HashMap<String, String> = store
+                    .occupancy()
+                    .gpus()
+                    .flat_map(|gpu| {
+                        gpu.jobs
+                            .iter()
+                            .map(|job| (job.job_id.to_string(), gpu.id.to_string()))
+                    })
+                    .collect();
+                if seen == *acknowledged {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(2),
+                    "a server's copy is still behind 2 s later"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     /// Two servers on one database file (two stores, each with its own writer and copy),
     /// 10,000 concurrent assignments of 1,000 job ids to 40 GPUs (at most 640 places),
     /// each sent to either server: no job is acknowledged on two GPUs, no GPU holds more
@@ -904,29 +931,7 @@ mod tests {
             .map(|(job, gpus)| (job, gpus.into_iter().next().unwrap()))
             .collect();
         assert_eq!(stored, acknowledged);
-        // Each server's copy for Place follows the other's writes by itself.
-        let started = std::time::Instant::now();
-        for store in &replicas {
-            loop {
-                let seen: HashMap<String, String> = store
-                    .occupancy()
-                    .gpus()
-                    .flat_map(|gpu| {
-                        gpu.jobs
-                            .iter()
-                            .map(|job| (job.job_id.to_string(), gpu.id.to_string()))
-                    })
-                    .collect();
-                if seen == acknowledged {
-                    break;
-                }
-                assert!(
-                    started.elapsed() < std::time::Duration::from_secs(2),
-                    "a server's copy is still behind 2 s later"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        }
+        copies_catch_up(&replicas, &acknowledged).await;
         // A write on one server alone reaches the other's copy.
         replicas[0]
             .assign_cluster_job(assignment("late", "g-late", None), 2)

@@ -36,6 +36,7 @@ mod progress;
 mod rank;
 mod report;
 mod restart;
+mod schema;
 mod sim;
 mod starter;
 mod train;

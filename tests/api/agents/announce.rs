@@ -166,8 +166,11 @@ async fn jobs_stored_before_agents_existed_survive_the_migration() {
     let mut files: Vec<_> = std::fs::read_dir(&migrations)
         .unwrap()
         .map(|e| e.unwrap().path())
-        // The migrations before the agents' one (later ones need the agents' schema).
-        .filter(|p| p.file_name().unwrap().to_string_lossy().as_ref() < "20261124000001")
+        // The SQLite migrations before the agents' one (not later ones, nor migrations/postgres).
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "sql")
+                && p.file_name().unwrap().to_string_lossy().as_ref() < "20261124000001_agents.sql"
+        })
         .collect();
     files.sort();
     assert_eq!(files.len(), 4, "{files:?}");
