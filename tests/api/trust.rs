@@ -78,7 +78,10 @@ async fn the_default_ranking_of_every_kace_target_ranks_no_pair_predicted_to_los
                 // The default rule comes first: a pair below break-even leaves a member
                 // below half its speed.
                 below_break_even_skips += 1;
-                assert!(skipped.reason.contains("below its fair share"), "{skipped:?}");
+                assert!(
+                    skipped.reason.contains("below its fair share"),
+                    "{skipped:?}"
+                );
             }
         }
 

@@ -322,7 +322,14 @@ pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Resu
         })
         .collect();
     print_table(
-        &["MEMBER", "ALONE", "PREDICTED", "SPEED FRACTION", "UNIT", "EVIDENCE"],
+        &[
+            "MEMBER",
+            "ALONE",
+            "PREDICTED",
+            "SPEED FRACTION",
+            "UNIT",
+            "EVIDENCE",
+        ],
         &rows,
     );
     Ok(())
