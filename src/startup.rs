@@ -121,10 +121,7 @@ impl App {
         let metrics_listener = bind_if_set(settings.metrics.listen, "metrics.listen").await?;
         let extender = match bind_if_set(settings.extender.listen, "extender.listen").await? {
             None => None,
-            Some(listener) => Some((
-                listener,
-                extender_options(settings, tokens.as_ref())?,
-            )),
+            Some(listener) => Some((listener, extender_options(settings, tokens.as_ref())?)),
         };
         let cluster = Arc::new(ClusterView::new());
         let watcher = cluster_watcher(settings, &cluster).await?;

@@ -38,18 +38,19 @@ pub use agents::{AgentFailure, AgentPolicy, AgentView};
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
 pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
-pub use policy::{is_loss, Policy, PolicyChanges};
-pub use predict::EXCLUSIVE_NOISE_MARGIN;
-pub use runs::{Evidence, RunSummary, SuspectProfile, MIN_SUSPECT_RUNS};
 pub use place::{
     place_in, place_in_keeping, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule,
     PlaceSkipCode, PlacedSets, Placement, SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU,
     MAX_PLACE_GPUS, PLACED_SETS,
 };
+pub use policy::{is_loss, Policy, PolicyChanges};
+pub use predict::EXCLUSIVE_NOISE_MARGIN;
 pub use rank::{
-    predict_in, rank_in, rank_order, MemberPrediction, Objective, PredictQuery, PredictResult, RankQuery, RankResult,
-    RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM, MAX_CANDIDATES,
+    predict_in, rank_in, rank_order, MemberPrediction, Objective, PredictQuery, PredictResult,
+    RankQuery, RankResult, RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM,
+    MAX_CANDIDATES,
 };
+pub use runs::{Evidence, RunSummary, SuspectProfile, MIN_SUSPECT_RUNS};
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{trimmed_mean, TrainOutcome, Trigger};
 pub use undo::{ForgetTarget, UndoOutcome};
@@ -214,7 +215,11 @@ impl Advisor {
         let gpus: Vec<GpuName> = catalog.gpu_names().cloned().collect();
         gpus.into_iter()
             .filter_map(|gpu| {
-                let suspect = catalog.gpu(&gpu)?.runs().suspect(workload.as_str())?.clone();
+                let suspect = catalog
+                    .gpu(&gpu)?
+                    .runs()
+                    .suspect(workload.as_str())?
+                    .clone();
                 Some((gpu, suspect))
             })
             .collect()

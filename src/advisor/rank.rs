@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::{
     place::SetCache,
-    runs::Evidence,
     policy::is_loss,
     predict::{score_pairs, PairScore},
+    runs::Evidence,
     Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
 use crate::{
@@ -531,11 +531,24 @@ impl RankWork {
     /// Why the pair breaks a floor of the policy: the target's (`min_job_fraction`), then
     /// the candidate's (`min_partner_fraction`); `kept` are the members' throughputs as the
     /// floors read them (the low ends with `cautious`).
-    fn floors(&self, pair: &[&ProfileEntry; 2], kept: [f64; 2], on_low_end: bool) -> Option<Skipped> {
+    fn floors(
+        &self,
+        pair: &[&ProfileEntry; 2],
+        kept: [f64; 2],
+        on_low_end: bool,
+    ) -> Option<Skipped> {
         let policy = &self.query.policy;
         let floors = [
-            (policy.min_job_fraction, SkipCode::TargetSlowdown, "the target"),
-            (policy.min_partner_fraction, SkipCode::PartnerSlowdown, "the partner"),
+            (
+                policy.min_job_fraction,
+                SkipCode::TargetSlowdown,
+                "the target",
+            ),
+            (
+                policy.min_partner_fraction,
+                SkipCode::PartnerSlowdown,
+                "the partner",
+            ),
         ];
         for (k, (floor, code, who)) in floors.into_iter().enumerate() {
             let Some(floor) = floor else { continue };
@@ -635,7 +648,11 @@ impl RankWork {
             .into_iter()
             .map(|s| {
                 let (entry, memory, fits) = fitting[s.index];
-                let mut members = member_predictions(&self.table, &[target, entry], Some(&s.prediction.members[..]));
+                let mut members = member_predictions(
+                    &self.table,
+                    &[target, entry],
+                    Some(&s.prediction.members[..]),
+                );
                 if let Some(bounds) = self
                     .interval_of(target, entry, &s.prediction)
                     .and_then(|i| i.members)

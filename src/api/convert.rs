@@ -3,9 +3,9 @@
 
 use crate::{
     advisor::{
-        Evidence, GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer, PlaceQuery,
-        PlaceSkipCode, Placement, Policy, PolicyChanges, PredictQuery, PredictResult, RankQuery,
-        RankResult, RankedCandidate, SkipCode, Skipped,
+        Evidence, GpuFilter, GpuState, JobAssignment, MemberPrediction, Objective, PlaceAnswer,
+        PlaceQuery, PlaceSkipCode, Placement, Policy, PolicyChanges, PredictQuery, PredictResult,
+        RankQuery, RankResult, RankedCandidate, SkipCode, Skipped,
     },
     domain::{
         check_memory_gb, ColocatedMember, GpuName, KernelMetrics, LaunchSpec, NewWorkload,
@@ -297,7 +297,7 @@ pub fn workload_to_pb(record: WorkloadRecord) -> pb::Workload {
     }
 }
 
-fn objective(raw: i32) -> Result<Objective, ValidationError> {
+pub(super) fn objective(raw: i32) -> Result<Objective, ValidationError> {
     match pb::Objective::try_from(raw) {
         Ok(pb::Objective::ThroughputSum) => Ok(Objective::ThroughputSum),
         Ok(pb::Objective::NormalizedSum) => Ok(Objective::NormalizedSum),
@@ -305,45 +305,6 @@ fn objective(raw: i32) -> Result<Objective, ValidationError> {
             "objective",
             format!("objective {raw} is not a known value"),
         )),
-    }
-}
-
-/// The request's changes to the server's default policy (`defaults`): each field of
-/// `raw` that is set.
-fn policy_changes(raw: Option<pb::Policy>) -> Result<PolicyChanges, ValidationError> {
-    let Some(raw) = raw else {
-        return Ok(PolicyChanges::default());
-    };
-    Ok(PolicyChanges {
-        objective: raw.objective.map(objective).transpose()?,
-        rule: match raw.rule {
-            0 => None,
-            rule => Some(place_rule(rule)?),
-        },
-        cautious: raw.cautious,
-        min_job_fraction: raw.min_job_fraction,
-        min_partner_fraction: raw.min_partner_fraction,
-        include_losses: raw.include_losses,
-    })
-}
-
-pub fn policy_to_pb(policy: &Policy) -> pb::Policy {
-    use crate::advisor::PlaceRule;
-    pb::Policy {
-        objective: Some(match policy.objective {
-            Objective::ThroughputSum => pb::Objective::ThroughputSum,
-            Objective::NormalizedSum => pb::Objective::NormalizedSum,
-        } as i32),
-        rule: match policy.rule {
-            None => pb::PlaceRule::None,
-            Some(PlaceRule::Gain) => pb::PlaceRule::Gain,
-            Some(PlaceRule::FairShare) => pb::PlaceRule::FairShare,
-            Some(PlaceRule::BreakEven) => pb::PlaceRule::BreakEven,
-        } as i32,
-        cautious: Some(policy.cautious),
-        min_job_fraction: policy.min_job_fraction,
-        min_partner_fraction: policy.min_partner_fraction,
-        include_losses: Some(policy.include_losses),
     }
 }
 
@@ -394,7 +355,9 @@ pub fn rank_query(raw: pb::RankRequest, defaults: &Policy) -> Result<RankQuery, 
         include_losses: raw.include_below_break_even.then_some(true),
         ..PolicyChanges::default()
     };
-    let policy = defaults.with(policy_changes(raw.policy)?).with(legacy);
+    let policy = defaults
+        .with(super::policy::policy_changes(raw.policy)?)
+        .with(legacy);
     let query = RankQuery {
         target: workload_name("target", &raw.target)?,
         candidates: raw.candidates,
@@ -515,7 +478,7 @@ pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
             Objective::NormalizedSum => pb::Objective::NormalizedSum,
         } as i32,
         members_estimated: result.members_estimated,
-        policy: Some(policy_to_pb(&result.policy)),
+        policy: Some(super::policy::policy_to_pb(&result.policy)),
     }
 }
 
@@ -776,7 +739,7 @@ fn gpu_state(i: usize, raw: pb::GpuState) -> Result<GpuState, ValidationError> {
     })
 }
 
-fn place_rule(raw: i32) -> Result<Option<crate::advisor::PlaceRule>, ValidationError> {
+pub(super) fn place_rule(raw: i32) -> Result<Option<crate::advisor::PlaceRule>, ValidationError> {
     use crate::advisor::PlaceRule;
     match pb::PlaceRule::try_from(raw) {
         Ok(pb::PlaceRule::Unspecified | pb::PlaceRule::None) => Ok(None),
@@ -795,7 +758,10 @@ fn optional_fraction(value: f64) -> Option<f64> {
     (value != 0.0).then_some(value)
 }
 
-pub fn place_query(raw: pb::PlaceRequest, defaults: &Policy) -> Result<PlaceQuery, ValidationError> {
+pub fn place_query(
+    raw: pb::PlaceRequest,
+    defaults: &Policy,
+) -> Result<PlaceQuery, ValidationError> {
     if raw.top_k < 0 {
         return Err(ValidationError::new(
             "top_k",
@@ -814,7 +780,7 @@ pub fn place_query(raw: pb::PlaceRequest, defaults: &Policy) -> Result<PlaceQuer
         nodes: filter.nodes,
         gpu_filter: filter.gpu,
         policy: defaults
-            .with(policy_changes(raw.policy)?)
+            .with(super::policy::policy_changes(raw.policy)?)
             .with(PolicyChanges {
                 objective: raw.objective.map(objective).transpose()?,
                 rule: match raw.rule {
@@ -899,7 +865,7 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 members_estimated: m.members_estimated,
             })
             .collect(),
-        policy: Some(policy_to_pb(&answer.policy)),
+        policy: Some(super::policy::policy_to_pb(&answer.policy)),
     }
 }
 

@@ -5,6 +5,7 @@
 mod agents;
 mod auth;
 pub mod convert;
+mod policy;
 mod middleware;
 mod status;
 mod undo;

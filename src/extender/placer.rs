@@ -92,7 +92,12 @@ pub fn policy_from_settings(settings: &PolicySettings) -> Policy {
 
 /// The Place query the extender asks for a pod: the policy, with the pod's own
 /// `min_job_fraction` as the job's floor where it gives one.
-pub fn placement_query(job: WorkloadName, gpus: Vec<GpuState>, policy: Policy, min_job_fraction: Option<f64>) -> PlaceQuery {
+pub fn placement_query(
+    job: WorkloadName,
+    gpus: Vec<GpuState>,
+    policy: Policy,
+    min_job_fraction: Option<f64>,
+) -> PlaceQuery {
     let mut query = PlaceQuery::new(job, gpus);
     query.policy = policy;
     if min_job_fraction.is_some() {
@@ -193,8 +198,12 @@ impl Placer for AdvisorPlacer {
                 }
             }
             if !gpus.is_empty() {
-                let query =
-                    placement_query(job, gpus, self.policy.unwrap_or_else(|| self.advisor.policy()), ask.min_job_fraction);
+                let query = placement_query(
+                    job,
+                    gpus,
+                    self.policy.unwrap_or_else(|| self.advisor.policy()),
+                    ask.min_job_fraction,
+                );
                 let answer = self
                     .advisor
                     .place(query)

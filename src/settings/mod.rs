@@ -219,7 +219,7 @@ pub struct PolicySettings {
     pub include_losses: bool,
 }
 
-/// `extender.rule`.
+/// `policy.rule`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", try_from = "String")]
 pub enum ExtenderRule {
@@ -253,7 +253,7 @@ impl TryFrom<String> for ExtenderRule {
     }
 }
 
-/// `extender.objective`.
+/// `policy.objective`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", try_from = "String")]
 pub enum ExtenderObjective {

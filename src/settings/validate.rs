@@ -27,7 +27,10 @@ impl Settings {
         self.validate_extender()?;
         for (key, fraction) in [
             ("policy.min_job_fraction", self.policy.min_job_fraction),
-            ("policy.min_partner_fraction", self.policy.min_partner_fraction),
+            (
+                "policy.min_partner_fraction",
+                self.policy.min_partner_fraction,
+            ),
         ] {
             if !(0.0..=1.0).contains(&fraction) {
                 return Err(SettingsError::Invalid {

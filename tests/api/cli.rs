@@ -422,9 +422,13 @@ async fn the_cli_assigns_jobs_lists_gpus_and_places_from_a_file_or_the_occupancy
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("GPU model "), "{out}");
-    assert!(lines[1].starts_with("#"), "{out}");
     assert!(
-        lines[2].contains("(empty)") || lines[3].contains("(empty)"),
+        lines[1].starts_with("policy: normalized-sum, rule fair-share"),
+        "{out}"
+    );
+    assert!(lines[2].starts_with("#"), "{out}");
+    assert!(
+        lines[3].contains("(empty)") || lines[4].contains("(empty)"),
         "{out}"
     );
     assert!(

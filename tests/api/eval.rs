@@ -578,37 +578,52 @@ fn eval_nway_writes_a_candidate_s_predictions_when_asked_by_name() {
 
 /// `coloc eval objectives`: the figures README gives for choosing Rank's default objective.
 #[test]
-fn eval_objectives_prefers_the_normalized_sum_on_the_selection_half() {
-    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["eval", "objectives"])
-        .arg(kace_dir())
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["kind"], "member-ridge-gbt");
-    let row = |half: &str, policy: &str, figure: &str| report["rows"][half][policy][figure].clone();
-    assert_eq!(row("all", "NORMALIZED_SUM", "targets"), 21);
-    assert_eq!(
-        row("selection workloads (even)", "NORMALIZED_SUM", "targets"),
-        11
-    );
-    assert_eq!(
-        row("report workloads (odd)", "NORMALIZED_SUM", "targets"),
-        10
-    );
-    let mean =
-        |half: &str, policy: &str| row(half, policy, "mean_normalized_sum").as_f64().unwrap();
-    for half in ["selection workloads (even)", "report workloads (odd)"] {
+fn eval_objectives_default_picks_rest_on_no_member_predicted_above_its_exclusive_throughput() {
+    let objectives = |dir: &std::path::Path| -> serde_json::Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
+            .args(["eval", "objectives"])
+            .arg(dir)
+            .arg("--json")
+            .output()
+            .unwrap();
         assert!(
-            mean(half, "NORMALIZED_SUM + break-even") > mean(half, "THROUGHPUT_SUM"),
-            "{half}: {report}"
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
         );
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let h100 = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/h100");
+    for (dir, targets, suspect) in [
+        (kace_dir(), 21, "wav2vec2-base-960h_batch2-inf"),
+        (h100, 6, "gpt-decoder_batch4-inf"),
+    ] {
+        let report = objectives(&dir);
+        assert_eq!(report["kind"], "member-ridge-gbt");
+        assert!(
+            report["suspect_profiles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().starts_with(suspect)),
+            "{report}"
+        );
+        let (name, default) = (&report["policies"][0][0], &report["policies"][0][1]);
+        assert!(name.as_str().unwrap().starts_with("default"), "{name}");
+        assert_eq!(default["targets"], targets);
+        // No default pick rests on a member predicted above its exclusive throughput
+        // beyond the noise margin.
+        assert_eq!(default["above_exclusive"], 0, "{report}");
+        assert!(
+            default["mean_normalized_sum"].as_f64().unwrap()
+                <= default["oracle_normalized_sum"].as_f64().unwrap(),
+            "{report}"
+        );
+        if targets == 21 {
+            // On the V100 data no default pick is a measured loss or leaves its target below
+            // half its speed where a measured pair of it is neither.
+            assert_eq!(default["avoidable"], 0, "{report}");
+        }
     }
 }
 
@@ -653,13 +668,20 @@ fn eval_nway_through_the_api_predicts_what_the_in_process_fit_predicts() {
         expected.keys().collect::<Vec<_>>(),
         "the same candidates"
     );
+    // The API answers the one prediction: each member bounded by its exclusive throughput
+    // (the lowest over the set's subsets), so never above the model's own figure, and equal
+    // to it wherever the bound does not bind (162 of these 404 when this was written).
+    let mut equal = 0;
     for (key, want) in &expected {
         let got = answered[key];
+        let tolerance = 1e-9 * want.abs().max(1.0);
         assert!(
-            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            got <= want + tolerance,
             "{key:?}: the API predicted {got}, in-process {want}"
         );
+        equal += usize::from((got - want).abs() <= tolerance);
     }
+    assert!(equal > 0, "{equal} of {} equal", expected.len());
 
     let rescored = rescore_nway(&api_csv);
     assert_eq!(rescored.len(), 6, "{rescored:?}");

@@ -434,6 +434,7 @@ async fn rule_cases(app: &mut TestApp) -> (String, [String; 3]) {
                     })
                     .collect(),
                 objective: Some(pb::Objective::NormalizedSum as i32),
+                policy: Some(crate::helpers::open_policy()),
                 ..Default::default()
             })
             .await
@@ -470,9 +471,13 @@ async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_defa
     for (rule, passes) in [
         ("", vec!["fair"]),
         ("rule = \"break-even\"\n", vec!["unfair", "fair"]),
-        ("rule = \"none\"\n", vec!["below", "unfair", "fair"]),
+        ("rule = \"none\"\n", vec!["unfair", "fair"]),
+        (
+            "rule = \"none\"\ninclude_losses = true\n",
+            vec!["below", "unfair", "fair"],
+        ),
     ] {
-        let config = format!("{EXTENDER_ON}{rule}");
+        let config = format!("{EXTENDER_ON}\n[policy]\n{rule}");
         let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config).await;
         let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
         import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
@@ -517,6 +522,11 @@ async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_defa
             r if r.contains("break-even") => {
                 let reason = failed["below"].as_str().unwrap();
                 assert!(reason.contains("below break-even"), "{reason}");
+            }
+            r if !r.contains("include_losses") => {
+                // No rule, but the default policy lists no predicted loss.
+                let reason = failed["below"].as_str().unwrap();
+                assert!(reason.contains("a predicted loss"), "{reason}");
             }
             _ => assert_eq!(failed, &json!({})),
         }

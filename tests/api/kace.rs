@@ -104,6 +104,7 @@ async fn importing_the_kace_data_twice_adds_no_rows_and_ranks_real_workloads() {
             // The KACE paper's ordering, with pairs predicted to lose kept.
             objective: Some(pb::Objective::ThroughputSum as i32),
             include_below_break_even: true,
+            policy: Some(crate::helpers::open_policy()),
             ..Default::default()
         })
         .await
@@ -201,6 +202,7 @@ async fn importing_into_a_running_service_goes_through_its_api_and_rank_works_at
             target: "whisper-large-v2_batch16-inf".into(),
             // whisper b16 loses with every partner: by default none would be ranked.
             include_below_break_even: true,
+            policy: Some(crate::helpers::open_policy()),
             ..Default::default()
         })
         .await

@@ -444,8 +444,8 @@ async fn under_a_sum_only_model_caps_and_normalized_sum_use_members_estimated_fr
     assert_eq!(plain.placements.len(), 2);
     assert_eq!(plain.models[0].kind, "kace-linear");
     assert!(
-        !plain.models[0].members_estimated,
-        "THROUGHPUT_SUM needs no members"
+        plain.models[0].members_estimated,
+        "every answer estimates the members of a sum-only model (one prediction)"
     );
     // The pair's sum split in proportion to the exclusive throughputs gives both members
     // the same share of their speed: sum / (e0 + e1), at most 1 (never sped up).

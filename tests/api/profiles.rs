@@ -15,6 +15,8 @@ async fn put_profile_makes_a_pending_workload_profiled_and_rankable_without_rest
         .unwrap();
     let rank = |target: &str| pb::RankRequest {
         target: target.into(),
+        // Every candidate, whatever the default policy refuses.
+        policy: Some(crate::helpers::open_policy()),
         ..Default::default()
     };
     expect_code(

@@ -431,7 +431,13 @@ async fn a_sum_only_model_answers_per_member_requests_with_members_estimated_fro
     for c in &normalized.ranked {
         // The sum split in proportion to the exclusive throughputs: both members keep the
         // same fraction of their speed, sum / (sum of exclusives).
-        let fraction = c.predicted_throughput_sum / (exclusive("w00") + exclusive(&c.workload));
+        // (The exclusive throughputs the answer states: a suspect profile's corrected one.)
+        let fraction = c.predicted_throughput_sum
+            / c.members
+                .iter()
+                .map(|m| m.exclusive_throughput)
+                .sum::<f64>();
+        assert!(c.members[0].profile_exclusive_throughput == exclusive("w00"));
         for m in &c.members {
             let kept = m.predicted_speed_fraction.unwrap();
             assert!((kept - fraction).abs() < 1e-9, "{c:?}");

@@ -105,6 +105,7 @@ async fn unseen_pick(target: &str) -> String {
             target: target.into(),
             gpu: H100.into(),
             include_below_break_even: true,
+            policy: Some(crate::helpers::open_policy()),
             ..Default::default()
         })
         .await

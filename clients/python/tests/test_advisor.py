@@ -10,6 +10,10 @@ from coloc_client import Advisor, AdvisorError, PROTO_PACKAGE, PROTO_SHA256, __v
 
 from conftest import READER_TOKEN, REPO
 
+# Place as it answered before policies (no rule, point predictions, losses listed): these
+# tests are about the GPUs given and the occupancy, not the default policy.
+OPEN_POLICY = pb.Policy(rule=pb.PLACE_RULE_NONE, cautious=False, include_losses=True)
+
 V100 = "Tesla V100-SXM2-32GB"
 BERT = "bert-base-cased_batch8-inf"
 WAV2VEC = "wav2vec2-base-960h_batch2-inf"
@@ -88,7 +92,8 @@ def test_place_scores_the_given_gpus_best_first_and_names_those_left_out(advisor
         pb.GpuState(id="t-shared", node="n1", residents=[WAV2VEC]),
         {"id": "t-full", "node": "n2", "residents": [WAV2VEC, WAV2VEC]},
     ]
-    answer = advisor.place(BERT, gpus, max_jobs_per_gpu=2)
+    answer = advisor.place(BERT, gpus, max_jobs_per_gpu=2, policy=OPEN_POLICY)
+    assert answer.policy.rule == pb.PLACE_RULE_NONE and answer.policy.include_losses
     placed = [p.gpu_id for p in answer.placements]
     assert sorted(placed) == ["t-empty", "t-shared"]
     gains = [p.gain for p in answer.placements]
@@ -107,7 +112,7 @@ def test_assign_feeds_places_occupancy_and_release_forgets(advisor):
     assert raised.value.code == grpc.StatusCode.ALREADY_EXISTS
     [gpu] = advisor.gpus(nodes=["t-occ-node"])
     assert gpu.id == "t-occ-0" and [j.job_id for j in gpu.jobs] == ["t-job-1"]
-    answer = advisor.place(BERT, nodes=["t-occ-node"])
+    answer = advisor.place(BERT, nodes=["t-occ-node"], policy=OPEN_POLICY)
     assert [p.gpu_id for p in answer.placements] == ["t-occ-0"]
     assert [m.workload for m in answer.placements[0].members] == [BERT, WAV2VEC]
     assert advisor.release("t-job-1").released

@@ -149,6 +149,45 @@ impl<'a> SetCache<'a> {
         self.table.entries()[index as usize].exclusive()
     }
 
+    /// The value of the multiset `key` (sorted) whose members (bounded) are `members`,
+    /// with the model's interval for a set of this size (and the set's difficulty) around
+    /// each member's prediction, asked in the order the set was scored in.
+    fn with_interval(&self, key: &[u32], mut members: Vec<f64>, difficulty: f64) -> SetValue {
+        let oriented = self.oriented(key);
+        let swapped = oriented != key;
+        if swapped {
+            members.reverse();
+        }
+        let mut prediction = SetPrediction {
+            sum: members.iter().sum(),
+            members: Some(members),
+        };
+        let features: Vec<_> = oriented
+            .iter()
+            .map(|&i| &self.table.entries()[i as usize].features)
+            .collect();
+        let interval = self
+            .model
+            .params
+            .interval(&features, &prediction, difficulty);
+        let sum_bounds = interval.as_ref().map(|i| i.sum);
+        let mut bounds = interval.and_then(|interval| interval.members);
+        if swapped {
+            if let Some(m) = prediction.members.as_mut() {
+                m.reverse();
+            }
+            if let Some(b) = bounds.as_mut() {
+                b.reverse();
+            }
+        }
+        SetValue {
+            sum: prediction.sum,
+            members: prediction.members,
+            bounds,
+            sum_bounds,
+        }
+    }
+
     /// The prediction of the multiset `key` (sorted), each member's throughput the lowest
     /// over the subsets that contain it.
     pub(in crate::advisor) fn value(&mut self, key: &[u32]) -> Arc<SetValue> {
@@ -226,43 +265,7 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        // The interval is the model's for a set of this size (and the
-                        // set's difficulty) around the member's prediction (the lowest over
-                        // the subsets), asked in the order the set was scored in.
-                        let oriented = self.oriented(key);
-                        let swapped = oriented != key;
-                        if swapped {
-                            members.reverse();
-                        }
-                        let prediction = SetPrediction {
-                            sum: members.iter().sum(),
-                            members: Some(members),
-                        };
-                        let features: Vec<_> = oriented
-                            .iter()
-                            .map(|&i| &self.table.entries()[i as usize].features)
-                            .collect();
-                        let interval =
-                            self.model
-                                .params
-                                .interval(&features, &prediction, difficulty);
-                        let sum_bounds = interval.as_ref().map(|i| i.sum);
-                        let mut bounds = interval.and_then(|interval| interval.members);
-                        let mut prediction = prediction;
-                        if swapped {
-                            if let Some(m) = prediction.members.as_mut() {
-                                m.reverse();
-                            }
-                            if let Some(b) = bounds.as_mut() {
-                                b.reverse();
-                            }
-                        }
-                        SetValue {
-                            sum: prediction.sum,
-                            members: prediction.members,
-                            bounds,
-                            sum_bounds,
-                        }
+                        self.with_interval(key, members, difficulty)
                     }
                 }
             }

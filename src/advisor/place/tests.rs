@@ -349,7 +349,7 @@ fn gpus_running_the_same_set_get_the_same_answer() {
         .map(|i| gpu_state(i, &[[0, 1], [2, 2], [3, 4]][i % 3], None))
         .collect();
     let mut query = PlaceQuery::new(job(5), states);
-        query.policy = Policy::unrestricted(Objective::ThroughputSum);
+    query.policy = Policy::unrestricted(Objective::ThroughputSum);
     query.include_oversubscribed = true;
     let answer = place(query);
     assert_eq!(answer.placements.len(), 300);

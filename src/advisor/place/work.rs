@@ -230,7 +230,12 @@ impl PlaceWork {
             .iter()
             .map(|c| {
                 c.ready.as_ref().ok().map(|ready| {
-                    SetCache::new(&ready.model, &ready.table, ready.job, self.shared.as_deref())
+                    SetCache::new(
+                        &ready.model,
+                        &ready.table,
+                        ready.job,
+                        self.shared.as_deref(),
+                    )
                 })
             })
             .collect()

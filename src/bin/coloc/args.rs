@@ -234,9 +234,10 @@ pub enum EvalCommand {
     /// The KACE paper's protocol on a KACE-format dataset with splits.csv: every split
     /// (train on its pairs, rank the rest) and every held-out workload.
     Kace(EvalKaceArgs),
-    /// Which Rank objective picks partners that pay off: each KACE workload held out of
-    /// training, picked for by THROUGHPUT_SUM and NORMALIZED_SUM, with and without the
-    /// break-even rule, judged on the measured pairs (docs/api.md, "Trustworthy defaults").
+    /// What following Rank's top pick blindly gets, per policy: each workload held out of
+    /// training, its top partner over every profiled workload judged on the measured pairs,
+    /// beside the oracle (docs/api.md, "Trustworthy defaults"). KACE-format folder;
+    /// splits.csv is not needed.
     Objectives(EvalObjectivesArgs),
     /// The KACE artifact's unseen-workload protocol on runs of three or more jobs per GPU
     /// (run-set files such as kace-3way/runs.csv and kace-4way/runs.csv).

@@ -177,15 +177,17 @@ class Advisor:
 
         ``gpus`` are GpuState messages or dicts of their fields (id, node, gpu, memory_gb,
         residents); empty = the occupancy coloc keeps (assign/release), filtered by nodes and gpu.
-        objective unset = THROUGHPUT_SUM (the proto's default); ``more``: any other PlaceRequest
-        field, by its proto name.
+        objective unset = the server's default policy (settings [policy]: normalized sum,
+        fair share, cautious; the answer's ``policy`` says what it applied); ``more``: any other
+        PlaceRequest field, by its proto name (``policy=pb.Policy(...)``).
         """
+        if objective is not None:
+            more["objective"] = _objective(objective)
         return self._call(
             "Place",
             pb.PlaceRequest(
                 workload=workload,
                 gpus=[_gpu_state(g) for g in gpus],
-                objective=_objective(objective) or 0,
                 min_job_fraction=min_job_fraction,
                 min_resident_fraction=min_resident_fraction,
                 max_jobs_per_gpu=max_jobs_per_gpu,

@@ -41,8 +41,14 @@ pub fn policies() -> Vec<(&'static str, Policy)> {
     };
     vec![
         ("default (normalized, fair-share, cautious)", default),
-        ("normalized, fair-share, point", point(Some(PlaceRule::FairShare))),
-        ("normalized, break-even, point", point(Some(PlaceRule::BreakEven))),
+        (
+            "normalized, fair-share, point",
+            point(Some(PlaceRule::FairShare)),
+        ),
+        (
+            "normalized, break-even, point",
+            point(Some(PlaceRule::BreakEven)),
+        ),
         (
             "normalized, no rule, losses listed",
             Policy::unrestricted(Objective::NormalizedSum),
@@ -150,7 +156,8 @@ pub fn evaluate_objectives(
     let (_, gpu, memory) = catalog_of(dir)?;
     let policies = policies();
     let mut figures: Vec<ObjectiveFigures> = vec![ObjectiveFigures::default(); policies.len()];
-    let mut partners: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); policies.len()];
+    let mut partners: Vec<std::collections::BTreeSet<String>> =
+        vec![Default::default(); policies.len()];
     let mut oracle_total = 0.0;
     let cases: Vec<_> = data
         .cases
@@ -160,7 +167,10 @@ pub fn evaluate_objectives(
     let progress = coloc::progress::bar(cases.len() as u64, "eval objectives");
     for case in &cases {
         progress.inc(1);
-        let target = case.holdout.clone().expect("unseen cases name their holdout");
+        let target = case
+            .holdout
+            .clone()
+            .expect("unseen cases name their holdout");
         let rows: Vec<TrainingRow> = case.train.iter().map(|&i| data.row(i)).collect();
         let (params, metrics) = model::fit(kind, &rows)
             .with_context(|| format!("fitting {} without {target}", kind.as_str()))?;
@@ -211,40 +221,14 @@ pub fn evaluate_objectives(
             };
             let answer = rank_in(&catalog_now, &model, query)
                 .map_err(|e| anyhow::anyhow!("Rank refused {target}: {e}"))?;
-            let f = &mut figures[k];
-            f.targets += 1;
-            let Some(pick) = answer.ranked.first() else {
-                f.no_pick += 1;
-                f.mean_normalized_sum += 1.0;
-                f.picks.insert(target.clone(), "-".into());
-                continue;
-            };
-            let partner = pick.workload.as_str();
-            f.picks.insert(target.clone(), partner.to_string());
-            partners[k].insert(partner.to_string());
-            let limit = 1.0 + EXCLUSIVE_NOISE_MARGIN;
-            let above = |m: &coloc::advisor::MemberPrediction, exclusive: f64| {
-                m.predicted_throughput.is_some_and(|t| t > exclusive * limit)
-            };
-            f.above_exclusive += usize::from(pick.members.iter().any(|m| above(m, m.exclusive_throughput)));
-            f.above_profile_exclusive += usize::from(
-                pick.members
-                    .iter()
-                    .any(|m| above(m, m.profile_exclusive_throughput)),
+            judge_pick(
+                &mut figures[k],
+                &mut partners[k],
+                &target,
+                answer.ranked.first(),
+                &measured,
+                fine_alternative,
             );
-            f.partner_profile_only += usize::from(
-                pick.members[1].evidence == coloc::advisor::Evidence::ProfileOnly,
-            );
-            match measured.get(partner) {
-                None => f.never_measured += 1,
-                Some(&(normalized, share)) => {
-                    f.mean_normalized_sum += normalized;
-                    let bad = normalized < 1.0 || share < 0.5;
-                    f.losses += usize::from(normalized < 1.0);
-                    f.target_below_half += usize::from(share < 0.5);
-                    f.avoidable += usize::from(bad && fine_alternative);
-                }
-            }
         }
     }
     progress.finish_and_clear();
@@ -276,6 +260,54 @@ pub fn evaluate_objectives(
             .zip(figures)
             .collect(),
     })
+}
+
+/// Adds one target's pick (or none) to a policy's figures.
+fn judge_pick(
+    f: &mut ObjectiveFigures,
+    partners: &mut std::collections::BTreeSet<String>,
+    target: &str,
+    pick: Option<&coloc::advisor::RankedCandidate>,
+    measured: &BTreeMap<&str, Measured>,
+    fine_alternative: bool,
+) {
+    f.targets += 1;
+    let Some(pick) = pick else {
+        f.no_pick += 1;
+        f.mean_normalized_sum += 1.0;
+        f.picks.insert(target.to_string(), "-".into());
+        return;
+    };
+    let partner = pick.workload.as_str();
+    f.picks.insert(target.to_string(), partner.to_string());
+    partners.insert(partner.to_string());
+    let limit = 1.0 + EXCLUSIVE_NOISE_MARGIN;
+    let above = |m: &coloc::advisor::MemberPrediction, exclusive: f64| {
+        m.predicted_throughput
+            .is_some_and(|t| t > exclusive * limit)
+    };
+    f.above_exclusive += usize::from(
+        pick.members
+            .iter()
+            .any(|m| above(m, m.exclusive_throughput)),
+    );
+    f.above_profile_exclusive += usize::from(
+        pick.members
+            .iter()
+            .any(|m| above(m, m.profile_exclusive_throughput)),
+    );
+    f.partner_profile_only +=
+        usize::from(pick.members[1].evidence == coloc::advisor::Evidence::ProfileOnly);
+    match measured.get(partner) {
+        None => f.never_measured += 1,
+        Some(&(normalized, share)) => {
+            f.mean_normalized_sum += normalized;
+            let bad = normalized < 1.0 || share < 0.5;
+            f.losses += usize::from(normalized < 1.0);
+            f.target_below_half += usize::from(share < 0.5);
+            f.avoidable += usize::from(bad && fine_alternative);
+        }
+    }
 }
 
 /// The report as a table for people.

@@ -160,7 +160,8 @@ fn policy_request(args: &PolicyArgs) -> pb::Policy {
             Some(RuleArg::None) => pb::PlaceRule::None,
         } as i32,
         cautious: args.point.then_some(false),
-        min_partner_fraction: (args.min_partner_fraction > 0.0).then_some(args.min_partner_fraction),
+        min_partner_fraction: (args.min_partner_fraction > 0.0)
+            .then_some(args.min_partner_fraction),
         include_losses: args.include_losses.then_some(true),
         ..Default::default()
     }
@@ -171,7 +172,10 @@ fn policy_line(policy: Option<&pb::Policy>) -> String {
     let Some(policy) = policy else {
         return "policy: (not said)".into();
     };
-    let objective = match policy.objective.and_then(|o| pb::Objective::try_from(o).ok()) {
+    let objective = match policy
+        .objective
+        .and_then(|o| pb::Objective::try_from(o).ok())
+    {
         Some(pb::Objective::ThroughputSum) => "throughput-sum",
         _ => "normalized-sum",
     };

@@ -310,11 +310,26 @@ pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Resu
                 m.predicted_speed_fraction
                     .map_or("-".into(), |f| format!("{:.0} %", f * 100.0)),
                 m.throughput_unit.clone(),
+                if m.exclusive_suspect {
+                    format!(
+                        "suspect profile (alone {:.2}; runs show more)",
+                        m.profile_exclusive_throughput
+                    )
+                } else {
+                    super::evidence_name(m.evidence).to_string()
+                },
             ]
         })
         .collect();
     print_table(
-        &["MEMBER", "ALONE", "PREDICTED", "SPEED FRACTION", "UNIT"],
+        &[
+            "MEMBER",
+            "ALONE",
+            "PREDICTED",
+            "SPEED FRACTION",
+            "UNIT",
+            "EVIDENCE",
+        ],
         &rows,
     );
     Ok(())

@@ -6,8 +6,8 @@ use anyhow::Context;
 use coloc::proto as pb;
 
 use super::{
-    all_workloads, evidence_name, mode_name, policy_line, print_canonical, print_table,
-    state_name, status_error,
+    all_workloads, evidence_name, mode_name, policy_line, print_canonical, print_table, state_name,
+    status_error,
 };
 use crate::args::{
     Connection, ModeArg, ObjectiveArg, ProfileFiles, RankArgs, StateArg, WorkloadsCommand,

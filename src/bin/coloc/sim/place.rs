@@ -42,8 +42,8 @@ use anyhow::Context;
 
 use coloc::{
     advisor::{
-        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets, Policy as AdvisorPolicy,
-        PLACED_SETS,
+        place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets,
+        Policy as AdvisorPolicy, PLACED_SETS,
     },
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
@@ -256,7 +256,9 @@ impl ServicePlacer {
     #[cfg(test)]
     pub fn fixed(&self) -> Option<(&Catalog, &HashMap<GpuName, Arc<StoredModel>>)> {
         match &self.answerer {
-            Answerer::Fixed { catalog, models, .. } => Some((catalog, models)),
+            Answerer::Fixed {
+                catalog, models, ..
+            } => Some((catalog, models)),
             Answerer::Learning(_) => None,
         }
     }
