@@ -9,7 +9,7 @@
 //! members are `min(model, exclusive)`: [`bounded_pair`]). Measurements are noisier than
 //! that: two copies of one workload measured side by side differ by up to
 //! [`EXCLUSIVE_NOISE_MARGIN`], and only a measured run above its exclusive throughput beyond
-//! that margin says something about the profile (docs/decisions/020-one-prediction.md).
+//! that margin says something about the profile (docs/decisions/021-one-prediction-one-policy.md).
 //!
 //! A pair is scored with the asking job first (Rank's target, Place's job, Predict's first
 //! workload): the pair scorer is not symmetric to the last bit, so every caller asks it the
@@ -26,7 +26,7 @@ use crate::{
 /// Chosen by a rule written down before any figure of this issue was measured: the 90th
 /// percentile of the relative difference between the two copies of a workload measured
 /// side by side (the KACE V100 data's 16 self-pairs: median 1.7 %, 90th percentile 10.1 %,
-/// largest 10.9 %), rounded to 10 % (docs/decisions/020-one-prediction.md).
+/// largest 10.9 %), rounded to 10 % (docs/decisions/021-one-prediction-one-policy.md).
 pub const EXCLUSIVE_NOISE_MARGIN: f64 = 0.10;
 
 /// Bounds a pair's members (`raw`, in the pair's order) by their exclusive throughputs.

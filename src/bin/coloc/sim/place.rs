@@ -43,7 +43,7 @@ use anyhow::Context;
 use coloc::{
     advisor::{
         place_in_keeping, Catalog, GpuState, Objective, PlaceAnswer, PlaceQuery, PlacedSets,
-        Policy as AdvisorPolicy, PLACED_SETS,
+        Policy as AdvisorPolicy, RunSummary, PLACED_SETS,
     },
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
@@ -189,6 +189,26 @@ impl ServicePlacer {
             names.push(kace.name.clone());
         }
         catalog.set_scoring_model(model.clone());
+        // What the service knows from the same pairs once `coloc import kace` stored them
+        // (evidence, suspect profiles and their corrected exclusive figures), so that this
+        // placer answers as the service does.
+        let table = catalog.gpu(&gpu).unwrap_or_default();
+        let runs: Vec<Vec<(String, f64)>> = dataset
+            .pairs
+            .iter()
+            .map(|p| {
+                vec![
+                    (p.workload1.clone(), p.throughput1),
+                    (p.workload2.clone(), p.throughput2),
+                ]
+            })
+            .collect();
+        let summary = RunSummary::of(runs.iter().map(|r| r.as_slice()), |name| {
+            table
+                .position(name)
+                .map(|i| table.entries()[i].features.exclusive_throughput())
+        });
+        catalog.set_runs(&gpu, summary);
         let answerer = Answerer::Fixed {
             catalog,
             models: HashMap::from([(gpu.clone(), model)]),
