@@ -30,13 +30,16 @@ use crate::{
     profiler::Backend,
     proto,
     settings::{
-        ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings,
-        MIN_TRAINING_RUNS,
+        ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings, SettingsError,
+        TrainerSettings, MIN_TRAINING_RUNS,
     },
     store::{DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
-    worker::{LeaseSweeper, Worker},
+    worker::{
+        kube_jobs::{KubeDispatcher, KubeJobs},
+        LeaseSweeper, Worker,
+    },
 };
 
 pub struct App {
@@ -67,6 +70,9 @@ pub struct App {
     worker: Option<Worker>,
     /// The retraining task; `None` when trainer.interval_secs is 0.
     trainer: Option<Trainer>,
+    /// One Kubernetes Job per profiling job; `None` unless profiler.dispatch is
+    /// "kubernetes-jobs".
+    kube_dispatcher: Option<KubeDispatcher>,
 }
 
 impl App {
@@ -103,6 +109,7 @@ impl App {
                 settings.profiler.clone(),
             )),
         };
+        let kube_dispatcher = kube_dispatcher(settings, &store).await?;
         let trainer = (settings.trainer.interval_secs > 0).then(|| {
             Trainer::new(
                 advisor.clone(),
@@ -152,6 +159,7 @@ impl App {
             advisor,
             worker,
             trainer,
+            kube_dispatcher,
         })
     }
 
@@ -320,6 +328,9 @@ impl App {
             .worker
             .take()
             .map(|worker| move |stop| spawn_owned("profiling worker", worker.run(stop)));
+        let kube_dispatcher = self.kube_dispatcher.take().map(|dispatcher| {
+            move |stop| spawn_owned("kubernetes job dispatcher", dispatcher.run(stop))
+        });
         // Jobs whose agent stopped renewing go back to the queue without waiting for a
         // claim.
         let sweeper = LeaseSweeper::new(self.advisor.clone());
@@ -344,6 +355,7 @@ impl App {
             stoppable(extender),
             stoppable(watcher),
             stoppable(worker),
+            stoppable(kube_dispatcher),
             stoppable(Some(move |stop| {
                 spawn_owned("lease sweeper", sweeper.run(stop))
             })),
@@ -392,6 +404,46 @@ async fn bind_if_set(
 }
 
 /// The pod and node watcher that keeps `cluster`, when extender.watch_cluster is on.
+/// The Kubernetes Job dispatcher, when profiler.dispatch is "kubernetes-jobs": its GPU
+/// models are profiler.kubernetes.gpus, else model.default_gpu.
+async fn kube_dispatcher(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<Option<KubeDispatcher>> {
+    if settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs {
+        return Ok(None);
+    }
+    let jobs = &settings.profiler.kubernetes;
+    let names: Vec<&String> = if jobs.gpus.is_empty() {
+        settings.model.default_gpu.iter().collect()
+    } else {
+        jobs.gpus.iter().collect()
+    };
+    let gpus = names
+        .into_iter()
+        .map(|name| GpuName::parse("profiler.kubernetes.gpus", name))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    if gpus.is_empty() {
+        anyhow::bail!(
+            "profiler.dispatch = \"kubernetes-jobs\" needs the GPU models the cluster has: \
+             set profiler.kubernetes.gpus (or model.default_gpu)"
+        );
+    }
+    let client = kube::Client::try_default().await.context(
+        "profiler.dispatch = \"kubernetes-jobs\" but no Kubernetes credentials were found \
+         (in-cluster service account or kubeconfig)",
+    )?;
+    Ok(Some(KubeDispatcher::new(
+        KubeJobs::new(client, jobs.clone()),
+        store.clone(),
+        gpus,
+        (settings.agents.lease_secs * 1000) as i64,
+        settings.profiler.max_attempts,
+        Duration::from_secs(settings.profiler.retry_backoff_secs),
+    )))
+}
+
 async fn cluster_watcher(
     settings: &Settings,
     cluster: &Arc<ClusterView>,

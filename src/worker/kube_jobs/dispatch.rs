@@ -155,8 +155,9 @@ impl KubeDispatcher {
         Ok(settled(done, job)?.unwrap_or(DispatchOutcome::Requeued { workload, reason }))
     }
 
-    /// Runs jobs until `shutdown`, looking for one every `idle` while there is none.
-    pub async fn run(self, shutdown: CancellationToken, idle: Duration) {
+    /// Runs jobs until `shutdown`, looking for one every poll interval while there is none.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let idle = self.kube.poll_interval();
         tracing::info!(gpus = ?self.gpus, "Kubernetes Job dispatcher started");
         while !shutdown.is_cancelled() {
             let pause = match self.run_once(&shutdown).await {

@@ -47,7 +47,8 @@ pub fn gpu_product_label(gpu: &GpuName) -> Result<String, KubeJobError> {
 }
 
 /// The main container's environment: the launch spec's, then what `coloc profile-job`
-/// reads (its claim, the service's address, the token from a Secret).
+/// reads (its claim, the service's address, the token from a Secret, the profiler's
+/// settings: NVML, the program allowed).
 fn environment(job: &ClaimedJob, launch: &LaunchSpec, settings: &KubeJobSettings) -> Vec<Value> {
     let mut env: Vec<Value> = launch
         .env
@@ -55,15 +56,18 @@ fn environment(job: &ClaimedJob, launch: &LaunchSpec, settings: &KubeJobSettings
         .map(|(name, value)| json!({"name": name, "value": value}))
         .collect();
     let mut set = |name: &str, value: String| env.push(json!({"name": name, "value": value}));
-    set("COLOC_SERVER", settings.service_addr.clone());
+    set("COLOC_ADDR", settings.service_addr.clone());
+    set("COLOC_AGENT_ID", job.holder.clone());
     set("COLOC_JOB_ID", job.id.to_string());
     set("COLOC_CLAIM", job.claim.to_string());
-    set("COLOC_HOLDER", job.holder.clone());
+    set("COLOC_ATTEMPT", job.attempts.to_string());
     set("COLOC_WORKLOAD", job.workload.as_str().to_string());
+    set("COLOC__PROFILER__BACKEND", "nvml".into());
+    set("COLOC__PROFILER__ALLOWED_PROGRAMS", launch.program.clone());
     // NVML needs the driver's utility libraries in the container.
     set("NVIDIA_DRIVER_CAPABILITIES", "compute,utility".into());
     env.push(json!({
-        "name": "COLOC_NODE",
+        "name": "NODE_NAME",
         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
     }));
     if !settings.token_secret.is_empty() {
