@@ -2,7 +2,8 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
-//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the lease sweeper, the retraining task, the
+//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the Kubernetes Job dispatcher
+//! (its running Job deleted, the job re-queued), the lease sweeper, the retraining task, the
 //! metrics endpoint, the observation writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
