@@ -240,3 +240,85 @@ async fn a_failed_job_on_the_last_attempt_fails_the_profiling_job_with_the_reaso
         record.state_reason
     );
 }
+
+/// Answers the create POST with the posted Job; returns its name.
+async fn answer_create(handle: &mut std::pin::Pin<&mut Mock>) -> String {
+    let (request, send) = next(handle).await;
+    assert_eq!(request.method(), Method::POST);
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let posted: Value = serde_json::from_slice(&bytes).unwrap();
+    send.send_response(answer(&posted, 201));
+    posted["metadata"]["name"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_job_that_succeeds_without_a_report_is_requeued_with_that_reason() {
+    let store = store_with_job().await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let name = answer_create(&mut handle).await;
+        let (request, send) = next(&mut handle).await;
+        assert_eq!(request.method(), Method::GET);
+        let mut job = read("tests/fixtures/kubernetes/job-running.json");
+        job["metadata"]["name"] = json!(name);
+        job["status"] = json!({
+            "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}],
+            "succeeded": 1, "active": 0,
+        });
+        send.send_response(answer(&job, 200));
+    });
+    let outcome = dispatcher(store.clone(), client, 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    server.await.unwrap();
+    let DispatchOutcome::Requeued { reason, .. } = outcome else {
+        panic!("expected a re-queued job, got {outcome:?}");
+    };
+    assert!(reason.contains("reported nothing"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_stopping_service_deletes_the_job_and_requeues_the_profiling_job() {
+    let store = store_with_job().await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let name = answer_create(&mut handle).await;
+        stopping.cancel();
+        let (request, send) = next(&mut handle).await;
+        assert_eq!(request.method(), Method::DELETE);
+        assert_eq!(
+            request.uri().path(),
+            format!("/apis/batch/v1/namespaces/coloc/jobs/{name}")
+        );
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let options: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(options["propagationPolicy"], "Background");
+        send.send_response(answer(
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+            200,
+        ));
+    });
+    let outcome = dispatcher(store.clone(), client, 3)
+        .run_once(&stop)
+        .await
+        .unwrap();
+    server.await.unwrap();
+    assert!(
+        matches!(outcome, DispatchOutcome::Interrupted { .. }),
+        "{outcome:?}"
+    );
+    let record = store.get_workload("resnet50/train").await.unwrap().unwrap();
+    assert_eq!(record.state, WorkloadState::PendingProfile);
+    assert!(
+        record.state_reason.contains("service stopped"),
+        "{}",
+        record.state_reason
+    );
+}
