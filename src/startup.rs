@@ -664,12 +664,15 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         default_kind: model_kind(settings.model.kind),
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
-        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
-            "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
+        // Kubernetes Jobs take the jobs of their GPU models (and of any GPU model).
+        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off
+            && settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs)
+            .then(|| {
+                "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
              agent` on a GPU node, send the profile with PutProfile, or run a server with \
              profiler.backend = \"nvml\""
-                .to_string()
-        }),
+                    .to_string()
+            }),
         agents: AgentPolicy {
             lease_ms: settings.agents.lease_secs as i64 * 1000,
             live_ms: settings.agents.live_secs as i64 * 1000,
