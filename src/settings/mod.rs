@@ -565,7 +565,11 @@ pub struct SettingsSources<'a> {
 }
 
 /// Settings that hold lists, given in the environment as comma-separated values.
-const LIST_KEYS: [&str; 2] = ["profiler.allowed_programs", "profiler.env_allowlist"];
+const LIST_KEYS: [&str; 3] = [
+    "profiler.allowed_programs",
+    "profiler.env_allowlist",
+    "profiler.kubernetes.gpus",
+];
 
 impl Settings {
     pub fn load(sources: SettingsSources<'_>) -> Result<Self, SettingsError> {
