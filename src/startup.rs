@@ -436,7 +436,7 @@ async fn kube_dispatcher(
          (in-cluster service account or kubeconfig)",
     )?;
     Ok(Some(KubeDispatcher::new(
-        KubeJobs::new(client, jobs.clone()),
+        KubeJobs::new(client, jobs.clone(), settings.profiler.max_attempts),
         store.clone(),
         gpus,
         (settings.agents.lease_secs * 1000) as i64,

@@ -30,14 +30,17 @@ pub struct KubeJobs {
     jobs: Api<Job>,
     pods: Api<Pod>,
     settings: KubeJobSettings,
+    /// `profiler.max_attempts`, told to the Jobs' pods.
+    max_attempts: u32,
 }
 
 impl KubeJobs {
-    pub fn new(client: Client, settings: KubeJobSettings) -> Self {
+    pub fn new(client: Client, settings: KubeJobSettings, max_attempts: u32) -> Self {
         Self {
             jobs: Api::namespaced(client.clone(), &settings.namespace),
             pods: Api::namespaced(client, &settings.namespace),
             settings,
+            max_attempts,
         }
     }
 
@@ -47,7 +50,7 @@ impl KubeJobs {
 
     /// Creates the Job of `job`'s claim; returns its name.
     pub async fn create(&self, job: &ClaimedJob) -> Result<String, KubeJobError> {
-        let manifest = manifest::typed_job(job, &self.settings)?;
+        let manifest = manifest::typed_job(job, &self.settings, self.max_attempts)?;
         let name = manifest::job_name(job);
         match self.jobs.create(&PostParams::default(), &manifest).await {
             Ok(_) => Ok(name),

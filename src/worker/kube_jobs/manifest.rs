@@ -49,7 +49,12 @@ pub fn gpu_product_label(gpu: &GpuName) -> Result<String, KubeJobError> {
 /// The main container's environment: the launch spec's, then what `coloc profile-job`
 /// reads (its claim, the service's address, the token from a Secret, the profiler's
 /// settings: NVML, the program allowed).
-fn environment(job: &ClaimedJob, launch: &LaunchSpec, settings: &KubeJobSettings) -> Vec<Value> {
+fn environment(
+    job: &ClaimedJob,
+    launch: &LaunchSpec,
+    settings: &KubeJobSettings,
+    max_attempts: u32,
+) -> Vec<Value> {
     let mut env: Vec<Value> = launch
         .env
         .iter()
@@ -64,6 +69,8 @@ fn environment(job: &ClaimedJob, launch: &LaunchSpec, settings: &KubeJobSettings
     set("COLOC_WORKLOAD", job.workload.as_str().to_string());
     set("COLOC__PROFILER__BACKEND", "nvml".into());
     set("COLOC__PROFILER__ALLOWED_PROGRAMS", launch.program.clone());
+    // The pod fails the job for good on the service's last attempt, not its own default's.
+    set("COLOC__PROFILER__MAX_ATTEMPTS", max_attempts.to_string());
     // NVML needs the driver's utility libraries in the container.
     set("NVIDIA_DRIVER_CAPABILITIES", "compute,utility".into());
     env.push(json!({
@@ -79,8 +86,13 @@ fn environment(job: &ClaimedJob, launch: &LaunchSpec, settings: &KubeJobSettings
     env
 }
 
-/// The Job for `job`'s claim, as coloc creates it (plain JSON, as the API server takes it).
-pub fn job_manifest(job: &ClaimedJob, settings: &KubeJobSettings) -> Result<Value, KubeJobError> {
+/// The Job for `job`'s claim, as coloc creates it (plain JSON, as the API server takes it);
+/// `max_attempts` is the service's `profiler.max_attempts`.
+pub fn job_manifest(
+    job: &ClaimedJob,
+    settings: &KubeJobSettings,
+    max_attempts: u32,
+) -> Result<Value, KubeJobError> {
     let launch = job.launch.as_ref().ok_or(KubeJobError::NoLaunchSpec)?;
     let image = launch.image.as_ref().ok_or(KubeJobError::NoImage)?;
     let gpu = job.gpu.as_ref().ok_or(KubeJobError::NoGpuModel)?;
@@ -102,7 +114,7 @@ pub fn job_manifest(job: &ClaimedJob, settings: &KubeJobSettings) -> Result<Valu
         "name": "workload",
         "image": image,
         "command": command,
-        "env": environment(job, launch, settings),
+        "env": environment(job, launch, settings, max_attempts),
         "resources": {
             "requests": {"nvidia.com/gpu": "1"},
             "limits": {"nvidia.com/gpu": "1"},
@@ -149,7 +161,11 @@ pub fn job_manifest(job: &ClaimedJob, settings: &KubeJobSettings) -> Result<Valu
 }
 
 /// [`job_manifest`] as kube-rs's typed Job.
-pub fn typed_job(job: &ClaimedJob, settings: &KubeJobSettings) -> Result<Job, KubeJobError> {
-    serde_json::from_value(job_manifest(job, settings)?)
+pub fn typed_job(
+    job: &ClaimedJob,
+    settings: &KubeJobSettings,
+    max_attempts: u32,
+) -> Result<Job, KubeJobError> {
+    serde_json::from_value(job_manifest(job, settings, max_attempts)?)
         .map_err(|e| KubeJobError::Manifest(e.to_string()))
 }

@@ -67,9 +67,9 @@ fn claimed() -> ClaimedJob {
 #[test]
 fn the_job_manifest_is_the_example_in_deploy() {
     let expected = read("deploy/kubernetes/profiling-job/job.json");
-    assert_eq!(job_manifest(&claimed(), &settings()).unwrap(), expected);
+    assert_eq!(job_manifest(&claimed(), &settings(), 3).unwrap(), expected);
     // The same through kube-rs's typed Job, as it is sent.
-    let typed = serde_json::to_value(typed_job(&claimed(), &settings()).unwrap()).unwrap();
+    let typed = serde_json::to_value(typed_job(&claimed(), &settings(), 3).unwrap()).unwrap();
     assert_eq!(typed, expected);
 }
 
@@ -77,13 +77,13 @@ fn the_job_manifest_is_the_example_in_deploy() {
 fn a_job_without_an_image_or_gpu_model_is_refused_with_the_reason() {
     let mut job = claimed();
     job.launch.as_mut().unwrap().image = None;
-    let error = job_manifest(&job, &settings()).unwrap_err();
+    let error = job_manifest(&job, &settings(), 3).unwrap_err();
     assert!(matches!(error, KubeJobError::NoImage), "{error}");
     assert!(error.is_permanent());
     let mut job = claimed();
     job.gpu = None;
     assert!(matches!(
-        job_manifest(&job, &settings()).unwrap_err(),
+        job_manifest(&job, &settings(), 3).unwrap_err(),
         KubeJobError::NoGpuModel
     ));
     assert_eq!(
@@ -111,7 +111,7 @@ async fn store_with_job() -> Store {
 
 fn dispatcher(store: Store, client: kube::Client, max_attempts: u32) -> KubeDispatcher {
     KubeDispatcher::new(
-        KubeJobs::new(client, settings()),
+        KubeJobs::new(client, settings(), max_attempts),
         store,
         vec![GpuName::parse("gpu", GPU).unwrap()],
         30_000,

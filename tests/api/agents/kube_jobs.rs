@@ -60,7 +60,7 @@ async fn the_job_s_pod_measures_the_workload_and_submits_its_profile_through_the
         poll_interval_ms: 100,
         gpus: vec![GPU_24.into()],
     };
-    let manifest = job_manifest(&job, &settings).unwrap();
+    let manifest = job_manifest(&job, &settings, 3).unwrap();
     let container = &manifest["spec"]["template"]["spec"]["containers"][0];
     let command: Vec<String> = container["command"]
         .as_array()
