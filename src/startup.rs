@@ -2,7 +2,8 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
-//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the lease sweeper, the retraining task, the
+//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the Kubernetes Job dispatcher
+//! (its running Job deleted, the job re-queued), the lease sweeper, the retraining task, the
 //! metrics endpoint, the observation writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
@@ -30,13 +31,16 @@ use crate::{
     profiler::Backend,
     proto,
     settings::{
-        ModelKindSetting, ProfilerBackend, Settings, SettingsError, TrainerSettings,
-        MIN_TRAINING_RUNS,
+        ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings, SettingsError,
+        TrainerSettings, MIN_TRAINING_RUNS,
     },
     store::{DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
-    worker::{LeaseSweeper, Worker},
+    worker::{
+        kube_jobs::{KubeDispatcher, KubeJobs},
+        LeaseSweeper, Worker,
+    },
 };
 
 pub struct App {
@@ -67,6 +71,9 @@ pub struct App {
     worker: Option<Worker>,
     /// The retraining task; `None` when trainer.interval_secs is 0.
     trainer: Option<Trainer>,
+    /// One Kubernetes Job per profiling job; `None` unless profiler.dispatch is
+    /// "kubernetes-jobs".
+    kube_dispatcher: Option<KubeDispatcher>,
 }
 
 impl App {
@@ -103,6 +110,7 @@ impl App {
                 settings.profiler.clone(),
             )),
         };
+        let kube_dispatcher = kube_dispatcher(settings, &store).await?;
         let trainer = (settings.trainer.interval_secs > 0).then(|| {
             Trainer::new(
                 advisor.clone(),
@@ -148,6 +156,7 @@ impl App {
             advisor,
             worker,
             trainer,
+            kube_dispatcher,
         })
     }
 
@@ -316,6 +325,9 @@ impl App {
             .worker
             .take()
             .map(|worker| move |stop| spawn_owned("profiling worker", worker.run(stop)));
+        let kube_dispatcher = self.kube_dispatcher.take().map(|dispatcher| {
+            move |stop| spawn_owned("kubernetes job dispatcher", dispatcher.run(stop))
+        });
         // Jobs whose agent stopped renewing go back to the queue without waiting for a
         // claim.
         let sweeper = LeaseSweeper::new(self.advisor.clone());
@@ -340,6 +352,7 @@ impl App {
             stoppable(extender),
             stoppable(watcher),
             stoppable(worker),
+            stoppable(kube_dispatcher),
             stoppable(Some(move |stop| {
                 spawn_owned("lease sweeper", sweeper.run(stop))
             })),
@@ -388,6 +401,46 @@ async fn bind_if_set(
 }
 
 /// The pod and node watcher that keeps `cluster`, when extender.watch_cluster is on.
+/// The Kubernetes Job dispatcher, when profiler.dispatch is "kubernetes-jobs": its GPU
+/// models are profiler.kubernetes.gpus, else model.default_gpu.
+async fn kube_dispatcher(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<Option<KubeDispatcher>> {
+    if settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs {
+        return Ok(None);
+    }
+    let jobs = &settings.profiler.kubernetes;
+    let names: Vec<&String> = if jobs.gpus.is_empty() {
+        settings.model.default_gpu.iter().collect()
+    } else {
+        jobs.gpus.iter().collect()
+    };
+    let gpus = names
+        .into_iter()
+        .map(|name| GpuName::parse("profiler.kubernetes.gpus", name))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    if gpus.is_empty() {
+        anyhow::bail!(
+            "profiler.dispatch = \"kubernetes-jobs\" needs the GPU models the cluster has: \
+             set profiler.kubernetes.gpus (or model.default_gpu)"
+        );
+    }
+    let client = kube::Client::try_default().await.context(
+        "profiler.dispatch = \"kubernetes-jobs\" but no Kubernetes credentials were found \
+         (in-cluster service account or kubeconfig)",
+    )?;
+    Ok(Some(KubeDispatcher::new(
+        KubeJobs::new(client, jobs.clone(), settings.profiler.max_attempts),
+        store.clone(),
+        gpus,
+        (settings.agents.lease_secs * 1000) as i64,
+        settings.profiler.max_attempts,
+        Duration::from_secs(settings.profiler.retry_backoff_secs),
+    )))
+}
+
 async fn cluster_watcher(
     settings: &Settings,
     cluster: &Arc<ClusterView>,
@@ -608,12 +661,15 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         allowed_programs: settings.allowed_programs()?,
         lifecycle: lifecycle_policy(&settings.trainer),
         policy: policy_from_settings(&settings.policy),
-        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off).then(|| {
-            "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
+        // Kubernetes Jobs take the jobs of their GPU models (and of any GPU model).
+        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off
+            && settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs)
+            .then(|| {
+                "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
              agent` on a GPU node, send the profile with PutProfile, or run a server with \
              profiler.backend = \"nvml\""
-                .to_string()
-        }),
+                    .to_string()
+            }),
         agents: AgentPolicy {
             lease_ms: settings.agents.lease_secs as i64 * 1000,
             live_ms: settings.agents.live_secs as i64 * 1000,

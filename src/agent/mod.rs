@@ -4,9 +4,11 @@
 //! gRPC job queue ([`RemoteQueue`]): claim a job of its GPU model, measure it alone while
 //! renewing the lease, submit the profile or the failure. The service keeps the queue and
 //! decides; the agent only measures. `coloc calibrate` ([`calibrate`]) speaks the same
-//! API from a GPU node, to give its GPU model training data.
+//! API from a GPU node, to give its GPU model training data; `coloc profile-job`
+//! ([`one_job`]) measures one job the service claimed, inside a Kubernetes Job's pod.
 
 pub mod calibrate;
+pub mod one_job;
 mod remote;
 
 use std::{sync::Arc, time::Duration};

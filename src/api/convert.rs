@@ -263,6 +263,7 @@ pub fn launch_spec(raw: pb::LaunchSpec) -> Result<LaunchSpec, ValidationError> {
         timeout_secs: (raw.timeout_secs != 0).then_some(raw.timeout_secs),
         throughput_regex: (!raw.throughput_regex.is_empty()).then_some(raw.throughput_regex),
         nvtx_range: raw.nvtx_range,
+        image: (!raw.image.is_empty()).then_some(raw.image),
     };
     spec.validate()?;
     Ok(spec)
@@ -277,6 +278,7 @@ pub fn launch_spec_to_pb(spec: LaunchSpec) -> pb::LaunchSpec {
         timeout_secs: spec.timeout_secs.unwrap_or(0),
         throughput_regex: spec.throughput_regex.unwrap_or_default(),
         nvtx_range: spec.nvtx_range,
+        image: spec.image.unwrap_or_default(),
     }
 }
 

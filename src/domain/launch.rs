@@ -13,6 +13,7 @@ const MAX_ARGS: usize = 256;
 const MAX_ARG_CHARS: usize = 4096;
 const MAX_ENV: usize = 128;
 const MAX_TIMEOUT_SECS: u32 = 24 * 3600;
+const MAX_IMAGE_CHARS: usize = 512;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
@@ -32,6 +33,11 @@ pub struct LaunchSpec {
     /// NVTX range that marks one step for Nsight Compute; `None` = `coloc_step`; an empty
     /// string = select kernels by launch count instead (profiler settings).
     pub nvtx_range: Option<String>,
+    /// The workload's container image, for profiling in a Kubernetes Job
+    /// (`profiler.dispatch = "kubernetes-jobs"`): the program runs in it, measured by
+    /// coloc; `None` = the workload can be profiled only by the worker or an agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -105,6 +111,17 @@ impl LaunchSpec {
                 return invalid(
                     "launch.throughput_regex needs a capture group for the value".into(),
                 );
+            }
+        }
+        if let Some(image) = &self.image {
+            if image.is_empty()
+                || image.len() > MAX_IMAGE_CHARS
+                || image.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return invalid(format!(
+                    "launch.image must be an image reference of 1 to {MAX_IMAGE_CHARS} \
+                     characters without spaces, got {image:?}"
+                ));
             }
         }
         if let Some(range) = &self.nvtx_range {
@@ -203,6 +220,7 @@ mod tests {
             timeout_secs: Some(600),
             throughput_regex: Some(r"throughput: ([0-9.]+) (\S+)".into()),
             nvtx_range: None,
+            image: None,
         }
     }
 

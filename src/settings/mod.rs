@@ -130,6 +130,37 @@ pub struct ProfilerSettings {
     /// Kernel selection when a launch spec asks for no NVTX range.
     pub ncu_launch_skip: u64,
     pub ncu_launch_count: u64,
+    /// Who measures the service's profiling jobs: "agents" (the in-process worker and
+    /// `coloc agent`s claim them) or "kubernetes-jobs" (one Kubernetes Job per job).
+    pub dispatch: ProfilerDispatch,
+    /// The one-shot Kubernetes Jobs of `dispatch = "kubernetes-jobs"`.
+    pub kubernetes: KubeJobSettings,
+}
+
+/// `profiler.kubernetes`: how a profiling job becomes a Kubernetes Job (docs/profiling.md,
+/// "Profiling with Kubernetes Jobs").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubeJobSettings {
+    /// Namespace the Jobs are created in.
+    pub namespace: String,
+    /// coloc's own image: its init container copies the `coloc` binary into the Job's pod.
+    pub coloc_image: String,
+    /// Where the Job's pod reaches the service's gRPC API (the agents' API).
+    pub service_addr: String,
+    /// A Secret holding an agent-role bearer token under the key `token`; "" = no token.
+    pub token_secret: String,
+    /// The node label naming the GPU product (GPU feature discovery's).
+    pub gpu_label: String,
+    /// The Job's pod is stopped after this long (activeDeadlineSeconds).
+    pub active_deadline_secs: u64,
+    /// A finished Job is deleted this long after it ends (ttlSecondsAfterFinished).
+    pub ttl_secs_after_finished: u64,
+    /// How often the service reads a running Job's status.
+    pub poll_interval_ms: u64,
+    /// GPU models (as NVML names them) the cluster's nodes have: their profiling jobs
+    /// become Jobs; empty = `model.default_gpu`.
+    pub gpus: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -330,6 +361,30 @@ pub enum ProfilerBackend {
     Replay,
 }
 
+/// `profiler.dispatch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ProfilerDispatch {
+    /// The in-process worker and `coloc agent`s claim the jobs.
+    Agents,
+    /// The service creates a one-shot Kubernetes Job per profiling job.
+    KubernetesJobs,
+}
+
+impl TryFrom<String> for ProfilerDispatch {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        match raw.as_str() {
+            "agents" => Ok(Self::Agents),
+            "kubernetes-jobs" => Ok(Self::KubernetesJobs),
+            other => Err(format!(
+                "{other:?} is not one of \"agents\", \"kubernetes-jobs\""
+            )),
+        }
+    }
+}
+
 /// `model.kind`: the model kinds by their settings names (the model layer maps them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", try_from = "String")]
@@ -468,6 +523,18 @@ output_limit_bytes = 4194304
 poll_interval_ms = 1000
 ncu_launch_skip = 50
 ncu_launch_count = 200
+dispatch = "agents"
+
+[profiler.kubernetes]
+namespace = "coloc"
+coloc_image = "coloc"
+service_addr = "http://coloc.coloc.svc:50051"
+token_secret = ""
+gpu_label = "nvidia.com/gpu.product"
+active_deadline_secs = 3600
+ttl_secs_after_finished = 600
+poll_interval_ms = 2000
+gpus = []
 
 [agents]
 lease_secs = 30
@@ -516,7 +583,11 @@ pub struct SettingsSources<'a> {
 }
 
 /// Settings that hold lists, given in the environment as comma-separated values.
-const LIST_KEYS: [&str; 2] = ["profiler.allowed_programs", "profiler.env_allowlist"];
+const LIST_KEYS: [&str; 3] = [
+    "profiler.allowed_programs",
+    "profiler.env_allowlist",
+    "profiler.kubernetes.gpus",
+];
 
 impl Settings {
     pub fn load(sources: SettingsSources<'_>) -> Result<Self, SettingsError> {

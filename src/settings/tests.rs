@@ -286,3 +286,48 @@ fn a_bad_choice_is_reported_with_its_key() {
         assert!(error.to_string().contains(key), "{variable}: {error}");
     }
 }
+
+#[test]
+fn kubernetes_jobs_dispatch_and_its_gpu_models_come_from_the_environment() {
+    let settings = Settings::load(SettingsSources {
+        environment: env(&[
+            ("COLOC__PROFILER__DISPATCH", "kubernetes-jobs"),
+            (
+                "COLOC__PROFILER__KUBERNETES__GPUS",
+                "Tesla T4,NVIDIA H100 80GB HBM3",
+            ),
+            (
+                "COLOC__PROFILER__KUBERNETES__TOKEN_SECRET",
+                "coloc-agent-token",
+            ),
+        ]),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(settings.profiler.dispatch, ProfilerDispatch::KubernetesJobs);
+    assert_eq!(
+        settings.profiler.kubernetes.gpus,
+        ["Tesla T4", "NVIDIA H100 80GB HBM3"]
+    );
+    assert_eq!(
+        settings.profiler.kubernetes.token_secret,
+        "coloc-agent-token"
+    );
+    let defaults = Settings::load(SettingsSources {
+        environment: env(&[]),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        defaults.profiler.dispatch,
+        ProfilerDispatch::Agents,
+        "off by default"
+    );
+    let error = Settings::load(SettingsSources {
+        environment: env(&[("COLOC__PROFILER__DISPATCH", "jobs")]),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("kubernetes-jobs"), "{error}");
+}

@@ -5,6 +5,7 @@
 //! `agent`) share this one implementation: claim, measure while renewing the lease,
 //! submit the profile or the failure.
 
+pub mod kube_jobs;
 mod leases;
 mod local;
 mod queue;

@@ -45,6 +45,11 @@ pub enum Command {
     /// submit the profiles (docs/profiling.md, "Profiling agents"). The token, an agent's or an
     /// operator's, comes from COLOC_TOKEN.
     Agent(AgentArgs),
+    /// The measuring step of a profiling Kubernetes Job (profiler.dispatch =
+    /// "kubernetes-jobs"; the service writes this command line into the Job): measure the
+    /// command after `--` for the job the service claimed, and report the profile or the
+    /// failure through the agents' API (docs/profiling.md, "Profiling with Kubernetes Jobs").
+    ProfileJob(ProfileJobArgs),
     /// Profiling agents known to a running server.
     Agents {
         #[command(flatten)]
@@ -201,6 +206,27 @@ pub struct AgentNodeArgs {
 pub struct AgentArgs {
     #[command(flatten)]
     pub node: AgentNodeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileJobArgs {
+    #[command(flatten)]
+    pub node: AgentNodeArgs,
+    /// The profiling job's id, as the service claimed it.
+    #[arg(long, env = "COLOC_JOB_ID")]
+    pub job_id: i64,
+    /// The service's claim token for it.
+    #[arg(long, env = "COLOC_CLAIM")]
+    pub claim: i64,
+    /// Which attempt this is (1 for the first).
+    #[arg(long, env = "COLOC_ATTEMPT", default_value_t = 1)]
+    pub attempt: u32,
+    /// The workload being profiled.
+    #[arg(long, env = "COLOC_WORKLOAD")]
+    pub workload: String,
+    /// The workload's program and its arguments, run as they are (no shell).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -83,6 +83,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Eval(EvalCommand::Objectives(args)) => evaluate::objectives(args).await,
         Command::Eval(EvalCommand::Nway(args)) => evaluate::nway(args).await,
         Command::Agent(args) => profiling::agent(args).await,
+        Command::ProfileJob(args) => profiling::profile_job(args).await,
         Command::Calibrate(args) => profiling::calibrate(args).await,
         Command::Ncu(args) => profiling::ncu(args),
         Command::Workloads {

@@ -7,7 +7,9 @@ use tokio_util::sync::CancellationToken;
 use coloc::{settings::Settings, startup::cancel_on_signal, telemetry};
 
 use crate::{
-    args::{AgentArgs, AgentNodeArgs, CalibrateArgs, CommonArgs, NcuArgs, SharingArg},
+    args::{
+        AgentArgs, AgentNodeArgs, CalibrateArgs, CommonArgs, NcuArgs, ProfileJobArgs, SharingArg,
+    },
     serve::load_settings,
 };
 
@@ -27,6 +29,42 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     signals.abort();
     tracing::info!("agent stopped");
     ran
+}
+
+/// `coloc profile-job`: exits 0 once the outcome reached the service (a profile, or a
+/// failure it recorded), else non-zero (the Job fails and the service says why).
+pub async fn profile_job(args: ProfileJobArgs) -> anyhow::Result<()> {
+    let (settings, identity, channel) = agent_node(&args.node, None)?;
+    let launch = coloc::agent::one_job::container_launch(&args.command)?;
+    let handed = coloc::agent::one_job::HandedClaim {
+        job_id: args.job_id,
+        claim: args.claim,
+        attempt: args.attempt,
+        workload: coloc::domain::WorkloadName::parse("COLOC_WORKLOAD", &args.workload)?,
+    };
+    let cancel = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+    let outcome = coloc::agent::one_job::run(
+        channel,
+        args.node.connection.token.clone(),
+        identity,
+        settings.profiler,
+        handed,
+        launch,
+        cancel,
+    )
+    .await;
+    signals.abort();
+    let outcome = outcome?;
+    println!("{outcome:?}");
+    match outcome {
+        coloc::worker::RunOutcome::Idle
+        | coloc::worker::RunOutcome::Interrupted { .. }
+        | coloc::worker::RunOutcome::LeaseLost { .. } => {
+            anyhow::bail!("the job's outcome did not reach the service: {outcome:?}")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `coloc ncu`.

@@ -9,6 +9,7 @@
 
 mod announce;
 mod calibration;
+mod kube_jobs;
 mod leases;
 mod processes;
 
