@@ -47,6 +47,17 @@ fn script() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-data.sh")
 }
 
+/// The artifact's own first rows of its 3-way files (tests/fixtures/kace-artifact-comb3), from
+/// which the script derives runs.csv; the other files' contents are only copied.
+fn content(i: usize, source: &str) -> String {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kace-artifact-comb3");
+    match i {
+        4 => std::fs::read_to_string(fixtures.join("training_set.csv")).unwrap(),
+        5 => std::fs::read_to_string(fixtures.join("testing_set.csv")).unwrap(),
+        _ => format!("file {i}: {source}\n"),
+    }
+}
+
 fn clones(dir: &Path, leave_out: Option<usize>) {
     for (i, (source, _)) in SOURCES.iter().enumerate() {
         if Some(i) == leave_out {
@@ -54,7 +65,7 @@ fn clones(dir: &Path, leave_out: Option<usize>) {
         }
         let path = dir.join(source);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("file {i}: {source}\n")).unwrap();
+        std::fs::write(&path, content(i, source)).unwrap();
     }
 }
 
@@ -84,8 +95,9 @@ fn the_public_data_is_laid_out_where_the_tools_look_from_local_clones() {
     for (i, (source, target)) in SOURCES.iter().enumerate() {
         let laid = std::fs::read_to_string(dest.path().join(target))
             .unwrap_or_else(|e| panic!("{target}: {e}"));
-        assert_eq!(laid, format!("file {i}: {source}\n"));
+        assert_eq!(laid, content(i, source));
     }
+    three_way_runs_match_the_shared_ones(&dest.path().join("kace-3way/runs.csv"));
     // Where the tools look by default (relative to the repository: ../shared/data/...).
     for default in ["alibaba-gpu-v2023/openb_pod_list_default.csv", "kace-v100"] {
         assert!(dest.path().join(default).exists(), "{default}");
@@ -125,4 +137,34 @@ fn a_clone_that_lacks_a_file_lays_out_nothing_and_names_it() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(dest.path()).unwrap().count(), 0);
+}
+
+/// The runs the script derived from the artifact's first rows are the runs of the shared
+/// kace-3way/runs.csv with the same origin (training rows 1-2 are run ids 1-2, testing rows
+/// 1-2 follow the 70 training runs: ids 71-72), column by column.
+fn three_way_runs_match_the_shared_ones(derived: &Path) {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-3way/runs.csv");
+    let shared =
+        std::fs::read_to_string(&shared).unwrap_or_else(|e| panic!("{}: {e}", shared.display()));
+    let derived = std::fs::read_to_string(derived).unwrap();
+    let mut shared_lines = shared.lines();
+    let mut derived_lines = derived.lines();
+    assert_eq!(derived_lines.next(), shared_lines.next(), "the header");
+    let shared_rows: Vec<&str> = shared_lines.collect();
+    let derived_rows: Vec<&str> = derived_lines.collect();
+    assert_eq!(derived_rows.len(), 4, "{derived}");
+    for (row, shared_id) in derived_rows.iter().zip([1, 2, 71, 72]) {
+        let got: Vec<&str> = row.split(',').collect();
+        let want: Vec<&str> = shared_rows[shared_id - 1].split(',').collect();
+        assert_eq!(want[0], shared_id.to_string());
+        assert_eq!(got.len(), want.len(), "{row}");
+        // Names, throughputs and the file as written; the sum to the last bits.
+        assert_eq!(got[1..10], want[1..10], "{row}");
+        assert_eq!(got[11], want[11], "{row}");
+        let (got_sum, want_sum): (f64, f64) = (got[10].parse().unwrap(), want[10].parse().unwrap());
+        assert!(
+            (got_sum - want_sum).abs() <= 1e-9 * want_sum,
+            "{got_sum} vs {want_sum}"
+        );
+    }
 }
