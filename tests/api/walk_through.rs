@@ -2,9 +2,10 @@
 //! the real grpcurl: every `coloc` (or `cargo run --release --`) and `grpcurl` line of its
 //! shell blocks, in order, must succeed; `serve` starts the one server the later lines talk
 //! to (a second `serve` while it runs would be a conflict and fails the test). The Python
-//! block runs too when a Python with `coloc_client` is at hand (`COLOC_TEST_PYTHON`, else
-//! `.ci/run`'s `~/.cache/coloc-ci-python`); otherwise the test says it left it out. Other
-//! lines (`cargo build`, `.ci/run`, `pip install`) are set-up, not the walk-through's steps.
+//! block runs too with a Python that has `coloc_client` (`COLOC_TEST_PYTHON`, else
+//! `.ci/run`'s `~/.cache/coloc-ci-python`); without one the test says it left the block out,
+//! and under CI it fails. Other lines (`cargo build`, `.ci/run`, `pip install`) are set-up,
+//! not the walk-through's steps.
 
 use std::{
     path::PathBuf,
