@@ -90,13 +90,16 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
     }
 }
 
-/// What README's "Cluster simulation" states of the `coloc` policy on the default setup,
-/// checked on one seed of the 200-pod slice: no OOM event and no LS job below its cap
-/// (while a policy that packs by memory alone leaves many below theirs), a mean JCT below
-/// `fraction-pack`'s (518 against 978 h over seeds 1-5) and cut by more than half against
-/// one job per GPU (66.2 %), a shorter makespan than one job per GPU (12.0 % shorter), and
-/// GPUs shared (1.37 jobs per busy GPU). On this slice (seeds 3 and 4) coloc's JCT cut is
-/// 64 and 69 %, its makespan cut 11 and 15 %, 1.18 and 1.19 jobs per busy GPU.
+/// What docs/simulation.md states of the `coloc` policy on the default setup, checked on one
+/// seed of the 200-pod slice: no OOM event and no LS job below its cap (while a policy that
+/// packs by memory alone leaves many below theirs), a mean JCT below `fraction-pack`'s (568
+/// against 978 h over seeds 1-5) and cut by more than half against one job per GPU (62.9 %),
+/// and GPUs shared (1.34 jobs per busy GPU). On the default setup its makespan is 10.9 %
+/// shorter than one job per GPU's; this slice is too short to show it: since answers use the
+/// corrected exclusive figures of suspect profiles (docs/decisions/021-one-prediction-one-policy.md),
+/// coloc's makespan on seeds 3 and 4 of the slice is 1.4 % longer and 4.5 % shorter, its JCT
+/// cut 52 and 51 %, 1.11 and 1.09 jobs per busy GPU (64 and 69 %, 11 and 15 %, 1.18 and 1.19
+/// before).
 fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
     let run = |policy: &str| {
         runs.iter()
@@ -122,20 +125,15 @@ fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
 
     let jct = |policy: &str| figure(policy, "mean_jct_h");
     assert!(
-        jct("coloc") < 0.7 * jct("fraction-pack"),
+        jct("coloc") < jct("fraction-pack"),
         "seed {seed}: coloc {} h, fraction-pack {} h",
         jct("coloc"),
         jct("fraction-pack")
     );
     let jct_cut = 1.0 - jct("coloc") / jct("one-per-gpu");
     assert!(jct_cut > 0.5, "seed {seed}: coloc's mean JCT cut {jct_cut}");
-    let makespan_cut = 1.0 - figure("coloc", "makespan_h") / figure("one-per-gpu", "makespan_h");
-    assert!(
-        makespan_cut > 0.05,
-        "seed {seed}: coloc's makespan cut {makespan_cut}"
-    );
     let sharing = figure("coloc", "jobs_per_busy_gpu");
-    assert!(sharing > 1.1, "seed {seed}: {sharing} jobs per busy GPU");
+    assert!(sharing > 1.05, "seed {seed}: {sharing} jobs per busy GPU");
 }
 
 /// Runs `coloc simulate` on a hand-made trace of `pods` (name, arrival s, lifetime s; all
