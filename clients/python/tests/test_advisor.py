@@ -37,8 +37,16 @@ def test_rank_orders_partners_by_the_default_objective(advisor):
 
 
 def test_rank_takes_the_objective_by_name(advisor):
-    answer = advisor.rank(BERT, objective="throughput_sum", include_below_break_even=True)
+    # Ordered on the point predictions: the default policy is cautious and orders on the low
+    # ends of the intervals instead.
+    answer = advisor.rank(
+        BERT,
+        objective="throughput_sum",
+        include_below_break_even=True,
+        policy=pb.Policy(cautious=False),
+    )
     assert answer.objective == pb.THROUGHPUT_SUM
+    assert not answer.policy.cautious
     sums = [c.predicted_throughput_sum for c in answer.ranked]
     assert sums == sorted(sums, reverse=True) and len(sums) > 3
     with pytest.raises(ValueError):
