@@ -15,7 +15,7 @@ use coloc::{
     dataset::KaceDataset,
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{fit, ModelKind, TrainingRow},
-    store::{ModelStatus, StoredModel},
+    store::StoredModel,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -37,18 +37,12 @@ fn kace() -> (Catalog, HashMap<GpuName, Arc<StoredModel>>, Vec<String>) {
         .collect();
     let (params, metrics) = fit(ModelKind::MemberRidgeGbt, &rows).expect("the KACE data fits");
     let gpu = GpuName::parse("gpu", V100).unwrap();
-    let model = Arc::new(StoredModel {
-        gpu: gpu.clone(),
-        version: 1,
+    let model = Arc::new(StoredModel::fitted_in_process(
+        gpu.clone(),
         params,
         metrics,
-        created_at_ms: 0,
-        status: ModelStatus::Promoted,
-        reason: String::new(),
-        comparison: None,
-        last_observation_id: 0,
-        excluded_outliers: 0,
-    });
+        String::new(),
+    ));
     let mut catalog = Catalog::default();
     let mut names = Vec::new();
     for w in &dataset.workloads {

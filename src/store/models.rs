@@ -48,6 +48,30 @@ pub struct StoredModel {
     pub excluded_outliers: u64,
 }
 
+impl StoredModel {
+    /// A model fitted in process and never stored (tools, benchmarks, tests): version 1,
+    /// promoted, no training set on record.
+    pub fn fitted_in_process(
+        gpu: GpuName,
+        params: ModelParams,
+        metrics: FitMetrics,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            gpu,
+            version: 1,
+            params,
+            metrics,
+            created_at_ms: 0,
+            status: ModelStatus::Promoted,
+            reason: reason.into(),
+            comparison: None,
+            last_observation_id: 0,
+            excluded_outliers: 0,
+        }
+    }
+}
+
 /// A fitted model to store, with its verdict.
 #[derive(Debug, Clone)]
 pub struct NewModel {

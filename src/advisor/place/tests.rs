@@ -18,7 +18,6 @@ use crate::{
     dataset::KaceDataset,
     domain::{Profile, ProfileSource},
     model::{fit, FitMetrics, TrainingRow},
-    store::ModelStatus,
 };
 
 const V100: &str = "Tesla V100-SXM2-32GB";
@@ -49,18 +48,12 @@ fn fixture() -> &'static Fixture {
         let (params, metrics): (_, FitMetrics) =
             fit(ModelKind::MemberRidgeGbt, &rows).expect("the KACE data fits");
         let gpu = GpuName::parse("gpu", V100).unwrap();
-        let model = Arc::new(StoredModel {
-            gpu: gpu.clone(),
-            version: 1,
+        let model = Arc::new(StoredModel::fitted_in_process(
+            gpu.clone(),
             params,
             metrics,
-            created_at_ms: 0,
-            status: ModelStatus::Promoted,
-            reason: String::new(),
-            comparison: None,
-            last_observation_id: 0,
-            excluded_outliers: 0,
-        });
+            String::new(),
+        ));
         let mut catalog = Catalog::default();
         let mut workloads = Vec::new();
         for w in &dataset.workloads {

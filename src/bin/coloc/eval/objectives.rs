@@ -28,7 +28,7 @@ use coloc::{
     dataset::{DatasetGpu, KaceDataset},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{self, ModelKind, TrainingRow},
-    store::{ModelStatus, StoredModel},
+    store::StoredModel,
 };
 
 /// The policies compared: the default first.
@@ -174,18 +174,12 @@ pub fn evaluate_objectives(
         let rows: Vec<TrainingRow> = case.train.iter().map(|&i| data.row(i)).collect();
         let (params, metrics) = model::fit(kind, &rows)
             .with_context(|| format!("fitting {} without {target}", kind.as_str()))?;
-        let model = Arc::new(StoredModel {
-            gpu: gpu.clone(),
-            version: 1,
+        let model = Arc::new(StoredModel::fitted_in_process(
+            gpu.clone(),
             params,
             metrics,
-            created_at_ms: 0,
-            status: ModelStatus::Promoted,
-            reason: String::new(),
-            comparison: None,
-            last_observation_id: 0,
-            excluded_outliers: 0,
-        });
+            String::new(),
+        ));
         let mut catalog_now = catalog_of(dir)?.0;
         catalog_now.set_scoring_model(model.clone());
         catalog_now.set_runs(&gpu, runs_of(data, &case.train));

@@ -48,7 +48,7 @@ use coloc::{
     dataset::{KaceDataset, KACE_GPU},
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
     model::{FitMetrics, ModelParams},
-    store::{ModelStatus, StoredModel},
+    store::StoredModel,
 };
 
 use super::{
@@ -156,18 +156,12 @@ impl ServicePlacer {
         rule: PlaceRule,
     ) -> anyhow::Result<Self> {
         let gpu = GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?;
-        let model = Arc::new(StoredModel {
-            gpu: gpu.clone(),
-            version: 1,
+        let model = Arc::new(StoredModel::fitted_in_process(
+            gpu.clone(),
             params,
             metrics,
-            created_at_ms: 0,
-            status: ModelStatus::Promoted,
-            reason: "fitted by coloc simulate on the measured pairs".into(),
-            comparison: None,
-            last_observation_id: 0,
-            excluded_outliers: 0,
-        });
+            "fitted by coloc simulate on the measured pairs",
+        ));
         let mut catalog = Catalog::default();
         let mut names = Vec::new();
         for w in workloads {
