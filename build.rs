@@ -1,5 +1,6 @@
 //! Compiles proto/ with protox (no protoc binary needed) and keeps the encoded descriptor
-//! set for gRPC server reflection.
+//! set of coloc's API for gRPC server reflection. The kubelet's PodResources API (vendored
+//! in proto/kubelet/) is compiled apart: `coloc agent` is its client, and it is not served.
 
 use std::{env, fs, path::PathBuf};
 
@@ -14,5 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         descriptor_set.encode_to_vec(),
     )?;
     tonic_prost_build::configure().compile_fds(descriptor_set)?;
+    let kubelet = protox::compile(["kubelet/podresources/v1/api.proto"], ["proto"])?;
+    tonic_prost_build::configure().compile_fds(kubelet)?;
     Ok(())
 }

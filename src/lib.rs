@@ -31,6 +31,8 @@
 //!   store read-only).
 //! - `advisor`: what each RPC does, in domain terms; the in-memory catalog Rank is served
 //!   from; ranking; placement; the model lifecycle.
+//! - `cluster`: the one cluster view: which GPUs each node has and who runs on each, fed by
+//!   the cluster watcher, the agents' PodResources reports and AssignJob / ReleaseJob.
 //! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute
 //!   parser, backends, calibration).
 //! - `store`: SQLite access (migrations, workloads, profiles, runs, models, jobs, occupancy).
@@ -52,6 +54,7 @@ pub mod worker;
 pub mod import;
 pub mod export;
 pub mod advisor;
+pub mod cluster;
 pub mod profiler;
 pub mod store;
 pub mod dataset;

@@ -1,6 +1,8 @@
 //! Prometheus metrics (the prometheus crate) on their own small HTTP endpoint,
 //! `GET /metrics` on `metrics.listen`. RPC counts and latencies are recorded as requests
-//! pass; the state of the queue, the models and the store is read when scraped.
+//! pass; the state of the queue, the models and the store is read when scraped. The
+//! scheduler extender's HTTP endpoint (and the admission webhook served beside it) counts
+//! its calls, latencies and neutral answers in the same registry ([`ExtenderMetrics`]).
 
 use std::sync::Arc;
 
@@ -43,6 +45,60 @@ pub struct Metrics {
     job_outcomes: IntCounterVec,
     /// Log lines stderr could not take (telemetry drops them rather than fail).
     log_lines_dropped: IntCounter,
+    extender: Arc<ExtenderMetrics>,
+}
+
+/// The extender endpoint's metrics: calls per verb and HTTP status, their latency, and
+/// the answers that were neutral (every node passes, every score 0) by reason.
+pub struct ExtenderMetrics {
+    calls: IntCounterVec,
+    seconds: HistogramVec,
+    neutral: IntCounterVec,
+}
+
+impl ExtenderMetrics {
+    fn new(registry: &Registry) -> Self {
+        let opts = HistogramOpts::new(
+            "coloc_extender_request_duration_seconds",
+            "Time the scheduler extender took to answer a call, by verb",
+        )
+        .buckets(vec![
+            0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0,
+        ]);
+        Self {
+            calls: counter(
+                registry,
+                "coloc_extender_requests_total",
+                "Calls to the scheduler extender's endpoint, by verb and HTTP status code",
+                &["verb", "code"],
+            ),
+            seconds: registered(
+                registry,
+                HistogramVec::new(opts, &["verb"]).expect("valid metric"),
+            ),
+            neutral: counter(
+                registry,
+                "coloc_extender_neutral_answers_total",
+                "Calls answered neutrally (every node passes, every score 0), by verb and reason",
+                &["verb", "reason"],
+            ),
+        }
+    }
+
+    /// One answered call: its verb (`filter`, `prioritize`, `healthz`, ...), HTTP status
+    /// and duration.
+    pub fn observe_call(&self, verb: &str, status: u16, seconds: f64) {
+        self.calls
+            .with_label_values(&[verb, &status.to_string()])
+            .inc();
+        self.seconds.with_label_values(&[verb]).observe(seconds);
+    }
+
+    /// One neutral answer of `verb` and why (`no_workload`, `unknown_workload`, ...).
+    pub fn neutral(&self, verb: &str, reason: &str) {
+        self.neutral.with_label_values(&[verb, reason]).inc();
+    }
 }
 
 /// The gRPC code's name as grpc-go spells it (`grpc_code` label values).
@@ -241,8 +297,14 @@ impl Metrics {
                 "coloc_log_lines_dropped_total",
                 "Log lines dropped because stderr could not take them (e.g. a closed pipe)",
             ),
+            extender: Arc::new(ExtenderMetrics::new(&registry)),
             registry,
         }
+    }
+
+    /// The extender endpoint's metrics, registered with the rest.
+    pub fn extender(&self) -> Arc<ExtenderMetrics> {
+        self.extender.clone()
     }
 
     /// One answered unary RPC: `path` is the HTTP/2 path, `code` the gRPC status code.

@@ -24,7 +24,7 @@ use crate::{
     extender::{
         http::{tls_acceptor, ServeOptions},
         placer::{policy_from_settings, AdvisorPlacer},
-        ClusterView, ClusterWatcher, Extender,
+        ClusterView, ClusterWatcher, Extender, Prefer,
     },
     metrics::Metrics,
     model::{ModelKind, MIN_TRAINING_ROWS},
@@ -56,8 +56,11 @@ pub struct App {
     /// The scheduler extender's listener and how it serves; `None` when extender.listen
     /// is empty.
     extender: Option<(TcpListener, ServeOptions)>,
-    /// What the extender knows of the cluster (kept by the watcher when it runs).
+    /// The one cluster view (the advisor's): the watcher, the agents' reports and
+    /// AssignJob feed it; the extender, Place and ListGpus read it.
     cluster: Arc<ClusterView>,
+    /// How the extender scores nodes (extender.prefer).
+    prefer: Prefer,
     /// The pod and node watcher; `None` unless extender.watch_cluster.
     watcher: Option<ClusterWatcher>,
     tls: Option<ServerTlsConfig>,
@@ -131,7 +134,8 @@ impl App {
             None => None,
             Some(listener) => Some((listener, extender_options(settings, tokens.as_ref())?)),
         };
-        let cluster = Arc::new(ClusterView::new());
+        let cluster = advisor.cluster().clone();
+        cluster.set_stale_after_ms(settings.agents.pod_devices_stale_secs as i64 * 1000);
         let watcher = cluster_watcher(settings, &cluster).await?;
         let listener = TcpListener::bind(listen)
             .await
@@ -145,6 +149,11 @@ impl App {
             metrics_listener,
             extender,
             cluster,
+            prefer: match settings.extender.prefer {
+                crate::settings::ExtenderPrefer::Gain => Prefer::Gain,
+                crate::settings::ExtenderPrefer::Pack => Prefer::Pack,
+                crate::settings::ExtenderPrefer::Spread => Prefer::Spread,
+            },
             watcher,
             tls,
             tokens,
@@ -306,10 +315,15 @@ impl App {
     /// re-queued while the API already refuses new calls.
     fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
         let extender = self.extender.take().map(|(listener, options)| {
-            let extender = Arc::new(Extender::new(
+            let mut extender = Extender::new(
                 Arc::new(AdvisorPlacer::new(self.advisor.clone())),
                 self.cluster.clone(),
-            ));
+            )
+            .with_prefer(self.prefer);
+            if let Some(metrics) = &metrics {
+                extender = extender.with_metrics(metrics.extender());
+            }
+            let extender = Arc::new(extender);
             move |stop| {
                 spawn_owned(
                     "scheduler extender",

@@ -37,7 +37,9 @@ use crate::{
 pub use agents::{AgentFailure, AgentPolicy, AgentView};
 pub use catalog::{Catalog, GpuProfiles, ProfileEntry};
 pub use error::{Error, Result};
-pub use occupancy::{GpuFilter, JobAssignment, MAX_LEASE_SECS};
+pub use occupancy::{
+    same_gpu_model, GpuFilter, JobAssignment, MAX_GPUS_PER_POD, MAX_LEASE_SECS, MAX_REPORTED_PODS,
+};
 pub use place::{
     place_in, place_in_keeping, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule,
     PlaceSkipCode, PlacedSets, Placement, SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU,
@@ -131,6 +133,9 @@ pub struct Advisor {
     placed_sets: Arc<place::PlacedSets>,
     /// The default placement policy.
     policy: Policy,
+    /// The one cluster view (AssignJob's occupancy, the watcher's pods, the agents'
+    /// PodResources reports): what ListGpus lists and Place's stored view holds.
+    cluster: Arc<crate::cluster::ClusterView>,
 }
 
 impl Advisor {
@@ -170,7 +175,9 @@ impl Advisor {
             catalog.set_scoring_model(model.clone());
         }
         tracing::info!(models = models.len(), "advisor loaded");
+        let cluster = Arc::new(crate::cluster::ClusterView::with_assignments(store.clone()));
         let advisor = Self {
+            cluster,
             store,
             allowed_programs,
             lifecycle,
@@ -239,6 +246,12 @@ impl Advisor {
     /// The server's default placement policy.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The one cluster view, which the extender, the watcher and the agents' reports
+    /// share with ListGpus and Place.
+    pub fn cluster(&self) -> &Arc<crate::cluster::ClusterView> {
+        &self.cluster
     }
 
     pub fn default_kind(&self) -> ModelKind {

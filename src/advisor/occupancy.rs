@@ -2,11 +2,15 @@
 //! every Place: AssignJob, ReleaseJob and ListGpus, and the stored view Place falls back to.
 //! The rules (a job assigned twice, released twice, a GPU model without a model) are the
 //! store's, in `store/occupancy.rs`; here requests are checked against the catalog.
+//! ListGpus and the stored view read the one cluster view ([`crate::cluster`]): the
+//! assignments, and the pods the watcher and the agents' PodResources reports place, each
+//! resident with its source; ReportPodDevices feeds it.
 
 use super::{decode_page_token, encode_page_token, Advisor, Error, GpuState, Result};
 use crate::{
+    cluster::{PodDevices, ViewGpu},
     domain::{now_ms, GpuName, ValidationError, WorkloadName},
-    store::{Assigned, Assignment, ClusterGpu},
+    store::{Assigned, Assignment},
 };
 
 /// The longest lease accepted: a year.
@@ -49,11 +53,28 @@ pub struct GpuFilter {
 }
 
 impl GpuFilter {
-    fn matches(&self, gpu: &ClusterGpu) -> bool {
-        (self.nodes.is_empty() || self.nodes.iter().any(|n| **n == *gpu.node))
-            && self.gpu.as_ref().is_none_or(|g| *g == gpu.gpu)
+    /// Whether a GPU of the view passes: its node is listed, and its GPU model is the one
+    /// asked for (a node label matches ignoring case and spaces written as dashes).
+    fn matches(&self, gpu: &ViewGpu) -> bool {
+        (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
+            && self.gpu.as_ref().is_none_or(|g| {
+                gpu.gpu_model
+                    .as_deref()
+                    .is_some_and(|m| same_gpu_model(m, g.as_str()))
+            })
     }
 }
+
+/// Whether a node's GPU model label names `gpu` (GPU feature discovery writes spaces as
+/// dashes).
+pub fn same_gpu_model(label: &str, gpu: &str) -> bool {
+    let normal = |s: &str| s.trim().replace(' ', "-").to_ascii_lowercase();
+    normal(label) == normal(gpu)
+}
+
+/// The most pods one ReportPodDevices may list, and GPUs per pod.
+pub const MAX_REPORTED_PODS: usize = 10_000;
+pub const MAX_GPUS_PER_POD: usize = 16;
 
 impl Advisor {
     /// Records that a job runs on a GPU (renewing its lease when it is the same job again);
@@ -113,33 +134,39 @@ impl Advisor {
         }
     }
 
-    /// One page of the stored GPUs by id, each with its live jobs.
+    /// Records `node`'s PodResources snapshot (ReportPodDevices): the pods it lists hold
+    /// those GPUs, and no other pod holds a GPU there by the kubelet's word. Returns the
+    /// pods and distinct GPUs recorded.
+    pub fn report_pod_devices(&self, node: &str, pods: Vec<PodDevices>) -> (usize, usize) {
+        self.cluster.report_pod_devices(node, pods, now_ms())
+    }
+
+    /// One page of the cluster view's GPUs by (id, node), each with its live residents
+    /// and where each came from.
     pub fn list_gpus(
         &self,
         page_size: u32,
         page_token: &str,
         filter: &GpuFilter,
-    ) -> Result<(Vec<ClusterGpu>, String)> {
+    ) -> Result<(Vec<ViewGpu>, String)> {
         let limit = match page_size {
             0 => super::DEFAULT_PAGE_SIZE,
             n => n.min(super::MAX_PAGE_SIZE),
         } as usize;
         let after = decode_page_token(page_token)?;
-        let now = now_ms();
-        let occupancy = self.store.occupancy();
-        let mut page: Vec<ClusterGpu> = occupancy
-            .gpus_after(after.as_deref())
+        let key = |gpu: &ViewGpu| format!("{}\u{1f}{}", gpu.id, gpu.node);
+        let mut page: Vec<ViewGpu> = self
+            .cluster
+            .gpus()
+            .into_iter()
+            .filter(|g| after.as_deref().is_none_or(|after| key(g).as_str() > after))
             .filter(|g| filter.matches(g))
             .take(limit + 1)
-            .map(|g| ClusterGpu {
-                jobs: g.jobs.iter().filter(|j| j.is_live(now)).cloned().collect(),
-                ..g.clone()
-            })
             .collect();
         let next = if page.len() > limit {
             page.truncate(limit);
             page.last()
-                .map(|g| encode_page_token(&g.id))
+                .map(|g| encode_page_token(&key(g)))
                 .unwrap_or_default()
         } else {
             String::new()
@@ -147,25 +174,35 @@ impl Advisor {
         Ok((page, next))
     }
 
-    /// The stored GPUs that pass the filter, as Place's candidates (live jobs only).
+    /// The GPU model a GPU of the view names: one coloc has a model for when a node label
+    /// matches it, else the name as it stands (Place then skips it: no model).
+    fn known_gpu(&self, label: Option<&str>) -> Option<GpuName> {
+        let label = label?;
+        self.champions()
+            .iter()
+            .map(|model| model.gpu.clone())
+            .find(|gpu| same_gpu_model(label, gpu.as_str()))
+            .or_else(|| GpuName::parse("gpu", label).ok())
+    }
+
+    /// The view's GPUs that pass the filter, as Place's candidates (live residents only;
+    /// a pod whose workload coloc does not know stays a resident Place cannot judge). A
+    /// GPU of a node that names no GPU model is left out.
     pub(super) fn stored_gpus(&self, filter: &GpuFilter) -> Vec<GpuState> {
-        let now = now_ms();
-        self.store
-            .occupancy()
+        self.cluster
             .gpus()
+            .into_iter()
             .filter(|g| filter.matches(g))
-            .map(|g| GpuState {
-                id: g.id.to_string(),
-                node: g.node.to_string(),
-                gpu: Some(g.gpu.clone()),
-                memory_gb: None,
-                residents: g
-                    .jobs
-                    .iter()
-                    .filter(|j| j.is_live(now))
-                    .map(|j| j.workload.as_str().to_string())
-                    .collect(),
-                resident_floors: Vec::new(),
+            .filter_map(|g| {
+                let gpu = self.known_gpu(g.gpu_model.as_deref())?;
+                Some(GpuState {
+                    id: g.id.clone(),
+                    node: g.node.clone(),
+                    gpu: Some(gpu),
+                    memory_gb: None,
+                    residents: g.residents.iter().map(|r| r.placement_name()).collect(),
+                    resident_floors: g.residents.iter().map(|r| r.min_job_fraction).collect(),
+                })
             })
             .collect()
     }

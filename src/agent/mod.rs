@@ -6,9 +6,12 @@
 //! decides; the agent only measures. `coloc calibrate` ([`calibrate`]) speaks the same
 //! API from a GPU node, to give its GPU model training data; `coloc profile-job`
 //! ([`one_job`]) measures one job the service claimed, inside a Kubernetes Job's pod.
+//! Beside its job loop the agent reports where its node's pods run, from the kubelet's
+//! PodResources API ([`pod_resources`]), unless `agents.pod_resources_socket` is empty.
 
 pub mod calibrate;
 pub mod one_job;
+pub mod pod_resources;
 mod remote;
 
 use std::{sync::Arc, time::Duration};
@@ -22,7 +25,7 @@ use crate::{
     domain::GpuName,
     profiler::{self, Backend},
     proto as pb,
-    settings::{ProfilerBackend, ProfilerSettings},
+    settings::{AgentsSettings, ProfilerBackend, ProfilerSettings},
     worker::Worker,
 };
 
@@ -63,6 +66,7 @@ pub async fn run(
     token: Option<String>,
     identity: AgentIdentity,
     settings: ProfilerSettings,
+    agents: AgentsSettings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if settings.backend == ProfilerBackend::Off {
@@ -74,11 +78,27 @@ pub async fn run(
     let (gpu, announcement) = announcement(&identity, &backend, &settings)
         .await
         .context("cannot tell this node's GPU model")?;
+    let reporter = if agents.pod_resources_socket.is_empty() {
+        None
+    } else {
+        Some(pod_resources::PodDevicesReporter::new(
+            channel.clone(),
+            token.as_deref(),
+            identity.id.clone(),
+            identity.node.clone(),
+            &agents,
+        )?)
+    };
     let queue = RemoteQueue::connect(channel, token, announcement, &shutdown).await?;
     tracing::info!(agent = %identity.id, node = %identity.node, gpu = %gpu.as_str(), "agent announced; claiming jobs");
     let poll = Duration::from_millis(settings.poll_interval_ms);
-    Worker::with_queue(queue, Arc::new(backend), settings)
-        .run_with_pause(shutdown, poll)
-        .await;
+    let reporting = async {
+        if let Some(reporter) = reporter {
+            reporter.run(shutdown.clone()).await;
+        }
+    };
+    let working = Worker::with_queue(queue, Arc::new(backend), settings)
+        .run_with_pause(shutdown.clone(), poll);
+    tokio::join!(working, reporting);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The gRPC face of profiling agents: `coloc.v1.ProfilingAgents`. Handlers convert the
 //! request into domain values, call the advisor, and convert the answer back; the claim
-//! and lease rules live in the advisor and the store.
+//! and lease rules live in the advisor and the store. ReportPodDevices hands a node's
+//! PodResources snapshot to the one cluster view.
 
 use std::sync::Arc;
 
@@ -242,6 +243,24 @@ impl ProfilingAgents for AgentsService {
         Ok(Response::new(pb::SubmitCalibrationResponse {
             observation_id: id as u64,
             created,
+        }))
+    }
+
+    async fn report_pod_devices(
+        &self,
+        request: Request<pb::ReportPodDevicesRequest>,
+    ) -> Result<Response<pb::ReportPodDevicesResponse>, Status> {
+        let raw = request.into_inner();
+        let node = text("node", raw.node, MAX_SHORT_TEXT)?;
+        if node.trim().is_empty() {
+            return Err(ValidationError::new("node", "node is required").into());
+        }
+        let pods = convert::pod_devices(raw.pods)?;
+        let (pods, gpus) = self.advisor.report_pod_devices(&node, pods);
+        tracing::debug!(agent = %raw.agent_id, %node, pods, gpus, "pod devices reported");
+        Ok(Response::new(pb::ReportPodDevicesResponse {
+            pods: pods as u32,
+            gpus: gpus as u32,
         }))
     }
 

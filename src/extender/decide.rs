@@ -7,13 +7,23 @@
 //! GPU fits, or when coloc cannot judge it (no GPUs known, no model for its GPU model, a
 //! resident without a profile): coloc never blocks what it does not know. A node whose
 //! every GPU is refused (memory, a throughput cap, too many jobs) goes to `FailedNodes`
-//! with the reasons. Its score is its best GPU's gain, mapped within the request to 1..10
-//! (nodes that cannot be judged score 0). A pod without `coloc.io/workload`, an unknown
-//! workload, a malformed annotation or any failure of coloc answers neutrally (every node
-//! passes, every score 0) and is logged: kube-scheduler fails the pod's whole cycle on a
-//! filter error.
+//! with the reasons. Its score follows `extender.prefer` ([`Prefer`]): by default (`gain`)
+//! its best GPU's gain, mapped within the request to 1..10, so an empty GPU (a whole job's
+//! work gained) usually beats a shared one; `pack` ranks every node with an acceptable
+//! occupied GPU above those with only an empty one (6..10 by the occupied GPU's gain,
+//! then 1..5), `spread` the reverse; the placement rule and floors decide what is
+//! acceptable either way. Nodes that cannot be judged score 0. A pod without
+//! `coloc.io/workload`, an unknown workload, a malformed annotation or any failure of
+//! coloc answers neutrally (every node passes, every score 0) and is logged, and counted
+//! by reason when metrics are on: kube-scheduler fails the pod's whole cycle on a filter
+//! error.
 
-use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -21,7 +31,7 @@ use k8s_openapi::{
 };
 
 use super::{
-    cluster::ClusterView,
+    cluster::{ClusterView, Resident},
     node::{node_gpus, NodeGpus},
     pod::{pod_ask, PodAsk},
     wire::{
@@ -29,6 +39,19 @@ use super::{
         MIN_EXTENDER_PRIORITY,
     },
 };
+use crate::metrics::ExtenderMetrics;
+
+/// Which acceptable GPU a node's score favours (`extender.prefer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Prefer {
+    /// The largest predicted gain (an empty GPU gains a whole job's work): today's default.
+    #[default]
+    Gain,
+    /// An acceptable occupied GPU before any empty one (bin packing).
+    Pack,
+    /// An acceptable empty GPU before any occupied one.
+    Spread,
+}
 
 /// One GPU to place the job on: its model (as the node names it), memory when the node
 /// says, and the workloads already running there (sorted; repeats are copies) with each
@@ -86,6 +109,9 @@ enum Verdict {
     Neutral,
     Fits {
         best_gain: f64,
+        /// The best gain on a GPU that already runs a job, and on an empty one.
+        best_occupied: Option<f64>,
+        best_empty: Option<f64>,
     },
     DoesNotFit {
         reason: String,
@@ -96,6 +122,8 @@ enum Verdict {
 pub struct Extender {
     placer: Arc<dyn Placer>,
     cluster: Arc<ClusterView>,
+    prefer: Prefer,
+    metrics: Option<Arc<ExtenderMetrics>>,
 }
 
 /// The candidates of a call, in the order they came.
@@ -106,7 +134,34 @@ struct Candidates {
 
 impl Extender {
     pub fn new(placer: Arc<dyn Placer>, cluster: Arc<ClusterView>) -> Self {
-        Self { placer, cluster }
+        Self {
+            placer,
+            cluster,
+            prefer: Prefer::default(),
+            metrics: None,
+        }
+    }
+
+    /// Scores nodes as `prefer` says.
+    pub fn with_prefer(mut self, prefer: Prefer) -> Self {
+        self.prefer = prefer;
+        self
+    }
+
+    /// Counts calls, latencies and neutral answers in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<ExtenderMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub fn metrics(&self) -> Option<&Arc<ExtenderMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    fn neutral(&self, verb: &str, reason: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.neutral(verb, reason);
+        }
     }
 
     pub fn cluster(&self) -> &Arc<ClusterView> {
@@ -140,22 +195,37 @@ impl Extender {
         }
     }
 
-    /// Each candidate's verdict; `None` = answer neutrally for all (logged here).
-    async fn verdicts(&self, pod: Option<&Pod>, candidates: &Candidates) -> Option<Vec<Verdict>> {
+    /// Each candidate's verdict; `None` = answer neutrally for all (logged and counted
+    /// here, for the call `verb`).
+    async fn verdicts(
+        &self,
+        verb: &str,
+        pod: Option<&Pod>,
+        candidates: &Candidates,
+    ) -> Option<Vec<Verdict>> {
         let pod_name = pod
             .and_then(|p| p.metadata.name.as_deref())
             .unwrap_or("")
             .to_string();
         let ask = match pod.map(pod_ask) {
-            None | Some(Ok(None)) => return None,
+            None => {
+                self.neutral(verb, "no_pod");
+                return None;
+            }
+            Some(Ok(None)) => {
+                self.neutral(verb, "no_workload");
+                return None;
+            }
             Some(Ok(Some(ask))) => ask,
             Some(Err(reason)) => {
                 tracing::warn!(pod = %pod_name, %reason, "extender: neutral answer");
+                self.neutral(verb, "malformed_annotation");
                 return None;
             }
         };
         let (placement, node_slots) = self.slots(&ask, candidates);
         if placement.slots.is_empty() {
+            self.neutral(verb, "no_gpus_known");
             return Some(vec![Verdict::Neutral; candidates.names.len()]);
         }
         let outcomes = match self.placer.place(&placement).await {
@@ -163,17 +233,29 @@ impl Extender {
             Ok(outcomes) => {
                 tracing::error!(pod = %pod_name, asked = placement.slots.len(), answered = outcomes.len(),
                     "extender: placement answered a different number of GPUs; neutral answer");
+                self.neutral(verb, "placement_mismatch");
                 return None;
             }
             Err(error) => {
                 tracing::warn!(pod = %pod_name, workload = %ask.workload, %error, "extender: neutral answer");
+                self.neutral(
+                    verb,
+                    match error {
+                        PlacementError::UnknownWorkload(_) => "unknown_workload",
+                        PlacementError::Unavailable(_) => "coloc_unavailable",
+                    },
+                );
                 return None;
             }
         };
         Some(
             node_slots
                 .iter()
-                .map(|slots| verdict(slots.iter().map(|&i| &outcomes[i])))
+                .map(|slots| {
+                    verdict(slots.iter().map(|&i| {
+                        (&outcomes[i], !placement.slots[i].residents.is_empty())
+                    }))
+                })
                 .collect(),
         )
     }
@@ -217,6 +299,14 @@ impl Extender {
                 placement.slots.len() - 1
             })
         };
+        let wanted: HashSet<&str> = candidates
+            .names
+            .iter()
+            .zip(&candidates.gpus)
+            .filter(|(_, gpus)| gpus.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let by_node = self.cluster.occupied_by_node(&wanted);
         let node_slots = candidates
             .names
             .iter()
@@ -227,10 +317,17 @@ impl Extender {
                 };
                 let mut slots = Vec::new();
                 let mut occupied = 0u32;
-                self.cluster.with_occupied_gpus(name, |_, residents| {
+                for (_, residents) in by_node.get(name.as_str()).into_iter().flatten() {
                     occupied += 1;
+                    let names: Vec<String> =
+                        residents.iter().map(Resident::placement_name).collect();
+                    let residents = names
+                        .iter()
+                        .zip(residents)
+                        .map(|(name, r)| (name.as_str(), r.min_job_fraction))
+                        .collect();
                     slots.push(slot_of(gpus, residents, &mut placement));
-                });
+                }
                 if gpus.count > occupied {
                     slots.push(slot_of(gpus, Vec::new(), &mut placement));
                 }
@@ -243,7 +340,7 @@ impl Extender {
     /// kube-scheduler's filter call.
     pub async fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
         let candidates = self.candidates(&args);
-        let verdicts = self.verdicts(args.pod.as_ref(), &candidates).await;
+        let verdicts = self.verdicts("filter", args.pod.as_ref(), &candidates).await;
         let passes: Vec<bool> = match &verdicts {
             None => vec![true; candidates.names.len()],
             Some(verdicts) => verdicts
@@ -288,39 +385,46 @@ impl Extender {
     /// kube-scheduler's prioritize call.
     pub async fn prioritize(&self, args: ExtenderArgs) -> HostPriorityList {
         let candidates = self.candidates(&args);
-        let gains: Vec<Option<f64>> = match self.verdicts(args.pod.as_ref(), &candidates).await {
-            None => vec![None; candidates.names.len()],
-            Some(verdicts) => verdicts
-                .into_iter()
-                .map(|v| match v {
-                    Verdict::Fits { best_gain } => Some(best_gain),
-                    _ => None,
-                })
-                .collect(),
-        };
+        let verdicts = self
+            .verdicts("prioritize", args.pod.as_ref(), &candidates)
+            .await
+            .unwrap_or_else(|| vec![Verdict::Neutral; candidates.names.len()]);
         candidates
             .names
             .into_iter()
-            .zip(scores(&gains))
+            .zip(preferred_scores(self.prefer, &verdicts))
             .map(|(host, score)| HostPriority { host, score })
             .collect()
     }
 }
 
-/// A node's verdict from its GPUs' outcomes.
-fn verdict<'a>(outcomes: impl Iterator<Item = &'a SlotOutcome>) -> Verdict {
+/// A node's verdict from its GPUs' outcomes, each with whether the GPU is occupied.
+fn verdict<'a>(outcomes: impl Iterator<Item = (&'a SlotOutcome, bool)>) -> Verdict {
     let mut best: Option<f64> = None;
+    let (mut best_occupied, mut best_empty): (Option<f64>, Option<f64>) = (None, None);
     let mut unscored = false;
     let mut reasons: Vec<&str> = Vec::new();
-    for outcome in outcomes {
+    let max = |best: Option<f64>, gain: f64| Some(best.map_or(gain, |b| b.max(gain)));
+    for (outcome, occupied) in outcomes {
         match outcome {
-            SlotOutcome::Fits { gain } => best = Some(best.map_or(*gain, |b| b.max(*gain))),
+            SlotOutcome::Fits { gain } => {
+                best = max(best, *gain);
+                if occupied {
+                    best_occupied = max(best_occupied, *gain);
+                } else {
+                    best_empty = max(best_empty, *gain);
+                }
+            }
             SlotOutcome::Unscored { .. } => unscored = true,
             SlotOutcome::DoesNotFit { reason } => reasons.push(reason),
         }
     }
     match (best, unscored, reasons.is_empty()) {
-        (Some(best_gain), _, _) => Verdict::Fits { best_gain },
+        (Some(best_gain), _, _) => Verdict::Fits {
+            best_gain,
+            best_occupied,
+            best_empty,
+        },
         (None, true, _) | (None, false, true) => Verdict::Neutral,
         (None, false, false) => {
             reasons.sort_unstable();
@@ -330,6 +434,68 @@ fn verdict<'a>(outcomes: impl Iterator<Item = &'a SlotOutcome>) -> Verdict {
             }
         }
     }
+}
+
+/// The nodes' scores as `prefer` says: `gain` maps the best gain to 1..10 ([`scores`]);
+/// `pack` gives the nodes with an acceptable occupied GPU 6..10 (by that GPU's gain) and
+/// those with only an acceptable empty GPU 1..5; `spread` the reverse. Neutral and
+/// refused nodes score 0.
+fn preferred_scores(prefer: Prefer, verdicts: &[Verdict]) -> Vec<i64> {
+    let fits = |v: &Verdict| match v {
+        Verdict::Fits {
+            best_gain,
+            best_occupied,
+            best_empty,
+        } => Some((*best_gain, *best_occupied, *best_empty)),
+        _ => None,
+    };
+    let (first, second): (Vec<Option<f64>>, Vec<Option<f64>>) = match prefer {
+        Prefer::Gain => {
+            let gains: Vec<Option<f64>> = verdicts.iter().map(|v| fits(v).map(|f| f.0)).collect();
+            return scores(&gains);
+        }
+        Prefer::Pack => verdicts
+            .iter()
+            .map(|v| match fits(v) {
+                Some((_, Some(occupied), _)) => (Some(occupied), None),
+                Some((_, None, empty)) => (None, empty),
+                None => (None, None),
+            })
+            .unzip(),
+        Prefer::Spread => verdicts
+            .iter()
+            .map(|v| match fits(v) {
+                Some((_, _, Some(empty))) => (Some(empty), None),
+                Some((_, occupied, None)) => (None, occupied),
+                None => (None, None),
+            })
+            .unzip(),
+    };
+    let (upper, lower) = (band_scores(&first, 6, 10), band_scores(&second, 1, 5));
+    upper
+        .into_iter()
+        .zip(lower)
+        .map(|(u, l)| u.or(l).unwrap_or(MIN_EXTENDER_PRIORITY))
+        .collect()
+}
+
+/// Gains mapped linearly to `low..=high` within the request (all `high` when they tie).
+fn band_scores(gains: &[Option<f64>], low: i64, high: i64) -> Vec<Option<i64>> {
+    let finite = gains.iter().flatten().filter(|g| g.is_finite());
+    let (lo, hi) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), g| {
+        (lo.min(*g), hi.max(*g))
+    });
+    gains
+        .iter()
+        .map(|gain| match gain {
+            Some(g) if g.is_finite() => Some(if hi > lo {
+                low + ((g - lo) / (hi - lo) * (high - low) as f64).round() as i64
+            } else {
+                high
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Gains mapped to scores within one request: the nodes that fit get 1..10, linear in
@@ -421,14 +587,46 @@ mod tests {
         };
         let fits = SlotOutcome::Fits { gain: 2.0 };
         assert_eq!(
-            verdict([&refused, &fits].into_iter()),
-            Verdict::Fits { best_gain: 2.0 }
+            verdict([(&refused, true), (&fits, false)].into_iter()),
+            Verdict::Fits {
+                best_gain: 2.0,
+                best_occupied: None,
+                best_empty: Some(2.0)
+            }
         );
-        assert_eq!(verdict([&refused, &unscored].into_iter()), Verdict::Neutral);
+        assert_eq!(
+            verdict([(&refused, true), (&unscored, false)].into_iter()),
+            Verdict::Neutral
+        );
         assert!(matches!(
-            verdict([&refused, &refused].into_iter()),
+            verdict([(&refused, true), (&refused, false)].into_iter()),
             Verdict::DoesNotFit { reason } if reason == "coloc: no GPU on this node fits: memory"
         ));
         assert_eq!(verdict(std::iter::empty()), Verdict::Neutral);
+    }
+
+    fn fits(occupied: Option<f64>, empty: Option<f64>) -> Verdict {
+        Verdict::Fits {
+            best_gain: occupied.into_iter().chain(empty).fold(f64::MIN, f64::max),
+            best_occupied: occupied,
+            best_empty: empty,
+        }
+    }
+
+    #[test]
+    fn pack_puts_an_acceptable_occupied_gpu_above_any_empty_one_and_spread_the_reverse() {
+        // Node a: only an empty GPU (gain 1.0); b: a shared GPU (0.2) and an empty one;
+        // c: a shared GPU only (0.1); d: refused.
+        let verdicts = [
+            fits(None, Some(1.0)),
+            fits(Some(0.2), Some(1.0)),
+            fits(Some(0.1), None),
+            Verdict::DoesNotFit {
+                reason: "memory".into(),
+            },
+        ];
+        assert_eq!(preferred_scores(Prefer::Gain, &verdicts), [10, 10, 1, 0]);
+        assert_eq!(preferred_scores(Prefer::Pack, &verdicts), [5, 10, 6, 0]);
+        assert_eq!(preferred_scores(Prefer::Spread, &verdicts), [10, 10, 5, 0]);
     }
 }

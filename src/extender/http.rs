@@ -4,13 +4,15 @@
 //! extender `tlsConfig`); a bearer token from `auth.tokens_file` is asked for only when
 //! `extender.require_token` is on, because kube-scheduler itself sends none (a proxy in
 //! front may). A body that is not the extender JSON is answered 400; kube-scheduler then
-//! skips coloc (`ignorable: true`).
+//! skips coloc (`ignorable: true`). When the extender has metrics, every routed call is
+//! counted by verb (the last segment of its route) and status, with its latency.
 
 use std::{sync::Arc, time::Instant};
 
 use axum::{
-    extract::{DefaultBodyLimit, State},
+    extract::{DefaultBodyLimit, Request, State},
     http::{HeaderMap, StatusCode},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
@@ -51,8 +53,32 @@ pub fn router(extender: Arc<Extender>, options: &ServeOptions) -> Router {
         .route(&format!("{prefix}/filter"), post(filter))
         .route(&format!("{prefix}/prioritize"), post(prioritize))
         .route(&format!("{prefix}/healthz"), get(|| async { "ok\n" }))
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
         .with_state(state)
+}
+
+/// Counts a routed call in the extender's metrics (when it has them).
+async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(metrics) = state.extender.metrics().cloned() else {
+        return next.run(request).await;
+    };
+    // Only routed calls get here, so the path's last segment is a verb of the router.
+    let verb = request
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics.observe_call(
+        &verb,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {

@@ -16,15 +16,8 @@ pub const GFD_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 pub const GFD_REPLICAS_LABEL: &str = "nvidia.com/gpu.replicas";
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
-/// The GPUs of one node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeGpus {
-    pub count: u32,
-    /// As the node names it (GFD writes spaces as dashes); the placer matches it against
-    /// the GPU models coloc knows.
-    pub gpu_model: Option<String>,
-    pub memory_gb: Option<f64>,
-}
+/// The GPUs of one node (kept in the one cluster view).
+pub use crate::cluster::NodeGpus;
 
 /// The node's GPUs; `None` when it has none coloc can see.
 pub fn node_gpus(node: &Node) -> Option<NodeGpus> {

@@ -57,17 +57,8 @@ pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
     }))
 }
 
-/// A pod that holds GPUs on a node: a resident of each.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Residency {
-    pub node: String,
-    /// GPU ids on that node (UUIDs under HAMi, whatever `coloc.io/gpu` says otherwise).
-    pub gpus: Vec<String>,
-    pub workload: String,
-    /// Its `coloc.io/min-job-fraction`: no pod placed beside it may leave it less. A
-    /// malformed one counts as none (the pod was answered neutrally when it was placed).
-    pub min_job_fraction: Option<f64>,
-}
+/// A pod that holds GPUs on a node: a resident of each (kept in the one cluster view).
+pub use crate::cluster::Residency;
 
 /// Where the pod runs, when it is a resident: it names a workload, is bound to a node, is
 /// not finished (phase Pending-but-bound or Running: the device plugin has given it its

@@ -1,7 +1,10 @@
 //! The cluster watcher (kube-rs): keeps the [`ClusterView`] in step with the API server.
-//! Pods that carry `coloc.io/workload` become residents of their GPUs while bound and
-//! running, and are released when they finish or are deleted; nodes give their GPU
-//! inventory (for `nodeCacheCapable` calls, which send names only). Each watch starts with
+//! Every pod bound to a node and not finished that names a workload (`coloc.io/workload`)
+//! or holds GPUs by annotation (`coloc.io/gpu`, HAMi's allocation) is recorded under its
+//! `namespace/name` (the key the kubelet's PodResources reports use too): with its GPUs
+//! when an annotation names them, else waiting for its node's report; it is released
+//! when it finishes or is deleted. Nodes give their GPU inventory (for `nodeCacheCapable`
+//! calls, which send names only). Each watch starts with
 //! a full list that replaces what was known (a restart resyncs), and kube-rs relists by
 //! itself when a watch is dropped or expires (410 Gone), with backoff between failures.
 //! Off unless `extender.watch_cluster` is on.
@@ -20,9 +23,9 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    cluster::ClusterView,
+    cluster::{ClusterView, Source, WatchedPod},
     node::{node_gpus, NodeGpus},
-    pod::{residency, Residency},
+    pod::{gpu_ids, GPU_ANNOTATION, MIN_JOB_FRACTION_ANNOTATION, WORKLOAD_ANNOTATION},
 };
 
 /// Watches pods (in one namespace, or all) and nodes into a [`ClusterView`].
@@ -32,36 +35,77 @@ pub struct ClusterWatcher {
     cluster: Arc<ClusterView>,
 }
 
-fn pod_key(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_else(|| {
-        format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or(""),
-            pod.metadata.name.as_deref().unwrap_or("")
-        )
+/// The pod's key in the view: `namespace/name`, as the kubelet names it.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(|value| value.trim())
+        .filter(|value| !value.is_empty())
+}
+
+/// What the view records of a pod: bound to a node, not finished (Pending-but-bound or
+/// Running) nor being deleted, and either naming a workload or holding GPUs by
+/// annotation. A malformed `coloc.io/min-job-fraction` counts as none.
+pub fn watched_pod(pod: &Pod) -> Option<WatchedPod> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let node = pod.spec.as_ref()?.node_name.as_deref()?;
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !matches!(phase, Some("Running") | Some("Pending")) {
+        return None;
+    }
+    let workload = annotation(pod, WORKLOAD_ANNOTATION).map(str::to_string);
+    let gpus = gpu_ids(pod);
+    if workload.is_none() && gpus.is_empty() {
+        return None;
+    }
+    let gpu_source = if annotation(pod, GPU_ANNOTATION).is_some() {
+        Source::GpuAnnotation
+    } else {
+        Source::HamiAnnotation
+    };
+    Some(WatchedPod {
+        node: node.to_string(),
+        gpus,
+        gpu_source,
+        workload,
+        min_job_fraction: annotation(pod, MIN_JOB_FRACTION_ANNOTATION)
+            .and_then(|raw| raw.parse::<f64>().ok())
+            .filter(|f| *f > 0.0 && *f <= 1.0),
     })
 }
 
 /// Applies one pod event; `relist` buffers a list until it is complete.
 pub fn apply_pod_event(
     cluster: &ClusterView,
-    relist: &mut Option<Vec<(String, Residency)>>,
+    relist: &mut Option<Vec<(String, WatchedPod)>>,
     event: Event<Pod>,
 ) {
     match event {
         Event::Init => *relist = Some(Vec::new()),
         Event::InitApply(pod) => {
-            if let (Some(buffer), Some(resident)) = (relist.as_mut(), residency(&pod)) {
+            if let (Some(buffer), Some(resident)) = (relist.as_mut(), watched_pod(&pod)) {
                 buffer.push((pod_key(&pod), resident));
             }
         }
         Event::InitDone => {
             let pods = relist.take().unwrap_or_default();
-            tracing::info!(residents = pods.len(), "cluster watcher: pods listed");
-            cluster.replace_pods(pods);
+            tracing::info!(pods = pods.len(), "cluster watcher: pods listed");
+            cluster.replace_watched_pods(pods);
         }
-        Event::Apply(pod) => cluster.set_pod(&pod_key(&pod), residency(&pod)),
-        Event::Delete(pod) => cluster.set_pod(&pod_key(&pod), None),
+        Event::Apply(pod) => cluster.set_watched_pod(&pod_key(&pod), watched_pod(&pod)),
+        Event::Delete(pod) => cluster.set_watched_pod(&pod_key(&pod), None),
     }
 }
 

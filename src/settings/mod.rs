@@ -54,6 +54,17 @@ pub struct AgentsSettings {
     pub lease_secs: u64,
     /// An agent seen within this long is live: new workloads are routed to its GPU model.
     pub live_secs: u64,
+    /// `coloc agent`: the kubelet's PodResources socket, read to report which pod holds
+    /// which GPU on the node (ReportPodDevices); "" = no reports.
+    pub pod_resources_socket: String,
+    /// `coloc agent`: how often it reports its node's pods and GPUs.
+    pub pod_devices_interval_secs: u64,
+    /// The service: a node's report counts this long after it came (then the node's pods
+    /// fall back to their annotations).
+    pub pod_devices_stale_secs: u64,
+    /// `coloc agent`: the extended resources whose devices are whole GPUs (NVIDIA's device
+    /// plugin, also under time-slicing and MPS, which name replicas `UUID::N`; HAMi's).
+    pub gpu_resources: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -225,6 +236,42 @@ pub struct ExtenderSettings {
     pub watch_cluster: bool,
     /// The namespace whose pods are watched; "" = all namespaces.
     pub watch_namespace: String,
+    /// Which acceptable GPU a node's score favours: "gain" (the largest predicted gain, so
+    /// an empty GPU usually first), "pack" (an occupied GPU before an empty one) or
+    /// "spread" (an empty GPU before an occupied one).
+    pub prefer: ExtenderPrefer,
+}
+
+/// `extender.prefer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum ExtenderPrefer {
+    Gain,
+    Pack,
+    Spread,
+}
+
+impl ExtenderPrefer {
+    pub const ALL: [Self; 3] = [Self::Gain, Self::Pack, Self::Spread];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gain => "gain",
+            Self::Pack => "pack",
+            Self::Spread => "spread",
+        }
+    }
+}
+
+impl TryFrom<String> for ExtenderPrefer {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|prefer| prefer.as_str() == raw)
+            .ok_or_else(|| format!("{raw:?} is not one of {:?}", Self::ALL.map(Self::as_str)))
+    }
 }
 
 /// The placement policy Rank, Place and the scheduler extender apply unless a request
@@ -484,6 +531,7 @@ require_token = false
 max_request_bytes = 67108864
 watch_cluster = false
 watch_namespace = ""
+prefer = "gain"
 
 [policy]
 objective = "normalized-sum"
@@ -539,6 +587,10 @@ gpus = []
 [agents]
 lease_secs = 30
 live_secs = 90
+pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+pod_devices_interval_secs = 30
+pod_devices_stale_secs = 120
+gpu_resources = ["nvidia.com/gpu", "nvidia.com/gpu.shared"]
 
 [trainer]
 interval_secs = 600

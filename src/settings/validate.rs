@@ -165,6 +165,26 @@ impl Settings {
                 "must be at least agents.lease_secs and at most a week".into(),
             );
         }
+        if !(1..=3600).contains(&a.pod_devices_interval_secs) {
+            return invalid(
+                "agents.pod_devices_interval_secs",
+                "must be 1 to 3600 seconds".into(),
+            );
+        }
+        if a.pod_devices_stale_secs < a.pod_devices_interval_secs
+            || a.pod_devices_stale_secs > 86_400
+        {
+            return invalid(
+                "agents.pod_devices_stale_secs",
+                "must be at least agents.pod_devices_interval_secs and at most a day".into(),
+            );
+        }
+        if a.gpu_resources.iter().any(|r| r.trim().is_empty()) {
+            return invalid(
+                "agents.gpu_resources",
+                "must not hold an empty resource name".into(),
+            );
+        }
         Ok(())
     }
 

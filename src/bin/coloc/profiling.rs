@@ -23,6 +23,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         args.node.connection.token.clone(),
         identity,
         settings.profiler,
+        settings.agents,
         cancel,
     )
     .await;

@@ -1,0 +1,217 @@
+//! The view's sources merged into residents per GPU, by the precedence the module header
+//! states: HAMi's annotation, then a fresh PodResources report, then `coloc.io/gpu`, then
+//! AssignJob for ids no source above places.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{Inner, Resident, Source, WatchedPod};
+use crate::store::{ClusterJob, Occupancy as Assignments};
+
+/// Which nodes a merge covers.
+pub(super) enum Nodes<'a> {
+    All,
+    Some(&'a HashSet<&'a str>),
+}
+
+impl Nodes<'_> {
+    fn wanted(&self, node: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Some(set) => set.contains(node),
+        }
+    }
+}
+
+/// One GPU of the view, for listings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewGpu {
+    pub id: String,
+    pub node: String,
+    /// The GPU model: the store's for a GPU AssignJob named, else the node's label.
+    pub gpu_model: Option<String>,
+    /// Pods by key, then jobs by id; empty for a GPU the store knows with nobody on it.
+    pub residents: Vec<Resident>,
+}
+
+struct Sources<'a> {
+    inner: &'a Inner,
+    now_ms: i64,
+    stale_after_ms: i64,
+}
+
+impl Sources<'_> {
+    fn fresh_report(&self, node: &str) -> bool {
+        self.inner
+            .reports
+            .get(node)
+            .is_some_and(|report| self.now_ms - report.at_ms <= self.stale_after_ms)
+    }
+
+    /// Whether a fresh PodResources report lists the pod (on any node).
+    fn reported(&self, key: &str) -> bool {
+        self.inner
+            .reported_on
+            .get(key)
+            .is_some_and(|node| self.fresh_report(node))
+    }
+
+    /// Whether the watcher's annotation places the pod (it names GPUs, and no fresh
+    /// report overrides it).
+    fn annotated(&self, pod: &WatchedPod, key: &str) -> bool {
+        !pod.gpus.is_empty() && (pod.gpu_source == Source::HamiAnnotation || !self.reported(key))
+    }
+
+    /// Whether a source above AssignJob places the pod `key`.
+    fn placed(&self, key: &str) -> bool {
+        let watched = self.inner.watched.get(key);
+        watched.is_some_and(|pod| self.annotated(pod, key))
+            || (self.reported(key)
+                && !watched
+                    .is_some_and(|pod| pod.gpu_source == Source::HamiAnnotation && !pod.gpus.is_empty()))
+    }
+}
+
+type ByNode = HashMap<String, BTreeMap<String, Vec<Resident>>>;
+
+fn push(by_node: &mut ByNode, node: &str, gpu: &str, resident: Resident) {
+    by_node
+        .entry(node.to_string())
+        .or_default()
+        .entry(gpu.to_string())
+        .or_default()
+        .push(resident);
+}
+
+fn pod_resident(key: &str, pod: Option<&WatchedPod>, source: Source, jobs: &HashMap<&str, &ClusterJob>) -> Resident {
+    Resident {
+        id: key.to_string(),
+        workload: pod
+            .and_then(|p| p.workload.clone())
+            .or_else(|| jobs.get(key).map(|j| j.workload.as_str().to_string())),
+        min_job_fraction: pod.and_then(|p| p.min_job_fraction),
+        source,
+        assigned_at_ms: None,
+        expires_at_ms: None,
+    }
+}
+
+/// Each wanted node's occupied GPUs with their residents (sorted by id).
+pub(super) fn occupied(
+    inner: &Inner,
+    assignments: Option<&Assignments>,
+    nodes: Nodes<'_>,
+    now_ms: i64,
+    stale_after_ms: i64,
+) -> HashMap<String, Vec<(String, Vec<Resident>)>> {
+    let sources = Sources {
+        inner,
+        now_ms,
+        stale_after_ms,
+    };
+    let live_jobs: HashMap<&str, &ClusterJob> = assignments
+        .into_iter()
+        .flat_map(|a| a.gpus())
+        .flat_map(|gpu| &gpu.jobs)
+        .filter(|job| job.is_live(now_ms))
+        .map(|job| (&*job.job_id, job))
+        .collect();
+    let mut by_node = ByNode::new();
+    for (node, keys) in &inner.watched_on {
+        if !nodes.wanted(node) {
+            continue;
+        }
+        for key in keys {
+            let pod = &inner.watched[key];
+            if !sources.annotated(pod, key) {
+                continue;
+            }
+            for gpu in &pod.gpus {
+                let resident = pod_resident(key, Some(pod), pod.gpu_source, &live_jobs);
+                push(&mut by_node, node, gpu, resident);
+            }
+        }
+    }
+    for (node, report) in &inner.reports {
+        if !nodes.wanted(node) || !sources.fresh_report(node) {
+            continue;
+        }
+        for (key, gpus) in &report.pods {
+            let pod = inner.watched.get(key);
+            if pod.is_some_and(|p| p.gpu_source == Source::HamiAnnotation && !p.gpus.is_empty()) {
+                continue;
+            }
+            for gpu in gpus {
+                let resident = pod_resident(key, pod, Source::PodResources, &live_jobs);
+                push(&mut by_node, node, gpu, resident);
+            }
+        }
+    }
+    for gpu in assignments.into_iter().flat_map(|a| a.gpus()) {
+        if !nodes.wanted(&gpu.node) {
+            continue;
+        }
+        for job in gpu.jobs.iter().filter(|job| job.is_live(now_ms)) {
+            if sources.placed(&job.job_id) {
+                continue;
+            }
+            let resident = Resident {
+                id: job.job_id.to_string(),
+                workload: Some(job.workload.as_str().to_string()),
+                min_job_fraction: inner.watched.get(&*job.job_id).and_then(|p| p.min_job_fraction),
+                source: Source::AssignJob,
+                assigned_at_ms: Some(job.assigned_at_ms),
+                expires_at_ms: job.expires_at_ms,
+            };
+            push(&mut by_node, &gpu.node, &gpu.id, resident);
+        }
+    }
+    by_node
+        .into_iter()
+        .map(|(node, gpus)| {
+            let gpus = gpus
+                .into_iter()
+                .map(|(gpu, mut residents)| {
+                    residents.sort_by(|a, b| a.id.cmp(&b.id));
+                    (gpu, residents)
+                })
+                .collect();
+            (node, gpus)
+        })
+        .collect()
+}
+
+/// Every GPU of the view, sorted by (id, node): occupied ones and the store's empty ones.
+pub(super) fn all_gpus(
+    inner: &Inner,
+    assignments: Option<&Assignments>,
+    now_ms: i64,
+    stale_after_ms: i64,
+) -> Vec<ViewGpu> {
+    let mut gpus: BTreeMap<(String, String), ViewGpu> = BTreeMap::new();
+    for gpu in assignments.into_iter().flat_map(|a| a.gpus()) {
+        gpus.insert(
+            (gpu.id.to_string(), gpu.node.to_string()),
+            ViewGpu {
+                id: gpu.id.to_string(),
+                node: gpu.node.to_string(),
+                gpu_model: Some(gpu.gpu.as_str().to_string()),
+                residents: Vec::new(),
+            },
+        );
+    }
+    let occupied = occupied(inner, assignments, Nodes::All, now_ms, stale_after_ms);
+    for (node, node_gpus) in occupied {
+        let label = inner.nodes.get(&node).and_then(|n| n.gpu_model.clone());
+        for (id, residents) in node_gpus {
+            gpus.entry((id.clone(), node.clone()))
+                .or_insert_with(|| ViewGpu {
+                    id,
+                    node: node.clone(),
+                    gpu_model: label.clone(),
+                    residents: Vec::new(),
+                })
+                .residents = residents;
+        }
+    }
+    gpus.into_values().collect()
+}

@@ -1,0 +1,449 @@
+//! The one cluster view: which GPUs each node has, and who runs on each GPU, whoever
+//! placed them. Every source feeds it and every reader reads it: the kube-scheduler
+//! extender (and the admission webhook beside it), Place against the stored view, ListGpus
+//! and `coloc gpus list`.
+//!
+//! Sources, each resident saying which one placed it ([`Source`]):
+//! - the cluster watcher (`extender::watcher`): nodes' GPUs from their labels, and pods
+//!   with their workload (`coloc.io/workload`), floor (`coloc.io/min-job-fraction`) and,
+//!   when an annotation names them, their GPUs (`coloc.io/gpu`, HAMi's
+//!   `hami.io/vgpu-devices-allocated`);
+//! - `coloc agent` on each node (ReportPodDevices): the kubelet's PodResources `List`, a
+//!   full snapshot of which pod holds which GPU UUIDs on that node;
+//! - AssignJob / ReleaseJob: the occupancy the store keeps (`store::occupancy`).
+//!
+//! A pod on a GPU coloc did not choose is still a resident: a pod whose workload coloc
+//! does not know occupies its GPU all the same (the extender then leaves that GPU
+//! unscored). Precedence when sources disagree about where a pod runs (decision 023):
+//! 1. HAMi's allocation annotation: HAMi's device plugin mounts the devices it names,
+//!    whatever device ids the kubelet handed it;
+//! 2. the kubelet's PodResources report of the node (what the device plugin was given), while
+//!    it is fresh (`agents.pod_devices_stale_secs`); a pod it lists runs there, not where an
+//!    annotation says;
+//! 3. the `coloc.io/gpu` annotation (the operator's own tooling);
+//! 4. AssignJob: a job whose id is a pod's `namespace/name` is that pod, and counts only
+//!    while no source above places the pod; other jobs stand as they are.
+//!
+//! The workload and floor come from the pod's annotations (the watcher), else from the
+//! assignment of the same id; without either the resident's workload is unknown.
+//!
+//! The public API, for the extender and the webhook:
+//! - writers: [`ClusterView::set_node`] / [`ClusterView::replace_nodes`],
+//!   [`ClusterView::set_watched_pod`] / [`ClusterView::replace_watched_pods`] (and their
+//!   older forms for pods with a known workload and GPU, [`ClusterView::set_pod`] /
+//!   [`ClusterView::replace_pods`]), [`ClusterView::report_pod_devices`];
+//! - readers: [`ClusterView::node`], [`ClusterView::occupied_gpus`] (one node's occupied
+//!   GPUs with their [`Resident`]s), [`ClusterView::occupied_by_node`] (the same for many
+//!   nodes in one pass), [`ClusterView::with_occupied_gpus`] (workload names and floors,
+//!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings) and
+//!   [`ClusterView::occupancy`] (a sorted summary for tests and operators).
+//!
+//! Readers never wait on the API server or the database: writes take a short write lock,
+//! and the store's occupancy is read from its in-memory copy.
+
+mod merge;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        RwLock,
+    },
+};
+
+use crate::{domain::now_ms, store::Store, sync::Unpoisoned};
+
+pub use merge::ViewGpu;
+
+/// How long a node's PodResources report counts without a newer one, unless set.
+pub const DEFAULT_STALE_AFTER_MS: i64 = 120_000;
+
+/// Who says a resident runs on a GPU, in the order of precedence (first wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// HAMi's `hami.io/vgpu-devices-allocated` pod annotation.
+    HamiAnnotation,
+    /// The kubelet's PodResources API, reported by `coloc agent`.
+    PodResources,
+    /// The `coloc.io/gpu` pod annotation.
+    GpuAnnotation,
+    /// AssignJob.
+    AssignJob,
+}
+
+impl Source {
+    /// The name operators see (`coloc gpus list`, logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HamiAnnotation => "hami-annotation",
+            Self::PodResources => "pod-resources",
+            Self::GpuAnnotation => "gpu-annotation",
+            Self::AssignJob => "assign-job",
+        }
+    }
+}
+
+/// The GPUs of one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeGpus {
+    pub count: u32,
+    /// As the node names it (GFD writes spaces as dashes); the placer matches it against
+    /// the GPU models coloc knows.
+    pub gpu_model: Option<String>,
+    pub memory_gb: Option<f64>,
+}
+
+/// A pod with a known workload holding GPUs named by `coloc.io/gpu` on a node (the older
+/// form of [`WatchedPod`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Residency {
+    pub node: String,
+    /// GPU ids on that node (UUIDs under HAMi, whatever `coloc.io/gpu` says otherwise).
+    pub gpus: Vec<String>,
+    pub workload: String,
+    /// Its `coloc.io/min-job-fraction`: no pod placed beside it may leave it less. A
+    /// malformed one counts as none (the pod was answered neutrally when it was placed).
+    pub min_job_fraction: Option<f64>,
+}
+
+/// What the cluster watcher knows of a live pod bound to a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchedPod {
+    pub node: String,
+    /// The GPUs an annotation names; empty when only the kubelet can tell.
+    pub gpus: Vec<String>,
+    /// Which annotation named them ([`Source::GpuAnnotation`] or
+    /// [`Source::HamiAnnotation`]); ignored when `gpus` is empty.
+    pub gpu_source: Source,
+    /// `coloc.io/workload`; `None` for a pod coloc was not told about.
+    pub workload: Option<String>,
+    pub min_job_fraction: Option<f64>,
+}
+
+impl From<Residency> for WatchedPod {
+    fn from(residency: Residency) -> Self {
+        Self {
+            node: residency.node,
+            gpus: residency.gpus,
+            gpu_source: Source::GpuAnnotation,
+            workload: Some(residency.workload),
+            min_job_fraction: residency.min_job_fraction,
+        }
+    }
+}
+
+/// One pod of a node's PodResources report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodDevices {
+    /// `namespace/name`, the watcher's key of the same pod.
+    pub pod: String,
+    /// GPU UUIDs.
+    pub gpus: Vec<String>,
+}
+
+/// A pod or job on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resident {
+    /// The pod's `namespace/name` (the watcher's key), or the AssignJob job id.
+    pub id: String,
+    /// `None`: coloc does not know what it runs.
+    pub workload: Option<String>,
+    pub min_job_fraction: Option<f64>,
+    pub source: Source,
+    /// AssignJob's times; `None` for pods.
+    pub assigned_at_ms: Option<i64>,
+    pub expires_at_ms: Option<i64>,
+}
+
+impl Resident {
+    /// The name a placement is asked with: the workload, or for an unknown one a name no
+    /// workload can have (Place then leaves the GPU unscored).
+    pub fn placement_name(&self) -> String {
+        match &self.workload {
+            Some(workload) => workload.clone(),
+            None => format!("unknown pod {}", self.id),
+        }
+    }
+}
+
+/// The residents of one GPU: (node, GPU id) -> workloads, a name once per pod (an unknown
+/// workload as [`Resident::placement_name`] writes it).
+pub type Occupancy = BTreeMap<(String, String), Vec<String>>;
+
+/// A node's last PodResources report.
+#[derive(Debug, Clone)]
+struct NodeReport {
+    at_ms: i64,
+    pods: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    nodes: HashMap<String, NodeGpus>,
+    /// The watcher's pods by key.
+    watched: HashMap<String, WatchedPod>,
+    /// node -> the watched pods bound to it.
+    watched_on: HashMap<String, BTreeSet<String>>,
+    /// node -> its last PodResources report.
+    reports: HashMap<String, NodeReport>,
+    /// pod key -> the node whose report lists it.
+    reported_on: HashMap<String, String>,
+}
+
+impl Inner {
+    fn unwatch(&mut self, key: &str) {
+        if let Some(old) = self.watched.remove(key) {
+            if let Some(keys) = self.watched_on.get_mut(&old.node) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.watched_on.remove(&old.node);
+                }
+            }
+        }
+    }
+
+    fn watch(&mut self, key: String, pod: WatchedPod) {
+        self.watched_on
+            .entry(pod.node.clone())
+            .or_default()
+            .insert(key.clone());
+        self.watched.insert(key, pod);
+    }
+}
+
+/// The one cluster view (module header: sources, precedence, API).
+#[derive(Debug)]
+pub struct ClusterView {
+    inner: RwLock<Inner>,
+    /// AssignJob's occupancy; `None` for a view without a store (tests, benches).
+    assignments: Option<Store>,
+    stale_after_ms: AtomicI64,
+}
+
+impl Default for ClusterView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClusterView {
+    /// A view fed by the watcher and agents only.
+    pub fn new() -> Self {
+        Self {
+            inner: RwLock::default(),
+            assignments: None,
+            stale_after_ms: AtomicI64::new(DEFAULT_STALE_AFTER_MS),
+        }
+    }
+
+    /// A view that also reads `store`'s AssignJob occupancy.
+    pub fn with_assignments(store: Store) -> Self {
+        Self {
+            assignments: Some(store),
+            ..Self::new()
+        }
+    }
+
+    /// Counts a node's PodResources report for `ms` after it came (a node whose agent
+    /// stopped reporting then falls back to the other sources).
+    pub fn set_stale_after_ms(&self, ms: i64) {
+        self.stale_after_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn stale_after_ms(&self) -> i64 {
+        self.stale_after_ms.load(Ordering::Relaxed)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        // A panic under the lock leaves consistent data (each change is whole): go on.
+        self.inner.write().unpoisoned()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unpoisoned()
+    }
+
+    /// Sets (or, with `None`, forgets) a node's GPUs.
+    pub fn set_node(&self, name: &str, gpus: Option<NodeGpus>) {
+        let mut inner = self.write();
+        match gpus {
+            Some(gpus) => {
+                inner.nodes.insert(name.to_string(), gpus);
+            }
+            None => {
+                inner.nodes.remove(name);
+            }
+        }
+    }
+
+    /// Replaces every node (after a node relist).
+    pub fn replace_nodes(&self, nodes: impl IntoIterator<Item = (String, NodeGpus)>) {
+        let nodes = nodes.into_iter().collect();
+        self.write().nodes = nodes;
+    }
+
+    /// Records what the watcher knows of a pod now: `Some` (moving it if it was known
+    /// elsewhere), or `None` when it finished or was deleted.
+    pub fn set_watched_pod(&self, key: &str, pod: Option<WatchedPod>) {
+        let mut inner = self.write();
+        inner.unwatch(key);
+        if let Some(pod) = pod {
+            inner.watch(key.to_string(), pod);
+        }
+    }
+
+    /// Replaces every watched pod (after a pod relist): pods not listed are gone.
+    pub fn replace_watched_pods(&self, pods: impl IntoIterator<Item = (String, WatchedPod)>) {
+        let mut fresh = Inner::default();
+        for (key, pod) in pods {
+            fresh.watch(key, pod);
+        }
+        let mut inner = self.write();
+        inner.watched = fresh.watched;
+        inner.watched_on = fresh.watched_on;
+    }
+
+    /// [`Self::set_watched_pod`] for a pod with a known workload on GPUs `coloc.io/gpu`
+    /// names.
+    pub fn set_pod(&self, key: &str, residency: Option<Residency>) {
+        self.set_watched_pod(key, residency.map(WatchedPod::from));
+    }
+
+    /// [`Self::replace_watched_pods`] for pods with known workloads on GPUs
+    /// `coloc.io/gpu` names.
+    pub fn replace_pods(&self, pods: impl IntoIterator<Item = (String, Residency)>) {
+        self.replace_watched_pods(pods.into_iter().map(|(k, r)| (k, WatchedPod::from(r))));
+    }
+
+    /// Replaces `node`'s PodResources report with `pods` (a full snapshot: pods it does
+    /// not list hold no GPU there any more), received at `at_ms`. Returns the pods and
+    /// distinct GPUs recorded. The same snapshot again changes nothing but its time.
+    pub fn report_pod_devices(&self, node: &str, pods: Vec<PodDevices>, at_ms: i64) -> (usize, usize) {
+        let mut snapshot: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pod in pods {
+            let gpus = snapshot.entry(pod.pod).or_default();
+            for gpu in pod.gpus {
+                if !gpus.contains(&gpu) {
+                    gpus.push(gpu);
+                }
+            }
+        }
+        snapshot.retain(|_, gpus| !gpus.is_empty());
+        let distinct: HashSet<&String> = snapshot.values().flatten().collect();
+        let counts = (snapshot.len(), distinct.len());
+        let mut inner = self.write();
+        if let Some(old) = inner.reports.remove(node) {
+            for key in old.pods.keys() {
+                if inner.reported_on.get(key).is_some_and(|n| n == node) {
+                    inner.reported_on.remove(key);
+                }
+            }
+        }
+        for key in snapshot.keys() {
+            inner.reported_on.insert(key.clone(), node.to_string());
+        }
+        inner.reports.insert(
+            node.to_string(),
+            NodeReport {
+                at_ms,
+                pods: snapshot,
+            },
+        );
+        counts
+    }
+
+    pub fn node(&self, name: &str) -> Option<NodeGpus> {
+        self.read().nodes.get(name).cloned()
+    }
+
+    /// `node`'s occupied GPUs, by id, each with its residents (pods by key, then jobs).
+    pub fn occupied_gpus(&self, node: &str) -> Vec<(String, Vec<Resident>)> {
+        let wanted = HashSet::from([node]);
+        self.occupied_by_node(&wanted)
+            .remove(node)
+            .unwrap_or_default()
+    }
+
+    /// [`Self::occupied_gpus`] of each of `nodes`, in one pass over the sources (nodes
+    /// with no occupied GPU are left out).
+    pub fn occupied_by_node(
+        &self,
+        nodes: &HashSet<&str>,
+    ) -> HashMap<String, Vec<(String, Vec<Resident>)>> {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        merge::occupied(
+            &inner,
+            occupancy.as_deref(),
+            merge::Nodes::Some(nodes),
+            now,
+            self.stale_after_ms(),
+        )
+    }
+
+    /// Calls `visit` with each occupied GPU of `node` and its residents (the name Place
+    /// is asked with, [`Resident::placement_name`], and `min_job_fraction`).
+    pub fn with_occupied_gpus(
+        &self,
+        node: &str,
+        mut visit: impl FnMut(&str, Vec<(&str, Option<f64>)>),
+    ) {
+        for (gpu, residents) in self.occupied_gpus(node) {
+            let names: Vec<String> = residents.iter().map(Resident::placement_name).collect();
+            visit(
+                &gpu,
+                names
+                    .iter()
+                    .zip(&residents)
+                    .map(|(name, r)| (name.as_str(), r.min_job_fraction))
+                    .collect(),
+            );
+        }
+    }
+
+    /// Every GPU known, by (id, node): the store's (empty ones too) and every GPU a pod
+    /// holds, with their residents and GPU model where known.
+    pub fn gpus(&self) -> Vec<ViewGpu> {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        merge::all_gpus(&inner, occupancy.as_deref(), now, self.stale_after_ms())
+    }
+
+    /// Every occupied GPU with its residents' names, sorted (for tests and operators).
+    pub fn occupancy(&self) -> Occupancy {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        let mut summary = Occupancy::new();
+        let by_node = merge::occupied(
+            &inner,
+            occupancy.as_deref(),
+            merge::Nodes::All,
+            now,
+            self.stale_after_ms(),
+        );
+        for (node, gpus) in by_node {
+            for (gpu, residents) in gpus {
+                let mut names: Vec<String> =
+                    residents.iter().map(Resident::placement_name).collect();
+                names.sort();
+                summary.insert((node.clone(), gpu), names);
+            }
+        }
+        summary
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.read().nodes.len()
+    }
+
+    /// Pods the watcher knows on nodes.
+    pub fn resident_pods(&self) -> usize {
+        self.read().watched.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;
