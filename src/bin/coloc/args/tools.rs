@@ -53,6 +53,12 @@ pub struct SimulateArgs {
     /// kept under every rule.
     #[arg(long, default_value = "fair-share", value_parser = ["fair-share", "break-even", "gain"])]
     pub rule: String,
+    /// Which GPU the model policies take among those Place admits, as the extender's
+    /// `extender.prefer`: gain (the largest predicted gain, so an empty GPU usually first),
+    /// pack (the best occupied GPU before any empty one) or spread (an empty GPU before
+    /// any occupied one).
+    #[arg(long, default_value = "gain", value_parser = ["gain", "pack", "spread"])]
+    pub prefer: String,
     /// How waiting jobs are offered: k8s (kube-scheduler's order: every waiting job in
     /// arrival order, a job that fits nowhere stays while the ones behind it are placed) or
     /// fifo (strict FIFO: when the head waits, everyone waits).

@@ -246,6 +246,25 @@ async fn all_gpus(
     }
 }
 
+/// Who says each job runs on the GPU, once per source in the order of its jobs:
+/// "assign-job", "pod-resources" (the kubelet), "hami-annotation", "gpu-annotation".
+fn sources(gpu: &pb::ClusterGpu) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for job in &gpu.jobs {
+        let name = match job.source() {
+            pb::ResidentSource::AssignJob => "assign-job",
+            pb::ResidentSource::PodResources => "pod-resources",
+            pb::ResidentSource::HamiAnnotation => "hami-annotation",
+            pb::ResidentSource::GpuAnnotation => "gpu-annotation",
+            pb::ResidentSource::Unspecified => "-",
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.join(" ")
+}
+
 /// When a job's lease ends, from now: "in 4m 12s", "no lease", or "expired".
 fn lease_left(job: &pb::ClusterJob, now_s: i64) -> String {
     let Some(expires) = &job.expires_at else {
@@ -340,18 +359,22 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
                 g.gpu.clone(),
                 g.jobs
                     .iter()
-                    .map(|j| match lease_left(j, now) {
-                        lease if j.expires_at.is_some() => {
-                            format!("{}={} (lease ends {lease})", j.job_id, j.workload)
+                    .map(|j| {
+                        let workload = if j.workload.is_empty() { "?" } else { &j.workload };
+                        match lease_left(j, now) {
+                            lease if j.expires_at.is_some() => {
+                                format!("{}={workload} (lease ends {lease})", j.job_id)
+                            }
+                            _ => format!("{}={workload}", j.job_id),
                         }
-                        _ => format!("{}={}", j.job_id, j.workload),
                     })
                     .collect::<Vec<_>>()
                     .join(" "),
+                sources(g),
             ]
         })
         .collect();
-    print_table(&["ID", "NODE", "GPU", "JOBS"], &rows);
+    print_table(&["ID", "NODE", "GPU", "JOBS", "SOURCES"], &rows);
     Ok(())
 }
 

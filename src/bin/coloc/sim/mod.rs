@@ -126,6 +126,8 @@ pub struct World {
     pub caps: CapCheck,
     /// What the oracle and the model policies ask of a shared GPU.
     pub rule: PlaceRule,
+    /// Which admitted GPU the model policies take (`--prefer`).
+    pub prefer: coloc::extender::Prefer,
     /// The store `coloc-online` starts from; `None` when it does not run.
     pub seeded: Option<SeededStore>,
     /// What the model policies were trained on (the interval audit's what-if refits them).
@@ -196,6 +198,12 @@ impl World {
             },
             rule: PlaceRule::parse(&args.rule)
                 .with_context(|| format!("unknown --rule {:?}", args.rule))?,
+            prefer: match args.prefer.as_str() {
+                "gain" => coloc::extender::Prefer::Gain,
+                "pack" => coloc::extender::Prefer::Pack,
+                "spread" => coloc::extender::Prefer::Spread,
+                other => bail!("unknown --prefer {other:?}; known: gain, pack, spread"),
+            },
             seeded: if args.policies.iter().any(|p| p == "coloc-online") {
                 Some(SeededStore::build(&args.kace_v100)?)
             } else {
@@ -255,6 +263,8 @@ pub fn run_policy(
                     world.rule,
                 )?
             };
+            let mut placer = placer;
+            placer.prefer = world.prefer;
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
@@ -417,6 +427,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }),
     );
     put("place_rule", json!(world.rule.name()));
+    put("prefer", json!(args.prefer));
     put("queue", json!(queue.name()));
     put("retry_delay_s", json!(args.retry_delay));
     put("seeds", json!(args.seeds));
@@ -484,6 +495,7 @@ mod tests {
             ls_cap: 0.5,
             caps: "point".into(),
             rule: "gain".into(),
+            prefer: "gain".into(),
             queue: "k8s".into(),
             retry_delay: 60.0,
             split_runs: false,

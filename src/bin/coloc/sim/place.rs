@@ -141,6 +141,8 @@ pub struct ServicePlacer {
     /// The sets reported so far (sorted workload indices): each is reported once, since
     /// the truth gives a set the same throughputs every time it runs.
     reported: HashSet<Vec<u8>>,
+    /// Which admitted GPU to take (`--prefer`); the largest gain by default.
+    pub prefer: coloc::extender::Prefer,
     pub calls: u64,
     pub nanos: u128,
 }
@@ -229,6 +231,7 @@ impl ServicePlacer {
             caps,
             rule,
             reported: HashSet::new(),
+            prefer: coloc::extender::Prefer::default(),
             calls: 0,
             nanos: 0,
         }
@@ -320,11 +323,21 @@ impl Placer for ServicePlacer {
             include_losses: true,
         };
         let answer = self.answerer.answer(query)?;
+        // Pack ranks occupied GPUs first, spread empty ones; then the largest gain.
+        let tier = |index: usize| {
+            let occupied = !request.gpus[index].residents.is_empty();
+            match self.prefer {
+                coloc::extender::Prefer::Gain => 0,
+                coloc::extender::Prefer::Pack => u8::from(occupied),
+                coloc::extender::Prefer::Spread => u8::from(!occupied),
+            }
+        };
         let mut best: Option<PlaceDecision> = None;
         for placement in &answer.placements {
             let index: usize = placement.gpu_id.parse().context("a GPU id")?;
             let better = best.is_none_or(|b| {
-                placement.gain > b.gain || (placement.gain == b.gain && index < b.gpu)
+                (tier(index), placement.gain, std::cmp::Reverse(index))
+                    > (tier(b.gpu), b.gain, std::cmp::Reverse(b.gpu))
             });
             if better {
                 best = Some(PlaceDecision {
