@@ -28,6 +28,7 @@ mod ncu;
 mod occupancy;
 mod operations;
 mod place;
+mod pod_devices;
 mod ports;
 mod predict;
 mod profiles;
