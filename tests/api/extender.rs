@@ -31,7 +31,7 @@ fn fixture(name: &str) -> Value {
 }
 
 /// The pending pod, with its annotations replaced.
-fn pod(annotations: Value) -> Value {
+pub fn pod(annotations: Value) -> Value {
     let mut pod = fixture("pod-pending.json");
     pod["metadata"]["annotations"] = annotations;
     pod
@@ -39,7 +39,7 @@ fn pod(annotations: Value) -> Value {
 
 /// POSTs `body` over a fresh HTTP/1.1 connection; the status and the body as JSON (or
 /// as a string when it is not JSON).
-async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16, Value) {
+pub async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16, Value) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     post_on(stream, addr, path, body, headers).await.unwrap()
 }

@@ -12,6 +12,7 @@ mod docs;
 mod eval;
 mod export;
 mod extender;
+mod extender_view;
 mod faults;
 mod fetch_data;
 mod grpcurl;
