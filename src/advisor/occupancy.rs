@@ -6,7 +6,7 @@
 //! assignments, and the pods the watcher and the agents' PodResources reports place, each
 //! resident with its source; ReportPodDevices feeds it.
 
-use super::{decode_page_token, encode_page_token, Advisor, Error, GpuState, Result};
+use super::{encode_page_token, Advisor, Error, GpuState, Result, PAGE_TOKEN_TAG};
 use crate::{
     cluster::{PodDevices, ViewGpu},
     domain::{now_ms, GpuName, ValidationError, WorkloadName},
@@ -70,6 +70,26 @@ impl GpuFilter {
 pub fn same_gpu_model(label: &str, gpu: &str) -> bool {
     let normal = |s: &str| s.trim().replace(' ', "-").to_ascii_lowercase();
     normal(label) == normal(gpu)
+}
+
+/// A ListGpus page token: the last (GPU id, node) of the page before, as the advisor's
+/// tokens are written (ids and nodes need not be workload names).
+fn decode_gpu_page_token(token: &str) -> Result<Option<String>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let invalid = || {
+        Error::InvalidRequest(ValidationError::new(
+            "page_token",
+            "page_token is not one this server issued",
+        ))
+    };
+    if token.len() > PAGE_TOKEN_TAG.len() + 2 * 1024 {
+        return Err(invalid());
+    }
+    let hex_part = token.strip_prefix(PAGE_TOKEN_TAG).ok_or_else(invalid)?;
+    let bytes = hex::decode(hex_part).map_err(|_| invalid())?;
+    String::from_utf8(bytes).map(Some).map_err(|_| invalid())
 }
 
 /// The most pods one ReportPodDevices may list, and GPUs per pod.
@@ -153,7 +173,7 @@ impl Advisor {
             0 => super::DEFAULT_PAGE_SIZE,
             n => n.min(super::MAX_PAGE_SIZE),
         } as usize;
-        let after = decode_page_token(page_token)?;
+        let after = decode_gpu_page_token(page_token)?;
         let key = |gpu: &ViewGpu| format!("{}\u{1f}{}", gpu.id, gpu.node);
         let mut page: Vec<ViewGpu> = self
             .cluster

@@ -75,7 +75,8 @@ const GPU_B: &str = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448";
 /// The pods of the `n`th pod list: the first, then the one after 410 Gone.
 fn pod_list(n: usize) -> Vec<serde_json::Value> {
     match n {
-        // A running resident on gpu-node-1, one not yet bound, one coloc ignores.
+        // A running resident on gpu-node-1, one not yet bound, one without a workload
+        // (still a resident of its GPU, which coloc cannot judge).
         1 => vec![
             pod(
                 "a",
@@ -216,7 +217,12 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
     let key = |node: &str, gpu: &str| (node.to_string(), gpu.to_string());
     assert_eq!(
         after_first_watch.unwrap(),
-        [(key("gpu-node-1", GPU_B), vec!["w02".to_string()])].into(),
+        [
+            (key("gpu-node-1", GPU_B), vec!["w02".to_string()]),
+            // c names no workload but holds gpu-0: a resident coloc cannot judge.
+            (key("gpu-node-1", "gpu-0"), vec!["unknown pod ml/c".to_string()]),
+        ]
+        .into(),
         "b bound and running, a finished, f added then deleted"
     );
     assert_eq!(
