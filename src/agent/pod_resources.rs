@@ -22,7 +22,9 @@ use tonic::{
 
 use crate::proto::{
     self as pb,
-    podresources::{pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest},
+    podresources::{
+        pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest,
+    },
     profiling_agents_client::ProfilingAgentsClient,
 };
 
@@ -92,7 +94,8 @@ pub async fn list(
             path: socket.display().to_string(),
             source,
         })?;
-    let mut client = PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_LIST_BYTES);
+    let mut client =
+        PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_LIST_BYTES);
     Ok(client
         .list(ListPodResourcesRequest {})
         .await
@@ -147,7 +150,9 @@ impl PodDevicesReporter {
             pods: pod_gpus(&answer, &self.resources),
         });
         if let Some(value) = &self.authorization {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         Ok(self
             .client
@@ -169,7 +174,11 @@ impl PodDevicesReporter {
                         tracing::info!("pod devices reported again");
                     }
                     failing = false;
-                    tracing::debug!(pods = answer.pods, gpus = answer.gpus, "pod devices reported");
+                    tracing::debug!(
+                        pods = answer.pods,
+                        gpus = answer.gpus,
+                        "pod devices reported"
+                    );
                 }
                 Err(error) if !failing => {
                     failing = true;

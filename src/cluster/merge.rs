@@ -66,8 +66,9 @@ impl Sources<'_> {
         let watched = self.inner.watched.get(key);
         watched.is_some_and(|pod| self.annotated(pod, key))
             || (self.reported(key)
-                && !watched
-                    .is_some_and(|pod| pod.gpu_source == Source::HamiAnnotation && !pod.gpus.is_empty()))
+                && !watched.is_some_and(|pod| {
+                    pod.gpu_source == Source::HamiAnnotation && !pod.gpus.is_empty()
+                }))
     }
 }
 
@@ -82,7 +83,12 @@ fn push(by_node: &mut ByNode, node: &str, gpu: &str, resident: Resident) {
         .push(resident);
 }
 
-fn pod_resident(key: &str, pod: Option<&WatchedPod>, source: Source, jobs: &HashMap<&str, &ClusterJob>) -> Resident {
+fn pod_resident(
+    key: &str,
+    pod: Option<&WatchedPod>,
+    source: Source,
+    jobs: &HashMap<&str, &ClusterJob>,
+) -> Resident {
     Resident {
         id: key.to_string(),
         workload: pod
@@ -157,7 +163,10 @@ pub(super) fn occupied(
             let resident = Resident {
                 id: job.job_id.to_string(),
                 workload: Some(job.workload.as_str().to_string()),
-                min_job_fraction: inner.watched.get(&*job.job_id).and_then(|p| p.min_job_fraction),
+                min_job_fraction: inner
+                    .watched
+                    .get(&*job.job_id)
+                    .and_then(|p| p.min_job_fraction),
                 source: Source::AssignJob,
                 assigned_at_ms: Some(job.assigned_at_ms),
                 expires_at_ms: job.expires_at_ms,

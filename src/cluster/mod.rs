@@ -318,7 +318,12 @@ impl ClusterView {
     /// Replaces `node`'s PodResources report with `pods` (a full snapshot: pods it does
     /// not list hold no GPU there any more), received at `at_ms`. Returns the pods and
     /// distinct GPUs recorded. The same snapshot again changes nothing but its time.
-    pub fn report_pod_devices(&self, node: &str, pods: Vec<PodDevices>, at_ms: i64) -> (usize, usize) {
+    pub fn report_pod_devices(
+        &self,
+        node: &str,
+        pods: Vec<PodDevices>,
+        at_ms: i64,
+    ) -> (usize, usize) {
         let mut snapshot: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for pod in pods {
             let gpus = snapshot.entry(pod.pod).or_default();

@@ -65,11 +65,19 @@ fn the_kubelets_report_places_a_pod_over_its_gpu_annotation_and_keeps_its_worklo
     let view = ClusterView::new();
     view.set_watched_pod(
         "ml/train-1",
-        Some(watched("n1", &["gpu-0"], Source::GpuAnnotation, Some("bert"))),
+        Some(watched(
+            "n1",
+            &["gpu-0"],
+            Source::GpuAnnotation,
+            Some("bert"),
+        )),
     );
     assert_eq!(
         sources_on(&view, "n1"),
-        [("gpu-0".into(), vec![("ml/train-1".into(), Source::GpuAnnotation)])]
+        [(
+            "gpu-0".into(),
+            vec![("ml/train-1".into(), Source::GpuAnnotation)]
+        )]
     );
     // The kubelet says the pod holds another GPU: that is where it runs.
     view.report_pod_devices("n1", vec![reported("ml/train-1", &["GPU-b"])], now_ms());
@@ -78,7 +86,11 @@ fn the_kubelets_report_places_a_pod_over_its_gpu_annotation_and_keeps_its_worklo
     let (gpu, residents) = &gpus[0];
     assert_eq!(gpu, "GPU-b");
     assert_eq!(residents[0].source, Source::PodResources);
-    assert_eq!(residents[0].workload.as_deref(), Some("bert"), "from the annotation");
+    assert_eq!(
+        residents[0].workload.as_deref(),
+        Some("bert"),
+        "from the annotation"
+    );
     assert_eq!(residents[0].min_job_fraction, Some(0.5));
 }
 
@@ -87,12 +99,20 @@ fn hamis_allocation_wins_over_the_kubelets_device_ids() {
     let view = ClusterView::new();
     view.set_watched_pod(
         "ml/infer",
-        Some(watched("n1", &["GPU-hami"], Source::HamiAnnotation, Some("vit"))),
+        Some(watched(
+            "n1",
+            &["GPU-hami"],
+            Source::HamiAnnotation,
+            Some("vit"),
+        )),
     );
     view.report_pod_devices("n1", vec![reported("ml/infer", &["GPU-kubelet"])], now_ms());
     assert_eq!(
         sources_on(&view, "n1"),
-        [("GPU-hami".into(), vec![("ml/infer".into(), Source::HamiAnnotation)])]
+        [(
+            "GPU-hami".into(),
+            vec![("ml/infer".into(), Source::HamiAnnotation)]
+        )]
     );
 }
 
@@ -104,7 +124,10 @@ fn a_pod_coloc_did_not_place_nor_know_is_still_a_resident() {
     assert_eq!(gpus[0].1[0].workload, None);
     assert_eq!(gpus[0].1[0].placement_name(), "unknown pod web/cuda-job");
     // A watched pod without a GPU annotation waits for its node's report.
-    view.set_watched_pod("ml/a", Some(watched("n2", &[], Source::HamiAnnotation, Some("w"))));
+    view.set_watched_pod(
+        "ml/a",
+        Some(watched("n2", &[], Source::HamiAnnotation, Some("w"))),
+    );
     assert!(view.occupied_gpus("n2").is_empty());
 }
 
@@ -118,7 +141,10 @@ fn a_report_is_a_full_snapshot_and_a_stale_one_falls_back_to_the_annotations() {
     let now = now_ms();
     view.report_pod_devices(
         "n1",
-        vec![reported("ml/a", &["GPU-b"]), reported("ml/b", &["GPU-b", "GPU-b"])],
+        vec![
+            reported("ml/a", &["GPU-b"]),
+            reported("ml/b", &["GPU-b", "GPU-b"]),
+        ],
         now,
     );
     assert_eq!(

@@ -4,6 +4,5 @@
 //! agents feed it, AssignJob and ReleaseJob too; filter and prioritize read it.
 
 pub use crate::cluster::{
-    ClusterView, NodeGpus, Occupancy, PodDevices, Resident, Residency, Source, ViewGpu,
-    WatchedPod,
+    ClusterView, NodeGpus, Occupancy, PodDevices, Residency, Resident, Source, ViewGpu, WatchedPod,
 };

@@ -252,9 +252,11 @@ impl Extender {
             node_slots
                 .iter()
                 .map(|slots| {
-                    verdict(slots.iter().map(|&i| {
-                        (&outcomes[i], !placement.slots[i].residents.is_empty())
-                    }))
+                    verdict(
+                        slots
+                            .iter()
+                            .map(|&i| (&outcomes[i], !placement.slots[i].residents.is_empty())),
+                    )
                 })
                 .collect(),
         )
@@ -340,7 +342,9 @@ impl Extender {
     /// kube-scheduler's filter call.
     pub async fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
         let candidates = self.candidates(&args);
-        let verdicts = self.verdicts("filter", args.pod.as_ref(), &candidates).await;
+        let verdicts = self
+            .verdicts("filter", args.pod.as_ref(), &candidates)
+            .await;
         let passes: Vec<bool> = match &verdicts {
             None => vec![true; candidates.names.len()],
             Some(verdicts) => verdicts

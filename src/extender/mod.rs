@@ -19,7 +19,5 @@ pub mod watcher;
 pub mod wire;
 
 pub use cluster::ClusterView;
-pub use decide::{
-    Extender, GpuSlot, PlacementAsk, PlacementError, Placer, Prefer, SlotOutcome,
-};
+pub use decide::{Extender, GpuSlot, PlacementAsk, PlacementError, Placer, Prefer, SlotOutcome};
 pub use watcher::ClusterWatcher;

@@ -635,10 +635,11 @@ pub struct SettingsSources<'a> {
 }
 
 /// Settings that hold lists, given in the environment as comma-separated values.
-const LIST_KEYS: [&str; 3] = [
+const LIST_KEYS: [&str; 4] = [
     "profiler.allowed_programs",
     "profiler.env_allowlist",
     "profiler.kubernetes.gpus",
+    "agents.gpu_resources",
 ];
 
 impl Settings {

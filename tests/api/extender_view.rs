@@ -88,7 +88,12 @@ async fn pack_prefers_a_gpu_assign_job_filled_and_the_calls_are_counted_in_metri
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["Host"].as_str().unwrap().into(), p["Score"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["Host"].as_str().unwrap().into(),
+                p["Score"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         scores,

@@ -220,7 +220,10 @@ async fn the_watcher_follows_list_watch_bookmarks_and_a_410_relist_to_the_right_
         [
             (key("gpu-node-1", GPU_B), vec!["w02".to_string()]),
             // c names no workload but holds gpu-0: a resident coloc cannot judge.
-            (key("gpu-node-1", "gpu-0"), vec!["unknown pod ml/c".to_string()]),
+            (
+                key("gpu-node-1", "gpu-0"),
+                vec!["unknown pod ml/c".to_string()]
+            ),
         ]
         .into(),
         "b bound and running, a finished, f added then deleted"

@@ -113,13 +113,19 @@ fn two_pods_on_one_gpu() -> ListPodResourcesResponse {
             pod(
                 "ml",
                 "train-a",
-                vec![container("trainer", vec![("nvidia.com/gpu", vec![format!("{UUID}::1")])])],
+                vec![container(
+                    "trainer",
+                    vec![("nvidia.com/gpu", vec![format!("{UUID}::1")])],
+                )],
             ),
             pod(
                 "ml",
                 "infer-b",
                 vec![
-                    container("server", vec![("nvidia.com/gpu", vec![format!("{UUID}::3")])]),
+                    container(
+                        "server",
+                        vec![("nvidia.com/gpu", vec![format!("{UUID}::3")])],
+                    ),
                     container("sidecar", vec![("example.com/nic", vec!["nic-0".into()])]),
                 ],
             ),
@@ -143,12 +149,25 @@ fn serve_kubelet(kubelet: FakeKubelet, dir: &std::path::Path) -> std::path::Path
 async fn reporter(app: &TestApp, socket: &std::path::Path) -> PodDevicesReporter {
     let mut agents = app.settings.agents.clone();
     agents.pod_resources_socket = socket.display().to_string();
-    PodDevicesReporter::new(app.channel().await, None, "gpu-node-1-gpu0".into(), NODE.into(), &agents)
-        .unwrap()
+    PodDevicesReporter::new(
+        app.channel().await,
+        None,
+        "gpu-node-1-gpu0".into(),
+        NODE.into(),
+        &agents,
+    )
+    .unwrap()
 }
 
 /// Every GPU of the view: (id, node, GPU model, [(job id, workload, source)]).
-async fn listed(app: &mut TestApp) -> Vec<(String, String, String, Vec<(String, String, pb::ResidentSource)>)> {
+async fn listed(
+    app: &mut TestApp,
+) -> Vec<(
+    String,
+    String,
+    String,
+    Vec<(String, String, pb::ResidentSource)>,
+)> {
     let answer = app
         .client
         .list_gpus(pb::ListGpusRequest::default())
@@ -173,7 +192,12 @@ fn row(
     id: &str,
     gpu: &str,
     jobs: &[(&str, &str, pb::ResidentSource)],
-) -> (String, String, String, Vec<(String, String, pb::ResidentSource)>) {
+) -> (
+    String,
+    String,
+    String,
+    Vec<(String, String, pb::ResidentSource)>,
+) {
     (
         id.into(),
         NODE.into(),
@@ -208,13 +232,20 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
     let reporter = reporter(&app, &socket).await;
 
     let answer = reporter.report_once().await.unwrap();
-    assert_eq!((answer.pods, answer.gpus), (2, 1), "the pod without devices is left out");
+    assert_eq!(
+        (answer.pods, answer.gpus),
+        (2, 1),
+        "the pod without devices is left out"
+    );
     assert_eq!(
         listed(&mut app).await,
         [row(
             UUID,
             "Test-GPU-16GB",
-            &[("ml/infer-b", "", PodResources), ("ml/train-a", "", PodResources)]
+            &[
+                ("ml/infer-b", "", PodResources),
+                ("ml/train-a", "", PodResources)
+            ]
         )],
         "two replicas of one GPU are one GPU; workloads unknown without the watcher"
     );
@@ -253,7 +284,10 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
             row(
                 UUID,
                 "Test-GPU-16GB",
-                &[("ml/infer-b", "", PodResources), ("ml/train-a", "w01", PodResources)]
+                &[
+                    ("ml/infer-b", "", PodResources),
+                    ("ml/train-a", "w01", PodResources)
+                ]
             ),
             row("gpu-9", GPU, &[("batch-7", "w01", AssignJob)]),
         ],
@@ -271,7 +305,10 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
             row(
                 "gpu-9",
                 GPU,
-                &[("batch-7", "w01", AssignJob), ("ml/train-a", "w01", AssignJob)]
+                &[
+                    ("batch-7", "w01", AssignJob),
+                    ("ml/train-a", "w01", AssignJob)
+                ]
             ),
         ]
     );
@@ -337,6 +374,9 @@ async fn a_kubelet_that_cannot_be_reached_sends_no_report() {
     let reporter = reporter(&app, &dir.path().join("missing.sock")).await;
     let error = reporter.report_once().await.unwrap_err();
     assert!(error.to_string().contains("missing.sock"), "{error}");
-    assert!(app.cluster.gpus().is_empty(), "an empty snapshot was never sent");
+    assert!(
+        app.cluster.gpus().is_empty(),
+        "an empty snapshot was never sent"
+    );
     app.stop().await;
 }

@@ -360,7 +360,11 @@ pub async fn gpus(connection: &Connection, command: GpusCommand) -> anyhow::Resu
                 g.jobs
                     .iter()
                     .map(|j| {
-                        let workload = if j.workload.is_empty() { "?" } else { &j.workload };
+                        let workload = if j.workload.is_empty() {
+                            "?"
+                        } else {
+                            &j.workload
+                        };
                         match lease_left(j, now) {
                             lease if j.expires_at.is_some() => {
                                 format!("{}={workload} (lease ends {lease})", j.job_id)
