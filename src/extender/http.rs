@@ -32,6 +32,8 @@ pub struct ServeOptions {
     /// `Some` = requests need a token of role reader or operator.
     pub tokens: Option<Tokens>,
     pub tls: Option<TlsAcceptor>,
+    /// More routes on the same server (the binding webhook, `extender::binding`).
+    pub extra_routes: Option<Router>,
 }
 
 #[derive(Clone)]
@@ -53,6 +55,7 @@ pub fn router(extender: Arc<Extender>, options: &ServeOptions) -> Router {
         .route(&format!("{prefix}/healthz"), get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
         .with_state(state)
+        .merge(options.extra_routes.clone().unwrap_or_default())
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {

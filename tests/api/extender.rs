@@ -684,6 +684,7 @@ async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
             max_request_bytes: 1 << 20,
             tokens: None,
             tls: None,
+            extra_routes: None,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
