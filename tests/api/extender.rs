@@ -39,13 +39,13 @@ fn pod(annotations: Value) -> Value {
 
 /// POSTs `body` over a fresh HTTP/1.1 connection; the status and the body as JSON (or
 /// as a string when it is not JSON).
-async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16, Value) {
+pub async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16, Value) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     post_on(stream, addr, path, body, headers).await.unwrap()
 }
 
 /// [`post`] over an open stream (plain or TLS); `Err` when the connection fails.
-async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+pub async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut stream: S,
     addr: SocketAddr,
     path: &str,
