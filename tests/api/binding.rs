@@ -13,8 +13,8 @@ use base64::Engine;
 use coloc::{
     extender::{
         binding::{webhook, Chooser, Inventory, Webhook},
-        pod::Residency,
         placer::AdvisorPlacer,
+        pod::Residency,
     },
     proto as pb,
     settings::BindingMode,
@@ -48,9 +48,12 @@ pub fn config(mode: &str, gpus: usize) -> String {
 /// HAMi's registered Node, renamed, with these GPU UUIDs.
 pub fn hami_node(name: &str, uuids: &[&str]) -> Node {
     let mut node = fixture("node-hami.json");
-    let mut devices: Vec<Value> =
-        serde_json::from_str(node["metadata"]["annotations"]["hami.io/node-nvidia-register"].as_str().unwrap())
-            .unwrap();
+    let mut devices: Vec<Value> = serde_json::from_str(
+        node["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
     let template = devices[0].clone();
     devices = uuids
         .iter()
@@ -81,8 +84,14 @@ pub fn pod_review(uid: &str, annotations: Value) -> Value {
 pub fn patched(review: &Value, response: &Value) -> Option<Value> {
     assert_eq!(response["apiVersion"], "admission.k8s.io/v1", "{response}");
     assert_eq!(response["kind"], "AdmissionReview", "{response}");
-    assert_eq!(response["response"]["uid"], review["request"]["uid"], "{response}");
-    assert_eq!(response["response"]["allowed"], true, "never blocks: {response}");
+    assert_eq!(
+        response["response"]["uid"], review["request"]["uid"],
+        "{response}"
+    );
+    assert_eq!(
+        response["response"]["allowed"], true,
+        "never blocks: {response}"
+    );
     let patch = response["response"].get("patch")?;
     assert_eq!(response["response"]["patchType"], "JSONPatch");
     let bytes = base64::engine::general_purpose::STANDARD
@@ -95,7 +104,9 @@ pub fn patched(review: &Value, response: &Value) -> Option<Value> {
 }
 
 fn annotation(object: &Value, key: &str) -> Option<String> {
-    object["metadata"]["annotations"][key].as_str().map(str::to_string)
+    object["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// Where each GPU's residents live: (node, uuid) -> workloads.
@@ -128,7 +139,11 @@ fn seed(app: &TestApp, layout: &Layout) {
 
 /// The Place RPC's gains for the job on each GPU of the layout (server defaults: the
 /// extender's policy), by UUID; GPUs it refuses are absent.
-async fn place_gains(app: &mut TestApp, layout: &Layout, job_copies: usize) -> BTreeMap<String, f64> {
+async fn place_gains(
+    app: &mut TestApp,
+    layout: &Layout,
+    job_copies: usize,
+) -> BTreeMap<String, f64> {
     let gpus = layout
         .iter()
         .map(|(node, uuid, residents)| pb::GpuState {
@@ -208,11 +223,14 @@ async fn hami_pods_get_the_gpus_place_accepts_best_first_and_affinity_to_their_n
         in_order.windows(2).all(|w| w[0] >= w[1]),
         "best gain first: {named:?} {in_order:?}"
     );
-    assert_eq!(annotation(&pod, "coloc.io/gpu-choice").as_deref(), Some(named[0].as_str()));
+    assert_eq!(
+        annotation(&pod, "coloc.io/gpu-choice").as_deref(),
+        Some(named[0].as_str())
+    );
     assert_eq!(annotation(&pod, "coloc.io/workload").as_deref(), Some(JOB));
     assert_eq!(annotation(&pod, "team").as_deref(), Some("vision"), "kept");
-    let term = &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"];
+    let term = &pod["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
     assert_eq!(term.as_array().unwrap().len(), 1, "{term}");
     let mut nodes: Vec<&str> = term[0]["matchFields"][0]["values"]
         .as_array()
@@ -239,8 +257,8 @@ async fn hami_pods_get_the_gpus_place_accepts_best_first_and_affinity_to_their_n
             {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["on"]}]}]}}});
     let (_, response) = post(addr, "/coloc/mutate", &review, "").await;
     let pod = patched(&review, &response).expect("a patch");
-    let term = &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"][0];
+    let term = &pod["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0];
     assert_eq!(term["matchExpressions"][0]["key"], "gpu", "{term}");
     assert_eq!(term["matchFields"][0]["key"], "metadata.name", "{term}");
     app.stop().await;
@@ -251,7 +269,10 @@ async fn hami_pods_get_the_gpus_place_accepts_best_first_and_affinity_to_their_n
 #[tokio::test]
 async fn two_pods_decided_at_once_get_two_gpus() {
     let (app, _) = slowdown_app_with_config(7, &config("hami", 1)).await;
-    seed(&app, &vec![("gpu-node-1", A, vec![]), ("gpu-node-2", B, vec![])]);
+    seed(
+        &app,
+        &vec![("gpu-node-1", A, vec![]), ("gpu-node-2", B, vec![])],
+    );
     let addr = app.extender_addr.unwrap();
     let (first, second) = (
         pod_review("p1", json!({"coloc.io/workload": JOB})),
@@ -262,7 +283,11 @@ async fn two_pods_decided_at_once_get_two_gpus() {
         post(addr, "/coloc/mutate", &second, "")
     );
     let chosen = |review: &Value, response: &Value| {
-        annotation(&patched(review, response).expect("a patch"), "nvidia.com/use-gpuuuid").unwrap()
+        annotation(
+            &patched(review, response).expect("a patch"),
+            "nvidia.com/use-gpuuuid",
+        )
+        .unwrap()
     };
     let mut got = vec![chosen(&first, &r1), chosen(&second, &r2)];
     got.sort();
@@ -308,7 +333,8 @@ async fn the_last_slot_of_a_gpu_goes_to_one_pod_and_the_next_pod_gets_the_next_g
         post(addr, "/coloc/mutate", &reviews[0], ""),
         post(addr, "/coloc/mutate", &reviews[1], "")
     );
-    let patches: Vec<Option<Value>> = vec![patched(&reviews[0], &r0.1), patched(&reviews[1], &r1.1)];
+    let patches: Vec<Option<Value>> =
+        vec![patched(&reviews[0], &r0.1), patched(&reviews[1], &r1.1)];
     assert_eq!(
         patches.iter().filter(|p| p.is_some()).count(),
         1,
@@ -319,14 +345,18 @@ async fn the_last_slot_of_a_gpu_goes_to_one_pod_and_the_next_pod_gets_the_next_g
     let review = pod_review("last-2", json!({"coloc.io/workload": JOB}));
     let (_, response) = post(addr, "/coloc/mutate", &review, "").await;
     let pod = patched(&review, &response).expect("the next GPU");
-    assert_eq!(annotation(&pod, "nvidia.com/use-gpuuuid").as_deref(), Some(B));
+    assert_eq!(
+        annotation(&pod, "nvidia.com/use-gpuuuid").as_deref(),
+        Some(B)
+    );
     app.stop().await;
 }
 
 #[tokio::test]
 async fn dra_claims_from_a_marked_template_are_pinned_to_the_chosen_gpus() {
     let (app, _) = slowdown_app_with_config(7, &config("dra", 2)).await;
-    let slice: ResourceSlice = serde_json::from_value(fixture("resourceslice-nvidia.json")).unwrap();
+    let slice: ResourceSlice =
+        serde_json::from_value(fixture("resourceslice-nvidia.json")).unwrap();
     app.inventory.apply_slice(&slice);
     assert_eq!(app.inventory.len(), 2);
     let addr = app.extender_addr.unwrap();
@@ -346,9 +376,15 @@ async fn dra_claims_from_a_marked_template_are_pinned_to_the_chosen_gpus() {
         "GPU-4dc50575-f241-9f14-1e6e-ecb4a93c3299",
         "GPU-9a8b7c6d-5e4f-3a2b-1c0d-e9f8a7b6c5d4",
     ] {
-        assert!(expression.contains(uuid), "both empty GPUs are acceptable: {expression}");
+        assert!(
+            expression.contains(uuid),
+            "both empty GPUs are acceptable: {expression}"
+        );
     }
-    assert_eq!(claim["spec"]["devices"]["requests"][0]["exactly"]["count"], 1, "kept");
+    assert_eq!(
+        claim["spec"]["devices"]["requests"][0]["exactly"]["count"], 1,
+        "kept"
+    );
 
     // A Pod is not what DRA mode pins.
     let pod = pod_review("dra-pod", json!({"coloc.io/workload": JOB}));
@@ -367,7 +403,11 @@ async fn node_only_serves_no_webhook() {
 }
 
 /// A webhook on its own port, as a replica of the service would serve it.
-async fn replica(app: &TestApp, reservations: Reservations, inventory: Arc<Inventory>) -> SocketAddr {
+async fn replica(
+    app: &TestApp,
+    reservations: Reservations,
+    inventory: Arc<Inventory>,
+) -> SocketAddr {
     let chooser = Chooser::new(
         Arc::new(AdvisorPlacer::new(app.advisor.clone())),
         app.cluster.clone(),
@@ -376,7 +416,11 @@ async fn replica(app: &TestApp, reservations: Reservations, inventory: Arc<Inven
         std::time::Duration::from_secs(60),
         1,
     );
-    let router = webhook::router(Arc::new(Webhook::new(BindingMode::Hami, chooser)), "", 1 << 20);
+    let router = webhook::router(
+        Arc::new(Webhook::new(BindingMode::Hami, chooser)),
+        "",
+        1 << 20,
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -394,7 +438,10 @@ async fn two_replicas_sharing_postgres_never_hold_one_slot_twice() {
     let checked = tokio::spawn(async move {
         let (app, _) = slowdown_app_with_config(7, "").await;
         let migrate = sqlx::PgPool::connect(&url).await.unwrap();
-        sqlx::migrate!("migrations/postgres").run(&migrate).await.unwrap();
+        sqlx::migrate!("migrations/postgres")
+            .run(&migrate)
+            .await
+            .unwrap();
         let inventory = Arc::new(Inventory::new());
         inventory.apply_node(&hami_node("gpu-node-1", &[A]));
         inventory.apply_node(&hami_node("gpu-node-2", &[B]));
@@ -413,7 +460,11 @@ async fn two_replicas_sharing_postgres_never_hold_one_slot_twice() {
         let mut got: Vec<String> = [(&reviews[0], r0.1), (&reviews[1], r1.1)]
             .iter()
             .map(|(review, response)| {
-                annotation(&patched(review, response).expect("a patch"), "nvidia.com/use-gpuuuid").unwrap()
+                annotation(
+                    &patched(review, response).expect("a patch"),
+                    "nvidia.com/use-gpuuuid",
+                )
+                .unwrap()
             })
             .collect();
         got.sort();

@@ -30,7 +30,11 @@ struct Failing;
 
 impl Placer for Failing {
     fn place<'a>(&'a self, _: &'a PlacementAsk) -> PlaceFuture<'a> {
-        Box::pin(async { Err(PlacementError::Unavailable("the model cannot be read".into())) })
+        Box::pin(async {
+            Err(PlacementError::Unavailable(
+                "the model cannot be read".into(),
+            ))
+        })
     }
 }
 
@@ -64,9 +68,12 @@ async fn serve(
     store_open: bool,
 ) -> Served {
     let dir = TempDir::new().unwrap();
-    let store = Store::open(&format!("sqlite://{}", dir.path().join("coloc.db").display()))
-        .await
-        .unwrap();
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("coloc.db").display()
+    ))
+    .await
+    .unwrap();
     let pool = store.pool().clone();
     if !store_open {
         store.close().await;
@@ -100,12 +107,32 @@ fn inventory() -> Arc<Inventory> {
 /// Posts `review`; asserts the neutral answer (allowed, no patch) and that `reason` was
 /// counted once more.
 async fn assert_neutral(served: &Served, review: &Value, reason: &str) {
-    let before = served.webhook.counters().neutral_by_reason().get(reason).copied().unwrap_or(0);
+    let before = served
+        .webhook
+        .counters()
+        .neutral_by_reason()
+        .get(reason)
+        .copied()
+        .unwrap_or(0);
     let (status, response) = post(served.addr, "/coloc/mutate", review, "").await;
     assert_eq!(status, 200, "{reason}: {response}");
-    assert!(patched(review, &response).is_none(), "{reason}: no patch: {response}");
-    let after = served.webhook.counters().neutral_by_reason().get(reason).copied().unwrap_or(0);
-    assert_eq!(after, before + 1, "{reason} counted: {:?}", served.webhook.counters().neutral_by_reason());
+    assert!(
+        patched(review, &response).is_none(),
+        "{reason}: no patch: {response}"
+    );
+    let after = served
+        .webhook
+        .counters()
+        .neutral_by_reason()
+        .get(reason)
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(
+        after,
+        before + 1,
+        "{reason} counted: {:?}",
+        served.webhook.counters().neutral_by_reason()
+    );
 }
 
 async fn assert_untouched(served: &Served, review: &Value, case: &str) {
@@ -113,7 +140,11 @@ async fn assert_untouched(served: &Served, review: &Value, case: &str) {
     let (status, response) = post(served.addr, "/coloc/mutate", review, "").await;
     assert_eq!(status, 200, "{case}: {response}");
     assert!(patched(review, &response).is_none(), "{case}: {response}");
-    assert_eq!(served.webhook.counters().neutral_by_reason(), before, "{case}: not a failure");
+    assert_eq!(
+        served.webhook.counters().neutral_by_reason(),
+        before,
+        "{case}: not a failure"
+    );
 }
 
 #[tokio::test]
@@ -124,28 +155,48 @@ async fn every_failure_answers_allowed_without_a_patch_and_is_counted() {
     let job = json!({"coloc.io/workload": JOB});
 
     // Not coloc's: no workload, an update, another kind.
-    assert_untouched(&served, &pod_review("u1", json!({"team": "web"})), "no workload").await;
+    assert_untouched(
+        &served,
+        &pod_review("u1", json!({"team": "web"})),
+        "no workload",
+    )
+    .await;
     let mut update = pod_review("u2", job.clone());
     update["request"]["operation"] = json!("UPDATE");
     update["request"]["oldObject"] = update["request"]["object"].clone();
     assert_untouched(&served, &update, "an update").await;
-    assert_untouched(&served, &fixture("admission-review-claim-create.json"), "a claim under hami").await;
+    assert_untouched(
+        &served,
+        &fixture("admission-review-claim-create.json"),
+        "a claim under hami",
+    )
+    .await;
 
     // Failures, each neutral and counted.
     assert_neutral(
         &served,
-        &pod_review("f1", json!({"coloc.io/workload": JOB, "coloc.io/min-job-fraction": "most"})),
+        &pod_review(
+            "f1",
+            json!({"coloc.io/workload": JOB, "coloc.io/min-job-fraction": "most"}),
+        ),
         "bad_annotation",
     )
     .await;
     assert_neutral(
         &served,
-        &pod_review("f2", json!({"coloc.io/workload": JOB, "nvidia.com/use-gpuuuid": "GPU-x"})),
+        &pod_review(
+            "f2",
+            json!({"coloc.io/workload": JOB, "nvidia.com/use-gpuuuid": "GPU-x"}),
+        ),
         "already_pinned",
     )
     .await;
-    assert_neutral(&served, &pod_review("f3", json!({"coloc.io/workload": "nobody-knows"})), "unknown_workload")
-        .await;
+    assert_neutral(
+        &served,
+        &pod_review("f3", json!({"coloc.io/workload": "nobody-knows"})),
+        "unknown_workload",
+    )
+    .await;
     let mut no_kind = pod_review("f4", job.clone());
     no_kind["request"].as_object_mut().unwrap().remove("kind");
     assert_neutral(&served, &no_kind, "bad_request").await;
@@ -153,10 +204,21 @@ async fn every_failure_answers_allowed_without_a_patch_and_is_counted() {
     no_object["request"]["object"] = Value::Null;
     assert_neutral(&served, &no_object, "bad_request").await;
 
-    let empty = serve(BindingMode::Hami, real.clone(), Arc::new(Inventory::new()), true).await;
+    let empty = serve(
+        BindingMode::Hami,
+        real.clone(),
+        Arc::new(Inventory::new()),
+        true,
+    )
+    .await;
     assert_neutral(&empty, &pod_review("f6", job.clone()), "no_inventory").await;
     let failing = serve(BindingMode::Hami, Arc::new(Failing), inventory(), true).await;
-    assert_neutral(&failing, &pod_review("f7", job.clone()), "placement_unavailable").await;
+    assert_neutral(
+        &failing,
+        &pod_review("f7", job.clone()),
+        "placement_unavailable",
+    )
+    .await;
     let refusing = serve(BindingMode::Hami, Arc::new(RefusesAll), inventory(), true).await;
     assert_neutral(&refusing, &pod_review("f8", job.clone()), "none_acceptable").await;
     let closed = serve(BindingMode::Hami, real.clone(), inventory(), false).await;
@@ -188,7 +250,13 @@ async fn every_failure_answers_allowed_without_a_patch_and_is_counted() {
 async fn a_body_that_is_no_admission_review_is_refused_without_harm() {
     let served = serve(BindingMode::Hami, Arc::new(Failing), inventory(), true).await;
     // JSON, but no request uid to answer to.
-    let (status, body) = post(served.addr, "/coloc/mutate", &json!({"kind": "AdmissionReview"}), "").await;
+    let (status, body) = post(
+        served.addr,
+        "/coloc/mutate",
+        &json!({"kind": "AdmissionReview"}),
+        "",
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     // Not JSON at all.
     let mut stream = tokio::net::TcpStream::connect(served.addr).await.unwrap();
@@ -207,5 +275,12 @@ async fn a_body_that_is_no_admission_review_is_refused_without_harm() {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert_eq!(served.webhook.counters().neutral_by_reason().get("bad_request"), Some(&2));
+    assert_eq!(
+        served
+            .webhook
+            .counters()
+            .neutral_by_reason()
+            .get("bad_request"),
+        Some(&2)
+    );
 }

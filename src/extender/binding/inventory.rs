@@ -76,8 +76,13 @@ pub fn hami_devices(node: &Node) -> Result<Vec<Device>, String> {
             node: name.clone(),
             id: d.id,
             // HAMi's device plugin writes "NVIDIA-" before NVML's product name.
-            model: Some(d.kind.strip_prefix("NVIDIA-").unwrap_or(&d.kind).to_string())
-                .filter(|k| !k.is_empty()),
+            model: Some(
+                d.kind
+                    .strip_prefix("NVIDIA-")
+                    .unwrap_or(&d.kind)
+                    .to_string(),
+            )
+            .filter(|k| !k.is_empty()),
             memory_gb: (d.devmem > 0).then_some(d.devmem as f64 / 1024.0),
         })
         .collect())

@@ -16,7 +16,8 @@
 //!   ResourceClaimTemplate makes through the template's `spec.metadata.annotations`) gets a
 //!   CEL selector on each `exactly` request,
 //!   `device.attributes["gpu.nvidia.com"].uuid in ["GPU-..", ..]`.
-//! - `node-only`, and every other object: allowed, no patch.
+//! - `node-only`, a dry run (no hold may be taken), and every other object: allowed, no
+//!   patch.
 
 use std::{
     collections::BTreeMap,
@@ -151,7 +152,8 @@ impl Webhook {
     }
 
     async fn verdict(&self, request: &AdmissionRequest<DynamicObject>) -> Verdict {
-        if request.operation != Operation::Create {
+        // A dry run must have no side effect (sideEffects: NoneOnDryRun): no hold is taken.
+        if request.operation != Operation::Create || request.dry_run {
             return Verdict::Skip;
         }
         let Some(object) = request.object.as_ref() else {
