@@ -219,6 +219,7 @@ fn extender(c: &mut Criterion) {
                 max_request_bytes: 64 << 20,
                 tokens: None,
                 tls: None,
+                extra_routes: None,
             },
         )
     };

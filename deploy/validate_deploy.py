@@ -24,7 +24,14 @@ Checks:
     with coloc's watcher on, the verbs and URL coloc serves: the Service's extender port,
     extender.url_prefix, HTTPS iff extender TLS), the scheduler Deployment mounting it, the
     advisor's ServiceAccount with get/list/watch on pods and nodes only, and the extender
-    port open only to the scheduler's pods.
+    port open only to the scheduler's pods;
+  * the binding-hami and binding-dra overlays: extender.binding as the overlay says, the
+    extender over HTTPS with its certificate from a mounted Secret, the watcher on with
+    get/list/watch rights only (ResourceSlices too under DRA), one MutatingWebhookConfiguration
+    (failurePolicy Ignore, no side effects on dry runs, AdmissionReview v1, a short timeout, the
+    Service's extender port and <url_prefix>/mutate, Pod creates under hami, ResourceClaim
+    creates under dra, coloc's namespace left out), and under hami HAMi's scheduler
+    configuration listing coloc's filter (ignorable, HTTPS, coloc's URL) BEFORE HAMi's extender.
 """
 
 import ipaddress
@@ -243,7 +250,7 @@ def check_render(name, path, defaults):
         if policy["spec"].get("policyTypes") != ["Ingress"]:
             fail(where, "the NetworkPolicy should restrict Ingress only")
         allowed = [p.get("port") for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])]
-        expected_ports = ["grpc", "metrics"] + (["extender"] if name == "scheduler-extender" else [])
+        expected_ports = ["grpc", "metrics"] + (["extender"] if name in EXTENDER_OVERLAYS else [])
         if sorted(map(str, allowed)) != sorted(expected_ports):
             fail(where, f"NetworkPolicy opens ports {allowed}, expected exactly {expected_ports}")
 
@@ -270,6 +277,8 @@ def check_render(name, path, defaults):
         fail(where, "a DaemonSet outside the agents overlay")
     if name == "scheduler-extender":
         check_scheduler_extender(where, by_kind, dep, others, effective if config is not None else {})
+    elif name in BINDING_OVERLAYS:
+        check_binding(where, name, by_kind, dep, effective if config is not None else {}, secret_mounts)
     elif (effective if config is not None else {}).get("extender.listen"):
         fail(where, "the extender is on outside the scheduler-extender overlay")
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
@@ -430,6 +439,118 @@ def check_scheduler_extender(where, by_kind, advisor, others, effective):
                 )
                 if not ok:
                     fail(where, f"the extender port is open beyond the scheduler's pods: {sources}")
+
+
+EXTENDER_OVERLAYS = ("scheduler-extender", "binding-hami", "binding-dra")
+BINDING_OVERLAYS = {"binding-hami": "hami", "binding-dra": "dra"}
+
+
+def check_binding(where, name, by_kind, advisor, effective, secret_mounts):
+    """A binding overlay: the webhook (and under HAMi the scheduler's extender order)
+    against what coloc serves."""
+    mode = BINDING_OVERLAYS[name]
+    if effective.get("extender.binding") != mode:
+        fail(where, f"extender.binding is {effective.get('extender.binding')!r}, the overlay is {mode!r}")
+    listen = str(effective.get("extender.listen", ""))
+    if not listen:
+        return fail(where, "extender.listen is not set: no webhook is served")
+    pod = advisor["spec"]["template"]["spec"]
+    coloc = {c["name"]: c for c in pod["containers"]}["coloc"]
+    port = int(listen.rsplit(":", 1)[1])
+    ports = {p.get("name"): p["containerPort"] for p in coloc.get("ports", [])}
+    if ports.get("extender") != port:
+        fail(where, f"container port extender {ports.get('extender')} != extender.listen port {port}")
+    if not is_loopback(listen) and not (
+        effective.get("extender.tls_client_ca_file") or effective.get("extender.require_token")
+        or str(effective.get("server.allow_unauthenticated_non_loopback")).lower() == "true"
+    ):
+        fail(where, f"extender.listen {listen} unauthenticated: the service would refuse to start")
+    cert, key = effective.get("extender.tls_cert_file"), effective.get("extender.tls_key_file")
+    if not (cert and key):
+        fail(where, "the API server calls webhooks over HTTPS only: set extender.tls_cert_file and _key_file")
+    for file in (cert, key):
+        if file and os.path.dirname(file) not in secret_mounts:
+            fail(where, f"{file} is not inside a mounted Secret {secret_mounts}")
+    if str(effective.get("extender.watch_cluster")).lower() != "true":
+        fail(where, "the webhook decides over the cluster's GPUs: extender.watch_cluster must be on")
+    if pod.get("serviceAccountName") != "coloc" or pod.get("automountServiceAccountToken") is not True:
+        fail(where, "the watchers need serviceAccountName coloc with its token mounted")
+    wanted = {("", "pods"), ("", "nodes")} | ({("resource.k8s.io", "resourceslices")} if mode == "dra" else set())
+    granted = set()
+    for role in by_kind.get("ClusterRole", []):
+        for rule in role.get("rules", []):
+            if not set(rule.get("verbs", [])) <= {"get", "list", "watch"}:
+                fail(where, f"the watcher's role grants more than get/list/watch: {rule}")
+            granted |= {(g, r) for g in rule.get("apiGroups", []) for r in rule.get("resources", [])}
+    if granted != wanted:
+        fail(where, f"the watcher's role covers {sorted(granted)}, expected {sorted(wanted)}")
+    # The webhook.
+    configs = by_kind.get("MutatingWebhookConfiguration", [])
+    hooks = [h for c in configs for h in c.get("webhooks", [])]
+    if len(hooks) != 1:
+        return fail(where, f"{len(hooks)} mutating webhooks, expected coloc's 1")
+    hook = hooks[0]
+    if hook.get("failurePolicy") != "Ignore":
+        fail(where, "failurePolicy must be Ignore: coloc may never block a create")
+    if hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+        fail(where, f"sideEffects {hook.get('sideEffects')}: coloc takes no hold on a dry run (NoneOnDryRun)")
+    if "v1" not in (hook.get("admissionReviewVersions") or []):
+        fail(where, "coloc answers AdmissionReview v1 only")
+    if not 1 <= int(hook.get("timeoutSeconds", 10)) <= 5:
+        fail(where, f"timeoutSeconds {hook.get('timeoutSeconds')}: keep pod creation fast (1..5)")
+    namespace = advisor["metadata"].get("namespace")
+    service = (hook.get("clientConfig") or {}).get("service") or {}
+    services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+    sport = next((p["port"] for p in services.get("coloc", {}).get("spec", {}).get("ports", [])
+                  if p.get("name") == "extender"), None)
+    path = f"{effective.get('extender.url_prefix', '')}/mutate"
+    if (service.get("namespace"), service.get("name"), service.get("port"), service.get("path")) != (namespace, "coloc", sport, path):
+        fail(where, f"clientConfig.service {service}, coloc's webhook is {namespace}/coloc:{sport}{path}")
+    rules = hook.get("rules") or []
+    group, resource = ("", "pods") if mode == "hami" else ("resource.k8s.io", "resourceclaims")
+    if [(r.get("apiGroups"), r.get("apiVersions"), r.get("resources"), r.get("operations")) for r in rules] \
+            != [([group], ["v1"], [resource], ["CREATE"])]:
+        fail(where, f"rules {rules}, expected CREATE of {group or 'core'}/v1 {resource} only")
+    excluded = [v for e in (hook.get("namespaceSelector") or {}).get("matchExpressions", [])
+                if e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn"
+                for v in e.get("values", [])]
+    if namespace not in excluded:
+        fail(where, f"the webhook should leave coloc's own namespace ({namespace}) out")
+    for policy in by_kind.get("NetworkPolicy", []):
+        for rule in policy["spec"].get("ingress", []):
+            if any(p.get("port") == "extender" for p in rule.get("ports", [])) and not rule.get("from"):
+                fail(where, "the extender port is open to every source")
+    # HAMi's scheduler: coloc's filter before HAMi's extender.
+    hami_cms = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == "hami-scheduler-newversion"]
+    if mode == "dra":
+        if hami_cms:
+            fail(where, "the DRA overlay changes no scheduler configuration")
+        return
+    if len(hami_cms) != 1 or hami_cms[0]["metadata"].get("namespace") != "kube-system":
+        return fail(where, "expected HAMi's ConfigMap hami-scheduler-newversion in kube-system")
+    config = yaml.safe_load((hami_cms[0].get("data") or {}).get("config.yaml", "")) or {}
+    if (config.get("apiVersion"), config.get("kind")) != ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"):
+        fail(where, "HAMi's config.yaml is not a v1 KubeSchedulerConfiguration")
+    if [p.get("schedulerName") for p in config.get("profiles", [])] != ["hami-scheduler"]:
+        fail(where, "HAMi's profile must stay hami-scheduler (the name HAMi's webhook writes)")
+    extenders = config.get("extenders") or []
+    url = f"https://coloc.{namespace}.svc:{sport}{effective.get('extender.url_prefix', '')}"
+    ours = [i for i, e in enumerate(extenders) if e.get("urlPrefix") == url]
+    hami = [i for i, e in enumerate(extenders) if e.get("bindVerb") == "bind"]
+    if len(ours) != 1 or len(hami) != 1:
+        return fail(where, f"expected coloc's extender at {url} and HAMi's (bindVerb bind): {extenders}")
+    if ours[0] > hami[0]:
+        fail(where, "coloc's filter must come BEFORE HAMi's extender (kube-scheduler calls them in order)")
+    ext = extenders[ours[0]]
+    if set(ext) - EXTENDER_FIELDS:
+        fail(where, f"extender fields {sorted(set(ext) - EXTENDER_FIELDS)} are not kube-scheduler's")
+    if ext.get("filterVerb") != "filter" or ext.get("bindVerb") or ext.get("ignorable") is not True:
+        fail(where, "coloc's extender: filterVerb filter, no bindVerb, ignorable true")
+    if ext.get("enableHTTPS") is not True:
+        fail(where, "coloc's extender is HTTPS in this overlay: enableHTTPS true")
+    managed = {m.get("name"): m.get("ignoredByScheduler") for m in extenders[hami[0]].get("managedResources", [])}
+    if managed.get("nvidia.com/gpu") is not True:
+        fail(where, "HAMi's extender must manage nvidia.com/gpu (ignoredByScheduler true)")
 
 
 def check_service_monitor(root):

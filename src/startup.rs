@@ -22,6 +22,7 @@ use crate::{
     },
     domain::{now_ms, GpuName},
     extender::{
+        binding::{self, Inventory},
         http::{tls_acceptor, ServeOptions},
         placer::{policy_from_settings, AdvisorPlacer},
         ClusterView, ClusterWatcher, Extender, Prefer,
@@ -63,6 +64,12 @@ pub struct App {
     prefer: Prefer,
     /// The pod and node watcher; `None` unless extender.watch_cluster.
     watcher: Option<ClusterWatcher>,
+    /// Every GPU of the cluster, for the binding webhook (extender.binding hami or dra).
+    inventory: Arc<Inventory>,
+    /// How coloc's choice binds, its GPU count and hold time (extender.binding*).
+    binding: binding::BindingOptions,
+    /// The client that keeps `inventory`; `None` unless binding is on and watch_cluster.
+    inventory_client: Option<kube::Client>,
     tls: Option<ServerTlsConfig>,
     tokens: Option<Tokens>,
     max_request_bytes: usize,
@@ -137,6 +144,15 @@ impl App {
         let cluster = advisor.cluster().clone();
         cluster.set_stale_after_ms(settings.agents.pod_devices_stale_secs as i64 * 1000);
         let watcher = cluster_watcher(settings, &cluster).await?;
+        let binding = binding::BindingOptions::from_settings(&settings.extender);
+        let inventory_client = match &watcher {
+            Some(_) if binding.mode != crate::settings::BindingMode::NodeOnly => {
+                Some(kube::Client::try_default().await.context(
+                    "extender.binding needs Kubernetes credentials to watch the GPU inventory",
+                )?)
+            }
+            _ => None,
+        };
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -155,6 +171,9 @@ impl App {
                 crate::settings::ExtenderPrefer::Spread => Prefer::Spread,
             },
             watcher,
+            inventory: Arc::new(Inventory::new()),
+            binding,
+            inventory_client,
             tls,
             tokens,
             max_request_bytes: settings.server.max_request_bytes,
@@ -190,6 +209,11 @@ impl App {
     /// What the extender knows of the cluster (embedders and tests may feed it).
     pub fn cluster(&self) -> Arc<ClusterView> {
         self.cluster.clone()
+    }
+
+    /// Every GPU the binding webhook decides over (embedders and tests may feed it).
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.inventory.clone()
     }
 
     pub fn advisor(&self) -> Arc<Advisor> {
@@ -314,7 +338,14 @@ impl App {
     /// that nothing writes to the store after it closes and the running profiling job is
     /// re-queued while the API already refuses new calls.
     fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
-        let extender = self.extender.take().map(|(listener, options)| {
+        let extender = self.extender.take().map(|(listener, mut options)| {
+            options.extra_routes = self.binding.routes(
+                Arc::new(AdvisorPlacer::new(self.advisor.clone())),
+                self.cluster.clone(),
+                self.inventory.clone(),
+                self.store.pool().clone(),
+                &options,
+            );
             let mut extender = Extender::new(
                 Arc::new(AdvisorPlacer::new(self.advisor.clone())),
                 self.cluster.clone(),
@@ -335,6 +366,13 @@ impl App {
             .watcher
             .take()
             .map(|watcher| move |stop| spawn_owned("cluster watcher", watcher.run(stop)));
+        let inventory = self.inventory_client.take().map(|client| {
+            let (inventory, dra) = (
+                self.inventory.clone(),
+                self.binding.mode == crate::settings::BindingMode::Dra,
+            );
+            move |stop| spawn_owned("gpu inventory watcher", inventory.run(client, dra, stop))
+        });
         let worker = self
             .worker
             .take()
@@ -365,6 +403,7 @@ impl App {
         vec![
             stoppable(extender),
             stoppable(watcher),
+            stoppable(inventory),
             stoppable(worker),
             stoppable(kube_dispatcher),
             stoppable(Some(move |stop| {
@@ -652,6 +691,7 @@ fn extender_options(settings: &Settings, tokens: Option<&Tokens>) -> anyhow::Res
         max_request_bytes: extender.max_request_bytes,
         tokens: tokens.filter(|_| extender.require_token).cloned(),
         tls,
+        extra_routes: None,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct ServeOptions {
     /// `Some` = requests need a token of role reader or operator.
     pub tokens: Option<Tokens>,
     pub tls: Option<TlsAcceptor>,
+    /// More routes on the same server (the binding webhook, `extender::binding`).
+    pub extra_routes: Option<Router>,
 }
 
 #[derive(Clone)]
@@ -56,6 +58,7 @@ pub fn router(extender: Arc<Extender>, options: &ServeOptions) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
         .with_state(state)
+        .merge(options.extra_routes.clone().unwrap_or_default())
 }
 
 /// Counts a routed call in the extender's metrics (when it has them).

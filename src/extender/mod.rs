@@ -7,8 +7,9 @@
 //! API, and AssignJob from the store. Served over
 //! HTTP by `http`, started and stopped by `startup` like the metrics endpoint; off unless
 //! `extender.listen` is set. deploy/kubernetes/overlays/scheduler-extender wires it into a
-//! second scheduler.
+//! second scheduler. `binding` makes the choice bind (HAMi, DRA) through an admission webhook.
 
+pub mod binding;
 pub mod cluster;
 pub mod decide;
 pub mod http;

@@ -209,7 +209,9 @@ impl Placer for AdvisorPlacer {
                     .place(query)
                     .await
                     .map_err(|error| match error {
-                        Error::UnknownWorkload(name) | Error::UnknownTarget(name) => {
+                        Error::UnknownWorkload(name)
+                        | Error::UnknownTarget(name)
+                        | Error::UnknownPlaceWorkload(name) => {
                             PlacementError::UnknownWorkload(name)
                         }
                         other => PlacementError::Unavailable(other.to_string()),

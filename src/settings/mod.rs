@@ -240,6 +240,46 @@ pub struct ExtenderSettings {
     /// an empty GPU usually first), "pack" (an occupied GPU before an empty one) or
     /// "spread" (an empty GPU before an occupied one).
     pub prefer: ExtenderPrefer,
+    /// How coloc's choice reaches the GPU (`extender::binding`): "node-only" (scores
+    /// nodes; the device plugin picks the GPU), "hami" (the admission webhook writes
+    /// `nvidia.com/use-gpuuuid`) or "dra" (it pins a marked ResourceClaim to the GPUs).
+    pub binding: BindingMode,
+    /// How many acceptable GPUs the webhook names, best first (the first is reserved).
+    pub binding_gpus: usize,
+    /// How long a GPU slot chosen by the webhook stays held for its pod, in seconds.
+    pub reservation_ttl_secs: u64,
+}
+
+/// `extender.binding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum BindingMode {
+    NodeOnly,
+    Hami,
+    Dra,
+}
+
+impl BindingMode {
+    pub const ALL: [Self; 3] = [Self::NodeOnly, Self::Hami, Self::Dra];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NodeOnly => "node-only",
+            Self::Hami => "hami",
+            Self::Dra => "dra",
+        }
+    }
+}
+
+impl TryFrom<String> for BindingMode {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == raw)
+            .ok_or_else(|| format!("{raw:?} is not one of {:?}", Self::ALL.map(Self::as_str)))
+    }
 }
 
 /// `extender.prefer`.
@@ -532,6 +572,9 @@ max_request_bytes = 67108864
 watch_cluster = false
 watch_namespace = ""
 prefer = "gain"
+binding = "node-only"
+binding_gpus = 3
+reservation_ttl_secs = 60
 
 [policy]
 objective = "normalized-sum"

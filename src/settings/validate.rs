@@ -98,6 +98,18 @@ impl Settings {
                 ),
             });
         }
+        if !(1..=16).contains(&extender.binding_gpus) {
+            return Err(SettingsError::Invalid {
+                key: "extender.binding_gpus",
+                message: "must be between 1 and 16".into(),
+            });
+        }
+        if !(1..=3600).contains(&extender.reservation_ttl_secs) {
+            return Err(SettingsError::Invalid {
+                key: "extender.reservation_ttl_secs",
+                message: "must be between 1 and 3600 seconds".into(),
+            });
+        }
         if extender.max_request_bytes < 1024 {
             return Err(SettingsError::Invalid {
                 key: "extender.max_request_bytes",

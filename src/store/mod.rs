@@ -16,6 +16,7 @@ mod models;
 mod observation_writer;
 mod observations;
 mod occupancy;
+pub mod reservations;
 pub mod snapshot;
 mod undo;
 mod workloads;

@@ -45,7 +45,7 @@ pub async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> 
 }
 
 /// [`post`] over an open stream (plain or TLS); `Err` when the connection fails.
-async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+pub async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut stream: S,
     addr: SocketAddr,
     path: &str,
@@ -684,6 +684,7 @@ async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
             max_request_bytes: 1 << 20,
             tokens: None,
             tls: None,
+            extra_routes: None,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

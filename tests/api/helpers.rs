@@ -41,6 +41,8 @@ pub struct TestApp {
     pub extender_addr: Option<SocketAddr>,
     /// What the extender knows of the cluster (tests feed it as the watcher would).
     pub cluster: Arc<coloc::extender::ClusterView>,
+    /// Every GPU the binding webhook decides over (tests feed it as its watcher would).
+    pub inventory: Arc<coloc::extender::binding::Inventory>,
     pub client: ColocationAdvisorClient<Channel>,
     pub dir: Arc<TempDir>,
     /// The server's advisor, to drive a profiling worker beside it.
@@ -83,6 +85,7 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
     let metrics_addr = app.metrics_addr();
     let extender_addr = app.extender_addr();
     let cluster = app.cluster();
+    let inventory = app.inventory();
     let advisor = app.advisor();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -97,6 +100,7 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
         metrics_addr,
         extender_addr,
         cluster,
+        inventory,
         client,
         dir,
         advisor,

@@ -5,6 +5,8 @@ mod helpers;
 
 mod agents;
 mod backup;
+mod binding;
+mod binding_neutral;
 mod bounds;
 mod cli;
 mod damaged;

@@ -15,13 +15,13 @@ use crate::faults::unavailable;
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// A database created for one test, dropped by [`FreshDatabase::drop_now`].
-struct FreshDatabase {
-    name: String,
-    url: String,
+pub(crate) struct FreshDatabase {
+    pub(crate) name: String,
+    pub(crate) url: String,
 }
 
 impl FreshDatabase {
-    async fn create() -> Option<Self> {
+    pub(crate) async fn create() -> Option<Self> {
         let mut admin = match PgConnection::connect(ADMIN_URL).await {
             Ok(admin) => admin,
             Err(error) => {
@@ -42,7 +42,7 @@ impl FreshDatabase {
         Some(Self { name, url })
     }
 
-    async fn drop_now(self) {
+    pub(crate) async fn drop_now(self) {
         let mut admin = PgConnection::connect(ADMIN_URL).await.unwrap();
         admin
             .execute(sqlx::AssertSqlSafe(format!(

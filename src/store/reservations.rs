@@ -1,0 +1,181 @@
+//! GPU reservations: a slot the scheduler extender's webhook chose is held for its pod
+//! between the decision and the bind, so that two pods decided back to back (on one
+//! replica or two) never both take the last acceptable slot of a GPU.
+//!
+//! A hold is keyed by the GPU (node and id), the version of the GPU's resident set the
+//! decision saw, and its ordinal: how many live holds the decider saw on that GPU under that
+//! version. Two deciders that saw the same state ask for the same key; the store grants it
+//! to one (an insert that conflicts changes nothing unless the row there has expired or is
+//! the same holder's), and the other decides again with the new hold in view. A hold counts
+//! while it has not expired and its version is still the GPU's current one: once the
+//! resident set changes (the pod landed, or anything else moved), the cluster view is the
+//! truth again.
+//!
+//! The SQL is portable (`$N` placeholders, `ON CONFLICT ... DO UPDATE ... WHERE`, no
+//! SQLite-only function) and runs unchanged on PostgreSQL
+//! (migrations/postgres/20261128050001_gpu_reservations.sql), where several replicas share
+//! one database; [`Reservations`] takes either pool.
+
+use sqlx::{PgPool, SqlitePool};
+
+/// The table's pool: the service's SQLite store, or a PostgreSQL database replicas share.
+#[derive(Debug, Clone)]
+pub enum Reservations {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// One hold on a GPU slot.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Reservation {
+    pub node: String,
+    pub gpu_id: String,
+    pub resident_version: String,
+    pub ordinal: i64,
+    pub holder: String,
+    pub workload: String,
+    pub reserved_at_ms: i64,
+    pub expires_at_ms: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReservationError {
+    #[error("the reservations table cannot be read or written: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+const LIVE: &str = "SELECT node, gpu_id, resident_version, ordinal, holder, workload, \
+     reserved_at_ms, expires_at_ms FROM gpu_reservations WHERE expires_at_ms > $1 \
+     ORDER BY node, gpu_id, ordinal";
+
+/// Granted when the key is free, expired, or already this holder's (a retried decision).
+const CLAIM: &str = "INSERT INTO gpu_reservations (node, gpu_id, resident_version, ordinal, \
+     holder, workload, reserved_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     ON CONFLICT (node, gpu_id, resident_version, ordinal) DO UPDATE SET \
+     holder = excluded.holder, workload = excluded.workload, \
+     reserved_at_ms = excluded.reserved_at_ms, expires_at_ms = excluded.expires_at_ms \
+     WHERE gpu_reservations.expires_at_ms <= $7 OR gpu_reservations.holder = excluded.holder";
+
+const SWEEP: &str = "DELETE FROM gpu_reservations WHERE expires_at_ms <= $1";
+
+const RELEASE: &str = "DELETE FROM gpu_reservations WHERE holder = $1";
+
+impl Reservations {
+    /// The holds that have not expired at `now_ms`.
+    pub async fn live(&self, now_ms: i64) -> Result<Vec<Reservation>, ReservationError> {
+        Ok(match self {
+            Self::Sqlite(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
+            Self::Postgres(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
+        })
+    }
+
+    /// Asks for the hold `wanted` (its `reserved_at_ms` is now); `true` = granted.
+    pub async fn claim(&self, wanted: &Reservation) -> Result<bool, ReservationError> {
+        macro_rules! bound {
+            ($query:expr) => {
+                $query
+                    .bind(&wanted.node)
+                    .bind(&wanted.gpu_id)
+                    .bind(&wanted.resident_version)
+                    .bind(wanted.ordinal)
+                    .bind(&wanted.holder)
+                    .bind(&wanted.workload)
+                    .bind(wanted.reserved_at_ms)
+                    .bind(wanted.expires_at_ms)
+            };
+        }
+        let changed = match self {
+            Self::Sqlite(pool) => bound!(sqlx::query(CLAIM))
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Self::Postgres(pool) => bound!(sqlx::query(CLAIM))
+                .execute(pool)
+                .await?
+                .rows_affected(),
+        };
+        Ok(changed == 1)
+    }
+
+    /// Deletes the holds expired at `now_ms`; how many went.
+    pub async fn sweep(&self, now_ms: i64) -> Result<u64, ReservationError> {
+        Ok(match self {
+            Self::Sqlite(pool) => sqlx::query(SWEEP)
+                .bind(now_ms)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Self::Postgres(pool) => sqlx::query(SWEEP)
+                .bind(now_ms)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+        })
+    }
+
+    /// Deletes every hold of `holder`; how many went.
+    pub async fn release(&self, holder: &str) -> Result<u64, ReservationError> {
+        Ok(match self {
+            Self::Sqlite(pool) => sqlx::query(RELEASE)
+                .bind(holder)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Self::Postgres(pool) => sqlx::query(RELEASE)
+                .bind(holder)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(holder: &str, ordinal: i64, at: i64) -> Reservation {
+        Reservation {
+            node: "n1".into(),
+            gpu_id: "GPU-a".into(),
+            resident_version: "v1".into(),
+            ordinal,
+            holder: holder.into(),
+            workload: "resnet".into(),
+            reserved_at_ms: at,
+            expires_at_ms: at + 1_000,
+        }
+    }
+
+    async fn sqlite() -> (tempfile::TempDir, crate::store::Store) {
+        let dir = tempfile::TempDir::new().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
+        let store = crate::store::Store::open(&url).await.unwrap();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn one_key_goes_to_one_holder_until_it_expires() {
+        let (_dir, store) = sqlite().await;
+        let table = Reservations::Sqlite(store.pool().clone());
+        assert!(table.claim(&hold("pod-a", 0, 10)).await.unwrap());
+        assert!(!table.claim(&hold("pod-b", 0, 20)).await.unwrap());
+        // The same holder asking again (a retried admission) keeps it.
+        assert!(table.claim(&hold("pod-a", 0, 30)).await.unwrap());
+        assert!(table.claim(&hold("pod-b", 1, 30)).await.unwrap());
+        let live = table.live(40).await.unwrap();
+        assert_eq!(
+            live.iter()
+                .map(|r| (r.holder.as_str(), r.ordinal))
+                .collect::<Vec<_>>(),
+            [("pod-a", 0), ("pod-b", 1)]
+        );
+        // pod-a's hold (renewed at 30) expires at 1,030: then the key is free again.
+        assert!(!table.claim(&hold("pod-c", 0, 1_029)).await.unwrap());
+        assert!(table.claim(&hold("pod-c", 0, 1_030)).await.unwrap());
+        assert_eq!(table.release("pod-c").await.unwrap(), 1);
+        assert_eq!(table.sweep(1_031).await.unwrap(), 1, "pod-b's hold expired");
+        assert!(table.live(0).await.unwrap().is_empty());
+        store.close().await;
+    }
+}
