@@ -163,6 +163,24 @@ impl ClusterView {
         occupancy
     }
 
+    /// Every occupied GPU: (node, GPU id, the node's GPU model, its residents as (pod
+    /// UID, workload)), for the observer's timeline.
+    pub fn residents(&self) -> Vec<(String, String, Option<String>, Vec<(String, String)>)> {
+        let inner = self.read();
+        let mut all = Vec::new();
+        for (node, gpus) in &inner.by_node {
+            let model = inner.nodes.get(node).and_then(|n| n.gpu_model.clone());
+            for (gpu, residents) in gpus {
+                let pods = residents
+                    .iter()
+                    .map(|r| (r.uid.clone(), r.workload.clone()))
+                    .collect();
+                all.push((node.clone(), gpu.clone(), model.clone(), pods));
+            }
+        }
+        all
+    }
+
     pub fn node_count(&self) -> usize {
         self.read().nodes.len()
     }
