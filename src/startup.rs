@@ -27,8 +27,8 @@ use crate::{
         ClusterView, ClusterWatcher, Extender,
     },
     metrics::{ExtraRoute, Metrics},
-    observer::{push::PushSource, Observer, ObserverStats},
     model::{ModelKind, MIN_TRAINING_ROWS},
+    observer::{push::PushSource, Observer, ObserverStats},
     profiler::Backend,
     proto,
     settings::{

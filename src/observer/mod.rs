@@ -3,8 +3,8 @@
 //! (Prometheus, pushes), every `observer.interval_secs` it turns each window that closed
 //! into:
 //! - a colocated run, when a GPU's set of pods stayed the same for at least
-//!   `observer.min_window_secs`: each member's mean throughput over the window (less its
-//!   first `guard_secs`), stored through the same path as ReportColocation (the members'
+//!   `observer.min_window_secs`: each member's mean throughput over the window (less
+//!   `guard_secs` at each end), stored through the same path as ReportColocation (the members'
 //!   job ids are the pod UIDs, the run's time the window's end);
 //! - a solo window, when one pod was alone: its workload's exclusive throughput measured
 //!   again, kept, and its drift from the profile's shown in metrics.
@@ -45,7 +45,10 @@ pub enum Formed {
         members: Vec<(String, String, f64)>,
     },
     /// A pod alone: its workload's mean throughput.
-    Solo { workload: String, throughput: f64 },
+    Solo {
+        workload: String,
+        throughput: f64,
+    },
     /// Formed before: nothing stored.
     Known,
     /// Shorter than the minimum window.
@@ -128,9 +131,9 @@ impl Observer {
                     ThroughputSourceKind::Prometheus => Some(Arc::new(
                         prometheus::PrometheusSource::new(settings.prometheus.clone()),
                     )),
-                    ThroughputSourceKind::Push => push
-                        .clone()
-                        .map(|push| push as Arc<dyn ThroughputSource>),
+                    ThroughputSourceKind::Push => {
+                        push.clone().map(|push| push as Arc<dyn ThroughputSource>)
+                    }
                 }
             })
             .collect();
@@ -210,9 +213,10 @@ impl Observer {
         else {
             return Ok(self.count(Formed::Skipped(SkipReason::Unknown)));
         };
+        let guard_ms = (self.settings.guard_secs * 1000) as i64;
         let span = Span {
-            start_ms: segment.start_ms + (self.settings.guard_secs * 1000) as i64,
-            end_ms: segment.end_ms,
+            start_ms: segment.start_ms + guard_ms,
+            end_ms: segment.end_ms - guard_ms,
         };
         let mut means = Vec::with_capacity(segment.pods.len());
         for pod in &segment.pods {

@@ -154,7 +154,10 @@ impl PrometheusSource {
             // Prometheus answers errors (400, 422, 503) with its JSON too.
             Ok(Ok((_, body))) => parse_answer(&body),
             Ok(Err(error)) => {
-                tracing::warn!(error = format!("{error:#}"), "observer: Prometheus unreachable");
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "observer: Prometheus unreachable"
+                );
                 Err(SkipReason::SourceFailed)
             }
             Err(_) => {

@@ -83,9 +83,7 @@ impl PushSource {
         if uid.is_empty() || uid.chars().count() > MAX_UID_CHARS {
             return Err(PushError::BadUid);
         }
-        if !push.throughput.is_finite()
-            || push.throughput < 0.0
-            || push.throughput > MAX_THROUGHPUT
+        if !push.throughput.is_finite() || push.throughput < 0.0 || push.throughput > MAX_THROUGHPUT
         {
             return Err(PushError::BadThroughput(push.throughput));
         }
@@ -103,7 +101,11 @@ impl PushSource {
 
     /// How many values are kept for a pod.
     pub fn len(&self, uid: &str) -> usize {
-        self.values.lock().unpoisoned().get(uid).map_or(0, VecDeque::len)
+        self.values
+            .lock()
+            .unpoisoned()
+            .get(uid)
+            .map_or(0, VecDeque::len)
     }
 
     /// Whether no pod pushed anything.
@@ -170,11 +172,31 @@ mod tests {
         let cases: [(&str, u16, &str); 7] = [
             ("not json", 400, "must be JSON"),
             (r#"{"pod_uid": "u1"}"#, 400, "missing field `throughput`"),
-            (r#"{"pod_uid": "u1", "throughput": 1, "x": 2}"#, 400, "unknown field"),
-            (r#"{"pod_uid": " ", "throughput": 1}"#, 400, "pod_uid must be"),
-            (r#"{"pod_uid": "u1", "throughput": -1}"#, 400, "throughput must be"),
-            (r#"{"pod_uid": "u1", "throughput": 1e13}"#, 400, "throughput must be"),
-            (r#"{"pod_uid": "u1", "throughput": "fast"}"#, 400, "must be JSON"),
+            (
+                r#"{"pod_uid": "u1", "throughput": 1, "x": 2}"#,
+                400,
+                "unknown field",
+            ),
+            (
+                r#"{"pod_uid": " ", "throughput": 1}"#,
+                400,
+                "pod_uid must be",
+            ),
+            (
+                r#"{"pod_uid": "u1", "throughput": -1}"#,
+                400,
+                "throughput must be",
+            ),
+            (
+                r#"{"pod_uid": "u1", "throughput": 1e13}"#,
+                400,
+                "throughput must be",
+            ),
+            (
+                r#"{"pod_uid": "u1", "throughput": "fast"}"#,
+                400,
+                "must be JSON",
+            ),
         ];
         for (body, status, reason) in cases {
             let (got, text) = push.answer(body.as_bytes(), 1);
@@ -183,7 +205,8 @@ mod tests {
         }
         assert!(push.is_empty());
         assert_eq!(push.answer(&[b' '; MAX_PUSH_BYTES + 1], 1).0, 413);
-        push.accept(br#"{"pod_uid": "u1", "throughput": 1}"#, 1).unwrap();
+        push.accept(br#"{"pod_uid": "u1", "throughput": 1}"#, 1)
+            .unwrap();
         let (status, text) = push.answer(br#"{"pod_uid": "u2", "throughput": 1}"#, 1);
         assert_eq!((status, push.len("u2")), (429, 0), "{text}");
     }

@@ -113,7 +113,13 @@ mod tests {
 
     #[test]
     fn the_mean_is_over_the_values_inside_the_span() {
-        let samples = [(0, 99.0), (1_000, 2.0), (3_000, 4.0), (5_000, 6.0), (6_000, 99.0)];
+        let samples = [
+            (0, 99.0),
+            (1_000, 2.0),
+            (3_000, 4.0),
+            (5_000, 6.0),
+            (6_000, 99.0),
+        ];
         assert_eq!(window_mean(&samples, SPAN, 1_000), Ok(4.0));
     }
 

@@ -23,8 +23,8 @@ mod tests;
 mod validate;
 
 use crate::domain::AllowedPrograms;
-pub use observer::{ObserverSettings, PrometheusSettings, PushSettings, ThroughputSourceKind};
 use forms::{address, empty_path_is_none, empty_string_is_none, optional_address};
+pub use observer::{ObserverSettings, PrometheusSettings, PushSettings, ThroughputSourceKind};
 
 /// Fewer runs than this cannot fit a model (ten coefficients, an intercept and one degree
 /// of freedom): `trainer.max_training_runs` may not cap training below it. The model layer

@@ -26,8 +26,9 @@ pub struct ObserverSettings {
     pub interval_secs: u64,
     /// A GPU's set of pods must stay the same this long to make a run.
     pub min_window_secs: u64,
-    /// The first seconds of each window left out of the mean (the range a rate reaches back
-    /// over, plus a scrape interval: values there still mix the set before).
+    /// Seconds left out of the mean at each end of a window: at the start, the range a rate
+    /// reaches back over plus a scrape interval (values there still mix the set before); at
+    /// the end, a scrape begun before the change but answered after it.
     pub guard_secs: u64,
     /// A window is read this long after it closed (the last scrapes or pushes arrive).
     pub settle_secs: u64,
@@ -107,7 +108,10 @@ impl Settings {
             ("observer.interval_secs", observer.interval_secs),
             ("observer.min_window_secs", observer.min_window_secs),
             ("observer.stale_secs", observer.stale_secs),
-            ("observer.prometheus.step_secs", observer.prometheus.step_secs),
+            (
+                "observer.prometheus.step_secs",
+                observer.prometheus.step_secs,
+            ),
             (
                 "observer.prometheus.timeout_secs",
                 observer.prometheus.timeout_secs,
@@ -120,19 +124,17 @@ impl Settings {
                 });
             }
         }
-        if observer.guard_secs >= observer.min_window_secs {
+        if 2 * observer.guard_secs >= observer.min_window_secs {
             return Err(SettingsError::Invalid {
                 key: "observer.guard_secs",
                 message: format!(
-                    "the guard ({} s) must be shorter than observer.min_window_secs ({} s), or \
-                     no window keeps a value",
+                    "the guard ({} s, at each end) must be under half observer.min_window_secs \
+                     ({} s), or no window keeps a value",
                     observer.guard_secs, observer.min_window_secs
                 ),
             });
         }
-        if observer
-            .sources
-            .contains(&ThroughputSourceKind::Prometheus)
+        if observer.sources.contains(&ThroughputSourceKind::Prometheus)
             && !observer.prometheus.url.starts_with("http://")
         {
             return Err(SettingsError::Invalid {
@@ -143,9 +145,7 @@ impl Settings {
                 ),
             });
         }
-        if observer.sources.contains(&ThroughputSourceKind::Push)
-            && self.metrics.listen.is_none()
-        {
+        if observer.sources.contains(&ThroughputSourceKind::Push) && self.metrics.listen.is_none() {
             return Err(SettingsError::Invalid {
                 key: "observer.sources",
                 message: "the push source is served on the metrics endpoint: set metrics.listen"
