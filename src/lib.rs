@@ -18,6 +18,8 @@
 //!   stops in order.
 //! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a gRPC
 //!   job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API.
+//! - `observer`: learning from what the cluster ran: windows of a GPU's timeline and each
+//!   pod's throughput (Prometheus, pushes) turned into runs by itself.
 //! - `extender`: the kube-scheduler extender and its cluster watcher, over the advisor.
 //! - `api`: the gRPC face: proto ↔ domain conversion, the one error → status table, auth,
 //!   per-RPC middleware.
@@ -45,6 +47,7 @@
 
 pub mod startup;
 pub mod agent;
+pub mod observer;
 pub mod extender;
 pub mod api;
 pub mod metrics;

@@ -409,18 +409,35 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// Adds collectors kept elsewhere (the observer's counts) to what is scraped.
+    pub fn register(&self, collector: Box<dyn Collector>) -> prometheus::Result<()> {
+        self.registry.register(collector)
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// Serves `GET /metrics` until `shutdown`.
+/// A handler of one more path on the metrics endpoint: the request body in, (HTTP status,
+/// text) out. The observer's push endpoint is one (`POST /observer/throughput`).
+pub struct ExtraRoute {
+    pub path: &'static str,
+    /// Bodies larger than this are refused with 413 before the handler sees them.
+    pub max_body_bytes: usize,
+    pub handle: Box<dyn Fn(&[u8]) -> (u16, String) + Send + Sync>,
+}
+
+/// Serves `GET /metrics` (and `POST` to `extra`'s path, when given) until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     advisor: Arc<Advisor>,
     store: Store,
+    extra: Option<Arc<ExtraRoute>>,
     shutdown: CancellationToken,
 ) {
     match listener.local_addr() {
@@ -431,9 +448,45 @@ pub async fn serve(
         let metrics = metrics.clone();
         let advisor = advisor.clone();
         let store = store.clone();
-        async move { answer(&request, &metrics, &advisor, &store).await }
+        let extra = extra.clone();
+        async move {
+            match extra {
+                Some(extra) if request.uri().path() == extra.path => {
+                    answer_extra(request, &extra).await
+                }
+                _ => answer(&request, &metrics, &advisor, &store).await,
+            }
+        }
     });
     crate::http_server::serve("metrics", listener, None, service, shutdown).await;
+}
+
+/// A `POST` to the extra route: the body, read up to its limit, handed to its handler.
+async fn answer_extra(
+    request: Request<hyper::body::Incoming>,
+    extra: &ExtraRoute,
+) -> Result<Response<Full<Bytes>>, http::Error> {
+    use http_body_util::BodyExt;
+    let text = |status: u16, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from(body)))
+    };
+    if request.method() != hyper::Method::POST {
+        return text(405, format!("{} takes POST\n", extra.path));
+    }
+    let body = http_body_util::Limited::new(request.into_body(), extra.max_body_bytes);
+    match body.collect().await {
+        Ok(collected) => {
+            let (status, body) = (extra.handle)(&collected.to_bytes());
+            text(status, body)
+        }
+        Err(_) => text(
+            413,
+            format!("the body is larger than {} bytes\n", extra.max_body_bytes),
+        ),
+    }
 }
 
 /// `GET /metrics`'s answer; any other path is not found.

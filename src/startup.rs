@@ -3,7 +3,7 @@
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
 //! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the Kubernetes Job dispatcher
-//! (its running Job deleted, the job re-queued), the lease sweeper, the retraining task, the
+//! (its running Job deleted, the job re-queued), the lease sweeper, the observer, the retraining task, the
 //! metrics endpoint, the observation writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
@@ -27,8 +27,9 @@ use crate::{
         placer::{policy_from_settings, AdvisorPlacer},
         ClusterView, ClusterWatcher, Extender, Prefer,
     },
-    metrics::Metrics,
+    metrics::{ExtraRoute, Metrics},
     model::{ModelKind, MIN_TRAINING_ROWS},
+    observer::{push::PushSource, Observer, ObserverStats},
     profiler::Backend,
     proto,
     settings::{
@@ -81,6 +82,11 @@ pub struct App {
     worker: Option<Worker>,
     /// The retraining task; `None` when trainer.interval_secs is 0.
     trainer: Option<Trainer>,
+    /// The observer; `None` unless observer.sources names a source.
+    observer: Option<Observer>,
+    /// The push source's values, when observer.sources has "push" (served on the metrics
+    /// endpoint).
+    push: Option<Arc<PushSource>>,
     /// One Kubernetes Job per profiling job; `None` unless profiler.dispatch is
     /// "kubernetes-jobs".
     kube_dispatcher: Option<KubeDispatcher>,
@@ -153,6 +159,7 @@ impl App {
             }
             _ => None,
         };
+        let (observer, push) = observer(settings, &advisor, &store, &cluster);
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -184,6 +191,8 @@ impl App {
             advisor,
             worker,
             trainer,
+            observer,
+            push,
             kube_dispatcher,
         })
     }
@@ -218,6 +227,11 @@ impl App {
 
     pub fn advisor(&self) -> Arc<Advisor> {
         self.advisor.clone()
+    }
+
+    /// The observer's counts, when it is on.
+    pub fn observer_stats(&self) -> Option<Arc<ObserverStats>> {
+        self.observer.as_ref().map(Observer::stats)
     }
 
     /// Replaces the profiling worker the settings asked for (embedders and tests bring
@@ -387,6 +401,24 @@ impl App {
             .trainer
             .take()
             .map(|trainer| move |stop| spawn_owned("retraining task", trainer.run(stop)));
+        if let (Some(metrics), Some(observer)) = (&metrics, &self.observer) {
+            for collector in observer.stats().collectors() {
+                if let Err(error) = metrics.register(collector) {
+                    tracing::error!(%error, "metrics: the observer's counts cannot be registered");
+                }
+            }
+        }
+        let observer = self
+            .observer
+            .take()
+            .map(|observer| move |stop| spawn_owned("observer", observer.run(stop)));
+        let push = self.push.take().map(|push| {
+            Arc::new(ExtraRoute {
+                path: crate::observer::push::PUSH_PATH,
+                max_body_bytes: crate::observer::push::MAX_PUSH_BYTES,
+                handle: Box::new(move |body| push.answer(body, now_ms())),
+            })
+        });
         let metrics_server =
             self.metrics_listener
                 .take()
@@ -396,7 +428,7 @@ impl App {
                     move |stop| {
                         spawn_owned(
                             "metrics endpoint",
-                            crate::metrics::serve(listener, metrics, advisor, store, stop),
+                            crate::metrics::serve(listener, metrics, advisor, store, push, stop),
                         )
                     }
                 });
@@ -409,6 +441,7 @@ impl App {
             stoppable(Some(move |stop| {
                 spawn_owned("lease sweeper", sweeper.run(stop))
             })),
+            stoppable(observer),
             stoppable(trainer),
             stoppable(metrics_server),
         ]
@@ -511,6 +544,31 @@ async fn cluster_watcher(
         namespace,
         cluster.clone(),
     )))
+}
+
+/// The observer and its push buffer, as observer.sources asks.
+fn observer(
+    settings: &Settings,
+    advisor: &Arc<Advisor>,
+    store: &Store,
+    cluster: &Arc<ClusterView>,
+) -> (Option<Observer>, Option<Arc<PushSource>>) {
+    let observer = &settings.observer;
+    if observer.sources.is_empty() {
+        return (None, None);
+    }
+    let push = observer
+        .sources
+        .contains(&crate::settings::ThroughputSourceKind::Push)
+        .then(|| Arc::new(PushSource::new(observer.push.clone())));
+    let built = Observer::from_settings(
+        advisor.clone(),
+        store.clone(),
+        cluster.clone(),
+        observer,
+        push.clone(),
+    );
+    (Some(built), push)
 }
 
 /// A background task (if it runs) and the token that stops it.

@@ -5,6 +5,7 @@
 mod agents;
 mod catalog;
 mod error;
+mod observed;
 mod occupancy;
 mod place;
 mod policy;

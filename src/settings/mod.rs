@@ -17,12 +17,14 @@ use config::{Config, Environment, File, FileFormat, Map};
 use serde::{Deserialize, Serialize};
 
 mod forms;
+mod observer;
 #[cfg(test)]
 mod tests;
 mod validate;
 
 use crate::domain::AllowedPrograms;
 use forms::{address, empty_path_is_none, empty_string_is_none, optional_address};
+pub use observer::{ObserverSettings, PrometheusSettings, PushSettings, ThroughputSourceKind};
 
 /// Fewer runs than this cannot fit a model (ten coefficients, an intercept and one degree
 /// of freedom): `trainer.max_training_runs` may not cap training below it. The model layer
@@ -43,6 +45,9 @@ pub struct Settings {
     pub agents: AgentsSettings,
     pub trainer: TrainerSettings,
     pub log: LogSettings,
+    /// `[observer]` (its own file; absent = every default, the observer off).
+    #[serde(default)]
+    pub observer: ObserverSettings,
 }
 
 /// Profiling agents, as the service sees them (docs/profiling.md, "Profiling agents").
@@ -678,7 +683,8 @@ pub struct SettingsSources<'a> {
 }
 
 /// Settings that hold lists, given in the environment as comma-separated values.
-const LIST_KEYS: [&str; 4] = [
+const LIST_KEYS: [&str; 5] = [
+    "observer.sources",
     "profiler.allowed_programs",
     "profiler.env_allowlist",
     "profiler.kubernetes.gpus",

@@ -25,6 +25,7 @@ impl Settings {
             });
         }
         self.validate_extender()?;
+        self.validate_observer()?;
         for (key, fraction) in [
             ("policy.min_job_fraction", self.policy.min_job_fraction),
             (

@@ -15,6 +15,7 @@ mod lock;
 mod models;
 mod observation_writer;
 mod observations;
+mod observer;
 mod occupancy;
 pub mod reservations;
 pub mod snapshot;
@@ -35,6 +36,7 @@ pub use jobs::{ClaimedJob, JobClaimer, Submitted, IN_PROCESS_HOLDER};
 pub use lock::{DatabaseLock, LockError};
 pub use models::{Comparison, ModelStatus, NewModel, StoredModel, TrainingRun};
 pub use observations::{ObservationSource, PredictedRun, Prediction, StoredObservation};
+pub use observer::{NewObservedWindow, ObservedWindow};
 pub use occupancy::{
     AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
 };

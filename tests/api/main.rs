@@ -28,6 +28,7 @@ mod limits;
 mod logging;
 mod model_report;
 mod ncu;
+mod observer;
 mod occupancy;
 mod operations;
 mod place;

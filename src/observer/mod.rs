@@ -1,0 +1,335 @@
+//! The observer: learns from what the cluster ran, with nobody reporting by hand. From a
+//! [`Timeline`] (which pods shared which GPU, from when to when) and throughput sources
+//! (Prometheus, pushes), every `observer.interval_secs` it turns each window that closed
+//! into:
+//! - a colocated run, when a GPU's set of pods stayed the same for at least
+//!   `observer.min_window_secs`: each member's mean throughput over the window (less
+//!   `guard_secs` at each end), stored through the same path as ReportColocation (the members'
+//!   job ids are the pod UIDs, the run's time the window's end);
+//! - a solo window, when one pod was alone: its workload's exclusive throughput measured
+//!   again, kept, and its drift from the profile's shown in metrics.
+//!
+//! Each window is keyed by GPU, pod UIDs and window (`observer_runs`): a restart, or a
+//! second replica reading the same timeline, never stores one twice. A member whose series
+//! is missing, stale or absurd skips the whole window with a counted reason. A service task
+//! owned like the trainer; off unless `observer.sources` names a source.
+
+pub mod prometheus;
+pub mod push;
+pub mod source;
+pub mod stats;
+pub mod timeline;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    advisor::{Advisor, Error as AdvisorError},
+    domain::{now_ms, ColocatedMember, GpuName, Observation, WorkloadName},
+    extender::ClusterView,
+    settings::{ObserverSettings, ThroughputSourceKind},
+    store::{NewObservedWindow, ObservedWindow, Store},
+};
+pub use source::{SkipReason, Span, ThroughputSource};
+pub use stats::{ObserverStats, WindowKind};
+pub use timeline::{GpuKey, Pod, Recorder, Segment, Timeline};
+
+/// What one window became.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Formed {
+    /// A colocated run: the stored run's id and each member's (pod UID, workload, mean
+    /// throughput), in UID order.
+    Run {
+        observation_id: i64,
+        members: Vec<(String, String, f64)>,
+    },
+    /// A pod alone: its workload's mean throughput.
+    Solo {
+        workload: String,
+        throughput: f64,
+    },
+    /// Formed before: nothing stored.
+    Known,
+    /// Shorter than the minimum window.
+    Short,
+    Skipped(SkipReason),
+}
+
+/// One window and what it became.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowOutcome {
+    pub gpu: GpuKey,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub formed: Formed,
+}
+
+pub struct Observer {
+    advisor: Arc<Advisor>,
+    store: Store,
+    timeline: Arc<dyn Timeline>,
+    /// Fed from the cluster each turn (the service's own timeline); `None` when the
+    /// timeline is fed elsewhere.
+    feed: Option<(Arc<Recorder>, Arc<ClusterView>)>,
+    sources: Vec<Arc<dyn ThroughputSource>>,
+    settings: ObserverSettings,
+    stats: Arc<ObserverStats>,
+    /// Windows that closed at or before this were formed by this process.
+    cursor_ms: i64,
+}
+
+/// The window's key: GPU, pod UIDs and window.
+pub fn window_key(segment: &Segment) -> String {
+    let uids: Vec<&str> = segment.pods.iter().map(|p| p.uid.as_str()).collect();
+    format!(
+        "{}/{}|{}|{}-{}",
+        segment.gpu.node,
+        segment.gpu.gpu_id,
+        uids.join(","),
+        segment.start_ms,
+        segment.end_ms
+    )
+}
+
+impl Observer {
+    pub fn new(
+        advisor: Arc<Advisor>,
+        store: Store,
+        timeline: Arc<dyn Timeline>,
+        sources: Vec<Arc<dyn ThroughputSource>>,
+        settings: ObserverSettings,
+    ) -> Self {
+        Self {
+            advisor,
+            store,
+            timeline,
+            feed: None,
+            sources,
+            settings,
+            stats: Arc::new(ObserverStats::new()),
+            cursor_ms: i64::MIN,
+        }
+    }
+
+    /// The service's observer: its timeline recorded from the cluster view and the
+    /// AssignJob occupancy, its sources as `observer.sources` lists them (`push` is the
+    /// endpoint's buffer, served by the metrics endpoint).
+    pub fn from_settings(
+        advisor: Arc<Advisor>,
+        store: Store,
+        cluster: Arc<ClusterView>,
+        settings: &ObserverSettings,
+        push: Option<Arc<push::PushSource>>,
+    ) -> Self {
+        let recorder = Arc::new(Recorder::new());
+        let sources = settings
+            .sources
+            .iter()
+            .filter_map(|kind| -> Option<Arc<dyn ThroughputSource>> {
+                match kind {
+                    ThroughputSourceKind::Prometheus => Some(Arc::new(
+                        prometheus::PrometheusSource::new(settings.prometheus.clone()),
+                    )),
+                    ThroughputSourceKind::Push => {
+                        push.clone().map(|push| push as Arc<dyn ThroughputSource>)
+                    }
+                }
+            })
+            .collect();
+        let mut observer = Self::new(advisor, store, recorder.clone(), sources, settings.clone());
+        observer.feed = Some((recorder, cluster));
+        observer
+    }
+
+    pub fn stats(&self) -> Arc<ObserverStats> {
+        self.stats.clone()
+    }
+
+    /// One turn at `now_ms`: looks at the cluster (when fed from it), then forms every
+    /// window that closed at least `settle_secs` ago and was not formed yet.
+    pub async fn run_once(&mut self, now_ms: i64) -> anyhow::Result<Vec<WindowOutcome>> {
+        if let Some((recorder, cluster)) = &self.feed {
+            recorder.look(now_ms, timeline::current_cluster(cluster, &self.advisor));
+        }
+        let until = now_ms - (self.settings.settle_secs * 1000) as i64;
+        let mut outcomes = Vec::new();
+        for segment in self.timeline.closed_segments(self.cursor_ms, until) {
+            let formed = self.form(&segment).await?;
+            self.cursor_ms = self.cursor_ms.max(segment.end_ms);
+            outcomes.push(WindowOutcome {
+                gpu: segment.gpu,
+                start_ms: segment.start_ms,
+                end_ms: segment.end_ms,
+                formed,
+            });
+        }
+        Ok(outcomes)
+    }
+
+    fn count(&self, formed: Formed) -> Formed {
+        match &formed {
+            Formed::Run { .. } => self.stats.window(WindowKind::Colocated),
+            Formed::Solo { .. } => self.stats.window(WindowKind::Solo),
+            Formed::Known => self.stats.window(WindowKind::Known),
+            Formed::Short => self.stats.window(WindowKind::Short),
+            Formed::Skipped(reason) => self.stats.skip(*reason),
+        }
+        formed
+    }
+
+    /// The mean throughput of one pod over `span`, from the first source that has values.
+    async fn mean(&self, pod: &Pod, span: Span) -> Result<f64, SkipReason> {
+        let stale_ms = (self.settings.stale_secs * 1000) as i64;
+        let mut reason = SkipReason::Missing;
+        for source in &self.sources {
+            match source.series(pod, span).await {
+                Ok(samples) => match source::window_mean(&samples, span, stale_ms) {
+                    Ok(mean) => return Ok(mean),
+                    Err(SkipReason::Missing) => {}
+                    Err(other) => return Err(other),
+                },
+                Err(other) => reason = other,
+            }
+        }
+        Err(reason)
+    }
+
+    async fn form(&self, segment: &Segment) -> anyhow::Result<Formed> {
+        if segment.end_ms - segment.start_ms < (self.settings.min_window_secs * 1000) as i64 {
+            return Ok(self.count(Formed::Short));
+        }
+        let key = window_key(segment);
+        if self.store.observed_window_known(&key).await? {
+            return Ok(self.count(Formed::Known));
+        }
+        let requested = segment
+            .gpu_model
+            .as_deref()
+            .and_then(|name| GpuName::parse("gpu", name).ok());
+        let Ok(gpu) = self
+            .advisor
+            .gpu_of_run(requested, Some(&segment.gpu.gpu_id))
+        else {
+            return Ok(self.count(Formed::Skipped(SkipReason::Unknown)));
+        };
+        let guard_ms = (self.settings.guard_secs * 1000) as i64;
+        let span = Span {
+            start_ms: segment.start_ms + guard_ms,
+            end_ms: segment.end_ms - guard_ms,
+        };
+        let mut means = Vec::with_capacity(segment.pods.len());
+        for pod in &segment.pods {
+            match self.mean(pod, span).await {
+                Ok(mean) => means.push(mean),
+                Err(reason) => return Ok(self.count(Formed::Skipped(reason))),
+            }
+        }
+        let mut window = NewObservedWindow {
+            key,
+            gpu: gpu.to_string(),
+            gpu_id: segment.gpu.gpu_id.clone(),
+            start_ms: segment.start_ms,
+            end_ms: segment.end_ms,
+            outcome: ObservedWindow::Colocated { observation_id: 0 },
+        };
+        let formed = if let [pod] = segment.pods.as_slice() {
+            let workload = WorkloadName::parse("workload", &pod.workload).ok();
+            let exclusive = workload
+                .as_ref()
+                .and_then(|w| self.advisor.exclusive_throughput(&gpu, w));
+            let Some(exclusive) = exclusive else {
+                return Ok(self.count(Formed::Skipped(SkipReason::Unknown)));
+            };
+            self.stats
+                .set_drift(gpu.as_str(), &pod.workload, means[0] / exclusive);
+            window.outcome = ObservedWindow::Solo {
+                workload: pod.workload.clone(),
+                throughput: means[0],
+            };
+            Formed::Solo {
+                workload: pod.workload.clone(),
+                throughput: means[0],
+            }
+        } else {
+            match self.report(segment, gpu, &means).await? {
+                Some(observation_id) => {
+                    window.outcome = ObservedWindow::Colocated { observation_id };
+                    Formed::Run {
+                        observation_id,
+                        members: segment
+                            .pods
+                            .iter()
+                            .zip(&means)
+                            .map(|(p, m)| (p.uid.clone(), p.workload.clone(), *m))
+                            .collect(),
+                    }
+                }
+                None => return Ok(self.count(Formed::Skipped(SkipReason::Unknown))),
+            }
+        };
+        if !self.store.record_observed_window(&window, now_ms()).await? {
+            return Ok(self.count(Formed::Known));
+        }
+        Ok(self.count(formed))
+    }
+
+    /// Stores the colocated run as ReportColocation does; `None` when coloc cannot take it
+    /// (a member's workload is not registered, too many members).
+    async fn report(
+        &self,
+        segment: &Segment,
+        gpu: GpuName,
+        means: &[f64],
+    ) -> anyhow::Result<Option<i64>> {
+        let mut members = Vec::with_capacity(means.len());
+        for (pod, mean) in segment.pods.iter().zip(means) {
+            let Ok(workload) = WorkloadName::parse("workload", &pod.workload) else {
+                return Ok(None);
+            };
+            members.push(ColocatedMember {
+                workload,
+                throughput: *mean,
+                job_id: pod.uid.clone(),
+            });
+        }
+        let Ok(mut observation) = Observation::new(gpu, members, segment.end_ms) else {
+            return Ok(None);
+        };
+        observation.gpu_id = segment.gpu.gpu_id.clone();
+        match self.advisor.report(observation).await {
+            Ok((id, _created)) => Ok(Some(id)),
+            Err(AdvisorError::UnknownReportedWorkload(workload)) => {
+                tracing::warn!(workload, "observer: a window's workload is not registered");
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let interval = Duration::from_secs(self.settings.interval_secs);
+        tracing::info!(
+            interval_secs = interval.as_secs(),
+            sources = self.sources.len(),
+            "observer started"
+        );
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            match self.run_once(now_ms()).await {
+                Ok(outcomes) => {
+                    if !outcomes.is_empty() {
+                        tracing::info!(windows = outcomes.len(), "observer: windows formed");
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "observer error")
+                }
+            }
+        }
+        tracing::info!("observer stopped");
+    }
+}

@@ -1,0 +1,282 @@
+//! The observer's input: which pods shared which GPU, from when to when. A [`Timeline`]
+//! hands out the segments that closed (a GPU's set of pods, constant from `start_ms` to
+//! `end_ms`); the [`Recorder`] keeps one in memory from what it is told: exact changes
+//! (`set_gpu`: an event stream, the simulation, tests) or periodic looks at the whole
+//! cluster (`look`: the extender's cluster view and the AssignJob occupancy, sampled by
+//! the observer). Any later source of the same facts (a merged cluster view, the kubelet's
+//! PodResources reports) plugs in as another feed or another `Timeline`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::{advisor::Advisor, extender::ClusterView, sync::Unpoisoned};
+
+/// A pod on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pod {
+    /// The pod's UID (a job id where only AssignJob knows it): part of each run's key.
+    pub uid: String,
+    /// The registered workload it runs.
+    pub workload: String,
+    /// `namespace/name` when known, else "".
+    pub name: String,
+    /// Its own PromQL template (the pod annotation `coloc.io/throughput-query`), if any.
+    pub query: Option<String>,
+}
+
+/// A GPU of the cluster: its node and its id there (a UUID, or the scheduler's id).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GpuKey {
+    pub node: String,
+    pub gpu_id: String,
+}
+
+/// A GPU's set of pods, the same from `start_ms` to `end_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub gpu: GpuKey,
+    /// The GPU model as the source names it, when it does.
+    pub gpu_model: Option<String>,
+    /// Sorted by UID.
+    pub pods: Vec<Pod>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// Where segments come from.
+pub trait Timeline: Send + Sync {
+    /// The segments that closed after `after_end_ms` and at or before `until_ms`, oldest
+    /// end first.
+    fn closed_segments(&self, after_end_ms: i64, until_ms: i64) -> Vec<Segment>;
+}
+
+/// Closed segments kept at most (the oldest go first).
+const MAX_CLOSED: usize = 100_000;
+
+#[derive(Debug, Default)]
+struct Open {
+    gpu_model: Option<String>,
+    pods: Vec<Pod>,
+    start_ms: i64,
+    /// The last look that still saw this set.
+    last_seen_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    open: BTreeMap<GpuKey, Open>,
+    closed: VecDeque<Segment>,
+}
+
+impl Inner {
+    fn close(&mut self, gpu: &GpuKey, end_ms: i64) {
+        if let Some(open) = self.open.remove(gpu) {
+            if end_ms > open.start_ms {
+                if self.closed.len() == MAX_CLOSED {
+                    self.closed.pop_front();
+                }
+                self.closed.push_back(Segment {
+                    gpu: gpu.clone(),
+                    gpu_model: open.gpu_model,
+                    pods: open.pods,
+                    start_ms: open.start_ms,
+                    end_ms,
+                });
+            }
+        }
+    }
+
+    fn open(&mut self, gpu: GpuKey, gpu_model: Option<String>, pods: Vec<Pod>, at_ms: i64) {
+        if !pods.is_empty() {
+            self.open.insert(
+                gpu,
+                Open {
+                    gpu_model,
+                    pods,
+                    start_ms: at_ms,
+                    last_seen_ms: at_ms,
+                },
+            );
+        }
+    }
+}
+
+/// A timeline kept in memory.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    inner: std::sync::Mutex<Inner>,
+}
+
+fn sorted(mut pods: Vec<Pod>) -> Vec<Pod> {
+    pods.sort();
+    pods.dedup_by(|a, b| a.uid == b.uid);
+    pods
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An exact change: from `at_ms` on, `gpu` holds `pods` (none = it is free).
+    pub fn set_gpu(&self, at_ms: i64, gpu: GpuKey, gpu_model: Option<String>, pods: Vec<Pod>) {
+        let pods = sorted(pods);
+        let mut inner = self.inner.lock().unpoisoned();
+        if inner.open.get(&gpu).is_some_and(|open| open.pods == pods) {
+            return;
+        }
+        inner.close(&gpu, at_ms);
+        inner.open(gpu, gpu_model, pods, at_ms);
+    }
+
+    /// A look at the whole cluster at `at_ms`: GPUs not listed are free. A set that
+    /// changed since the last look closes at the last look that saw it, and the new one
+    /// starts now: both edges fall inside the true window.
+    pub fn look(&self, at_ms: i64, gpus: Vec<(GpuKey, Option<String>, Vec<Pod>)>) {
+        let mut inner = self.inner.lock().unpoisoned();
+        let mut seen = BTreeMap::new();
+        for (gpu, gpu_model, pods) in gpus {
+            seen.insert(gpu, (gpu_model, sorted(pods)));
+        }
+        let gone: Vec<GpuKey> = inner
+            .open
+            .keys()
+            .filter(|gpu| !seen.contains_key(*gpu))
+            .cloned()
+            .collect();
+        for gpu in gone {
+            let last = inner.open[&gpu].last_seen_ms;
+            inner.close(&gpu, last);
+        }
+        for (gpu, (gpu_model, pods)) in seen {
+            match inner.open.get_mut(&gpu) {
+                Some(open) if open.pods == pods => open.last_seen_ms = at_ms,
+                Some(open) => {
+                    let last = open.last_seen_ms;
+                    inner.close(&gpu, last);
+                    inner.open(gpu, gpu_model, pods, at_ms);
+                }
+                None => inner.open(gpu, gpu_model, pods, at_ms),
+            }
+        }
+    }
+}
+
+impl Timeline for Recorder {
+    fn closed_segments(&self, after_end_ms: i64, until_ms: i64) -> Vec<Segment> {
+        let inner = self.inner.lock().unpoisoned();
+        let mut segments: Vec<Segment> = inner
+            .closed
+            .iter()
+            .filter(|s| s.end_ms > after_end_ms && s.end_ms <= until_ms)
+            .cloned()
+            .collect();
+        segments.sort_by_key(|s| s.end_ms);
+        segments
+    }
+}
+
+/// What the cluster runs now, from the extender's cluster view (pods with their UIDs) and
+/// the AssignJob occupancy (jobs, their ids standing for UIDs); a GPU both know is the
+/// cluster view's.
+pub fn current_cluster(
+    cluster: &ClusterView,
+    advisor: &Advisor,
+) -> Vec<(GpuKey, Option<String>, Vec<Pod>)> {
+    let mut gpus: BTreeMap<GpuKey, (Option<String>, Vec<Pod>)> = BTreeMap::new();
+    let mut page_token = String::new();
+    loop {
+        let Ok((page, next)) = advisor.list_gpus(0, &page_token, &Default::default()) else {
+            break;
+        };
+        for gpu in page {
+            let pods = gpu
+                .jobs
+                .iter()
+                .map(|job| Pod {
+                    uid: job.job_id.to_string(),
+                    workload: job.workload.as_str().to_string(),
+                    name: String::new(),
+                    query: None,
+                })
+                .collect();
+            let key = GpuKey {
+                node: gpu.node.to_string(),
+                gpu_id: gpu.id.to_string(),
+            };
+            gpus.insert(key, (Some(gpu.gpu.to_string()), pods));
+        }
+        if next.is_empty() {
+            break;
+        }
+        page_token = next;
+    }
+    for (node, gpu_id, gpu_model, residents) in cluster.residents() {
+        let pods = residents
+            .into_iter()
+            .map(|(uid, workload)| Pod {
+                uid,
+                workload,
+                name: String::new(),
+                query: None,
+            })
+            .collect();
+        gpus.insert(GpuKey { node, gpu_id }, (gpu_model, pods));
+    }
+    gpus.into_iter()
+        .map(|(key, (model, pods))| (key, model, pods))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str) -> Pod {
+        Pod {
+            uid: uid.into(),
+            workload: format!("w-{uid}"),
+            name: String::new(),
+            query: None,
+        }
+    }
+
+    fn g(id: &str) -> GpuKey {
+        GpuKey {
+            node: "n1".into(),
+            gpu_id: id.into(),
+        }
+    }
+
+    #[test]
+    fn exact_changes_close_segments_at_the_change() {
+        let recorder = Recorder::new();
+        recorder.set_gpu(0, g("g0"), None, vec![pod("a")]);
+        recorder.set_gpu(10, g("g0"), None, vec![pod("b"), pod("a")]);
+        recorder.set_gpu(12, g("g0"), None, vec![pod("a"), pod("b")]);
+        recorder.set_gpu(30, g("g0"), None, vec![]);
+        let segments = recorder.closed_segments(-1, 100);
+        let spans: Vec<(i64, i64, usize)> = segments
+            .iter()
+            .map(|s| (s.start_ms, s.end_ms, s.pods.len()))
+            .collect();
+        assert_eq!(spans, [(0, 10, 1), (10, 30, 2)]);
+        assert_eq!(recorder.closed_segments(10, 100).len(), 1);
+    }
+
+    #[test]
+    fn looks_close_a_set_at_the_last_look_that_saw_it() {
+        let recorder = Recorder::new();
+        recorder.look(0, vec![(g("g0"), None, vec![pod("a")])]);
+        recorder.look(15, vec![(g("g0"), None, vec![pod("a")])]);
+        recorder.look(30, vec![(g("g0"), None, vec![pod("a"), pod("b")])]);
+        recorder.look(45, vec![]);
+        let spans: Vec<(i64, i64)> = recorder
+            .closed_segments(-1, 100)
+            .iter()
+            .map(|s| (s.start_ms, s.end_ms))
+            .collect();
+        // The first set was last seen at 15, the second only at 30 (a single look: no span
+        // but the instant, so nothing closes for it).
+        assert_eq!(spans, [(0, 15)]);
+    }
+}
