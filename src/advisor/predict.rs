@@ -29,6 +29,19 @@ use crate::{
 /// largest 10.9 %), rounded to 10 % (docs/decisions/021-one-prediction-one-policy.md).
 pub const EXCLUSIVE_NOISE_MARGIN: f64 = 0.10;
 
+/// Widens the low end of each member's 80 % interval (`bounds`) by the factor its model
+/// prediction (`raw`) overshot its bounded prediction (`bounded`): a member the model put
+/// above its bound is read, on the cautious side, as wrong by at least that much
+/// (docs/decisions/025-overshoot-widens-the-low-end.md). Nothing changes where the model's
+/// prediction is within the bound.
+pub(super) fn widen_for_overshoot(bounds: &mut [(f64, f64)], raw: &[f64], bounded: &[f64]) {
+    for ((bound, &raw), &bounded) in bounds.iter_mut().zip(raw).zip(bounded) {
+        if bounded > 0.0 && raw > bounded {
+            bound.0 /= raw / bounded;
+        }
+    }
+}
+
 /// Bounds a pair's members (`raw`, in the pair's order) by their exclusive throughputs.
 pub(super) fn bounded_pair(raw: [f64; 2], exclusive: [f64; 2]) -> [f64; 2] {
     [raw[0].min(exclusive[0]), raw[1].min(exclusive[1])]
@@ -42,6 +55,8 @@ pub(super) struct PairScore {
     pub sum: f64,
     /// The target's and the candidate's throughputs (after the bound).
     pub members: [f64; 2],
+    /// The same before the bound (what widens the low ends, [`widen_for_overshoot`]).
+    pub raw: [f64; 2],
 }
 
 impl PairScore {
@@ -50,6 +65,7 @@ impl PairScore {
         Self {
             sum: members[0] + members[1],
             members,
+            raw,
         }
     }
 }

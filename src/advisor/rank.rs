@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{
     place::SetCache,
     policy::is_loss,
-    predict::{score_pairs, PairScore},
+    predict::{score_pairs, widen_for_overshoot, PairScore},
     runs::Evidence,
     Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
@@ -450,21 +450,26 @@ impl RankWork {
     }
 
     /// The pair's interval: the model's seen band of two where it knows both workloads,
-    /// else its band of two.
+    /// else its band of two; a member's low end widened by its overshoot
+    /// ([`widen_for_overshoot`]).
     fn interval_of(
         &self,
         target: &ProfileEntry,
         entry: &ProfileEntry,
         prediction: &PairScore,
     ) -> Option<crate::model::intervals::SetInterval> {
-        self.model.params.interval(
+        let mut interval = self.model.params.interval(
             &[&target.features, &entry.features],
             &SetPrediction {
                 sum: prediction.sum,
                 members: Some(prediction.members.to_vec()),
             },
             0.0,
-        )
+        )?;
+        if let Some(bounds) = interval.members.as_mut() {
+            widen_for_overshoot(bounds, &prediction.raw, &prediction.members);
+        }
+        Some(interval)
     }
 
     /// Scores every fitting candidate, skipping those the policy refuses, in Place's order:

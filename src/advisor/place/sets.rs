@@ -9,7 +9,10 @@ use std::sync::Arc;
 use foldhash::HashMap as FastMap;
 
 use crate::{
-    advisor::{predict::predict_entries, GpuProfiles},
+    advisor::{
+        predict::{predict_entries, widen_for_overshoot},
+        GpuProfiles,
+    },
     model::{split_by_exclusive, SetPrediction},
     store::StoredModel,
 };
@@ -151,8 +154,16 @@ impl<'a> SetCache<'a> {
 
     /// The value of the multiset `key` (sorted) whose members (bounded) are `members`,
     /// with the model's interval for a set of this size (and the set's difficulty) around
-    /// each member's prediction, asked in the order the set was scored in.
-    fn with_interval(&self, key: &[u32], mut members: Vec<f64>, difficulty: f64) -> SetValue {
+    /// each member's prediction, asked in the order the set was scored in, each low end
+    /// widened by the member's overshoot (`raw`, the model's own members in key order,
+    /// above the bounded ones: `advisor::predict::widen_for_overshoot`).
+    fn with_interval(
+        &self,
+        key: &[u32],
+        mut members: Vec<f64>,
+        raw: &[f64],
+        difficulty: f64,
+    ) -> SetValue {
         let oriented = self.oriented(key);
         let swapped = oriented != key;
         if swapped {
@@ -179,6 +190,9 @@ impl<'a> SetCache<'a> {
             if let Some(b) = bounds.as_mut() {
                 b.reverse();
             }
+        }
+        if let (Some(b), Some(m)) = (bounds.as_mut(), prediction.members.as_ref()) {
+            widen_for_overshoot(b, raw, m);
         }
         SetValue {
             sum: prediction.sum,
@@ -250,6 +264,7 @@ impl<'a> SetCache<'a> {
                         sum_bounds: None,
                     },
                     Some(mut members) => {
+                        let raw_members = members.clone();
                         // Without member j, member i sits at i (i < j) or i - 1 (i > j).
                         let mut without = Vec::with_capacity(key.len() - 1);
                         for j in 0..key.len() {
@@ -265,7 +280,7 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        self.with_interval(key, members, difficulty)
+                        self.with_interval(key, members, &raw_members, difficulty)
                     }
                 }
             }
