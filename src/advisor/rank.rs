@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{
     place::SetCache,
     policy::is_loss,
-    predict::{score_pairs, widen_for_overshoot, PairScore},
+    predict::{cautious_bounds, score_pairs, PairScore},
     runs::Evidence,
     Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
@@ -450,8 +450,7 @@ impl RankWork {
     }
 
     /// The pair's interval: the model's seen band of two where it knows both workloads,
-    /// else its band of two; a member's low end widened by its overshoot
-    /// ([`widen_for_overshoot`]).
+    /// else its band of two; read cautiously ([`cautious_bounds`]).
     fn interval_of(
         &self,
         target: &ProfileEntry,
@@ -467,7 +466,13 @@ impl RankWork {
             0.0,
         )?;
         if let Some(bounds) = interval.members.as_mut() {
-            widen_for_overshoot(bounds, &prediction.raw, &prediction.members);
+            cautious_bounds(
+                &self.table,
+                &[target, entry],
+                bounds,
+                &prediction.raw,
+                &prediction.members,
+            );
         }
         Some(interval)
     }

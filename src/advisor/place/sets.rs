@@ -10,7 +10,7 @@ use foldhash::HashMap as FastMap;
 
 use crate::{
     advisor::{
-        predict::{predict_entries, widen_for_overshoot},
+        predict::{cautious_bounds, predict_entries},
         GpuProfiles,
     },
     model::{split_by_exclusive, SetPrediction},
@@ -154,9 +154,8 @@ impl<'a> SetCache<'a> {
 
     /// The value of the multiset `key` (sorted) whose members (bounded) are `members`,
     /// with the model's interval for a set of this size (and the set's difficulty) around
-    /// each member's prediction, asked in the order the set was scored in, each low end
-    /// widened by the member's overshoot (`raw`, the model's own members in key order,
-    /// above the bounded ones: `advisor::predict::widen_for_overshoot`).
+    /// each member's prediction, asked in the order the set was scored in, read cautiously
+    /// (`raw`: the model's own members in key order; `advisor::predict::cautious_bounds`).
     fn with_interval(
         &self,
         key: &[u32],
@@ -192,7 +191,11 @@ impl<'a> SetCache<'a> {
             }
         }
         if let (Some(b), Some(m)) = (bounds.as_mut(), prediction.members.as_ref()) {
-            widen_for_overshoot(b, raw, m);
+            let entries: Vec<_> = key
+                .iter()
+                .map(|&i| &self.table.entries()[i as usize])
+                .collect();
+            cautious_bounds(self.table, &entries, b, raw, m);
         }
         SetValue {
             sum: prediction.sum,
