@@ -11,6 +11,10 @@
 //! [`EXCLUSIVE_NOISE_MARGIN`], and only a measured run above its exclusive throughput beyond
 //! that margin says something about the profile (docs/decisions/021-one-prediction-one-policy.md).
 //!
+//! The cautious reading of a set's intervals is here too ([`cautious_bounds`]): a member
+//! predicted above its bound has its low end widened by that overshoot, and a set with
+//! several members no run has shown has its intervals widened (decision 025).
+//!
 //! A pair is scored with the asking job first (Rank's target, Place's job, Predict's first
 //! workload): the pair scorer is not symmetric to the last bit, so every caller asks it the
 //! same way round. A pair of residents is scored lower table position first.
