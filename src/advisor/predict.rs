@@ -11,11 +11,15 @@
 //! [`EXCLUSIVE_NOISE_MARGIN`], and only a measured run above its exclusive throughput beyond
 //! that margin says something about the profile (docs/decisions/021-one-prediction-one-policy.md).
 //!
+//! The cautious reading of a set's intervals is here too ([`cautious_bounds`]): a member
+//! predicted above its bound has its low end widened by that overshoot, and a set with
+//! several members no run has shown has its intervals widened (decision 025).
+//!
 //! A pair is scored with the asking job first (Rank's target, Place's job, Predict's first
 //! workload): the pair scorer is not symmetric to the last bit, so every caller asks it the
 //! same way round. A pair of residents is scored lower table position first.
 
-use super::{GpuProfiles, ProfileEntry};
+use super::{runs::Evidence, GpuProfiles, ProfileEntry};
 use crate::{
     model::{split_by_exclusive, Features, SetPrediction},
     store::StoredModel,
@@ -28,6 +32,55 @@ use crate::{
 /// side by side (the KACE V100 data's 16 self-pairs: median 1.7 %, 90th percentile 10.1 %,
 /// largest 10.9 %), rounded to 10 % (docs/decisions/021-one-prediction-one-policy.md).
 pub const EXCLUSIVE_NOISE_MARGIN: f64 = 0.10;
+
+/// The cautious reading of a set's member intervals (`bounds`, around the bounded members
+/// `bounded`, in the order of `entries`; `raw`: the model's own members): a set with k >= 2
+/// members no stored run has shown (evidence profile only) has each interval's log width
+/// scaled by √k, the band having been calibrated on held-out sets with one unseen member;
+/// then each low end widened by its member's overshoot ([`widen_for_overshoot`];
+/// docs/decisions/025-cautious-low-ends.md).
+pub(super) fn cautious_bounds(
+    table: &GpuProfiles,
+    entries: &[&ProfileEntry],
+    bounds: &mut [(f64, f64)],
+    raw: &[f64],
+    bounded: &[f64],
+) {
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    let unseen = names
+        .iter()
+        .filter(|name| table.runs().evidence(&names, name) == Evidence::ProfileOnly)
+        .count();
+    widen_for_unseen(bounds, bounded, unseen);
+    widen_for_overshoot(bounds, raw, bounded);
+}
+
+/// Scales each interval's log width around its prediction by √`unseen` where at least
+/// two members are unseen (see [`cautious_bounds`]).
+fn widen_for_unseen(bounds: &mut [(f64, f64)], predicted: &[f64], unseen: usize) {
+    if unseen < 2 {
+        return;
+    }
+    let scale = (unseen as f64).sqrt();
+    for (bound, &p) in bounds.iter_mut().zip(predicted) {
+        if p > 0.0 && bound.0 > 0.0 && bound.1 > 0.0 {
+            *bound = (p * (bound.0 / p).powf(scale), p * (bound.1 / p).powf(scale));
+        }
+    }
+}
+
+/// Widens the low end of each member's 80 % interval (`bounds`) by the factor its model
+/// prediction (`raw`) overshot its bounded prediction (`bounded`): a member the model put
+/// above its bound is read, on the cautious side, as wrong by at least that much
+/// (docs/decisions/025-cautious-low-ends.md). Nothing changes where the model's
+/// prediction is within the bound.
+fn widen_for_overshoot(bounds: &mut [(f64, f64)], raw: &[f64], bounded: &[f64]) {
+    for ((bound, &raw), &bounded) in bounds.iter_mut().zip(raw).zip(bounded) {
+        if bounded > 0.0 && raw > bounded {
+            bound.0 /= raw / bounded;
+        }
+    }
+}
 
 /// Bounds a pair's members (`raw`, in the pair's order) by their exclusive throughputs.
 pub(super) fn bounded_pair(raw: [f64; 2], exclusive: [f64; 2]) -> [f64; 2] {
@@ -42,6 +95,8 @@ pub(super) struct PairScore {
     pub sum: f64,
     /// The target's and the candidate's throughputs (after the bound).
     pub members: [f64; 2],
+    /// The same before the bound (what widens the low ends, [`widen_for_overshoot`]).
+    pub raw: [f64; 2],
 }
 
 impl PairScore {
@@ -50,6 +105,7 @@ impl PairScore {
         Self {
             sum: members[0] + members[1],
             members,
+            raw,
         }
     }
 }
@@ -139,5 +195,35 @@ pub(super) fn predict_entries(
             }
             (predicted.prediction, predicted.difficulty)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overshoot_above_the_bound_widens_only_that_members_low_end_by_its_factor() {
+        // Member 0: the model said 15 where the bound is 10 (overshoot 1.5); member 1:
+        // within its bound.
+        let mut bounds = [(6.0, 12.0), (3.0, 9.0)];
+        widen_for_overshoot(&mut bounds, &[15.0, 7.0], &[10.0, 7.0]);
+        assert_eq!(bounds, [(4.0, 12.0), (3.0, 9.0)]);
+        // Exactly at the bound: nothing changes.
+        let mut at = [(6.0, 12.0)];
+        widen_for_overshoot(&mut at, &[10.0], &[10.0]);
+        assert_eq!(at, [(6.0, 12.0)]);
+    }
+
+    #[test]
+    fn two_unseen_members_scale_the_log_width_by_root_two_and_one_changes_nothing() {
+        let mut one = [(5.0, 20.0)];
+        widen_for_unseen(&mut one, &[10.0], 1);
+        assert_eq!(one, [(5.0, 20.0)]);
+        let mut two = [(5.0, 20.0)];
+        widen_for_unseen(&mut two, &[10.0], 2);
+        // 10 × 0.5^√2 and 10 × 2^√2.
+        assert!((two[0].0 - 3.752_142).abs() < 1e-6, "{two:?}");
+        assert!((two[0].1 - 26.651_441).abs() < 1e-6, "{two:?}");
     }
 }

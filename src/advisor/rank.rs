@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{
     place::SetCache,
     policy::is_loss,
-    predict::{score_pairs, PairScore},
+    predict::{cautious_bounds, score_pairs, PairScore},
     runs::Evidence,
     Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
@@ -450,21 +450,31 @@ impl RankWork {
     }
 
     /// The pair's interval: the model's seen band of two where it knows both workloads,
-    /// else its band of two.
+    /// else its band of two; read cautiously ([`cautious_bounds`]).
     fn interval_of(
         &self,
         target: &ProfileEntry,
         entry: &ProfileEntry,
         prediction: &PairScore,
     ) -> Option<crate::model::intervals::SetInterval> {
-        self.model.params.interval(
+        let mut interval = self.model.params.interval(
             &[&target.features, &entry.features],
             &SetPrediction {
                 sum: prediction.sum,
                 members: Some(prediction.members.to_vec()),
             },
             0.0,
-        )
+        )?;
+        if let Some(bounds) = interval.members.as_mut() {
+            cautious_bounds(
+                &self.table,
+                &[target, entry],
+                bounds,
+                &prediction.raw,
+                &prediction.members,
+            );
+        }
+        Some(interval)
     }
 
     /// Scores every fitting candidate, skipping those the policy refuses, in Place's order:

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use foldhash::HashMap as FastMap;
 
 use crate::{
-    advisor::{predict::predict_entries, GpuProfiles},
+    advisor::{
+        predict::{cautious_bounds, predict_entries},
+        GpuProfiles,
+    },
     model::{split_by_exclusive, SetPrediction},
     store::StoredModel,
 };
@@ -151,8 +154,15 @@ impl<'a> SetCache<'a> {
 
     /// The value of the multiset `key` (sorted) whose members (bounded) are `members`,
     /// with the model's interval for a set of this size (and the set's difficulty) around
-    /// each member's prediction, asked in the order the set was scored in.
-    fn with_interval(&self, key: &[u32], mut members: Vec<f64>, difficulty: f64) -> SetValue {
+    /// each member's prediction, asked in the order the set was scored in, read cautiously
+    /// (`raw`: the model's own members in key order; `advisor::predict::cautious_bounds`).
+    fn with_interval(
+        &self,
+        key: &[u32],
+        mut members: Vec<f64>,
+        raw: &[f64],
+        difficulty: f64,
+    ) -> SetValue {
         let oriented = self.oriented(key);
         let swapped = oriented != key;
         if swapped {
@@ -179,6 +189,13 @@ impl<'a> SetCache<'a> {
             if let Some(b) = bounds.as_mut() {
                 b.reverse();
             }
+        }
+        if let (Some(b), Some(m)) = (bounds.as_mut(), prediction.members.as_ref()) {
+            let entries: Vec<_> = key
+                .iter()
+                .map(|&i| &self.table.entries()[i as usize])
+                .collect();
+            cautious_bounds(self.table, &entries, b, raw, m);
         }
         SetValue {
             sum: prediction.sum,
@@ -250,6 +267,7 @@ impl<'a> SetCache<'a> {
                         sum_bounds: None,
                     },
                     Some(mut members) => {
+                        let raw_members = members.clone();
                         // Without member j, member i sits at i (i < j) or i - 1 (i > j).
                         let mut without = Vec::with_capacity(key.len() - 1);
                         for j in 0..key.len() {
@@ -265,7 +283,7 @@ impl<'a> SetCache<'a> {
                                 }
                             }
                         }
-                        self.with_interval(key, members, difficulty)
+                        self.with_interval(key, members, &raw_members, difficulty)
                     }
                 }
             }
