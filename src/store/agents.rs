@@ -47,9 +47,9 @@ impl Store {
         let outcome = async {
             sqlx::query(
                 "INSERT INTO agents (id, node, gpu, gpu_memory_gb, ncu_version, backend, \
-                 announced_at_ms, last_seen_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
-                 ON CONFLICT (id) DO UPDATE SET node = ?2, gpu = ?3, gpu_memory_gb = ?4, \
-                 ncu_version = ?5, backend = ?6, announced_at_ms = ?7, last_seen_ms = ?7",
+                 announced_at_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+                 ON CONFLICT (id) DO UPDATE SET node = $2, gpu = $3, gpu_memory_gb = $4, \
+                 ncu_version = $5, backend = $6, announced_at_ms = $7, last_seen_ms = $7",
             )
             .bind(&agent.id)
             .bind(&agent.node)
@@ -81,7 +81,7 @@ impl Store {
             sqlx::query_as::<_, AgentRecord>(sqlx::AssertSqlSafe(format!(
                 "{AGENT_SELECT} ORDER BY a.id"
             )))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db.pool)
             .await?,
         )
     }
@@ -90,10 +90,10 @@ impl Store {
     pub async fn job_workload(&self, job_id: i64) -> Result<Option<WorkloadName>, StoreError> {
         let name: Option<String> = sqlx::query_scalar(
             "SELECT w.name FROM profiling_jobs j JOIN workloads w ON w.id = j.workload_id \
-             WHERE j.id = ?1",
+             WHERE j.id = $1",
         )
         .bind(job_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db.pool)
         .await?;
         name.map(|n| WorkloadName::parse("name", &n).map_err(|e| StoreError::Corrupt(e.message)))
             .transpose()
@@ -102,10 +102,10 @@ impl Store {
     /// GPU models with an agent seen at or after `since_ms`, by name.
     pub async fn live_agent_gpus(&self, since_ms: i64) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT gpu FROM agents WHERE last_seen_ms >= ?1 ORDER BY gpu",
+            "SELECT DISTINCT gpu FROM agents WHERE last_seen_ms >= $1 ORDER BY gpu",
         )
         .bind(since_ms)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?)
     }
 }
@@ -116,12 +116,12 @@ const AGENT_SELECT: &str = "SELECT a.id, a.node, a.gpu, a.gpu_memory_gb, a.ncu_v
       WHERE j.id = a.job_id) AS job_workload FROM agents a";
 
 async fn fetch_agent(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     id: &str,
 ) -> Result<Option<AgentRecord>, StoreError> {
     Ok(
         sqlx::query_as::<_, AgentRecord>(sqlx::AssertSqlSafe(format!(
-            "{AGENT_SELECT} WHERE a.id = ?1"
+            "{AGENT_SELECT} WHERE a.id = $1"
         )))
         .bind(id)
         .fetch_optional(&mut **tx)

@@ -23,11 +23,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sqlx::SqlitePool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::StoreError;
+use super::{engine::Db, StoreError};
 use crate::sync::Unpoisoned;
 
 /// How often a failing store tries a write of its own.
@@ -130,7 +129,7 @@ impl WriteHealth {
 }
 
 /// Writes the probe row while the store fails, until `stop`.
-pub(super) async fn probe(pool: SqlitePool, health: Arc<WriteHealth>, stop: CancellationToken) {
+pub(super) async fn probe(db: Db, health: Arc<WriteHealth>, stop: CancellationToken) {
     let mut changes = health.subscribe();
     loop {
         // Sleeps until writes fail.
@@ -143,7 +142,7 @@ pub(super) async fn probe(pool: SqlitePool, health: Arc<WriteHealth>, stop: Canc
             _ = tokio::time::sleep(PROBE_INTERVAL) => {}
         }
         if health.failing() {
-            match write_probe(&pool).await {
+            match write_probe(&db).await {
                 Ok(()) => health.succeeded(),
                 Err(error) => health.record_failure::<()>(&Err(error)),
             }
@@ -151,16 +150,16 @@ pub(super) async fn probe(pool: SqlitePool, health: Arc<WriteHealth>, stop: Canc
     }
 }
 
-async fn write_probe(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+async fn write_probe(db: &Db) -> Result<(), StoreError> {
+    let mut tx = db.begin_write().await?;
     sqlx::query(
-        "INSERT INTO write_probe (id, written_at_ms) VALUES (1, ?1)
+        "INSERT INTO write_probe (id, written_at_ms) VALUES (1, $1)
          ON CONFLICT (id) DO UPDATE SET written_at_ms = excluded.written_at_ms",
     )
     .bind(crate::domain::now_ms())
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
+    db.commit(tx).await?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@
 //! re-queued at start-up. (The agents migration's comment, "'' when not running", predates
 //! this and migrations are never edited.)
 
-use sqlx::{FromRow, Sqlite, Transaction};
+use sqlx::{Any, FromRow, Transaction};
 
 use super::{
     workloads::{fetch_workload, put_profile_in},
@@ -82,13 +82,13 @@ struct JobStateRow {
 /// Why a claim-checked update changed nothing: the job is gone, the claim is another
 /// holder's, the same claim finished it before, or another claim holds it now.
 async fn claim_miss<T>(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     job: &ClaimedJob,
     done_is_duplicate: bool,
 ) -> Result<Submitted<T>, StoreError> {
     let (job_id, claim) = (job.id, job.claim);
     let row = sqlx::query_as::<_, JobStateRow>(
-        "SELECT state, claims, claim_holder FROM profiling_jobs WHERE id = ?1",
+        "SELECT state, claims, claim_holder FROM profiling_jobs WHERE id = $1",
     )
     .bind(job_id)
     .fetch_optional(&mut **tx)
@@ -129,8 +129,8 @@ async fn claim_miss<T>(
 }
 
 /// The agent holding `job_id` is idle again.
-async fn free_agent(tx: &mut Transaction<'_, Sqlite>, job_id: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE agents SET job_id = NULL WHERE job_id = ?1")
+async fn free_agent(tx: &mut Transaction<'_, Any>, job_id: i64) -> Result<(), StoreError> {
+    sqlx::query("UPDATE agents SET job_id = NULL WHERE job_id = $1")
         .bind(job_id)
         .execute(&mut **tx)
         .await?;
@@ -142,13 +142,13 @@ async fn free_agent(tx: &mut Transaction<'_, Sqlite>, job_id: i64) -> Result<(),
 /// attempt `max_attempts` (a workload that kills its agent every time would otherwise be
 /// re-queued forever); their workloads say so. Returns how many.
 async fn expire_leases_in(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     max_attempts: u32,
     now_ms: i64,
 ) -> Result<u64, StoreError> {
     let expired: Vec<(i64, String, i64)> = sqlx::query_as(
         "SELECT id, claim_holder, attempts FROM profiling_jobs WHERE state = 'running' \
-         AND lease_expires_ms > 0 AND lease_expires_ms <= ?1",
+         AND lease_expires_ms > 0 AND lease_expires_ms <= $1",
     )
     .bind(now_ms)
     .fetch_all(&mut **tx)
@@ -176,9 +176,9 @@ async fn expire_leases_in(
         };
         // No holder: the expired holder's late submissions are told they lost the claim.
         sqlx::query(
-            "UPDATE profiling_jobs SET state = ?4, claim_holder = '', lease_expires_ms = 0, \
-             last_error = ?2, \
-             updated_at_ms = ?3 WHERE id = ?1",
+            "UPDATE profiling_jobs SET state = $4, claim_holder = '', lease_expires_ms = 0, \
+             last_error = $2, \
+             updated_at_ms = $3 WHERE id = $1",
         )
         .bind(job_id)
         .bind(&why)
@@ -193,7 +193,7 @@ async fn expire_leases_in(
 }
 
 async fn set_reason(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     job_id: i64,
     state: Option<&str>,
     reason: &str,
@@ -201,10 +201,10 @@ async fn set_reason(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE workloads SET \
-           state = CASE WHEN state = 'profiled' THEN state ELSE COALESCE(?2, state) END, \
-           state_reason = CASE WHEN state = 'profiled' THEN state_reason ELSE ?3 END, \
-           updated_at_ms = ?4 \
-         WHERE id = (SELECT workload_id FROM profiling_jobs WHERE id = ?1)",
+           state = CASE WHEN state = 'profiled' THEN state ELSE COALESCE($2, state) END, \
+           state_reason = CASE WHEN state = 'profiled' THEN state_reason ELSE $3 END, \
+           updated_at_ms = $4 \
+         WHERE id = (SELECT workload_id FROM profiling_jobs WHERE id = $1)",
     )
     .bind(job_id)
     .bind(state)
@@ -229,17 +229,17 @@ impl Store {
         now_ms: i64,
     ) -> Result<u64, StoreError> {
         let result = sqlx::query(
-            "UPDATE workloads SET state_reason = ?1, updated_at_ms = ?2 \
-             WHERE state = 'pending_profile' AND (?3 IS NULL OR name = ?3) \
+            "UPDATE workloads SET state_reason = $1, updated_at_ms = $2 \
+             WHERE state = 'pending_profile' AND ($3 IS NULL OR name = $3) \
              AND id IN (SELECT j.workload_id FROM profiling_jobs j WHERE j.state = 'pending' \
-                        AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.last_seen_ms >= ?4 \
+                        AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.last_seen_ms >= $4 \
                                         AND (j.gpu = '' OR a.gpu = j.gpu)))",
         )
         .bind(reason)
         .bind(now_ms)
         .bind(workload)
         .bind(live_since_ms)
-        .execute(&self.pool)
+        .execute(&self.db.pool)
         .await?;
         Ok(result.rows_affected())
     }
@@ -277,10 +277,10 @@ impl Store {
             };
             let row = sqlx::query_as::<_, ClaimedRow>(
                 "UPDATE profiling_jobs SET state = 'running', attempts = attempts + 1, \
-                 claims = claims + 1, claim_holder = ?2, lease_expires_ms = ?3, progress = '', \
-                 updated_at_ms = ?1 \
+                 claims = claims + 1, claim_holder = $2, lease_expires_ms = $3, progress = '', \
+                 updated_at_ms = $1 \
                  WHERE id = (SELECT id FROM profiling_jobs WHERE state = 'pending' \
-                             AND not_before_ms <= ?1 AND (gpu = '' OR gpu = ?4) \
+                             AND not_before_ms <= $1 AND (gpu = '' OR gpu = $4) \
                              ORDER BY id LIMIT 1) \
                  RETURNING id, claims, gpu, attempts, lease_expires_ms, \
                    (SELECT name FROM workloads w WHERE w.id = workload_id) AS name, \
@@ -299,7 +299,7 @@ impl Store {
                 format!("profiling on agent {}", claimer.holder)
             };
             set_reason(&mut tx, row.id, None, &reason, now_ms).await?;
-            sqlx::query("UPDATE agents SET job_id = ?2, last_seen_ms = ?3 WHERE id = ?1")
+            sqlx::query("UPDATE agents SET job_id = $2, last_seen_ms = $3 WHERE id = $1")
                 .bind(claimer.holder)
                 .bind(row.id)
                 .bind(now_ms)
@@ -357,9 +357,9 @@ impl Store {
             let (job_id, claim) = (job.id, job.claim);
             let renewed: Option<(i64, String)> = sqlx::query_as(
                 "UPDATE profiling_jobs SET \
-                   lease_expires_ms = CASE WHEN lease_expires_ms = 0 THEN 0 ELSE ?3 + ?4 END, \
-                   progress = ?5, updated_at_ms = ?3 \
-                 WHERE id = ?1 AND claims = ?2 AND state = 'running' AND claim_holder = ?6 \
+                   lease_expires_ms = CASE WHEN lease_expires_ms = 0 THEN 0 ELSE $3 + $4 END, \
+                   progress = $5, updated_at_ms = $3 \
+                 WHERE id = $1 AND claims = $2 AND state = 'running' AND claim_holder = $6 \
                  RETURNING lease_expires_ms, claim_holder",
             )
             .bind(job_id)
@@ -372,7 +372,7 @@ impl Store {
             .await?;
             match renewed {
                 Some((expires, holder)) => {
-                    sqlx::query("UPDATE agents SET last_seen_ms = ?2 WHERE id = ?1")
+                    sqlx::query("UPDATE agents SET last_seen_ms = $2 WHERE id = $1")
                         .bind(holder)
                         .bind(now_ms)
                         .execute(&mut *tx)
@@ -398,12 +398,12 @@ impl Store {
     /// agents hold keep running under their leases. Returns how many.
     pub async fn requeue_running_jobs(&self, now_ms: i64) -> Result<u64, StoreError> {
         let result = sqlx::query(
-            "UPDATE profiling_jobs SET state = 'pending', attempts = MAX(attempts - 1, 0), \
-             claim_holder = '', updated_at_ms = ?1 \
+            "UPDATE profiling_jobs SET state = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
+             claim_holder = '', updated_at_ms = $1 \
              WHERE state = 'running' AND lease_expires_ms = 0",
         )
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&self.db.pool)
         .await?;
         Ok(result.rows_affected())
     }
@@ -490,16 +490,17 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let outcome = async {
             let changed = sqlx::query(
-                "UPDATE profiling_jobs SET state = ?2, \
-                 attempts = CASE WHEN ?3 THEN MAX(attempts - 1, 0) ELSE attempts END, \
-                 last_error = COALESCE(?4, last_error), \
-                 not_before_ms = COALESCE(?5, not_before_ms), updated_at_ms = ?6, \
+                "UPDATE profiling_jobs SET state = $2, \
+                 attempts = CASE WHEN $3 = 1 AND attempts > 0 THEN attempts - 1 \
+                 WHEN $3 = 1 THEN 0 ELSE attempts END, \
+                 last_error = COALESCE($4, last_error), \
+                 not_before_ms = COALESCE($5, not_before_ms), updated_at_ms = $6, \
                  lease_expires_ms = 0 \
-                 WHERE id = ?1 AND claims = ?7 AND state = 'running' AND claim_holder = ?8",
+                 WHERE id = $1 AND claims = $7 AND state = 'running' AND claim_holder = $8",
             )
             .bind(job.id)
             .bind(update.state)
-            .bind(update.uncount_attempt)
+            .bind(i64::from(update.uncount_attempt))
             .bind(update.last_error)
             .bind(update.not_before_ms)
             .bind(now_ms)
@@ -540,7 +541,7 @@ impl Store {
         let outcome = async {
             let job_gpu: Option<(String, String, String)> = sqlx::query_as(
                 "SELECT j.gpu, j.state, j.claim_holder FROM profiling_jobs j \
-                 WHERE j.id = ?1 AND j.claims = ?2",
+                 WHERE j.id = $1 AND j.claims = $2",
             )
             .bind(job.id)
             .bind(job.claim)
@@ -548,7 +549,7 @@ impl Store {
             .await?;
             let Some((job_gpu, state, holder)) = job_gpu else {
                 let exists: Option<i64> =
-                    sqlx::query_scalar("SELECT id FROM profiling_jobs WHERE id = ?1")
+                    sqlx::query_scalar("SELECT id FROM profiling_jobs WHERE id = $1")
                         .bind(job.id)
                         .fetch_optional(&mut *tx)
                         .await?;
@@ -572,7 +573,7 @@ impl Store {
                 put_profile_in(&mut tx, job.workload.as_str(), profile, now_ms).await?;
             sqlx::query(
                 "UPDATE profiling_jobs SET state = 'done', lease_expires_ms = 0, \
-                 updated_at_ms = ?2 WHERE id = ?1",
+                 updated_at_ms = $2 WHERE id = $1",
             )
             .bind(job.id)
             .bind(now_ms)
@@ -581,7 +582,7 @@ impl Store {
             free_agent(&mut tx, job.id).await?;
             if !reason.is_empty() {
                 sqlx::query(
-                    "UPDATE workloads SET state_reason = ?2, updated_at_ms = ?3 WHERE name = ?1",
+                    "UPDATE workloads SET state_reason = $2, updated_at_ms = $3 WHERE name = $1",
                 )
                 .bind(job.workload.as_str())
                 .bind(reason)
@@ -608,10 +609,10 @@ impl Store {
     /// Jobs by state, for operators and tests: (pending, running, done, failed).
     pub async fn job_counts(&self) -> Result<(i64, i64, i64, i64), StoreError> {
         Ok(sqlx::query_as(
-            "SELECT COALESCE(SUM(state = 'pending'), 0), COALESCE(SUM(state = 'running'), 0), \
-             COALESCE(SUM(state = 'done'), 0), COALESCE(SUM(state = 'failed'), 0) FROM profiling_jobs",
+            "SELECT COALESCE(SUM(CASE WHEN state = 'pending' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0), \
+             COALESCE(SUM(CASE WHEN state = 'done' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END), 0) FROM profiling_jobs",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db.pool)
         .await?)
     }
 }

@@ -1,5 +1,7 @@
-//! The SQLite profile datastore (sqlx). Opens the database with the settings durability
-//! needs (WAL, synchronous FULL, foreign keys), runs the embedded migrations, and offers
+//! The profile datastore (sqlx), on SQLite or PostgreSQL as the database URL says
+//! (`engine`: the engines' differences, where transactions begin and commit). Opens the
+//! database with the settings durability needs (SQLite: WAL, synchronous FULL, foreign
+//! keys), runs the engine's embedded migrations, and offers
 //! typed operations; every multi-row write is one transaction, and constraint violations
 //! come back as domain errors rather than SQL text. Single reported runs go through the
 //! observation writer (group commit). Tools that only read a database, beside a running
@@ -7,6 +9,7 @@
 
 mod agents;
 pub mod backup;
+pub mod engine;
 pub mod fault;
 mod group_commit;
 pub mod health;
@@ -22,14 +25,9 @@ pub mod snapshot;
 mod undo;
 mod workloads;
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{str::FromStr, sync::Arc};
 
-use sqlx::{
-    sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-    },
-    Sqlite, Transaction,
-};
+use sqlx::{sqlite::SqliteConnectOptions, Any, AnyPool, Transaction};
 
 pub use agents::{AgentRecord, NewAgent};
 pub use jobs::{ClaimedJob, JobClaimer, Submitted, IN_PROCESS_HOLDER};
@@ -46,6 +44,7 @@ pub use undo::{
 };
 pub use workloads::WorkloadRecord;
 
+use engine::{Db, Engine};
 use fault::FaultSwitch;
 use health::WriteHealth;
 use observation_writer::ObservationWriter;
@@ -124,8 +123,7 @@ pub enum StoreError {
 /// vanished file or folder), PROTOCOL (a WAL lock race); and CONSTRAINT_COMMITHOOK, a
 /// COMMIT the fault switch (`fault.rs`) turned into a rollback as a failed disk write.
 fn is_transient_sqlite_code(code: i32) -> bool {
-    const CONSTRAINT_COMMITHOOK: i32 = 19 | (2 << 8);
-    code == CONSTRAINT_COMMITHOOK || matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)
+    code == fault::COMMIT_HOOK_CODE || matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)
 }
 
 impl StoreError {
@@ -136,10 +134,7 @@ impl StoreError {
     pub fn is_storage_fault(&self) -> bool {
         match self {
             Self::Database(error) => match error {
-                sqlx::Error::Database(db) => db
-                    .code()
-                    .and_then(|code| code.parse::<i32>().ok())
-                    .is_some_and(is_transient_sqlite_code),
+                sqlx::Error::Database(db) => is_transient_database_error(db.as_ref()),
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::WorkerCrashed
@@ -167,6 +162,31 @@ impl StoreError {
     }
 }
 
+/// PostgreSQL SQLSTATEs of a server or storage that failed for now: connection exceptions
+/// (class 08), insufficient resources (53: a full disk, out of memory, too many
+/// connections), operator intervention (57: a query cancelled on timeout, a server shutting
+/// down or starting), system errors (58: I/O), a lock not obtained in time (55P03), a
+/// serialization failure or deadlock (40001, 40P01) and a read-only transaction (25006: a
+/// standby).
+fn is_transient_postgres_code(code: &str) -> bool {
+    matches!(code.get(..2), Some("08" | "53" | "57" | "58"))
+        || matches!(code, "55P03" | "40001" | "40P01" | "25006")
+}
+
+/// Whether a database error is a storage fault, by its engine's codes.
+fn is_transient_database_error(error: &dyn sqlx::error::DatabaseError) -> bool {
+    let Some(code) = error.code() else {
+        return false;
+    };
+    if error
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some()
+    {
+        return is_transient_postgres_code(&code);
+    }
+    code.parse::<i32>().is_ok_and(is_transient_sqlite_code)
+}
+
 /// True when the error is a UNIQUE constraint violation.
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
@@ -176,77 +196,62 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: SqlitePool,
+    db: Db,
     observation_writer: Arc<ObservationWriter>,
     occupancy_writer: Arc<OccupancyWriter>,
     health: Arc<WriteHealth>,
-    faults: FaultSwitch,
     /// Stops the write probe (store/health.rs) when the store closes.
     probe_stop: CancellationToken,
 }
 
 impl Store {
-    /// Opens (creating if missing) the database at `url`, e.g. `sqlite://./coloc.db`, and
-    /// brings its schema up to date.
+    /// Opens the database at `url` and brings its schema up to date: SQLite
+    /// (`sqlite://./coloc.db`, created if missing; `sqlite::memory:`) or PostgreSQL
+    /// (`postgres://user@host/db`, the database already created).
     pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(StoreError::InvalidUrl)?
-            .create_if_missing(true)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5))
-            // FULL: an acknowledged write survives a power cut, not only a process crash.
-            .synchronous(SqliteSynchronous::Full);
-        let options = if in_memory {
-            options
-        } else {
-            options.journal_mode(SqliteJournalMode::Wal)
-        };
-        if !in_memory {
+        let engine = Engine::of_url(url);
+        let in_memory =
+            engine == Engine::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        if engine == Engine::Sqlite && !in_memory {
+            let options = SqliteConnectOptions::from_str(url).map_err(StoreError::InvalidUrl)?;
             refuse_empty_file(options.get_filename())?;
         }
-        // An in-memory database lives in one connection; more would each see an empty one.
-        let max_connections = if in_memory { 1 } else { 4 };
-        let faults = FaultSwitch::default();
-        let connect_faults = faults.clone();
         let health = Arc::new(WriteHealth::default());
-        // While writes fail, a file-backed store's connections are closed after each use
-        // and opened afresh (store/health.rs); an in-memory database would be lost.
-        let keep = move |health: &WriteHealth, age| in_memory || health.keep_connection(age);
-        let (acquire_health, release_health) = (health.clone(), health.clone());
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections)
-            .after_connect(move |connection, _| {
-                let faults = connect_faults.clone();
-                Box::pin(async move { faults.install(connection).await })
-            })
-            .before_acquire(move |_, meta| {
-                let kept = keep(&acquire_health, meta.age);
-                Box::pin(async move { Ok(kept) })
-            })
-            .after_release(move |connection, meta| {
-                let kept = keep(&release_health, meta.age);
-                Box::pin(async move { Ok(kept && release_check(connection).await?) })
-            })
-            .connect_with(options)
-            .await?;
-        sqlx::migrate!().run(&pool).await?;
-        let observation_writer = Arc::new(ObservationWriter::spawn(pool.clone(), health.clone()));
-        let occupancy_writer = Arc::new(OccupancyWriter::spawn(pool.clone()).await?);
-        let probe_stop = CancellationToken::new();
-        tokio::spawn(health::probe(
-            pool.clone(),
-            health.clone(),
-            probe_stop.clone(),
-        ));
-        Ok(Self {
+        // While writes fail, the store's connections are closed after each use and opened
+        // afresh (store/health.rs); an in-memory database would be lost.
+        let keep_health = health.clone();
+        let keep = move |age| in_memory || keep_health.keep_connection(age);
+        let pool = engine::connect(url, engine, keep)
+            .await
+            .map_err(|error| match error {
+                sqlx::Error::Configuration(_) => StoreError::InvalidUrl(error),
+                other => StoreError::Database(other),
+            })?;
+        match engine {
+            Engine::Sqlite => sqlx::migrate!().run(&pool).await?,
+            Engine::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
+        }
+        let db = Db {
             pool,
+            engine,
+            faults: FaultSwitch::default(),
+        };
+        let observation_writer = Arc::new(ObservationWriter::spawn(db.clone(), health.clone()));
+        let occupancy_writer = Arc::new(OccupancyWriter::spawn(db.clone()).await?);
+        let probe_stop = CancellationToken::new();
+        tokio::spawn(health::probe(db.clone(), health.clone(), probe_stop.clone()));
+        Ok(Self {
+            db,
             observation_writer,
             occupancy_writer,
             health,
-            faults,
             probe_stop,
         })
+    }
+
+    /// The engine this store runs on.
+    pub fn engine(&self) -> Engine {
+        self.db.engine
     }
 
     /// Whether writes currently succeed, and how often they failed.
@@ -256,7 +261,7 @@ impl Store {
 
     /// The switch that makes commits fail on purpose (chaos tests; see store/fault.rs).
     pub fn faults(&self) -> &FaultSwitch {
-        &self.faults
+        &self.db.faults
     }
 
     /// Stops taking runs, writes the ones already queued, then closes the pool. Runs
@@ -266,7 +271,7 @@ impl Store {
         self.observation_writer.stop().await;
         self.occupancy_writer.stop().await;
         self.probe_stop.cancel();
-        self.pool.close().await;
+        self.db.pool.close().await;
     }
 
     /// Records a job on a GPU (or renews its lease); answered once committed.
@@ -302,27 +307,29 @@ impl Store {
         self.occupancy_writer.view()
     }
 
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+    pub fn pool(&self) -> &AnyPool {
+        &self.db.pool
     }
 
-    /// Bytes the database file holds (pages in use and free).
+    /// Bytes the database holds (SQLite: the file's pages, in use and free; PostgreSQL:
+    /// the database's size on disk).
     pub async fn size_bytes(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
-        )
-        .fetch_one(&self.pool)
-        .await?)
+        let sql = match self.db.engine {
+            Engine::Sqlite => {
+                "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+            }
+            Engine::Postgres => "SELECT pg_database_size(current_database())",
+        };
+        Ok(sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.db.pool)
+            .await?)
     }
 
-    /// A write transaction. IMMEDIATE takes the write lock up front, so a writer waits
-    /// (busy timeout) instead of failing when it would upgrade a read lock mid-transaction.
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        let begun = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::from);
+    /// A write transaction, holding the database's write lock from the start
+    /// (`engine::Db::begin_write`), so a writer waits instead of failing when it would
+    /// upgrade a read lock mid-transaction.
+    async fn begin_write(&self) -> Result<Transaction<'static, Any>, StoreError> {
+        let begun = self.db.begin_write().await.map_err(StoreError::from);
         if let Err(error) = &begun {
             if error.is_storage_fault() {
                 self.health.failed(error);
@@ -335,16 +342,19 @@ impl Store {
     /// [`WriteHealth`] that the store cannot write (only a real write says it can again).
     async fn finish_write<T>(
         &self,
-        tx: Transaction<'static, Sqlite>,
+        tx: Transaction<'static, Any>,
         outcome: Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let finished = finish(tx, outcome).await;
+        let finished = match outcome {
+            Ok(value) => self.db.commit(tx).await.map(|()| value).map_err(StoreError::from),
+            Err(error) => Err(roll_back(tx, error).await),
+        };
         self.health.record_failure(&finished);
         finished
     }
 
-    async fn begin_read(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin().await?)
+    async fn begin_read(&self) -> Result<Transaction<'static, Any>, StoreError> {
+        Ok(self.db.begin_read().await?)
     }
 }
 
@@ -385,29 +395,10 @@ pub fn is_corruption(error: &anyhow::Error) -> bool {
     })
 }
 
-/// Run when a connection goes back to the pool. A transaction whose COMMIT or ROLLBACK
-/// failed (a full disk, an I/O error) can leave the connection inside a transaction, or
-/// sqlx believing it is (SQLite rolled back by itself, so the ROLLBACK found none): every
-/// later `BEGIN` on it would fail. Such a connection is closed, which rolls back whatever
-/// is left, and the pool opens a fresh one.
-async fn release_check(connection: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
-    use sqlx::Connection;
-    if !connection.is_in_transaction() {
-        return Ok(true);
-    }
-    // A dropped transaction's rollback may still be queued: it runs before the ping answers.
-    connection.ping().await?;
-    if connection.is_in_transaction() {
-        tracing::warn!("a connection was left inside a transaction; closing it");
-        return Ok(false);
-    }
-    Ok(true)
-}
-
-/// Commits when the work succeeded and rolls back at once when it failed, so a failed
-/// transaction never keeps holding the database lock after it is dropped.
+/// Ends a read transaction: commits when the work succeeded and rolls back at once when it
+/// failed (write transactions end in [`Store::finish_write`]).
 async fn finish<T>(
-    tx: Transaction<'static, Sqlite>,
+    tx: Transaction<'static, Any>,
     outcome: Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     match outcome {
@@ -415,13 +406,17 @@ async fn finish<T>(
             tx.commit().await?;
             Ok(value)
         }
-        Err(error) => {
-            if let Err(rollback) = tx.rollback().await {
-                tracing::warn!(error = %rollback, "rollback failed");
-            }
-            Err(error)
-        }
+        Err(error) => Err(roll_back(tx, error).await),
     }
+}
+
+/// Rolls a failed transaction back at once, so that it never keeps holding the database's
+/// write lock after it is dropped; answers the work's own error.
+async fn roll_back(tx: Transaction<'static, Any>, error: StoreError) -> StoreError {
+    if let Err(rollback) = tx.rollback().await {
+        tracing::warn!(error = %rollback, "rollback failed");
+    }
+    error
 }
 
 #[cfg(test)]

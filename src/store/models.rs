@@ -212,8 +212,8 @@ impl Store {
             "INSERT INTO models (gpu, version, kind, parameters, observations, r2, mse, \
              created_at_ms, status, reason, cv_score, cv_mse, champion_cv_score, champion_cv_mse, \
              last_observation_id, excluded_outliers) \
-             VALUES (?1, (SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE gpu = ?1), \
-             ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING version",
+             VALUES ($1, (SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE gpu = $1), \
+             $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING version",
         )
         .bind(gpu.as_str())
         .bind(model.params.kind().as_str())
@@ -230,7 +230,7 @@ impl Store {
         .bind(comparison.map(|c| c.champion_mse))
         .bind(model.last_observation_id)
         .bind(model.excluded_outliers as i64)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db.pool)
         .await?;
         Ok(StoredModel {
             gpu: gpu.clone(),
@@ -253,10 +253,10 @@ impl Store {
         version: u64,
     ) -> Result<Option<StoredModel>, StoreError> {
         let row =
-            sqlx::query_as::<_, ModelRow>(select_models!("WHERE m.gpu = ?1 AND m.version = ?2"))
+            sqlx::query_as::<_, ModelRow>(select_models!("WHERE m.gpu = $1 AND m.version = $2"))
                 .bind(gpu.as_str())
                 .bind(version_param(version))
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.db.pool)
                 .await?;
         row.map(ModelRow::into_model).transpose()
     }
@@ -264,11 +264,11 @@ impl Store {
     /// A GPU model's versions, newest first, at most `limit`.
     pub async fn models(&self, gpu: &GpuName, limit: u32) -> Result<Vec<StoredModel>, StoreError> {
         let rows = sqlx::query_as::<_, ModelRow>(select_models!(
-            "WHERE m.gpu = ?1 ORDER BY m.version DESC LIMIT ?2"
+            "WHERE m.gpu = $1 ORDER BY m.version DESC LIMIT $2"
         ))
         .bind(gpu.as_str())
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?;
         rows.into_iter().map(ModelRow::into_model).collect()
     }
@@ -276,24 +276,24 @@ impl Store {
     /// The champion of every GPU model: its pinned version, else its newest promoted one.
     pub async fn champions(&self) -> Result<Vec<StoredModel>, StoreError> {
         let rows = sqlx::query_as::<_, ModelRow>(select_champions!(""))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db.pool)
             .await?;
         rows.into_iter().map(ModelRow::into_model).collect()
     }
 
     /// The champion of one GPU model, if it has a model.
     pub async fn champion(&self, gpu: &GpuName) -> Result<Option<StoredModel>, StoreError> {
-        let row = sqlx::query_as::<_, ModelRow>(select_champions!("AND m.gpu = ?1"))
+        let row = sqlx::query_as::<_, ModelRow>(select_champions!("AND m.gpu = $1"))
             .bind(gpu.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db.pool)
             .await?;
         row.map(ModelRow::into_model).transpose()
     }
 
     pub async fn pinned_version(&self, gpu: &GpuName) -> Result<Option<u64>, StoreError> {
-        let version = sqlx::query_scalar::<_, i64>("SELECT version FROM model_pins WHERE gpu = ?1")
+        let version = sqlx::query_scalar::<_, i64>("SELECT version FROM model_pins WHERE gpu = $1")
             .bind(gpu.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db.pool)
             .await?;
         Ok(version.map(|v| v as u64))
     }
@@ -302,21 +302,21 @@ impl Store {
     pub async fn pin_model(&self, gpu: &GpuName, version: u64) -> Result<bool, StoreError> {
         let result = sqlx::query(
             "INSERT INTO model_pins (gpu, version) \
-             SELECT gpu, version FROM models WHERE gpu = ?1 AND version = ?2 \
+             SELECT gpu, version FROM models WHERE gpu = $1 AND version = $2 \
              ON CONFLICT (gpu) DO UPDATE SET version = excluded.version",
         )
         .bind(gpu.as_str())
         .bind(version_param(version))
-        .execute(&self.pool)
+        .execute(&self.db.pool)
         .await?;
         Ok(result.rows_affected() > 0)
     }
 
     /// Removes the pin; false when there was none.
     pub async fn unpin_model(&self, gpu: &GpuName) -> Result<bool, StoreError> {
-        let result = sqlx::query("DELETE FROM model_pins WHERE gpu = ?1")
+        let result = sqlx::query("DELETE FROM model_pins WHERE gpu = $1")
             .bind(gpu.as_str())
-            .execute(&self.pool)
+            .execute(&self.db.pool)
             .await?;
         Ok(result.rows_affected() > 0)
     }
@@ -334,7 +334,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO training_runs (gpu, kind, trigger, outcome, version, reason, started_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(gpu.as_str())
         .bind(kind)
@@ -343,7 +343,7 @@ impl Store {
         .bind(version.map(version_param))
         .bind(reason)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&self.db.pool)
         .await?;
         Ok(())
     }
@@ -351,10 +351,10 @@ impl Store {
     /// The newest run id any model of `gpu` was trained up to (0 = never trained).
     pub async fn last_trained_observation_id(&self, gpu: &GpuName) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT COALESCE(MAX(last_observation_id), 0) FROM models WHERE gpu = ?1",
+            "SELECT COALESCE(MAX(last_observation_id), 0) FROM models WHERE gpu = $1",
         )
         .bind(gpu.as_str())
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db.pool)
         .await?)
     }
 
@@ -366,11 +366,11 @@ impl Store {
     ) -> Result<Vec<TrainingRun>, StoreError> {
         Ok(sqlx::query_as::<_, TrainingRun>(
             "SELECT kind, trigger, outcome, version, reason, started_at_ms FROM training_runs \
-             WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2",
+             WHERE gpu = $1 ORDER BY id DESC LIMIT $2",
         )
         .bind(gpu.as_str())
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?)
     }
 }

@@ -1,7 +1,7 @@
 //! Group commit for reported runs (the writer loop is `group_commit`'s).
 //! `Store::insert_observation` hands its run to one writer task over a bounded queue and
-//! waits for the answer. The writer takes the first queued run, opens one `BEGIN
-//! IMMEDIATE` transaction, adds every run queued by then (at most [`MAX_BATCH`]), writes
+//! waits for the answer. The writer takes the first queued run, opens one write
+//! transaction (`engine::Db::begin_write`), adds every run queued by then (at most [`MAX_BATCH`]), writes
 //! them and commits once: concurrent reports share one fsync instead of paying one each.
 //! Nothing waits on a timer, so a lone report is written at once.
 //!
@@ -20,10 +20,11 @@
 
 use std::sync::Arc;
 
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Any, Transaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
+    engine::Db,
     group_commit::{take_queued, Committer, GroupCommit},
     health::WriteHealth,
     observations::{insert_one, ObservationSource, Prediction},
@@ -60,8 +61,8 @@ impl ObservationWriter {
     /// Starts the writer task on `pool`. It borrows a pool connection per batch and holds
     /// none between batches, so it shares the pool's connections (and an in-memory
     /// database's only one) with every other reader and writer.
-    pub(super) fn spawn(pool: SqlitePool, health: Arc<WriteHealth>) -> Self {
-        let committer = BatchWriter { pool, health };
+    pub(super) fn spawn(db: Db, health: Arc<WriteHealth>) -> Self {
+        let committer = BatchWriter { db, health };
         Self {
             writer: GroupCommit::spawn("observation writer", committer, QUEUE_CAPACITY),
         }
@@ -94,7 +95,7 @@ impl ObservationWriter {
 
 /// What the writer task commits: batches of runs, through [`run_once`].
 struct BatchWriter {
-    pool: SqlitePool,
+    db: Db,
     health: Arc<WriteHealth>,
 }
 
@@ -102,7 +103,7 @@ impl Committer for BatchWriter {
     type Request = WriteRequest;
 
     async fn commit(&mut self, first: WriteRequest, queue: &mut mpsc::Receiver<WriteRequest>) {
-        run_once(&self.pool, first, queue, &self.health).await;
+        run_once(&self.db, first, queue, &self.health).await;
     }
 }
 
@@ -126,12 +127,12 @@ pub(super) enum BatchOutcome {
 /// transaction is rolled back and the batch is written again in a new one with a savepoint
 /// per run, so the failure stays with its own run.
 pub(super) async fn run_once(
-    pool: &SqlitePool,
+    db: &Db,
     first: WriteRequest,
     request_rx: &mut mpsc::Receiver<WriteRequest>,
     health: &WriteHealth,
 ) -> BatchOutcome {
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match db.begin_write().await {
         Ok(tx) => tx,
         Err(error) => {
             return fail_batch(vec![first], Vec::new(), StoreError::Database(error), health)
@@ -142,7 +143,7 @@ pub(super) async fn run_once(
     take_queued(&mut batch, request_rx, MAX_BATCH);
     match write_all(&mut tx, &batch).await {
         Ok(written) => {
-            if let Err(error) = tx.commit().await {
+            if let Err(error) = db.commit(tx).await {
                 return fail_batch(batch, Vec::new(), StoreError::Database(error), health);
             }
             if written.iter().any(|(_, created)| *created) {
@@ -162,14 +163,14 @@ pub(super) async fn run_once(
                 return fail_batch(batch, Vec::new(), error, health);
             }
             tracing::debug!(error = %error, "a run failed; writing the batch again run by run");
-            run_isolated(pool, batch, health).await
+            run_isolated(db, batch, health).await
         }
     }
 }
 
 /// Writes every run of the batch, stopping at the first failure.
 async fn write_all(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     batch: &[WriteRequest],
 ) -> Result<Vec<(i64, bool)>, StoreError> {
     let mut written = Vec::with_capacity(batch.len());
@@ -190,11 +191,11 @@ async fn write_all(
 
 /// The second pass: one transaction, a savepoint per run.
 async fn run_isolated(
-    pool: &SqlitePool,
+    db: &Db,
     batch: Vec<WriteRequest>,
     health: &WriteHealth,
 ) -> BatchOutcome {
-    let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match db.begin_write().await {
         Ok(tx) => tx,
         Err(error) => return fail_batch(batch, Vec::new(), StoreError::Database(error), health),
     };
@@ -210,7 +211,7 @@ async fn run_isolated(
             }
         }
     }
-    if let Err(error) = tx.commit().await {
+    if let Err(error) = db.commit(tx).await {
         return fail_batch(batch, replies, StoreError::Database(error), health);
     }
     if replies.iter().any(|reply| matches!(reply, Ok((_, true)))) {
@@ -237,7 +238,7 @@ fn answer(batch: Vec<WriteRequest>, replies: impl IntoIterator<Item = Reply>) {
 /// disk) and the batch must be abandoned; the inner one is this run's own failure, already
 /// rolled back.
 async fn write_isolated(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     request: &WriteRequest,
 ) -> Result<Reply, StoreError> {
     sqlx::query("SAVEPOINT observation")
@@ -378,7 +379,7 @@ mod tests {
         request_rx: &mut mpsc::Receiver<WriteRequest>,
     ) -> BatchOutcome {
         let first = request_rx.try_recv().unwrap();
-        run_once(store.pool(), first, request_rx, store.write_health()).await
+        run_once(&store.db, first, request_rx, store.write_health()).await
     }
 
     async fn replies(replies: Vec<oneshot::Receiver<Reply>>) -> Vec<Reply> {

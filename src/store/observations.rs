@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Any, Transaction};
 
 use super::{Store, StoreError};
 use crate::domain::{GpuName, Observation};
@@ -56,7 +56,7 @@ pub type Prediction = (f64, u64);
 /// Inserts one run into `tx`, or finds the stored copy by its fingerprint (a copy inserted
 /// earlier in the same transaction included): (id, created).
 pub(super) async fn insert_one(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     observation: &Observation,
     source: ObservationSource,
     prediction: Option<Prediction>,
@@ -65,7 +65,7 @@ pub(super) async fn insert_one(
     let fingerprint = observation.fingerprint();
     let inserted = sqlx::query_scalar::<_, i64>(
         "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, fingerprint, \
-         predicted_sum, predicted_by_version, gpu_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         predicted_sum, predicted_by_version, gpu_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
          ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
     )
     .bind(observation.gpu.as_str())
@@ -80,7 +80,7 @@ pub(super) async fn insert_one(
     .await?;
     let Some(id) = inserted else {
         let existing =
-            sqlx::query_scalar::<_, i64>("SELECT id FROM observations WHERE fingerprint = ?1")
+            sqlx::query_scalar::<_, i64>("SELECT id FROM observations WHERE fingerprint = $1")
                 .bind(&fingerprint)
                 .fetch_one(&mut **tx)
                 .await?;
@@ -88,7 +88,13 @@ pub(super) async fn insert_one(
     };
     // One statement for all members: each statement is a round trip to the connection's
     // thread, which is most of what a run costs the observation writer.
-    let rows = vec!["(?, ?, ?, ?, ?)"; observation.members.len()].join(", ");
+    let rows = (0..observation.members.len())
+        .map(|i| {
+            let n = 5 * i;
+            format!("(${}, ${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4, n + 5)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut insert_members = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO observation_members (observation_id, position, workload, throughput, job_id) \
          VALUES {rows}"
@@ -157,14 +163,14 @@ impl Store {
         let outcome = async {
             sqlx::query(
                 "UPDATE observations SET outlier_reason = NULL \
-                 WHERE gpu = ?1 AND id >= ?2 AND outlier_reason IS NOT NULL",
+                 WHERE gpu = $1 AND id >= $2 AND outlier_reason IS NOT NULL",
             )
             .bind(gpu.as_str())
             .bind(from_id)
             .execute(&mut *tx)
             .await?;
             for (id, reason) in flagged {
-                sqlx::query("UPDATE observations SET outlier_reason = ?2 WHERE id = ?1")
+                sqlx::query("UPDATE observations SET outlier_reason = $2 WHERE id = $1")
                     .bind(id)
                     .bind(reason)
                     .execute(&mut *tx)
@@ -180,7 +186,7 @@ impl Store {
     pub async fn observation_gpus(&self) -> Result<Vec<GpuName>, StoreError> {
         let names =
             sqlx::query_scalar::<_, String>("SELECT DISTINCT gpu FROM observations ORDER BY gpu")
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db.pool)
                 .await?;
         names
             .iter()
@@ -195,11 +201,11 @@ impl Store {
         after_id: i64,
     ) -> Result<u64, StoreError> {
         let count = sqlx::query_scalar::<_, i64>(
-            "SELECT COUNT(*) FROM observations WHERE gpu = ?1 AND id > ?2",
+            "SELECT COUNT(*) FROM observations WHERE gpu = $1 AND id > $2",
         )
         .bind(gpu.as_str())
         .bind(after_id)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db.pool)
         .await?;
         Ok(count as u64)
     }
@@ -219,13 +225,13 @@ impl Store {
                (SELECT o.id, o.predicted_sum, \
                   (SELECT SUM(m.throughput) FROM observation_members m \
                    WHERE m.observation_id = o.id) AS total \
-                FROM observations o WHERE o.gpu = ?1 AND o.predicted_by_version = ?2) \
-             WHERE total > 0 ORDER BY id DESC LIMIT ?3",
+                FROM observations o WHERE o.gpu = $1 AND o.predicted_by_version = $2) \
+             WHERE total > 0 ORDER BY id DESC LIMIT $3",
         )
         .bind(gpu.as_str())
         .bind(version as i64)
         .bind(window as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?)
     }
 
@@ -242,13 +248,13 @@ impl Store {
                          WHERE m.observation_id = o.id), 0.0), \
                o.predicted_by_version \
              FROM observations o \
-             WHERE o.gpu = ?1 AND o.predicted_sum IS NOT NULL \
+             WHERE o.gpu = $1 AND o.predicted_sum IS NOT NULL \
                AND o.predicted_by_version IS NOT NULL \
-             ORDER BY o.id DESC LIMIT ?2",
+             ORDER BY o.id DESC LIMIT $2",
         )
         .bind(gpu.as_str())
         .bind(limit as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?;
         let mut runs: Vec<PredictedRun> = rows
             .into_iter()
@@ -275,7 +281,7 @@ impl Store {
         gpu: &GpuName,
         limit: usize,
     ) -> Result<Vec<StoredObservation>, StoreError> {
-        let mut connection = self.pool.acquire().await?;
+        let mut connection = self.db.pool.acquire().await?;
         runs_on_gpu(&mut connection, gpu, limit).await
     }
 }
@@ -284,7 +290,7 @@ impl Store {
 /// they were stored), each with its members in report order. Read through the caller's
 /// connection (the pool's, or a read-only snapshot's transaction, `snapshot.rs`).
 pub(super) async fn runs_on_gpu(
-    connection: &mut sqlx::SqliteConnection,
+    connection: &mut sqlx::AnyConnection,
     gpu: &GpuName,
     limit: usize,
 ) -> Result<Vec<StoredObservation>, StoreError> {
@@ -292,7 +298,7 @@ pub(super) async fn runs_on_gpu(
     let rows = sqlx::query_as::<_, (i64, String, f64)>(
         "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
          WHERE m.observation_id IN \
-           (SELECT id FROM observations WHERE gpu = ?1 ORDER BY id DESC LIMIT ?2) \
+           (SELECT id FROM observations WHERE gpu = $1 ORDER BY id DESC LIMIT $2) \
          ORDER BY m.observation_id, m.position",
     )
     .bind(gpu.as_str())

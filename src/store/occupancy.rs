@@ -2,7 +2,7 @@
 //! runs on which GPU, so that Place can answer without the whole cluster in each request.
 //!
 //! Durable and fast: one writer task (`group_commit`'s loop, as for reported runs) takes
-//! every assignment and release, opens one `BEGIN IMMEDIATE` transaction for the queued
+//! every assignment and release, opens one write transaction for the queued
 //! ones, checks each against its own copy of the occupancy, writes them (one fsync for all)
 //! and answers each caller only once that transaction committed. Readers are served from a
 //! second copy, which the writer brings up to date after each commit; they never query the
@@ -28,10 +28,11 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Any, Transaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
+    engine::Db,
     group_commit::{take_queued, Committer, GroupCommit},
     StoreError,
 };
@@ -258,15 +259,15 @@ pub(super) struct OccupancyWriter {
 
 impl OccupancyWriter {
     /// Loads the stored occupancy and starts the writer on `pool`.
-    pub(super) async fn spawn(pool: SqlitePool) -> Result<Self, StoreError> {
-        let mut connection = pool.acquire().await?;
+    pub(super) async fn spawn(db: Db) -> Result<Self, StoreError> {
+        let mut connection = db.pool.acquire().await?;
         let state = load(&mut connection).await?;
         drop(connection);
         let view = Arc::new(RwLock::new(state.clone()));
         let refresh_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(refresh(pool.clone(), view.clone(), refresh_stop.clone()));
+        tokio::spawn(refresh(db.clone(), view.clone(), refresh_stop.clone()));
         let committer = OccupancyCommitter {
-            pool,
+            db,
             next_expiry: state.next_expiry(),
             state,
             view: view.clone(),
@@ -347,7 +348,7 @@ struct JobRow {
     expires_at_ms: Option<i64>,
 }
 
-async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Occupancy, StoreError> {
+async fn load(connection: &mut sqlx::AnyConnection) -> Result<Occupancy, StoreError> {
     let mut occupancy = Occupancy {
         version: stored_version(connection).await?,
         ..Occupancy::default()
@@ -369,7 +370,7 @@ async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Occupancy, Stor
         );
     }
     let jobs: Vec<JobRow> = sqlx::query_as(
-        "SELECT job_id, gpu_id, workload, assigned_at_ms, expires_at_ms FROM cluster_jobs ORDER BY rowid",
+        "SELECT job_id, gpu_id, workload, assigned_at_ms, expires_at_ms FROM cluster_jobs ORDER BY assigned_at_ms, job_id",
     )
     .fetch_all(&mut *connection)
     .await?;
@@ -399,7 +400,7 @@ async fn load(connection: &mut sqlx::SqliteConnection) -> Result<Occupancy, Stor
 /// Brings the readers' copy up to other servers' writes, every [`REFRESH_INTERVAL`] until
 /// `stop`. A copy the writer has already brought further is left alone.
 async fn refresh(
-    pool: SqlitePool,
+    db: Db,
     view: Arc<RwLock<Occupancy>>,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -411,7 +412,7 @@ async fn refresh(
         let known = view.read().unpoisoned().version;
         let read = async {
             // One read transaction: the version and the rows agree.
-            let mut tx = pool.begin().await?;
+            let mut tx = db.begin_read().await?;
             if stored_version(&mut tx).await? <= known {
                 return Ok(None);
             }
@@ -435,7 +436,7 @@ async fn refresh(
     }
 }
 
-async fn stored_version(connection: &mut sqlx::SqliteConnection) -> sqlx::Result<i64> {
+async fn stored_version(connection: &mut sqlx::AnyConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT version FROM occupancy_version WHERE id = 1")
         .fetch_one(connection)
         .await
@@ -444,7 +445,7 @@ async fn stored_version(connection: &mut sqlx::SqliteConnection) -> sqlx::Result
 /// What the writer task commits: batches of operations, each checked against the
 /// writer's own copy of the occupancy, which it keeps with the next lease expiry.
 struct OccupancyCommitter {
-    pool: SqlitePool,
+    db: Db,
     state: Occupancy,
     view: Arc<RwLock<Occupancy>>,
     next_expiry: Option<i64>,
@@ -454,7 +455,7 @@ impl Committer for OccupancyCommitter {
     type Request = Request;
 
     async fn commit(&mut self, first: Request, queue: &mut mpsc::Receiver<Request>) {
-        let mut tx = match self.pool.begin_with("BEGIN IMMEDIATE").await {
+        let mut tx = match self.db.begin_write().await {
             Ok(tx) => tx,
             Err(error) => return fail_all(vec![first], StoreError::Database(error)),
         };
@@ -472,7 +473,7 @@ impl Committer for OccupancyCommitter {
 
 impl OccupancyCommitter {
     /// Reads the occupancy again when another server changed it since this copy was read.
-    async fn catch_up(&mut self, tx: &mut Transaction<'static, Sqlite>) -> Result<(), StoreError> {
+    async fn catch_up(&mut self, tx: &mut Transaction<'static, Any>) -> Result<(), StoreError> {
         if stored_version(tx).await? == self.state.version {
             return Ok(());
         }
@@ -589,10 +590,10 @@ fn plan(state: &Occupancy, op: &Op, now_ms: i64) -> Result<(Vec<Effect>, Outcome
     }
 }
 
-async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) -> sqlx::Result<()> {
+async fn write_effect(tx: &mut Transaction<'static, Any>, effect: &Effect) -> sqlx::Result<()> {
     match effect {
         Effect::AddGpu(gpu) => {
-            sqlx::query("INSERT INTO cluster_gpus (id, node, gpu) VALUES (?1, ?2, ?3)")
+            sqlx::query("INSERT INTO cluster_gpus (id, node, gpu) VALUES ($1, $2, $3)")
                 .bind(&*gpu.id)
                 .bind(&*gpu.node)
                 .bind(gpu.gpu.as_str())
@@ -600,15 +601,18 @@ async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) ->
                 .await?;
         }
         Effect::RemoveGpu(id) => {
-            sqlx::query("DELETE FROM cluster_gpus WHERE id = ?1")
+            sqlx::query("DELETE FROM cluster_gpus WHERE id = $1")
                 .bind(&**id)
                 .execute(&mut **tx)
                 .await?;
         }
         Effect::PutJob { gpu_id, job } => {
             sqlx::query(
-                "INSERT OR REPLACE INTO cluster_jobs (job_id, gpu_id, workload, assigned_at_ms, expires_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO cluster_jobs (job_id, gpu_id, workload, assigned_at_ms, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (job_id) DO UPDATE SET gpu_id = excluded.gpu_id, \
+                 workload = excluded.workload, assigned_at_ms = excluded.assigned_at_ms, \
+                 expires_at_ms = excluded.expires_at_ms",
             )
             .bind(&*job.job_id)
             .bind(&**gpu_id)
@@ -619,7 +623,7 @@ async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) ->
             .await?;
         }
         Effect::RemoveJob(job_id) => {
-            sqlx::query("DELETE FROM cluster_jobs WHERE job_id = ?1")
+            sqlx::query("DELETE FROM cluster_jobs WHERE job_id = $1")
                 .bind(&**job_id)
                 .execute(&mut **tx)
                 .await?;
@@ -634,10 +638,11 @@ async fn write_effect(tx: &mut Transaction<'static, Sqlite>, effect: &Effect) ->
 /// every operation that would have written.
 async fn write_batch(
     committer: &mut OccupancyCommitter,
-    mut tx: Transaction<'static, Sqlite>,
+    mut tx: Transaction<'static, Any>,
     batch: Vec<Request>,
 ) {
     let OccupancyCommitter {
+        db,
         state,
         view,
         next_expiry,
@@ -686,7 +691,7 @@ async fn write_batch(
             )
             .fetch_one(&mut *tx)
             .await?;
-            tx.commit().await?;
+            db.commit(tx).await?;
             Ok::<_, sqlx::Error>(bumped)
         }
         .await;

@@ -10,9 +10,9 @@
 
 use std::str::FromStr;
 
-use sqlx::{sqlite::SqliteConnectOptions, ConnectOptions, Connection};
+use sqlx::{sqlite::SqliteConnectOptions, AnyConnection, ConnectOptions, Connection};
 
-use super::{observations, workloads, StoreError, StoredObservation};
+use super::{engine::Engine, observations, workloads, StoreError, StoredObservation};
 use crate::domain::{GpuName, Profile, WorkloadName};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,27 +48,43 @@ pub struct GpuSnapshot {
 }
 
 /// Reads `gpu`'s profiles and runs from the database at `database_url`, read-only.
+/// On PostgreSQL, the read is one REPEATABLE READ, READ ONLY transaction.
 pub async fn read_gpu(database_url: &str, gpu: &GpuName) -> Result<GpuSnapshot, SnapshotError> {
-    let options = SqliteConnectOptions::from_str(database_url)
-        .map_err(SnapshotError::InvalidUrl)?
-        .create_if_missing(false)
-        .read_only(true);
-    let file = options.get_filename().display().to_string();
-    let in_memory = database_url.contains(":memory:") || database_url.contains("mode=memory");
-    if !in_memory && !options.get_filename().exists() {
-        return Err(SnapshotError::NoDatabase(file));
-    }
-    let mut connection = options
-        .connect()
+    sqlx::any::install_default_drivers();
+    let engine = Engine::of_url(database_url);
+    let (url, file) = match engine {
+        Engine::Postgres => (database_url.to_string(), database_url.to_string()),
+        Engine::Sqlite => {
+            let options = SqliteConnectOptions::from_str(database_url)
+                .map_err(SnapshotError::InvalidUrl)?
+                .create_if_missing(false)
+                .read_only(true);
+            let file = options.get_filename().display().to_string();
+            let in_memory =
+                database_url.contains(":memory:") || database_url.contains("mode=memory");
+            if !in_memory && !options.get_filename().exists() {
+                return Err(SnapshotError::NoDatabase(file));
+            }
+            (options.to_url_lossy().to_string(), file)
+        }
+    };
+    let mut connection = AnyConnection::connect(&url)
         .await
         .map_err(|e| SnapshotError::Open(file.clone(), e))?;
-    let mut tx = connection.begin().await?;
-    let is_store: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'profiles')",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if !is_store {
+    let (begin, tables) = match engine {
+        Engine::Sqlite => (
+            "BEGIN",
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'profiles'",
+        ),
+        Engine::Postgres => (
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = 'profiles'",
+        ),
+    };
+    let mut tx = connection.begin_with(begin).await?;
+    let tables: i64 = sqlx::query_scalar(tables).fetch_one(&mut *tx).await?;
+    if tables == 0 {
         return Err(SnapshotError::NotAStore(file));
     }
     let (profiles, profiled_gpus) = workloads::profiles_on_gpu(&mut tx, gpu).await?;

@@ -8,7 +8,7 @@
 //! `?N`, which PostgreSQL spells `$N`) so that a PostgreSQL twin of this file is a
 //! translation of placeholders only.
 
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Any, Transaction};
 
 use super::{finish, workloads::WorkloadRecord, ObservationSource, Store, StoreError};
 use crate::domain::{GpuName, WorkloadState};
@@ -108,7 +108,7 @@ fn where_clause(selection: &RunSelection) -> (String, Vec<Bind>) {
         RunSelector::Ids(ids) => {
             let start = binds.len();
             binds.extend(ids.iter().map(|&id| Bind::Int(id)));
-            let marks: Vec<String> = (start + 1..=binds.len()).map(|n| format!("?{n}")).collect();
+            let marks: Vec<String> = (start + 1..=binds.len()).map(|n| format!("${n}")).collect();
             format!("id IN ({})", marks.join(", "))
         }
         RunSelector::Source(source) => {
@@ -141,8 +141,8 @@ fn where_clause(selection: &RunSelection) -> (String, Vec<Bind>) {
     (clause, binds)
 }
 
-type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
-type QueryAs<'q, T> = sqlx::query::QueryAs<'q, Sqlite, T, sqlx::sqlite::SqliteArguments>;
+type Query<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
+type QueryAs<'q, T> = sqlx::query::QueryAs<'q, Any, T, sqlx::any::AnyArguments>;
 
 fn bind_all<'q>(mut query: Query<'q>, binds: &[Bind]) -> Query<'q> {
     for bind in binds {
@@ -170,7 +170,7 @@ fn gpu_name(raw: &str) -> Result<GpuName, StoreError> {
 
 /// What `selection` matches, read in `tx`.
 async fn match_runs(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     selection: &RunSelection,
 ) -> Result<MatchedRuns, StoreError> {
     let (clause, binds) = where_clause(selection);
@@ -231,12 +231,12 @@ async fn match_runs(
 }
 
 async fn insert_audit(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Transaction<'static, Any>,
     entry: &NewAuditEntry,
     rows: u64,
 ) -> Result<i64, StoreError> {
     Ok(sqlx::query_scalar(
-        "INSERT INTO audit (at_ms, actor, action, what, row_count) VALUES (?1, ?2, ?3, ?4, ?5) \
+        "INSERT INTO audit (at_ms, actor, action, what, row_count) VALUES ($1, $2, $3, $4, $5) \
          RETURNING id",
     )
     .bind(entry.at_ms)
@@ -319,8 +319,8 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let outcome = async {
             let deleted = sqlx::query(
-                "DELETE FROM profiles WHERE gpu = ?2 AND workload_id = \
-                 (SELECT id FROM workloads WHERE name = ?1)",
+                "DELETE FROM profiles WHERE gpu = $2 AND workload_id = \
+                 (SELECT id FROM workloads WHERE name = $1)",
             )
             .bind(workload)
             .bind(gpu.as_str())
@@ -331,8 +331,8 @@ impl Store {
                 return Ok(None);
             }
             sqlx::query(
-                "UPDATE workloads SET state = ?2, state_reason = ?3, updated_at_ms = ?4 \
-                 WHERE name = ?1 AND NOT EXISTS \
+                "UPDATE workloads SET state = $2, state_reason = $3, updated_at_ms = $4 \
+                 WHERE name = $1 AND NOT EXISTS \
                  (SELECT 1 FROM profiles p WHERE p.workload_id = workloads.id)",
             )
             .bind(workload)
@@ -369,7 +369,7 @@ impl Store {
     /// Notes on entry `id` what the retraining that followed it did.
     pub async fn set_audit_retrained(&self, id: i64, retrained: &str) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        let outcome = sqlx::query("UPDATE audit SET retrained = ?2 WHERE id = ?1")
+        let outcome = sqlx::query("UPDATE audit SET retrained = $2 WHERE id = $1")
             .bind(id)
             .bind(retrained)
             .execute(&mut *tx)
@@ -383,10 +383,10 @@ impl Store {
     pub async fn audit_entries(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id, at_ms, actor, action, what, row_count, retrained FROM audit \
-             ORDER BY id DESC LIMIT ?1",
+             ORDER BY id DESC LIMIT $1",
         )
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db.pool)
         .await?)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{FromRow, Sqlite, Transaction};
+use sqlx::{Any, FromRow, Transaction};
 
 use super::{finish, is_unique_violation, Store, StoreError};
 use crate::domain::{
@@ -59,7 +59,8 @@ struct ProfileRow {
     memory_gb: f64,
     source: String,
     measured_at_ms: i64,
-    kernel_missing: bool,
+    /// 0 or 1 (an integer column on both engines).
+    kernel_missing: i64,
 }
 
 /// `SELECT` of every profile column joined with its GPU's memory, followed by `$tail`.
@@ -103,7 +104,7 @@ impl ProfileRow {
                 .ok_or_else(|| corrupt(format!("profile source {:?}", self.source)))?,
             gpu_memory_gb: self.gpu_memory_gb,
             measured_at_ms: self.measured_at_ms,
-            kernel_missing: self.kernel_missing,
+            kernel_missing: self.kernel_missing != 0,
         })
     }
 }
@@ -136,12 +137,12 @@ impl WorkloadRow {
 
 /// Records or updates a GPU model; a known memory size is never erased by an unknown one.
 async fn upsert_gpu(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     gpu: &GpuName,
     memory_gb: Option<f64>,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO gpus (name, memory_gb) VALUES (?1, ?2) \
+        "INSERT INTO gpus (name, memory_gb) VALUES ($1, $2) \
          ON CONFLICT (name) DO UPDATE SET memory_gb = COALESCE(excluded.memory_gb, gpus.memory_gb)",
     )
     .bind(gpu.as_str())
@@ -152,7 +153,7 @@ async fn upsert_gpu(
 }
 
 async fn upsert_profile(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     workload_id: i64,
     profile: &Profile,
 ) -> Result<(), StoreError> {
@@ -164,7 +165,7 @@ async fn upsert_profile(
          dram_throughput_pct, memory_throughput_pct, registers, static_shared_memory_bytes, \
          exclusive_throughput, throughput_unit, sm_busy_pct, mem_busy_pct, memory_gb, source, \
          measured_at_ms, kernel_missing) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
          ON CONFLICT (workload_id, gpu) DO UPDATE SET threads = excluded.threads, \
          compute_throughput_pct = excluded.compute_throughput_pct, \
          dram_throughput_pct = excluded.dram_throughput_pct, \
@@ -191,7 +192,7 @@ async fn upsert_profile(
     .bind(s.memory_gb)
     .bind(profile.source.as_str())
     .bind(profile.measured_at_ms)
-    .bind(profile.kernel_missing)
+    .bind(i64::from(profile.kernel_missing))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -247,8 +248,8 @@ impl Store {
         let mut tx = self.begin_read().await?;
         let outcome = async {
             let rows = sqlx::query_as::<_, WorkloadRow>(
-                "SELECT * FROM workloads WHERE (?1 IS NULL OR name > ?1) \
-                 AND (?2 IS NULL OR state = ?2) ORDER BY name LIMIT ?3",
+                "SELECT * FROM workloads WHERE ($1 IS NULL OR name > $1) \
+                 AND ($2 IS NULL OR state = $2) ORDER BY name LIMIT $3",
             )
             .bind(after_name)
             .bind(state.map(WorkloadState::as_str))
@@ -270,9 +271,9 @@ impl Store {
 
     /// Deletes a workload with its profiles and job. Returns false when it did not exist.
     pub async fn delete_workload(&self, name: &str) -> Result<bool, StoreError> {
-        let result = sqlx::query("DELETE FROM workloads WHERE name = ?1")
+        let result = sqlx::query("DELETE FROM workloads WHERE name = $1")
             .bind(name)
-            .execute(&self.pool)
+            .execute(&self.db.pool)
             .await?;
         Ok(result.rows_affected() > 0)
     }
@@ -316,7 +317,7 @@ impl Store {
     /// Every GPU model with its memory, when known.
     pub async fn gpus(&self) -> Result<Vec<(GpuName, Option<f64>)>, StoreError> {
         let rows = sqlx::query_as::<_, (String, Option<f64>)>("SELECT name, memory_gb FROM gpus")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db.pool)
             .await?;
         rows.into_iter()
             .map(|(name, memory)| {
@@ -344,16 +345,16 @@ impl Store {
 /// a profile at all. Read through the caller's connection (a read-only snapshot's
 /// transaction, `snapshot.rs`).
 pub(super) async fn profiles_on_gpu(
-    connection: &mut sqlx::SqliteConnection,
+    connection: &mut sqlx::AnyConnection,
     gpu: &GpuName,
 ) -> Result<(Vec<(WorkloadName, Profile)>, Vec<GpuName>), StoreError> {
-    let rows = sqlx::query_as::<_, ProfileRow>(select_profiles!("WHERE p.gpu = ?1"))
+    let rows = sqlx::query_as::<_, ProfileRow>(select_profiles!("WHERE p.gpu = $1"))
         .bind(gpu.as_str())
         .fetch_all(&mut *connection)
         .await?;
     let names: HashMap<i64, String> = sqlx::query_as::<_, (i64, String)>(
         "SELECT w.id, w.name FROM workloads w JOIN profiles p ON p.workload_id = w.id \
-         WHERE p.gpu = ?1",
+         WHERE p.gpu = $1",
     )
     .bind(gpu.as_str())
     .fetch_all(&mut *connection)
@@ -382,7 +383,7 @@ pub(super) async fn profiles_on_gpu(
 }
 
 async fn register_in(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     workload: &NewWorkload,
     now_ms: i64,
 ) -> Result<WorkloadRecord, StoreError> {
@@ -394,7 +395,7 @@ async fn register_in(
     let labels = serde_json::to_string(&workload.labels).expect("string map serializes");
     let inserted = sqlx::query_scalar::<_, i64>(
         "INSERT INTO workloads (name, mode, model, batch_size, labels, state, launch, \
-         created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?7) RETURNING id",
+         created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $8, $7, $7) RETURNING id",
     )
     .bind(workload.name.as_str())
     .bind(workload.mode.as_str())
@@ -430,7 +431,7 @@ async fn register_in(
             for gpu in gpus {
                 sqlx::query(
                     "INSERT INTO profiling_jobs (workload_id, gpu, state, created_at_ms, \
-                     updated_at_ms) VALUES (?1, ?3, 'pending', ?2, ?2) \
+                     updated_at_ms) VALUES ($1, $3, 'pending', $2, $2) \
                      ON CONFLICT (workload_id, gpu) DO NOTHING",
                 )
                 .bind(id)
@@ -447,28 +448,28 @@ async fn register_in(
 }
 
 pub(super) async fn put_profile_in(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     name: &str,
     profile: &Profile,
     now_ms: i64,
 ) -> Result<WorkloadRecord, StoreError> {
-    let id = sqlx::query_scalar::<_, i64>("SELECT id FROM workloads WHERE name = ?1")
+    let id = sqlx::query_scalar::<_, i64>("SELECT id FROM workloads WHERE name = $1")
         .bind(name)
         .fetch_optional(&mut **tx)
         .await?
         .ok_or_else(|| StoreError::WorkloadNotFound(name.to_string()))?;
     upsert_profile(tx, id, profile).await?;
     sqlx::query(
-        "UPDATE workloads SET state = 'profiled', state_reason = '', updated_at_ms = ?2 \
-         WHERE id = ?1",
+        "UPDATE workloads SET state = 'profiled', state_reason = '', updated_at_ms = $2 \
+         WHERE id = $1",
     )
     .bind(id)
     .bind(now_ms)
     .execute(&mut **tx)
     .await?;
     sqlx::query(
-        "UPDATE profiling_jobs SET state = 'done', updated_at_ms = ?2 \
-         WHERE workload_id = ?1 AND state IN ('pending', 'failed') AND gpu IN ('', ?3)",
+        "UPDATE profiling_jobs SET state = 'done', updated_at_ms = $2 \
+         WHERE workload_id = $1 AND state IN ('pending', 'failed') AND gpu IN ('', $3)",
     )
     .bind(id)
     .bind(now_ms)
@@ -481,10 +482,10 @@ pub(super) async fn put_profile_in(
 }
 
 pub(super) async fn fetch_workload(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     name: &str,
 ) -> Result<Option<WorkloadRecord>, StoreError> {
-    let Some(row) = sqlx::query_as::<_, WorkloadRow>("SELECT * FROM workloads WHERE name = ?1")
+    let Some(row) = sqlx::query_as::<_, WorkloadRow>("SELECT * FROM workloads WHERE name = $1")
         .bind(name)
         .fetch_optional(&mut **tx)
         .await?
@@ -496,21 +497,33 @@ pub(super) async fn fetch_workload(
     row.into_record(own).map(Some)
 }
 
+/// Workload ids bound in one query by [`fetch_profiles`].
+const IDS_PER_QUERY: usize = 500;
+
 async fn fetch_profiles(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Transaction<'_, Any>,
     workload_ids: Vec<i64>,
 ) -> Result<HashMap<i64, Vec<Profile>>, StoreError> {
     if workload_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // One bound JSON array instead of one placeholder per id.
-    let ids = serde_json::to_string(&workload_ids).expect("integers serialize");
-    let rows = sqlx::query_as::<_, ProfileRow>(select_profiles!(
-        "WHERE p.workload_id IN (SELECT value FROM json_each(?1)) ORDER BY p.gpu"
-    ))
-    .bind(ids)
-    .fetch_all(&mut **tx)
-    .await?;
+    // A placeholder per id (portable SQL), in chunks well under either engine's limit on
+    // bound parameters; the chunks' rows are put back in the one query's order.
+    let mut rows = Vec::with_capacity(workload_ids.len());
+    for chunk in workload_ids.chunks(IDS_PER_QUERY) {
+        let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "{} WHERE p.workload_id IN ({})",
+            select_profiles!(""),
+            marks.join(", ")
+        );
+        let mut query = sqlx::query_as::<_, ProfileRow>(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        rows.extend(query.fetch_all(&mut **tx).await?);
+    }
+    rows.sort_by(|a, b| a.gpu.cmp(&b.gpu));
     group_profiles(rows)
 }
 
