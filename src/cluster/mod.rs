@@ -440,24 +440,6 @@ impl ClusterView {
         summary
     }
 
-    /// Every GPU with pods of a known workload on it: (node, GPU id, GPU model, the pods
-    /// as (key, workload)), for the observer's timeline. AssignJob's jobs are left out:
-    /// the observer reads them from the store's occupancy.
-    pub fn residents(&self) -> Vec<(String, String, Option<String>, Vec<(String, String)>)> {
-        self.gpus()
-            .into_iter()
-            .filter_map(|gpu| {
-                let pods: Vec<(String, String)> = gpu
-                    .residents
-                    .iter()
-                    .filter(|r| r.source != Source::AssignJob)
-                    .filter_map(|r| Some((r.id.clone(), r.workload.clone()?)))
-                    .collect();
-                (!pods.is_empty()).then_some((gpu.node, gpu.id, gpu.gpu_model, pods))
-            })
-            .collect()
-    }
-
     pub fn node_count(&self) -> usize {
         self.read().nodes.len()
     }

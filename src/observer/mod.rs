@@ -150,7 +150,7 @@ impl Observer {
     /// window that closed at least `settle_secs` ago and was not formed yet.
     pub async fn run_once(&mut self, now_ms: i64) -> anyhow::Result<Vec<WindowOutcome>> {
         if let Some((recorder, cluster)) = &self.feed {
-            recorder.look(now_ms, timeline::current_cluster(cluster, &self.advisor));
+            recorder.look(now_ms, timeline::current_cluster(cluster));
         }
         let until = now_ms - (self.settings.settle_secs * 1000) as i64;
         let mut outcomes = Vec::new();

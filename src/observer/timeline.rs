@@ -8,12 +8,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::{advisor::Advisor, extender::ClusterView, sync::Unpoisoned};
+use crate::{extender::ClusterView, sync::Unpoisoned};
 
 /// A pod on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Pod {
-    /// The pod's UID (a job id where only AssignJob knows it): part of each run's key.
+    /// The pod's key in the cluster view (`namespace/name`; a job id where only AssignJob
+    /// knows it): part of each run's key.
     pub uid: String,
     /// The registered workload it runs.
     pub workload: String,
@@ -175,55 +176,32 @@ impl Timeline for Recorder {
     }
 }
 
-/// What the cluster runs now, from the extender's cluster view (pods with their UIDs) and
-/// the AssignJob occupancy (jobs, their ids standing for UIDs); a GPU both know is the
-/// cluster view's.
-pub fn current_cluster(
-    cluster: &ClusterView,
-    advisor: &Advisor,
-) -> Vec<(GpuKey, Option<String>, Vec<Pod>)> {
-    let mut gpus: BTreeMap<GpuKey, (Option<String>, Vec<Pod>)> = BTreeMap::new();
-    let mut page_token = String::new();
-    loop {
-        let Ok((page, next)) = advisor.list_gpus(0, &page_token, &Default::default()) else {
-            break;
-        };
-        for gpu in page {
-            let pods = gpu
-                .jobs
+/// What the cluster runs now, from the one cluster view: every GPU with residents of a
+/// known workload, pods (by their `namespace/name` key) and AssignJob's jobs (by job id)
+/// alike, each GPU with its model where known.
+pub fn current_cluster(cluster: &ClusterView) -> Vec<(GpuKey, Option<String>, Vec<Pod>)> {
+    cluster
+        .gpus()
+        .into_iter()
+        .filter_map(|gpu| {
+            let pods: Vec<Pod> = gpu
+                .residents
                 .iter()
-                .map(|job| Pod {
-                    uid: job.job_id.to_string(),
-                    workload: job.workload.as_str().to_string(),
-                    name: String::new(),
-                    query: None,
+                .filter_map(|resident| {
+                    Some(Pod {
+                        uid: resident.id.clone(),
+                        workload: resident.workload.clone()?,
+                        name: String::new(),
+                        query: None,
+                    })
                 })
                 .collect();
             let key = GpuKey {
-                node: gpu.node.to_string(),
-                gpu_id: gpu.id.to_string(),
+                node: gpu.node,
+                gpu_id: gpu.id,
             };
-            gpus.insert(key, (Some(gpu.gpu.to_string()), pods));
-        }
-        if next.is_empty() {
-            break;
-        }
-        page_token = next;
-    }
-    for (node, gpu_id, gpu_model, residents) in cluster.residents() {
-        let pods = residents
-            .into_iter()
-            .map(|(uid, workload)| Pod {
-                uid,
-                workload,
-                name: String::new(),
-                query: None,
-            })
-            .collect();
-        gpus.insert(GpuKey { node, gpu_id }, (gpu_model, pods));
-    }
-    gpus.into_iter()
-        .map(|(key, (model, pods))| (key, model, pods))
+            (!pods.is_empty()).then_some((key, gpu.gpu_model, pods))
+        })
         .collect()
 }
 

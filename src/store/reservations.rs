@@ -16,12 +16,13 @@
 //! (migrations/postgres/20261128050001_gpu_reservations.sql), where several replicas share
 //! one database; [`Reservations`] takes either pool.
 
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{AnyPool, PgPool};
 
-/// The table's pool: the service's SQLite store, or a PostgreSQL database replicas share.
+/// The table's pool: the service's store (SQLite or PostgreSQL), or a PostgreSQL database
+/// of its own.
 #[derive(Debug, Clone)]
 pub enum Reservations {
-    Sqlite(SqlitePool),
+    Store(AnyPool),
     Postgres(PgPool),
 }
 
@@ -64,7 +65,7 @@ impl Reservations {
     /// The holds that have not expired at `now_ms`.
     pub async fn live(&self, now_ms: i64) -> Result<Vec<Reservation>, ReservationError> {
         Ok(match self {
-            Self::Sqlite(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
+            Self::Store(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
             Self::Postgres(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
         })
     }
@@ -85,7 +86,7 @@ impl Reservations {
             };
         }
         let changed = match self {
-            Self::Sqlite(pool) => bound!(sqlx::query(CLAIM))
+            Self::Store(pool) => bound!(sqlx::query(CLAIM))
                 .execute(pool)
                 .await?
                 .rows_affected(),
@@ -100,7 +101,7 @@ impl Reservations {
     /// Deletes the holds expired at `now_ms`; how many went.
     pub async fn sweep(&self, now_ms: i64) -> Result<u64, ReservationError> {
         Ok(match self {
-            Self::Sqlite(pool) => sqlx::query(SWEEP)
+            Self::Store(pool) => sqlx::query(SWEEP)
                 .bind(now_ms)
                 .execute(pool)
                 .await?
@@ -116,7 +117,7 @@ impl Reservations {
     /// Deletes every hold of `holder`; how many went.
     pub async fn release(&self, holder: &str) -> Result<u64, ReservationError> {
         Ok(match self {
-            Self::Sqlite(pool) => sqlx::query(RELEASE)
+            Self::Store(pool) => sqlx::query(RELEASE)
                 .bind(holder)
                 .execute(pool)
                 .await?
@@ -157,7 +158,7 @@ mod tests {
     #[tokio::test]
     async fn one_key_goes_to_one_holder_until_it_expires() {
         let (_dir, store) = sqlite().await;
-        let table = Reservations::Sqlite(store.pool().clone());
+        let table = Reservations::Store(store.pool().clone());
         assert!(table.claim(&hold("pod-a", 0, 10)).await.unwrap());
         assert!(!table.claim(&hold("pod-b", 0, 20)).await.unwrap());
         // The same holder asking again (a retried admission) keeps it.

@@ -82,7 +82,7 @@ async fn serve(
         placer,
         Arc::new(coloc::extender::ClusterView::new()),
         inventory,
-        Reservations::Sqlite(pool),
+        Reservations::Store(pool),
         Duration::from_secs(60),
         3,
     );

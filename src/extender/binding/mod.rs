@@ -47,7 +47,7 @@ impl BindingOptions {
         placer: Arc<dyn Placer>,
         cluster: Arc<ClusterView>,
         inventory: Arc<Inventory>,
-        pool: sqlx::SqlitePool,
+        pool: sqlx::AnyPool,
         options: &ServeOptions,
     ) -> Option<Router> {
         if self.mode == BindingMode::NodeOnly {
@@ -57,7 +57,7 @@ impl BindingOptions {
             placer,
             cluster,
             inventory,
-            Reservations::Sqlite(pool),
+            Reservations::Store(pool),
             self.ttl,
             self.gpus,
         );
