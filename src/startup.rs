@@ -21,6 +21,7 @@ use crate::{
         ProfilingAgentsServer, RpcLayer,
     },
     domain::{now_ms, GpuName},
+    leader::{Elector, LeaderTasks},
     extender::{
         http::{tls_acceptor, ServeOptions},
         placer::{policy_from_settings, AdvisorPlacer},
@@ -32,9 +33,9 @@ use crate::{
     proto,
     settings::{
         ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings, SettingsError,
-        TrainerSettings, MIN_TRAINING_RUNS,
+        LeaderSettings, TrainerSettings, MIN_TRAINING_RUNS,
     },
-    store::{DatabaseLock, Store},
+    store::{lease::fenced, DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
     worker::{
@@ -74,6 +75,8 @@ pub struct App {
     /// One Kubernetes Job per profiling job; `None` unless profiler.dispatch is
     /// "kubernetes-jobs".
     kube_dispatcher: Option<KubeDispatcher>,
+    /// The lease's term and renewal, and how often the store's champions are read.
+    leader: LeaderSettings,
 }
 
 impl App {
@@ -92,13 +95,6 @@ impl App {
                 .map_err(|e| explain_damage(e, &settings.database.url))
                 .context("cannot load profiles and models from the database")?,
         );
-        let requeued = store.requeue_running_jobs(now_ms()).await?;
-        if requeued > 0 {
-            tracing::warn!(
-                requeued,
-                "profiling jobs cut off by the last stop are pending again"
-            );
-        }
         let backend =
             Backend::from_settings(&settings.profiler).context("cannot set up the profiler")?;
         let worker = match backend {
@@ -157,6 +153,7 @@ impl App {
             worker,
             trainer,
             kube_dispatcher,
+            leader: settings.leader.clone(),
         })
     }
 
@@ -321,20 +318,25 @@ impl App {
             .watcher
             .take()
             .map(|watcher| move |stop| spawn_owned("cluster watcher", watcher.run(stop)));
-        let worker = self
-            .worker
-            .take()
-            .map(|worker| move |stop| spawn_owned("profiling worker", worker.run(stop)));
-        let kube_dispatcher = self.kube_dispatcher.take().map(|dispatcher| {
-            move |stop| spawn_owned("kubernetes job dispatcher", dispatcher.run(stop))
-        });
-        // Jobs whose agent stopped renewing go back to the queue without waiting for a
-        // claim.
-        let sweeper = LeaseSweeper::new(self.advisor.clone());
-        let trainer = self
-            .trainer
-            .take()
-            .map(|trainer| move |stop| spawn_owned("retraining task", trainer.run(stop)));
+        let leader_tasks = self.leader_tasks();
+        let elector = Elector::new(
+            self.store.clone(),
+            crate::leader::holder_name(),
+            (&self.leader).into(),
+            leader_tasks,
+        );
+        let follower = {
+            let (advisor, every) = (
+                self.advisor.clone(),
+                Duration::from_millis(self.leader.model_poll_ms),
+            );
+            move |stop| {
+                spawn_owned(
+                    "champion follower",
+                    crate::leader::follow::run(advisor, every, stop),
+                )
+            }
+        };
         let metrics_server =
             self.metrics_listener
                 .take()
@@ -351,14 +353,63 @@ impl App {
         vec![
             stoppable(extender),
             stoppable(watcher),
-            stoppable(worker),
-            stoppable(kube_dispatcher),
             stoppable(Some(move |stop| {
-                spawn_owned("lease sweeper", sweeper.run(stop))
+                spawn_owned("leadership", elector.run(stop))
             })),
-            stoppable(trainer),
+            stoppable(Some(follower)),
             stoppable(metrics_server),
         ]
+    }
+
+    /// What the leader runs, started anew at each term (each task inside the term's fence,
+    /// so that its writes are refused once the lease is lost), in the order they stop: the
+    /// profiling worker (after it puts back the jobs a former leader's worker left
+    /// running), the Kubernetes Job dispatcher, the lease sweeper, the retraining task.
+    fn leader_tasks(&mut self) -> LeaderTasks {
+        let worker = self.worker.take();
+        let kube_dispatcher = self.kube_dispatcher.take();
+        let trainer = self.trainer.take();
+        let sweeper = LeaseSweeper::new(self.advisor.clone());
+        let store = self.store.clone();
+        Arc::new(move |fence| {
+            let worker = worker.as_ref().map(|worker| {
+                let (worker, store, fence) = (worker.fresh(), store.clone(), fence.clone());
+                move |stop| {
+                    spawn_owned(
+                        "profiling worker",
+                        fenced(fence, async move {
+                            requeue_cut_off_jobs(&store).await;
+                            worker.run(stop).await
+                        }),
+                    )
+                }
+            });
+            let kube_dispatcher = kube_dispatcher.clone().map(|dispatcher| {
+                let fence = fence.clone();
+                move |stop| {
+                    spawn_owned(
+                        "kubernetes job dispatcher",
+                        fenced(fence, dispatcher.run(stop)),
+                    )
+                }
+            });
+            // Jobs whose agent stopped renewing go back to the queue without waiting for
+            // a claim.
+            let sweeper = {
+                let (sweeper, fence) = (sweeper.clone(), fence.clone());
+                move |stop| spawn_owned("lease sweeper", fenced(fence, sweeper.run(stop)))
+            };
+            let trainer = trainer.clone().map(|trainer| {
+                let fence = fence.clone();
+                move |stop| spawn_owned("retraining task", fenced(fence, trainer.run(stop)))
+            });
+            vec![
+                stoppable(worker),
+                stoppable(kube_dispatcher),
+                stoppable(Some(sweeper)),
+                stoppable(trainer),
+            ]
+        })
     }
 }
 
@@ -460,8 +511,25 @@ async fn cluster_watcher(
     )))
 }
 
+/// Profiling jobs the in-process worker of a former leader (this server's last run, or a
+/// replica that lost the lease) left running go back to the queue, before this leader's
+/// worker claims any.
+async fn requeue_cut_off_jobs(store: &Store) {
+    match store.requeue_running_jobs(now_ms()).await {
+        Ok(0) => {}
+        Ok(requeued) => tracing::warn!(
+            requeued,
+            "profiling jobs cut off by the last stop are pending again"
+        ),
+        Err(error) => tracing::warn!(
+            error = error.chain(),
+            "cannot put back the profiling jobs cut off by the last stop"
+        ),
+    }
+}
+
 /// A background task (if it runs) and the token that stops it.
-type StoppableTask = (CancellationToken, Option<tokio::task::JoinHandle<()>>);
+pub type StoppableTask = (CancellationToken, Option<tokio::task::JoinHandle<()>>);
 
 /// Starts `start` (when given) with a fresh stop token.
 fn stoppable(

@@ -5,6 +5,7 @@
 mod agents;
 mod catalog;
 mod error;
+mod follow;
 mod occupancy;
 mod place;
 mod policy;

@@ -36,7 +36,14 @@ impl DatabaseLock {
     /// have nothing to lock. The lock is a sidecar file (`<database>.lock`, created if
     /// missing), never the database itself: the store must still see a missing database as
     /// new and a zero-length one as suspicious.
+    ///
+    /// A PostgreSQL store has no file to lock and nothing is taken: several servers may
+    /// share one database, and its write transactions take the database's own lock
+    /// (`engine`).
     pub fn acquire(url: &str) -> Result<Self, LockError> {
+        if super::engine::Engine::of_url(url) == super::engine::Engine::Postgres {
+            return Ok(Self { _lock: None });
+        }
         let options = SqliteConnectOptions::from_str(url).map_err(LockError::InvalidUrl)?;
         let path: PathBuf = options.get_filename().to_path_buf();
         let name = path.display().to_string();
