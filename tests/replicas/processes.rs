@@ -1,0 +1,1 @@
+//! Three `coloc serve` processes on one PostgreSQL database (filled in below).
