@@ -48,10 +48,14 @@ impl Settings {
                 message: "must be at least 1024".into(),
             });
         }
-        if !self.database.url.starts_with("sqlite:") {
+        let url = &self.database.url;
+        if !["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+        {
             return Err(SettingsError::Invalid {
                 key: "database.url",
-                message: format!("{:?} is not a sqlite: URL", self.database.url),
+                message: format!("{url:?} is neither a sqlite: nor a postgres:// URL"),
             });
         }
         self.validate_profiler()?;

@@ -115,7 +115,11 @@ pub(super) async fn check_fence(
     };
     let (row, now) = read_lease(tx, engine).await?;
     match row {
-        Some(row) if row.holder == fence.holder && row.token == fence.token && row.expires_at_ms > now => {
+        Some(row)
+            if row.holder == fence.holder
+                && row.token == fence.token
+                && row.expires_at_ms > now =>
+        {
             Ok(())
         }
         row => {

@@ -131,7 +131,11 @@ impl<Q: JobQueue + Clone> Worker<Q> {
     /// A worker like this one (same queue, backend and settings), nothing unsettled: a
     /// new leader's term starts one.
     pub fn fresh(&self) -> Self {
-        Self::with_queue(self.queue.clone(), self.backend.clone(), self.settings.clone())
+        Self::with_queue(
+            self.queue.clone(),
+            self.backend.clone(),
+            self.settings.clone(),
+        )
     }
 }
 

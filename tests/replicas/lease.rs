@@ -25,7 +25,15 @@ async fn leader_write(store: &Store, fence: &Fence) -> Result<(), StoreError> {
     let gpu = GpuName::parse("gpu", "H100").unwrap();
     fenced(
         fence.clone(),
-        store.record_training_run(&gpu, "member-ridge-gbt", "schedule", "promoted", None, "", 0),
+        store.record_training_run(
+            &gpu,
+            "member-ridge-gbt",
+            "schedule",
+            "promoted",
+            None,
+            "",
+            0,
+        ),
     )
     .await
 }
@@ -37,13 +45,25 @@ async fn one_leader_at_a_time(url: &str) {
     let b = Store::open(url).await.unwrap();
     let ttl_ms = 600;
     let held = a.take_or_renew_lease("a", ttl_ms).await.unwrap();
-    let LeaseOutcome::Held { token: first, taken: true, .. } = held else {
+    let LeaseOutcome::Held {
+        token: first,
+        taken: true,
+        ..
+    } = held
+    else {
         panic!("a takes the free lease: {held:?}");
     };
     match b.take_or_renew_lease("b", ttl_ms).await.unwrap() {
-        LeaseOutcome::HeldBy { holder, token, expires_in_ms } => {
+        LeaseOutcome::HeldBy {
+            holder,
+            token,
+            expires_in_ms,
+        } => {
             assert_eq!((holder.as_str(), token), ("a", first));
-            assert!(expires_in_ms > 0 && expires_in_ms <= ttl_ms, "{expires_in_ms}");
+            assert!(
+                expires_in_ms > 0 && expires_in_ms <= ttl_ms,
+                "{expires_in_ms}"
+            );
         }
         other => panic!("b must not take a's live lease: {other:?}"),
     }
@@ -53,7 +73,10 @@ async fn one_leader_at_a_time(url: &str) {
         matches!(renewed, LeaseOutcome::Held { token, taken: false, .. } if token == first),
         "{renewed:?}"
     );
-    let fence_a = Fence { holder: "a".into(), token: first };
+    let fence_a = Fence {
+        holder: "a".into(),
+        token: first,
+    };
     leader_write(&a, &fence_a).await.unwrap();
     assert_eq!(training_runs(&a).await, 1);
 
@@ -63,7 +86,12 @@ async fn one_leader_at_a_time(url: &str) {
     assert!(matches!(expired, StoreError::NotLeader { .. }), "{expired}");
     assert!(expired.to_string().contains("ran out"), "{expired}");
     let taken = b.take_or_renew_lease("b", 10_000).await.unwrap();
-    let LeaseOutcome::Held { token: second, taken: true, .. } = taken else {
+    let LeaseOutcome::Held {
+        token: second,
+        taken: true,
+        ..
+    } = taken
+    else {
         panic!("b takes the expired lease: {taken:?}");
     };
     assert_eq!(second, first + 1, "a new holder, a new token");
@@ -78,7 +106,10 @@ async fn one_leader_at_a_time(url: &str) {
         other => panic!("a deposed leader's write must fail as NotLeader: {other}"),
     }
     assert_eq!(training_runs(&a).await, 1, "the refused write left nothing");
-    let fence_b = Fence { holder: "b".into(), token: second };
+    let fence_b = Fence {
+        holder: "b".into(),
+        token: second,
+    };
     leader_write(&b, &fence_b).await.unwrap();
     assert_eq!(training_runs(&b).await, 2);
     // a cannot take the lease back while b's is live; writes outside a fence are not checked.
@@ -131,7 +162,10 @@ async fn racing_servers_elect_one_leader_on_postgres() {
         stores.push(Store::open(&database.url).await.unwrap());
     }
     let tries = stores.iter().enumerate().map(|(n, store)| async move {
-        store.take_or_renew_lease(&format!("s{n}"), 5_000).await.unwrap()
+        store
+            .take_or_renew_lease(&format!("s{n}"), 5_000)
+            .await
+            .unwrap()
     });
     let outcomes = futures::future::join_all(tries).await;
     let held = outcomes
