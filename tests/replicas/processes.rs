@@ -260,26 +260,10 @@ async fn served_version(replica: &Replica) -> Option<u64> {
     Some(answer.into_inner().model_version)
 }
 
-/// The whole story on a seeded store. Needs a PostgreSQL store that takes workloads,
-/// profiles and runs (RegisterWorkload answers INTERNAL on PostgreSQL until the store's
-/// PostgreSQL queries are complete): run with `--ignored` then.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs RegisterWorkload and ReportColocation working on PostgreSQL"]
-async fn three_replicas_one_leader_one_model() {
-    let Some(database) = FreshDatabase::create("procs").await else {
-        return;
-    };
-    let url = database.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    seed(&url, dir.path()).await;
-    let mut replicas = Vec::new();
-    for _ in 0..3 {
-        replicas.push(Replica::start(&url, dir.path()).await);
-    }
-    let (first, first_token) = leader_index(&url, &replicas, 0, Duration::from_secs(10)).await;
-
+/// A second model trained and version 1 pinned through replica `pin_on`: every replica
+/// answers Rank with the pinned version within 2 s.
+async fn a_pin_reaches_every_replica(url: &str, replicas: &[Replica], pin_on: usize) {
     // A pin on a follower reaches every replica within 2 s.
-    let pin_on = (first + 1) % 3;
     let mut client = replicas[pin_on].client().await.unwrap();
     client
         .train(pb::TrainRequest {
@@ -288,7 +272,7 @@ async fn three_replicas_one_leader_one_model() {
         })
         .await
         .unwrap();
-    let versions = count(&url, "SELECT COUNT(*) FROM models").await as u64;
+    let versions = count(url, "SELECT COUNT(*) FROM models").await as u64;
     assert!(versions >= 2, "{versions} models");
     let pinned = 1;
     client
@@ -313,6 +297,27 @@ async fn three_replicas_one_leader_one_model() {
         let at = at.unwrap_or_else(|| panic!("replica {i} never served the pin"));
         assert!(at <= Duration::from_secs(2), "replica {i}: {at:?}");
     }
+}
+
+/// The whole story on a seeded store. Needs a PostgreSQL store that takes workloads,
+/// profiles and runs (RegisterWorkload answers INTERNAL on PostgreSQL until the store's
+/// PostgreSQL queries are complete): run with `--ignored` then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs RegisterWorkload and ReportColocation working on PostgreSQL"]
+async fn three_replicas_one_leader_one_model() {
+    let Some(database) = FreshDatabase::create("procs").await else {
+        return;
+    };
+    let url = database.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    seed(&url, dir.path()).await;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Replica::start(&url, dir.path()).await);
+    }
+    let (first, first_token) = leader_index(&url, &replicas, 0, Duration::from_secs(10)).await;
+
+    a_pin_reaches_every_replica(&url, &replicas, (first + 1) % 3).await;
 
     // A report load over the three replicas; the leader killed with SIGKILL.
     let before = count(&url, "SELECT COUNT(*) FROM observations").await;
