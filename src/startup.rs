@@ -206,7 +206,7 @@ impl App {
             .metrics_listener
             .as_ref()
             .map(|_| Arc::new(Metrics::new()));
-        let background = self.spawn_background_tasks(metrics.clone());
+        let background = self.spawn_background_tasks(metrics.clone(), health_reporter.clone());
         // While the store's writes fail, the advisor and agents services say NOT_SERVING (readiness
         // probes that name it take the replica out); the server itself ("") stays SERVING,
         // so liveness does not restart a process that recovers by itself.
@@ -301,7 +301,11 @@ impl App {
     /// own token. They are returned in the order they stop, once the API has stopped, so
     /// that nothing writes to the store after it closes and the running profiling job is
     /// re-queued while the API already refuses new calls.
-    fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
+    fn spawn_background_tasks(
+        &mut self,
+        metrics: Option<Arc<Metrics>>,
+        health: tonic_health::server::HealthReporter,
+    ) -> Vec<StoppableTask> {
         let extender = self.extender.take().map(|(listener, options)| {
             let extender = Arc::new(Extender::new(
                 Arc::new(AdvisorPlacer::new(self.advisor.clone())),
@@ -333,7 +337,7 @@ impl App {
             move |stop| {
                 spawn_owned(
                     "champion follower",
-                    crate::leader::follow::run(advisor, every, stop),
+                    crate::leader::follow::run(advisor, every, health, stop),
                 )
             }
         };
@@ -569,6 +573,12 @@ async fn stop_serving(reporter: &tonic_health::server::HealthReporter) {
         .await;
     reporter
         .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
+        .await;
+    reporter
+        .set_service_status(
+            crate::leader::follow::READY_SERVICE,
+            tonic_health::ServingStatus::NotServing,
+        )
         .await;
     reporter
         .set_service_status("", tonic_health::ServingStatus::NotServing)
