@@ -9,7 +9,10 @@ Checks:
   * deploy/coloc.example.toml has exactly the keys of the built-in defaults in
     src/settings/mod.rs (DEFAULTS), with the same values;
   * every rendered object has apiVersion, kind, metadata.name;
-  * the Deployment: 1 replica, Recreate, gRPC startup/liveness/readiness probes on 50051,
+  * the Deployment: 1 replica, Recreate (the replicas overlay: 3 replicas on PostgreSQL,
+    RollingUpdate with maxUnavailable 0, readiness on the health service coloc.v1.Ready, the
+    database URL from a rendered Secret, no PVC, a PodDisruptionBudget selecting the pod),
+    gRPC startup/liveness/readiness probes on 50051,
     non-root, read-only root filesystem, every volume mount backed by a volume and every
     ConfigMap/Secret/PVC it names rendered alongside, the data volume is the PVC,
     terminationGracePeriodSeconds above server.shutdown_grace_secs;
@@ -80,7 +83,7 @@ def check_example_toml(root):
     for key in sorted(defaults.keys() & example.keys()):
         if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
             fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
-    order = ["server", "database", "model", "profiler", "agents", "trainer", "metrics", "extender", "policy", "auth", "log"]
+    order = ["server", "database", "model", "profiler", "agents", "trainer", "leader", "metrics", "extender", "policy", "auth", "log"]
     if list(example_doc) != order:
         fail(path, f"sections {list(example_doc)}, expected {order}")
     # Every key needs its one-line comment right above it.
@@ -120,10 +123,14 @@ def check_render(name, path, defaults):
         fail(where, f"Deployments {[d['metadata']['name'] for d in others]} besides coloc")
     dep = deployments[0]
     spec = dep["spec"]
-    if spec.get("replicas") != 1:
-        fail(where, f"Deployment replicas = {spec.get('replicas')}, must be 1 (SQLite)")
-    if (spec.get("strategy") or {}).get("type") != "Recreate":
-        fail(where, "Deployment strategy must be Recreate (never two pods on one SQLite file)")
+    replicated = name == "replicas"
+    if replicated:
+        check_replicas(where, spec, by_kind)
+    else:
+        if spec.get("replicas") != 1:
+            fail(where, f"Deployment replicas = {spec.get('replicas')}, must be 1 (SQLite)")
+        if (spec.get("strategy") or {}).get("type") != "Recreate":
+            fail(where, "Deployment strategy must be Recreate (never two pods on one SQLite file)")
     pod = spec["template"]["spec"]
     pod_labels = spec["template"]["metadata"].get("labels", {})
     containers = {c["name"]: c for c in pod["containers"]}
@@ -173,7 +180,10 @@ def check_render(name, path, defaults):
             pvc_mounts[path_] = claim
             if claim not in names.get("PersistentVolumeClaim", set()):
                 fail(where, f"PVC {claim} is mounted but not rendered")
-    if "/var/lib/coloc" not in pvc_mounts:
+    if replicated:
+        if pvc_mounts or by_kind.get("PersistentVolumeClaim"):
+            fail(where, "replicas on PostgreSQL need no PVC")
+    elif "/var/lib/coloc" not in pvc_mounts:
         fail(where, "/var/lib/coloc (the SQLite file) must be the PVC")
     for pvc in by_kind.get("PersistentVolumeClaim", []):
         if pvc["spec"].get("accessModes") != ["ReadWriteOnce"]:
@@ -219,7 +229,18 @@ def check_render(name, path, defaults):
         if tokens and os.path.dirname(tokens) not in secret_mounts:
             fail(where, f"auth.tokens_file {tokens} is not inside a mounted Secret {secret_mounts}")
         url = effective.get("database.url", "")
-        if not url.startswith("sqlite:///var/lib/coloc/"):
+        if replicated:
+            url_env = [e for e in c.get("env", []) if e["name"] == "COLOC__DATABASE__URL"]
+            ref = ((url_env[0].get("valueFrom") or {}).get("secretKeyRef") or {}) if url_env else {}
+            if ref.get("name") not in names.get("Secret", set()) or not ref.get("key"):
+                fail(where, f"COLOC__DATABASE__URL must come from a rendered Secret ({url_env})")
+            for secret in by_kind.get("Secret", []):
+                if secret["metadata"]["name"] == ref.get("name"):
+                    import base64
+                    value = base64.b64decode((secret.get("data") or {}).get(ref.get("key"), "")).decode()
+                    if not value.startswith(("postgres://", "postgresql://")):
+                        fail(where, f"Secret {ref.get('name')} holds no postgres:// URL")
+        elif not url.startswith("sqlite:///var/lib/coloc/"):
             fail(where, f"database.url {url} is not on the PVC at /var/lib/coloc")
         if effective.get("metrics.listen", "") != "0.0.0.0:50052":
             fail(where, "metrics.listen should be 0.0.0.0:50052 (the Service's metrics port)")
@@ -282,6 +303,31 @@ def check_render(name, path, defaults):
     elif (effective if config is not None else {}).get("extender.listen"):
         fail(where, "the extender is on outside the scheduler-extender overlay")
     print(f"  {name}: {len(docs)} objects ({', '.join(sorted(by_kind))}) checked")
+
+
+def check_replicas(where, spec, by_kind):
+    """The replicas overlay: 3 pods rolled one at a time, Ready once a champion is served,
+    and a PodDisruptionBudget over them."""
+    if spec.get("replicas") != 3:
+        fail(where, f"Deployment replicas = {spec.get('replicas')}, expected 3")
+    strategy = spec.get("strategy") or {}
+    rolling = strategy.get("rollingUpdate") or {}
+    if strategy.get("type") != "RollingUpdate" or rolling.get("maxUnavailable") != 0:
+        fail(where, f"strategy {strategy}: expected RollingUpdate with maxUnavailable 0")
+    container = {c["name"]: c for c in spec["template"]["spec"]["containers"]}.get("coloc", {})
+    ready = (container.get("readinessProbe") or {}).get("grpc") or {}
+    if ready.get("service") != "coloc.v1.Ready":
+        fail(where, f"readinessProbe {ready}: expected the health service coloc.v1.Ready")
+    pod_labels = spec["template"]["metadata"].get("labels", {})
+    budgets = by_kind.get("PodDisruptionBudget", [])
+    if len(budgets) != 1:
+        fail(where, f"{len(budgets)} PodDisruptionBudgets, expected 1")
+    for pdb in budgets:
+        sel = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+        if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
+            fail(where, f"PodDisruptionBudget selector {sel} does not select the pod")
+        if pdb["spec"].get("maxUnavailable") != 1 and pdb["spec"].get("minAvailable") != 2:
+            fail(where, "the PodDisruptionBudget should keep 2 of 3 pods")
 
 
 def check_agents(where, daemonsets, defaults, advisor_settings):

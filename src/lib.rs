@@ -16,6 +16,8 @@
 //!
 //! - `startup`: builds the `App` (opens the store, loads the advisor, binds), then serves and
 //!   stops in order.
+//! - `leader`: leadership among servers sharing one database (the lease, the leader's
+//!   tasks) and every replica's copy of the store's champions.
 //! - `agent`: `coloc agent`, a profiling agent on a GPU node: the `worker` loop over a gRPC
 //!   job queue (`coloc.v1.ProfilingAgents`), and `coloc calibrate` over the same API.
 //! - `observer`: learning from what the cluster ran: windows of a GPU's timeline and each
@@ -46,6 +48,7 @@
 //!   types), `domain` (validated values).
 
 pub mod startup;
+pub mod leader;
 pub mod agent;
 pub mod observer;
 pub mod extender;

@@ -27,16 +27,17 @@ use crate::{
         placer::{policy_from_settings, AdvisorPlacer},
         ClusterView, ClusterWatcher, Extender, Prefer,
     },
+    leader::{Elector, LeaderTasks},
     metrics::{ExtraRoute, Metrics},
     model::{ModelKind, MIN_TRAINING_ROWS},
     observer::{push::PushSource, Observer, ObserverStats},
     profiler::Backend,
     proto,
     settings::{
-        ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings, SettingsError,
-        TrainerSettings, MIN_TRAINING_RUNS,
+        LeaderSettings, ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings,
+        SettingsError, TrainerSettings, MIN_TRAINING_RUNS,
     },
-    store::{DatabaseLock, Store},
+    store::{lease::fenced, DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
     worker::{
@@ -90,6 +91,8 @@ pub struct App {
     /// One Kubernetes Job per profiling job; `None` unless profiler.dispatch is
     /// "kubernetes-jobs".
     kube_dispatcher: Option<KubeDispatcher>,
+    /// The lease's term and renewal, and how often the store's champions are read.
+    leader: LeaderSettings,
 }
 
 impl App {
@@ -108,13 +111,6 @@ impl App {
                 .map_err(|e| explain_damage(e, &settings.database.url))
                 .context("cannot load profiles and models from the database")?,
         );
-        let requeued = store.requeue_running_jobs(now_ms()).await?;
-        if requeued > 0 {
-            tracing::warn!(
-                requeued,
-                "profiling jobs cut off by the last stop are pending again"
-            );
-        }
         let backend =
             Backend::from_settings(&settings.profiler).context("cannot set up the profiler")?;
         let worker = match backend {
@@ -194,6 +190,7 @@ impl App {
             observer,
             push,
             kube_dispatcher,
+            leader: settings.leader.clone(),
         })
     }
 
@@ -256,7 +253,7 @@ impl App {
             .metrics_listener
             .as_ref()
             .map(|_| Arc::new(Metrics::new()));
-        let background = self.spawn_background_tasks(metrics.clone());
+        let background = self.spawn_background_tasks(metrics.clone(), health_reporter.clone());
         // While the store's writes fail, the advisor and agents services say NOT_SERVING (readiness
         // probes that name it take the replica out); the server itself ("") stays SERVING,
         // so liveness does not restart a process that recovers by itself.
@@ -351,7 +348,11 @@ impl App {
     /// own token. They are returned in the order they stop, once the API has stopped, so
     /// that nothing writes to the store after it closes and the running profiling job is
     /// re-queued while the API already refuses new calls.
-    fn spawn_background_tasks(&mut self, metrics: Option<Arc<Metrics>>) -> Vec<StoppableTask> {
+    fn spawn_background_tasks(
+        &mut self,
+        metrics: Option<Arc<Metrics>>,
+        health: tonic_health::server::HealthReporter,
+    ) -> Vec<StoppableTask> {
         let extender = self.extender.take().map(|(listener, mut options)| {
             options.extra_routes = self.binding.routes(
                 Arc::new(AdvisorPlacer::new(self.advisor.clone())),
@@ -387,20 +388,6 @@ impl App {
             );
             move |stop| spawn_owned("gpu inventory watcher", inventory.run(client, dra, stop))
         });
-        let worker = self
-            .worker
-            .take()
-            .map(|worker| move |stop| spawn_owned("profiling worker", worker.run(stop)));
-        let kube_dispatcher = self.kube_dispatcher.take().map(|dispatcher| {
-            move |stop| spawn_owned("kubernetes job dispatcher", dispatcher.run(stop))
-        });
-        // Jobs whose agent stopped renewing go back to the queue without waiting for a
-        // claim.
-        let sweeper = LeaseSweeper::new(self.advisor.clone());
-        let trainer = self
-            .trainer
-            .take()
-            .map(|trainer| move |stop| spawn_owned("retraining task", trainer.run(stop)));
         if let (Some(metrics), Some(observer)) = (&metrics, &self.observer) {
             for collector in observer.stats().collectors() {
                 if let Err(error) = metrics.register(collector) {
@@ -419,6 +406,25 @@ impl App {
                 handle: Box::new(move |body| push.answer(body, now_ms())),
             })
         });
+        let leader_tasks = self.leader_tasks();
+        let elector = Elector::new(
+            self.store.clone(),
+            crate::leader::holder_name(),
+            (&self.leader).into(),
+            leader_tasks,
+        );
+        let follower = {
+            let (advisor, every) = (
+                self.advisor.clone(),
+                Duration::from_millis(self.leader.model_poll_ms),
+            );
+            move |stop| {
+                spawn_owned(
+                    "champion follower",
+                    crate::leader::follow::run(advisor, every, health, stop),
+                )
+            }
+        };
         let metrics_server =
             self.metrics_listener
                 .take()
@@ -436,15 +442,64 @@ impl App {
             stoppable(extender),
             stoppable(watcher),
             stoppable(inventory),
-            stoppable(worker),
-            stoppable(kube_dispatcher),
             stoppable(Some(move |stop| {
-                spawn_owned("lease sweeper", sweeper.run(stop))
+                spawn_owned("leadership", elector.run(stop))
             })),
             stoppable(observer),
-            stoppable(trainer),
+            stoppable(Some(follower)),
             stoppable(metrics_server),
         ]
+    }
+
+    /// What the leader runs, started anew at each term (each task inside the term's fence,
+    /// so that its writes are refused once the lease is lost), in the order they stop: the
+    /// profiling worker (after it puts back the jobs a former leader's worker left
+    /// running), the Kubernetes Job dispatcher, the lease sweeper, the retraining task.
+    fn leader_tasks(&mut self) -> LeaderTasks {
+        let worker = self.worker.take();
+        let kube_dispatcher = self.kube_dispatcher.take();
+        let trainer = self.trainer.take();
+        let sweeper = LeaseSweeper::new(self.advisor.clone());
+        let store = self.store.clone();
+        Arc::new(move |fence| {
+            let worker = worker.as_ref().map(|worker| {
+                let (worker, store, fence) = (worker.fresh(), store.clone(), fence.clone());
+                move |stop| {
+                    spawn_owned(
+                        "profiling worker",
+                        fenced(fence, async move {
+                            requeue_cut_off_jobs(&store).await;
+                            worker.run(stop).await
+                        }),
+                    )
+                }
+            });
+            let kube_dispatcher = kube_dispatcher.clone().map(|dispatcher| {
+                let fence = fence.clone();
+                move |stop| {
+                    spawn_owned(
+                        "kubernetes job dispatcher",
+                        fenced(fence, dispatcher.run(stop)),
+                    )
+                }
+            });
+            // Jobs whose agent stopped renewing go back to the queue without waiting for
+            // a claim.
+            let sweeper = {
+                let (sweeper, fence) = (sweeper.clone(), fence.clone());
+                move |stop| spawn_owned("lease sweeper", fenced(fence, sweeper.run(stop)))
+            };
+            let trainer = trainer.clone().map(|trainer| {
+                let fence = fence.clone();
+                move |stop| spawn_owned("retraining task", fenced(fence, trainer.run(stop)))
+            });
+            vec![
+                stoppable(worker),
+                stoppable(kube_dispatcher),
+                stoppable(Some(sweeper)),
+                stoppable(trainer),
+            ]
+        })
     }
 }
 
@@ -571,8 +626,25 @@ fn observer(
     (Some(built), push)
 }
 
+/// Profiling jobs the in-process worker of a former leader (this server's last run, or a
+/// replica that lost the lease) left running go back to the queue, before this leader's
+/// worker claims any.
+async fn requeue_cut_off_jobs(store: &Store) {
+    match store.requeue_running_jobs(now_ms()).await {
+        Ok(0) => {}
+        Ok(requeued) => tracing::warn!(
+            requeued,
+            "profiling jobs cut off by the last stop are pending again"
+        ),
+        Err(error) => tracing::warn!(
+            error = error.chain(),
+            "cannot put back the profiling jobs cut off by the last stop"
+        ),
+    }
+}
+
 /// A background task (if it runs) and the token that stops it.
-type StoppableTask = (CancellationToken, Option<tokio::task::JoinHandle<()>>);
+pub type StoppableTask = (CancellationToken, Option<tokio::task::JoinHandle<()>>);
 
 /// Starts `start` (when given) with a fresh stop token.
 fn stoppable(
@@ -612,6 +684,12 @@ async fn stop_serving(reporter: &tonic_health::server::HealthReporter) {
         .await;
     reporter
         .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
+        .await;
+    reporter
+        .set_service_status(
+            crate::leader::follow::READY_SERVICE,
+            tonic_health::ServingStatus::NotServing,
+        )
         .await;
     reporter
         .set_service_status("", tonic_health::ServingStatus::NotServing)

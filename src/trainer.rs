@@ -28,6 +28,7 @@ pub enum TrainerOutcome {
     },
 }
 
+#[derive(Clone)]
 pub struct Trainer {
     advisor: Arc<Advisor>,
     /// Which GPU models have runs.

@@ -118,6 +118,10 @@ pub enum Error {
     /// A workload without a profile on the GPU model named.
     #[error("workload {workload:?} has no profile on GPU model {:?}", .gpu.as_str())]
     UnknownProfile { workload: String, gpu: GpuName },
+    /// A leader-only write of a server that no longer leads (its lease was taken over or
+    /// ran out): refused, nothing written.
+    #[error("this server no longer leads: {0}")]
+    NotLeader(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -151,6 +155,9 @@ impl From<StoreError> for Error {
                 job_gpu,
                 profile_gpu,
             },
+            StoreError::NotLeader { holder, token, now } => {
+                Self::NotLeader(format!("{holder} (fencing token {token}): {now}"))
+            }
             fault if fault.is_storage_fault() => Self::StorageUnavailable(fault),
             other => Self::Internal(anyhow::Error::new(other)),
         }

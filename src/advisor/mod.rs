@@ -6,6 +6,7 @@ mod agents;
 mod catalog;
 mod error;
 mod observed;
+mod follow;
 mod occupancy;
 mod place;
 mod policy;

@@ -28,6 +28,9 @@ pub fn code(error: &Error) -> Code {
         // The holder lost the job to an expired lease: a concurrency conflict, settled by
         // dropping the job (and claiming anew), not by retrying the same call.
         Error::ClaimLost { .. } => Code::Aborted,
+        // A deposed leader's write: the leader changed under it, a concurrency conflict
+        // settled by the new leader (whose writes go on), never by retrying on this one.
+        Error::NotLeader(_) => Code::Aborted,
         Error::WorkloadExists(_)
         | Error::Occupancy(OccupancyConflict::JobAssignedElsewhere { .. }) => Code::AlreadyExists,
         Error::Occupancy(

@@ -44,10 +44,26 @@ pub struct Settings {
     pub profiler: ProfilerSettings,
     pub agents: AgentsSettings,
     pub trainer: TrainerSettings,
+    pub leader: LeaderSettings,
     pub log: LogSettings,
     /// `[observer]` (its own file; absent = every default, the observer off).
     #[serde(default)]
     pub observer: ObserverSettings,
+}
+
+/// Leadership among servers sharing one database (docs/replicas.md): one of them, the
+/// leader, runs the retraining task, profiling dispatch and the lease sweeper.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderSettings {
+    /// How long a taken or renewed lease lasts (database clock): a leader that stops
+    /// renewing (killed, cut off) is replaced within about this long.
+    pub lease_ttl_ms: u64,
+    /// How often every server tries to take or renew the lease.
+    pub renew_interval_ms: u64,
+    /// How often every server reads each GPU model's champion and pin from the store, so
+    /// that a promotion or pin made by another server is served here too.
+    pub model_poll_ms: u64,
 }
 
 /// Profiling agents, as the service sees them (docs/profiling.md, "Profiling agents").
@@ -651,6 +667,11 @@ mse_tolerance = 0.05
 outlier_threshold = 6.0
 drift_threshold = 0.25
 drift_window = 50
+
+[leader]
+lease_ttl_ms = 10000
+renew_interval_ms = 2000
+model_poll_ms = 500
 
 [log]
 level = "info"

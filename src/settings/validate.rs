@@ -63,6 +63,7 @@ impl Settings {
         }
         self.validate_profiler()?;
         self.validate_trainer()?;
+        self.validate_leader()?;
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|e| {
             SettingsError::Invalid {
                 key: "log.level",
@@ -203,6 +204,30 @@ impl Settings {
                 "agents.gpu_resources",
                 "must not hold an empty resource name".into(),
             );
+        }
+        Ok(())
+    }
+
+    fn validate_leader(&self) -> Result<(), SettingsError> {
+        let l = &self.leader;
+        let invalid = |key: &'static str, message: &str| {
+            Err(SettingsError::Invalid {
+                key,
+                message: message.to_string(),
+            })
+        };
+        if !(1_000..=600_000).contains(&l.lease_ttl_ms) {
+            return invalid("leader.lease_ttl_ms", "must be 1000 to 600000 ms");
+        }
+        // Two tries at least before the lease runs out, so one slow try does not lose it.
+        if l.renew_interval_ms < 100 || l.renew_interval_ms * 2 > l.lease_ttl_ms {
+            return invalid(
+                "leader.renew_interval_ms",
+                "must be at least 100 ms and at most half of leader.lease_ttl_ms",
+            );
+        }
+        if !(100..=60_000).contains(&l.model_poll_ms) {
+            return invalid("leader.model_poll_ms", "must be 100 to 60000 ms");
         }
         Ok(())
     }

@@ -12,8 +12,9 @@
 //!   database run one after another, and what one reads (READ COMMITTED: each statement
 //!   sees everything committed before it) cannot change under it before it commits. The
 //!   occupancy's version check and the job queue's claims rely on that, across servers.
-//!   A later rule for every write (a leader's fencing token, checked in the same
-//!   transaction) belongs in [`Db::begin_write`].
+//!   [`Db::begin_fenced_write`] adds the leader's fencing token: inside a leader's task
+//!   (`lease::fenced`) the lease is checked in the same transaction, under the write lock
+//!   (`lease.rs`).
 //! - **Commits.** [`Db::commit`] is where the fault switch (`fault.rs`) fails a commit.
 //! - **Connections.** SQLite: WAL, synchronous FULL, foreign keys, a 5 s busy timeout, the
 //!   file created when missing. PostgreSQL: a short acquire timeout, so that a lost server
@@ -84,6 +85,22 @@ impl Db {
                 Ok(tx)
             }
         }
+    }
+
+    /// [`Self::begin_write`], then, inside a leader's task, the check that its lease still
+    /// holds (`lease::check_fence`): a deposed leader's write fails with
+    /// `StoreError::NotLeader` before it writes anything.
+    pub(super) async fn begin_fenced_write(
+        &self,
+    ) -> Result<Transaction<'static, Any>, super::StoreError> {
+        let mut tx = self.begin_write().await?;
+        if let Err(refused) = super::lease::check_fence(&mut tx, self.engine).await {
+            if let Err(error) = tx.rollback().await {
+                tracing::warn!(%error, "rollback failed");
+            }
+            return Err(refused);
+        }
+        Ok(tx)
     }
 
     /// A read transaction: one consistent view (SQLite: a deferred transaction; PostgreSQL:

@@ -14,6 +14,7 @@ pub mod fault;
 mod group_commit;
 pub mod health;
 mod jobs;
+pub mod lease;
 mod lock;
 mod models;
 mod observation_writer;
@@ -110,6 +111,15 @@ pub enum StoreError {
     Occupancy(#[from] OccupancyConflict),
     #[error("the store is closed")]
     Closed,
+    /// A leader-only write of a server whose lease is gone (another server leads now, or
+    /// the lease ran out): refused, nothing written (`lease.rs`).
+    #[error("leader {holder:?} (fencing token {token}) no longer holds the lease: {now}")]
+    NotLeader {
+        holder: String,
+        token: i64,
+        /// Who leads now, or how long ago the lease ran out.
+        now: String,
+    },
     #[error("the observation writer stopped before answering")]
     WriterStopped,
     /// The transaction a run was batched into failed, so the run was not stored.
@@ -329,7 +339,7 @@ impl Store {
     /// (`engine::Db::begin_write`), so a writer waits instead of failing when it would
     /// upgrade a read lock mid-transaction.
     async fn begin_write(&self) -> Result<Transaction<'static, Any>, StoreError> {
-        let begun = self.db.begin_write().await.map_err(StoreError::from);
+        let begun = self.db.begin_fenced_write().await;
         if let Err(error) = &begun {
             if error.is_storage_fault() {
                 self.health.failed(error);

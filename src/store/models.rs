@@ -208,7 +208,9 @@ impl Store {
     ) -> Result<StoredModel, StoreError> {
         let parameters = serde_json::to_string(&model.params).expect("model parameters serialize");
         let comparison = model.comparison;
-        let version = sqlx::query_scalar::<_, i64>(
+        // A write transaction, so that a leader's training is fenced (`lease.rs`).
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query_scalar::<_, i64>(
             "INSERT INTO models (gpu, version, kind, parameters, observations, r2, mse, \
              created_at_ms, status, reason, cv_score, cv_mse, champion_cv_score, champion_cv_mse, \
              last_observation_id, excluded_outliers) \
@@ -230,8 +232,10 @@ impl Store {
         .bind(comparison.map(|c| c.champion_mse))
         .bind(model.last_observation_id)
         .bind(model.excluded_outliers as i64)
-        .fetch_one(&self.db.pool)
-        .await?;
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::from);
+        let version = self.finish_write(tx, inserted).await?;
         Ok(StoredModel {
             gpu: gpu.clone(),
             version: version as u64,
@@ -332,7 +336,8 @@ impl Store {
         reason: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query(
             "INSERT INTO training_runs (gpu, kind, trigger, outcome, version, reason, started_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
@@ -343,9 +348,11 @@ impl Store {
         .bind(version.map(version_param))
         .bind(reason)
         .bind(now_ms)
-        .execute(&self.db.pool)
-        .await?;
-        Ok(())
+        .execute(&mut *tx)
+        .await
+        .map(|_| ())
+        .map_err(StoreError::from);
+        self.finish_write(tx, inserted).await
     }
 
     /// The newest run id any model of `gpu` was trained up to (0 = never trained).

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::advisor::Advisor;
 
+#[derive(Clone)]
 pub struct LeaseSweeper {
     advisor: Arc<Advisor>,
 }

@@ -14,6 +14,7 @@ use crate::{
     store::{JobClaimer, Store, StoreError, IN_PROCESS_HOLDER},
 };
 
+#[derive(Clone)]
 pub struct LocalQueue {
     advisor: Arc<Advisor>,
     store: Store,

@@ -127,6 +127,18 @@ impl Worker<LocalQueue> {
     }
 }
 
+impl<Q: JobQueue + Clone> Worker<Q> {
+    /// A worker like this one (same queue, backend and settings), nothing unsettled: a
+    /// new leader's term starts one.
+    pub fn fresh(&self) -> Self {
+        Self::with_queue(
+            self.queue.clone(),
+            self.backend.clone(),
+            self.settings.clone(),
+        )
+    }
+}
+
 impl<Q: JobQueue> Worker<Q> {
     pub fn with_queue(queue: Q, backend: Arc<Backend>, settings: ProfilerSettings) -> Self {
         Self {

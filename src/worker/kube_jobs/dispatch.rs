@@ -35,6 +35,7 @@ pub enum DispatchOutcome {
     Interrupted { workload: WorkloadName },
 }
 
+#[derive(Clone)]
 pub struct KubeDispatcher {
     kube: KubeJobs,
     store: Store,

@@ -26,6 +26,7 @@ pub enum JobEnd {
 }
 
 /// The Jobs and pods of one namespace.
+#[derive(Clone)]
 pub struct KubeJobs {
     jobs: Api<Job>,
     pods: Api<Pod>,
