@@ -56,7 +56,7 @@ impl GpuFilter {
     /// Whether a GPU of the view passes: its node is listed, and its GPU model is the one
     /// asked for (a node label matches ignoring case and spaces written as dashes).
     fn matches(&self, gpu: &ViewGpu) -> bool {
-        (self.nodes.is_empty() || self.nodes.iter().any(|n| *n == gpu.node))
+        (self.nodes.is_empty() || self.nodes.contains(&gpu.node))
             && self.gpu.as_ref().is_none_or(|g| {
                 gpu.gpu_model
                     .as_deref()

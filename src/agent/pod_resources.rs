@@ -56,7 +56,7 @@ pub fn pod_gpus(
     for pod in &answer.pod_resources {
         let mut gpu_ids: Vec<String> = Vec::new();
         let devices = pod.containers.iter().flat_map(|c| &c.devices);
-        for device in devices.filter(|d| resources.iter().any(|r| *r == d.resource_name)) {
+        for device in devices.filter(|d| resources.contains(&d.resource_name)) {
             for id in &device.device_ids {
                 let uuid = id.split_once("::").map_or(id.as_str(), |(uuid, _)| uuid);
                 if !uuid.is_empty() && !gpu_ids.iter().any(|known| known == uuid) {

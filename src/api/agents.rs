@@ -255,7 +255,7 @@ impl ProfilingAgents for AgentsService {
         if node.trim().is_empty() {
             return Err(ValidationError::new("node", "node is required").into());
         }
-        let pods = convert::pod_devices(raw.pods)?;
+        let pods = super::cluster::pod_devices(raw.pods)?;
         let (pods, gpus) = self.advisor.report_pod_devices(&node, pods);
         tracing::debug!(agent = %raw.agent_id, %node, pods, gpus, "pod devices reported");
         Ok(Response::new(pb::ReportPodDevicesResponse {

@@ -4,6 +4,7 @@
 
 mod agents;
 mod auth;
+mod cluster;
 pub mod convert;
 mod policy;
 mod middleware;
@@ -184,7 +185,7 @@ impl ColocationAdvisor for AdvisorService {
             self.advisor
                 .list_gpus(request.page_size, &request.page_token, &filter)?;
         Ok(Response::new(pb::ListGpusResponse {
-            gpus: page.into_iter().map(convert::cluster_gpu_to_pb).collect(),
+            gpus: page.into_iter().map(cluster::cluster_gpu_to_pb).collect(),
             next_page_token,
         }))
     }

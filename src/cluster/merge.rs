@@ -20,6 +20,18 @@ impl Nodes<'_> {
             Self::Some(set) => set.contains(node),
         }
     }
+
+    /// The entries of `map` for the wanted nodes: looked up one by one when they are few,
+    /// else the whole map filtered.
+    fn entries<'m, V>(&self, map: &'m HashMap<String, V>) -> Vec<(&'m String, &'m V)> {
+        match self {
+            Self::Some(set) if set.len() < map.len() => set
+                .iter()
+                .filter_map(|node| map.get_key_value(*node))
+                .collect(),
+            _ => map.iter().filter(|(node, _)| self.wanted(node)).collect(),
+        }
+    }
 }
 
 /// One GPU of the view, for listings.
@@ -122,10 +134,7 @@ pub(super) fn occupied(
         .map(|job| (&*job.job_id, job))
         .collect();
     let mut by_node = ByNode::new();
-    for (node, keys) in &inner.watched_on {
-        if !nodes.wanted(node) {
-            continue;
-        }
+    for (node, keys) in nodes.entries(&inner.watched_on) {
         for key in keys {
             let pod = &inner.watched[key];
             if !sources.annotated(pod, key) {
@@ -137,8 +146,8 @@ pub(super) fn occupied(
             }
         }
     }
-    for (node, report) in &inner.reports {
-        if !nodes.wanted(node) || !sources.fresh_report(node) {
+    for (node, report) in nodes.entries(&inner.reports) {
+        if !sources.fresh_report(node) {
             continue;
         }
         for (key, gpus) in &report.pods {

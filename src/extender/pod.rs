@@ -4,9 +4,9 @@
 //! the GPUs it holds. The GPU comes from `coloc.io/gpu` (set by the operator's own
 //! tooling; several ids comma-separated) or else from HAMi's allocation annotation
 //! `hami.io/vgpu-devices-allocated` (`UUID,TYPE,MEMORY_MIB,CORES:` per device, `;` after
-//! each container). NVIDIA's device plugin writes no pod annotation (its assignment is
-//! known only to the kubelet), so clusters that share GPUs through it (time-slicing, MPS)
-//! name the GPU with `coloc.io/gpu`.
+//! each container). NVIDIA's device plugin writes no pod annotation: its assignment is
+//! known to the kubelet, whose PodResources API `coloc agent` reports into the one cluster
+//! view (`crate::cluster`, which also says which source wins when they disagree).
 
 use k8s_openapi::api::core::v1::Pod;
 

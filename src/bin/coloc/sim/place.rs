@@ -522,6 +522,31 @@ mod tests {
     }
 
     #[test]
+    fn pack_takes_the_admitted_occupied_gpu_and_spread_the_empty_one() {
+        use coloc::extender::Prefer;
+        let (mut p, names) = placer();
+        let bert = index(&names, "bert-base-cased_batch2-inf");
+        let vit = index(&names, "vit-base-patch16-224_batch2-inf");
+        let gpus: [&[(u8, Option<f64>)]; 3] = [&[], &[(vit, None)], &[]];
+        let mut chosen = Vec::new();
+        for prefer in [Prefer::Gain, Prefer::Pack, Prefer::Spread] {
+            p.prefer = prefer;
+            chosen.push(p.place(&request(bert, &gpus)).unwrap().unwrap());
+        }
+        assert_eq!(chosen[0], PlaceDecision { gpu: 0, gain: 1.0 });
+        assert_eq!(chosen[1].gpu, 1, "pack: beside the resident");
+        assert!(chosen[1].gain > 0.0 && chosen[1].gain < 1.0);
+        assert_eq!(chosen[2], PlaceDecision { gpu: 0, gain: 1.0 });
+        // With a resident whose cap refuses the job, pack takes the empty GPU.
+        p.prefer = Prefer::Pack;
+        let capped: [&[(u8, Option<f64>)]; 2] = [&[(vit, Some(0.999))], &[]];
+        assert_eq!(
+            p.place(&request(bert, &capped)).unwrap(),
+            Some(PlaceDecision { gpu: 1, gain: 1.0 })
+        );
+    }
+
+    #[test]
     fn gpus_with_the_same_residents_are_one_question_and_the_first_answers() {
         let (mut p, names) = placer();
         let bert = index(&names, "bert-base-cased_batch2-inf");
