@@ -6,6 +6,7 @@ mod helpers;
 mod agents;
 mod backup;
 mod binding;
+mod binding_harness;
 mod binding_neutral;
 mod bounds;
 mod cli;
