@@ -331,3 +331,40 @@ fn kubernetes_jobs_dispatch_and_its_gpu_models_come_from_the_environment() {
     .to_string();
     assert!(error.contains("kubernetes-jobs"), "{error}");
 }
+
+#[test]
+fn the_binding_mode_and_its_bounds_are_checked() {
+    let load = |pairs: &[(&str, &str)]| {
+        Settings::load(SettingsSources {
+            environment: env(pairs),
+            ..Default::default()
+        })
+    };
+    assert_eq!(
+        load(&[]).unwrap().extender.binding,
+        super::BindingMode::NodeOnly
+    );
+    assert_eq!(
+        load(&[("COLOC__EXTENDER__BINDING", "hami")])
+            .unwrap()
+            .extender
+            .binding,
+        super::BindingMode::Hami
+    );
+    for (variable, value, key) in [
+        ("COLOC__EXTENDER__BINDING", "kai", "extender.binding"),
+        (
+            "COLOC__EXTENDER__BINDING_GPUS",
+            "0",
+            "extender.binding_gpus",
+        ),
+        (
+            "COLOC__EXTENDER__RESERVATION_TTL_SECS",
+            "0",
+            "extender.reservation_ttl_secs",
+        ),
+    ] {
+        let error = load(&[(variable, value)]).unwrap_err();
+        assert!(error.to_string().contains(key), "{variable}: {error}");
+    }
+}

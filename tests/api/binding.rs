@@ -479,3 +479,77 @@ async fn two_replicas_sharing_postgres_never_hold_one_slot_twice() {
         std::panic::resume_unwind(failed.into_panic());
     }
 }
+
+/// The API server calls webhooks over HTTPS only, verifying the server's certificate
+/// against the webhook's caBundle: the webhook is served by the extender's TLS listener.
+#[tokio::test]
+async fn the_webhook_answers_over_https_as_the_api_server_calls_it() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio_rustls::rustls::{self, pki_types::ServerName};
+
+    let certs = tempfile::TempDir::new().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["coloc.coloc.svc".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let write = |name: &str, pem: String| {
+        let path = certs.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.display().to_string()
+    };
+    let settings = format!(
+        "{}tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+        config("hami", 3),
+        write("server.pem", cert.pem()),
+        write("server.key", key.serialize_pem()),
+    );
+    let (app, _) = slowdown_app_with_config(7, &settings).await;
+    seed(
+        &app,
+        &vec![("gpu-node-1", A, vec![]), ("gpu-node-1", B, vec!["w01"])],
+    );
+    let addr = app.extender_addr.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+        .connect(
+            ServerName::try_from("coloc.coloc.svc").unwrap(),
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+        )
+        .await
+        .unwrap();
+    let review = pod_review("tls-1", json!({"coloc.io/workload": JOB}));
+    let (status, response) = crate::extender::post_on(tls, addr, "/coloc/mutate", &review, "")
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{response}");
+    let pod = patched(&review, &response).expect("a patch over HTTPS");
+    assert!(annotation(&pod, "nvidia.com/use-gpuuuid")
+        .unwrap()
+        .contains(A));
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        crate::extender::post_on(
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+            addr,
+            "/coloc/mutate",
+            &review,
+            "",
+        ),
+    )
+    .await;
+    assert!(!matches!(plain, Ok(Ok((200, _)))), "{plain:?}");
+    app.stop().await;
+}

@@ -7,6 +7,7 @@ mod store_url;
 mod agents;
 mod backup;
 mod binding;
+mod binding_harness;
 mod binding_neutral;
 mod bounds;
 mod cli;

@@ -78,6 +78,9 @@ pub struct Chooser {
     gpus: usize,
 }
 
+/// A GPU's residents: each workload with its own floor.
+type Residents = Vec<(String, Option<f64>)>;
+
 /// One GPU of the decision: its device, residents (the view's plus live holds) and version.
 struct Candidate {
     device: Device,
@@ -197,7 +200,7 @@ impl Chooser {
         devices: &[Device],
         live: &[Reservation],
     ) -> (PlacementAsk, Vec<Candidate>) {
-        let mut residents: HashMap<(&str, &str), Vec<(String, Option<f64>)>> = HashMap::new();
+        let mut residents: HashMap<(&str, &str), Residents> = HashMap::new();
         let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
         let mut known: HashMap<&str, HashMap<&str, &Device>> = HashMap::new();
         for device in devices {
