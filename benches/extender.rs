@@ -97,6 +97,8 @@ fn cluster(workloads: &[String]) -> Arc<ClusterView> {
                         gpus: vec![format!("GPU-{n}-{g}")],
                         workload: workloads[w].clone(),
                         min_job_fraction: None,
+                        pod_name: String::new(),
+                        throughput_query: None,
                     }),
                 );
             }

@@ -14,6 +14,20 @@ use crate::sync::Unpoisoned;
 /// The residents of one GPU: (node, GPU id) -> workloads, a name once per pod.
 pub type Occupancy = BTreeMap<(String, String), Vec<String>>;
 
+/// One occupied GPU: (node, GPU id, the node's GPU model, its residents).
+pub type OccupiedGpu = (String, String, Option<String>, Vec<ResidentPod>);
+
+/// A resident as the observer reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResidentPod {
+    pub uid: String,
+    pub workload: String,
+    /// `namespace/name`.
+    pub name: String,
+    /// Its `coloc.io/throughput-query`.
+    pub throughput_query: Option<String>,
+}
+
 #[derive(Debug, Default)]
 pub struct ClusterView {
     inner: RwLock<Inner>,
@@ -34,6 +48,8 @@ struct Resident {
     uid: String,
     workload: String,
     min_job_fraction: Option<f64>,
+    pod_name: String,
+    throughput_query: Option<String>,
 }
 
 impl Inner {
@@ -63,6 +79,8 @@ impl Inner {
                 uid: uid.to_string(),
                 workload: residency.workload.clone(),
                 min_job_fraction: residency.min_job_fraction,
+                pod_name: residency.pod_name.clone(),
+                throughput_query: residency.throughput_query.clone(),
             });
         }
         self.pods.insert(uid.to_string(), residency);
@@ -163,9 +181,9 @@ impl ClusterView {
         occupancy
     }
 
-    /// Every occupied GPU: (node, GPU id, the node's GPU model, its residents as (pod
-    /// UID, workload)), for the observer's timeline.
-    pub fn residents(&self) -> Vec<(String, String, Option<String>, Vec<(String, String)>)> {
+    /// Every occupied GPU: (node, GPU id, the node's GPU model, its residents), for the
+    /// observer's timeline.
+    pub fn residents(&self) -> Vec<OccupiedGpu> {
         let inner = self.read();
         let mut all = Vec::new();
         for (node, gpus) in &inner.by_node {
@@ -173,7 +191,12 @@ impl ClusterView {
             for (gpu, residents) in gpus {
                 let pods = residents
                     .iter()
-                    .map(|r| (r.uid.clone(), r.workload.clone()))
+                    .map(|r| ResidentPod {
+                        uid: r.uid.clone(),
+                        workload: r.workload.clone(),
+                        name: r.pod_name.clone(),
+                        throughput_query: r.throughput_query.clone(),
+                    })
                     .collect();
                 all.push((node.clone(), gpu.clone(), model.clone(), pods));
             }
@@ -200,6 +223,8 @@ mod tests {
             gpus: vec![gpu.into()],
             workload: workload.into(),
             min_job_fraction: None,
+            pod_name: String::new(),
+            throughput_query: None,
         }
     }
 

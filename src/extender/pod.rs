@@ -14,6 +14,8 @@ pub const WORKLOAD_ANNOTATION: &str = "coloc.io/workload";
 pub const MIN_JOB_FRACTION_ANNOTATION: &str = "coloc.io/min-job-fraction";
 pub const GPU_ANNOTATION: &str = "coloc.io/gpu";
 pub const HAMI_ALLOCATED_ANNOTATION: &str = "hami.io/vgpu-devices-allocated";
+/// The PromQL template of the pod's throughput, read by the observer.
+pub const THROUGHPUT_QUERY_ANNOTATION: &str = "coloc.io/throughput-query";
 
 /// What a pod being scheduled asks of coloc.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +69,10 @@ pub struct Residency {
     /// Its `coloc.io/min-job-fraction`: no pod placed beside it may leave it less. A
     /// malformed one counts as none (the pod was answered neutrally when it was placed).
     pub min_job_fraction: Option<f64>,
+    /// `namespace/name` (the observer's `{pod}` and `{namespace}` placeholders).
+    pub pod_name: String,
+    /// Its `coloc.io/throughput-query`: the PromQL template of its throughput (the observer).
+    pub throughput_query: Option<String>,
 }
 
 /// Where the pod runs, when it is a resident: it names a workload, is bound to a node, is
@@ -91,6 +97,12 @@ pub fn residency(pod: &Pod) -> Option<Residency> {
         gpus,
         workload: workload.to_string(),
         min_job_fraction: min_job_fraction(pod).ok().flatten(),
+        pod_name: format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        ),
+        throughput_query: annotation(pod, THROUGHPUT_QUERY_ANNOTATION).map(str::to_string),
     })
 }
 
@@ -156,6 +168,23 @@ mod tests {
         assert!(pod_ask(&bad).unwrap_err().contains("min-job-fraction"));
         let plain = pod(serde_json::json!({"metadata": {"name": "web"}}));
         assert_eq!(pod_ask(&plain), Ok(None));
+    }
+
+    #[test]
+    fn a_resident_carries_its_name_and_throughput_query() {
+        let running = pod(serde_json::json!({
+            "metadata": {"name": "bert-0", "namespace": "ml", "annotations": {
+                "coloc.io/workload": "bert", "coloc.io/gpu": "g0",
+                "coloc.io/throughput-query": "rate(samples_total{pod=\"{pod}\"}[1m])"}},
+            "spec": {"containers": [], "nodeName": "n1"},
+            "status": {"phase": "Running"}
+        }));
+        let resident = residency(&running).unwrap();
+        assert_eq!(resident.pod_name, "ml/bert-0");
+        assert_eq!(
+            resident.throughput_query.as_deref(),
+            Some("rate(samples_total{pod=\"{pod}\"}[1m])")
+        );
     }
 
     #[test]

@@ -213,11 +213,11 @@ pub fn current_cluster(
     for (node, gpu_id, gpu_model, residents) in cluster.residents() {
         let pods = residents
             .into_iter()
-            .map(|(uid, workload)| Pod {
-                uid,
-                workload,
-                name: String::new(),
-                query: None,
+            .map(|resident| Pod {
+                uid: resident.uid,
+                workload: resident.workload,
+                name: resident.name,
+                query: resident.throughput_query,
             })
             .collect();
         gpus.insert(GpuKey { node, gpu_id }, (gpu_model, pods));

@@ -104,6 +104,8 @@ fn seed_cluster(app: &TestApp) -> BTreeMap<&'static str, Vec<Vec<&'static str>>>
                         gpus: vec![format!("gpu-{g}")],
                         workload: workload.to_string(),
                         min_job_fraction: None,
+                        pod_name: String::new(),
+                        throughput_query: None,
                     }),
                 );
             }
@@ -496,6 +498,8 @@ async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_defa
                     gpus: vec!["gpu-0".into()],
                     workload: resident.clone(),
                     min_job_fraction: None,
+                    pod_name: String::new(),
+                    throughput_query: None,
                 }),
             );
         }
@@ -571,6 +575,8 @@ async fn the_nodes_form_reads_gpus_from_the_node_objects_and_returns_the_passing
                 gpus: vec!["GPU-1".into()],
                 workload: workload.to_string(),
                 min_job_fraction: None,
+                pod_name: String::new(),
+                throughput_query: None,
             }),
         );
     }
@@ -671,6 +677,8 @@ async fn a_coloc_that_fails_answers_neutrally_over_real_http() {
             gpus: vec!["gpu-0".into()],
             workload: "w01".into(),
             min_job_fraction: None,
+            pod_name: String::new(),
+            throughput_query: None,
         }),
     );
     let extender = std::sync::Arc::new(coloc::extender::Extender::new(

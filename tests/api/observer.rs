@@ -479,6 +479,8 @@ async fn pushes_make_a_solo_window_and_bad_pushes_change_nothing() {
             gpus: vec!["g0".into()],
             workload: "obs-p".into(),
             min_job_fraction: None,
+            pod_name: String::new(),
+            throughput_query: None,
         }),
     );
     let started = now_ms();
