@@ -203,7 +203,7 @@ fn binding(c: &mut Criterion) {
         placer.clone(),
         view.clone(),
         inventory,
-        Reservations::Sqlite(store.pool().clone()),
+        Reservations::Store(store.pool().clone()),
         Duration::from_secs(60),
         3,
     );

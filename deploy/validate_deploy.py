@@ -83,7 +83,7 @@ def check_example_toml(root):
     for key in sorted(defaults.keys() & example.keys()):
         if example[key] != defaults[key] or type(example[key]) is not type(defaults[key]):
             fail(path, f"{key} = {example[key]!r}, but the default is {defaults[key]!r}")
-    order = ["server", "database", "model", "profiler", "agents", "trainer", "leader", "metrics", "extender", "policy", "auth", "log"]
+    order = ["server", "database", "model", "profiler", "agents", "trainer", "leader", "observer", "metrics", "extender", "policy", "auth", "log"]
     if list(example_doc) != order:
         fail(path, f"sections {list(example_doc)}, expected {order}")
     # Every key needs its one-line comment right above it.

@@ -422,13 +422,16 @@ impl Default for Metrics {
     }
 }
 
+/// What an extra route does with a request body: (HTTP status, text).
+pub type RouteHandler = dyn Fn(&[u8]) -> (u16, String) + Send + Sync;
+
 /// A handler of one more path on the metrics endpoint: the request body in, (HTTP status,
 /// text) out. The observer's push endpoint is one (`POST /observer/throughput`).
 pub struct ExtraRoute {
     pub path: &'static str,
     /// Bodies larger than this are refused with 413 before the handler sees them.
     pub max_body_bytes: usize,
-    pub handle: Box<dyn Fn(&[u8]) -> (u16, String) + Send + Sync>,
+    pub handle: Box<RouteHandler>,
 }
 
 /// Serves `GET /metrics` (and `POST` to `extra`'s path, when given) until `shutdown`.

@@ -107,6 +107,7 @@ fn pod_resident(
             .and_then(|p| p.workload.clone())
             .or_else(|| jobs.get(key).map(|j| j.workload.as_str().to_string())),
         min_job_fraction: pod.and_then(|p| p.min_job_fraction),
+        throughput_query: pod.and_then(|p| p.throughput_query.clone()),
         source,
         assigned_at_ms: None,
         expires_at_ms: None,
@@ -176,6 +177,7 @@ pub(super) fn occupied(
                     .watched
                     .get(&*job.job_id)
                     .and_then(|p| p.min_job_fraction),
+                throughput_query: None,
                 source: Source::AssignJob,
                 assigned_at_ms: Some(job.assigned_at_ms),
                 expires_at_ms: job.expires_at_ms,

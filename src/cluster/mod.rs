@@ -118,6 +118,9 @@ pub struct WatchedPod {
     /// `coloc.io/workload`; `None` for a pod coloc was not told about.
     pub workload: Option<String>,
     pub min_job_fraction: Option<f64>,
+    /// Its `coloc.io/throughput-query`: the PromQL template of its throughput, read by the
+    /// observer.
+    pub throughput_query: Option<String>,
 }
 
 impl From<Residency> for WatchedPod {
@@ -128,6 +131,7 @@ impl From<Residency> for WatchedPod {
             gpu_source: Source::GpuAnnotation,
             workload: Some(residency.workload),
             min_job_fraction: residency.min_job_fraction,
+            throughput_query: None,
         }
     }
 }
@@ -149,6 +153,8 @@ pub struct Resident {
     /// `None`: coloc does not know what it runs.
     pub workload: Option<String>,
     pub min_job_fraction: Option<f64>,
+    /// The pod's `coloc.io/throughput-query` (the observer); `None` for jobs.
+    pub throughput_query: Option<String>,
     pub source: Source,
     /// AssignJob's times; `None` for pods.
     pub assigned_at_ms: Option<i64>,

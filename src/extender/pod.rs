@@ -14,6 +14,8 @@ pub const WORKLOAD_ANNOTATION: &str = "coloc.io/workload";
 pub const MIN_JOB_FRACTION_ANNOTATION: &str = "coloc.io/min-job-fraction";
 pub const GPU_ANNOTATION: &str = "coloc.io/gpu";
 pub const HAMI_ALLOCATED_ANNOTATION: &str = "hami.io/vgpu-devices-allocated";
+/// The PromQL template of the pod's throughput, read by the observer.
+pub const THROUGHPUT_QUERY_ANNOTATION: &str = "coloc.io/throughput-query";
 
 /// What a pod being scheduled asks of coloc.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,10 @@ use tokio_util::sync::CancellationToken;
 use super::{
     cluster::{ClusterView, Source, WatchedPod},
     node::{node_gpus, NodeGpus},
-    pod::{gpu_ids, GPU_ANNOTATION, MIN_JOB_FRACTION_ANNOTATION, WORKLOAD_ANNOTATION},
+    pod::{
+        gpu_ids, GPU_ANNOTATION, MIN_JOB_FRACTION_ANNOTATION, THROUGHPUT_QUERY_ANNOTATION,
+        WORKLOAD_ANNOTATION,
+    },
 };
 
 /// Watches pods (in one namespace, or all) and nodes into a [`ClusterView`].
@@ -83,6 +86,7 @@ pub fn watched_pod(pod: &Pod) -> Option<WatchedPod> {
         min_job_fraction: annotation(pod, MIN_JOB_FRACTION_ANNOTATION)
             .and_then(|raw| raw.parse::<f64>().ok())
             .filter(|f| *f > 0.0 && *f <= 1.0),
+        throughput_query: annotation(pod, THROUGHPUT_QUERY_ANNOTATION).map(str::to_string),
     })
 }
 

@@ -1,5 +1,5 @@
 //! The Prometheus source: each pod's PromQL template (the pod's
-//! `coloc.io/throughput-query`, else `observer.prometheus.queries[workload]`, else
+//! `coloc.io/throughput-query`, read by the cluster watcher, else `observer.prometheus.queries[workload]`, else
 //! `observer.prometheus.default_query`), filled in with the pod and evaluated over the span
 //! with `GET /api/v1/query_range`. The answer is Prometheus' matrix
 //! (`{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {..},
@@ -21,9 +21,6 @@ use super::{
     timeline::Pod,
 };
 use crate::settings::PrometheusSettings;
-
-/// The pod annotation that names a pod's own PromQL template.
-pub const QUERY_ANNOTATION: &str = "coloc.io/throughput-query";
 
 /// Answers bigger than this are refused (a template that matches far too much).
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;

@@ -8,7 +8,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::{extender::ClusterView, sync::Unpoisoned};
+use crate::{
+    cluster::{ClusterView, Source},
+    sync::Unpoisoned,
+};
 
 /// A pod on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -188,11 +191,12 @@ pub fn current_cluster(cluster: &ClusterView) -> Vec<(GpuKey, Option<String>, Ve
                 .residents
                 .iter()
                 .filter_map(|resident| {
+                    let is_pod = resident.source != Source::AssignJob;
                     Some(Pod {
                         uid: resident.id.clone(),
                         workload: resident.workload.clone()?,
-                        name: String::new(),
-                        query: None,
+                        name: if is_pod { resident.id.clone() } else { String::new() },
+                        query: resident.throughput_query.clone(),
                     })
                 })
                 .collect();

@@ -672,6 +672,23 @@ drift_window = 50
 lease_ttl_ms = 10000
 renew_interval_ms = 2000
 model_poll_ms = 500
+[observer]
+sources = []
+interval_secs = 15
+min_window_secs = 300
+guard_secs = 60
+settle_secs = 30
+stale_secs = 120
+
+[observer.prometheus]
+url = "http://127.0.0.1:9090"
+step_secs = 15
+timeout_secs = 10
+default_query = ""
+
+[observer.push]
+max_points_per_pod = 4096
+max_pods = 10000
 
 [log]
 level = "info"

@@ -16,6 +16,7 @@
 mod agreement;
 mod audit;
 mod engine;
+mod observed;
 mod online;
 mod place;
 mod plot;

@@ -3,8 +3,10 @@
 //! and `COLOC__*` from the environment, as `coloc serve` reads them), seeded the way
 //! `coloc import kace` seeds a fresh deployment (the KACE V100 profiles, the 181
 //! measured pairs, `kace-linear` then the default model trained), so it starts from the
-//! model the `coloc` policy places with. The scheduler then reports back each set it ran
-//! (ReportColocation's `Advisor::report`), and after every report the service's own
+//! model the `coloc` policy places with. Each set the cluster ran is emitted as the
+//! service's observer sees a cluster (`observed`: the window's timeline and each pod's
+//! throughput series from the measured truth); the observer forms the run and stores it
+//! through ReportColocation's path, and after every window the service's own
 //! retraining turn (`Trainer::run_once`: due after `trainer.min_new_observations` new runs
 //! or on drift; the challenger judged against the champion and promoted only if not
 //! worse) may replace the model Place answers with. Nothing here decides what to learn or
@@ -24,10 +26,17 @@ use anyhow::Context;
 use coloc::{
     advisor::{Advisor, PlaceAnswer, PlaceQuery},
     dataset::{KACE_GPU, KACE_GPU_MEMORY_GB},
-    domain::{ColocatedMember, GpuName, Observation, WorkloadName},
+    domain::{GpuName, WorkloadName},
+    observer::{Formed, GpuKey, Observer, Pod, Segment},
+    settings::ObserverSettings,
     settings::{Settings, SettingsSources},
     store::Store,
     trainer::{Trainer, TrainerOutcome},
+};
+
+use super::{
+    engine::REPORT_AFTER_S,
+    observed::{EmittedSeries, EmittedTimeline},
 };
 
 /// A store holding what `coloc import kace` writes, closed, ready to be copied.
@@ -82,6 +91,9 @@ pub struct LearningService {
     runtime: tokio::runtime::Runtime,
     advisor: Arc<Advisor>,
     trainer: Trainer,
+    observer: Observer,
+    timeline: Arc<EmittedTimeline>,
+    series: Arc<EmittedSeries>,
     store: Store,
     gpu: GpuName,
     _dir: tempfile::TempDir,
@@ -112,10 +124,27 @@ impl LearningService {
             store.clone(),
             Duration::from_secs(settings.trainer.interval_secs),
         );
+        let (timeline, series) = (
+            Arc::new(EmittedTimeline::default()),
+            Arc::new(EmittedSeries::default()),
+        );
+        let observer = Observer::new(
+            advisor.clone(),
+            store.clone(),
+            timeline.clone(),
+            vec![series.clone()],
+            ObserverSettings {
+                settle_secs: 0,
+                ..settings.observer.clone()
+            },
+        );
         Ok(Self {
             runtime,
             advisor,
             trainer,
+            observer,
+            timeline,
+            series,
             store,
             gpu: GpuName::parse("gpu", KACE_GPU).map_err(|e| anyhow::anyhow!(e.message))?,
             _dir: dir,
@@ -131,26 +160,55 @@ impl LearningService {
             .map_err(|e| anyhow::anyhow!("Place refused the request: {e}"))
     }
 
-    /// Reports a run (members' names and colocated throughputs) observed at `at_s`
-    /// simulated seconds, then runs the service's retraining turn. Returns whether a new
-    /// model now answers.
+    /// Shows the observer a run (members' names and colocated throughputs) that ran
+    /// unchanged for [`REPORT_AFTER_S`] until `at_s` simulated seconds, lets it form the
+    /// run, then runs the service's retraining turn. Returns whether a new model now
+    /// answers.
     pub fn report(&mut self, members: &[(WorkloadName, f64)], at_s: f64) -> anyhow::Result<bool> {
-        let members = members
+        let end_ms = (at_s * 1000.0) as i64;
+        let start_ms = end_ms - (REPORT_AFTER_S * 1000.0) as i64;
+        let pods: Vec<Pod> = members
             .iter()
-            .map(|(workload, throughput)| ColocatedMember {
-                workload: workload.clone(),
-                throughput: *throughput,
-                job_id: String::new(),
+            .enumerate()
+            .map(|(i, (workload, _))| Pod {
+                uid: format!("{workload}#{i}"),
+                workload: workload.as_str().to_string(),
+                name: String::new(),
+                query: None,
             })
             .collect();
-        let observation = Observation::new(self.gpu.clone(), members, (at_s * 1000.0) as i64)
-            .map_err(|e| anyhow::anyhow!("a reported run is invalid: {}", e.message))?;
-        let (advisor, trainer) = (&self.advisor, &self.trainer);
-        let (created, turn) = self.runtime.block_on(async {
-            let (_, created) = advisor.report(observation).await?;
-            anyhow::Ok((created, trainer.run_once().await?))
+        for (pod, (_, throughput)) in pods.iter().zip(members) {
+            self.series.emit(&pod.uid, start_ms, end_ms, *throughput);
+        }
+        self.timeline.emit(Segment {
+            gpu: GpuKey {
+                node: "simulated".into(),
+                gpu_id: "gpu".into(),
+            },
+            gpu_model: Some(self.gpu.to_string()),
+            pods,
+            start_ms,
+            end_ms,
+        });
+        let (observer, trainer) = (&mut self.observer, &self.trainer);
+        let (formed, turn) = self.runtime.block_on(async {
+            let formed = observer.run_once(end_ms).await?;
+            anyhow::Ok((formed, trainer.run_once().await?))
         })?;
-        self.reports += u64::from(created);
+        let created = formed
+            .iter()
+            .filter(|w| matches!(w.formed, Formed::Run { .. }))
+            .count();
+        if let Some(other) = formed
+            .iter()
+            .find(|w| !matches!(w.formed, Formed::Run { .. } | Formed::Known))
+        {
+            anyhow::bail!(
+                "the observer did not form a simulated run: {:?}",
+                other.formed
+            );
+        }
+        self.reports += created as u64;
         let mut changed = false;
         for outcome in turn {
             match outcome {
