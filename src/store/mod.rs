@@ -16,6 +16,7 @@ mod models;
 mod observation_writer;
 mod observations;
 mod occupancy;
+mod reprofile;
 pub mod snapshot;
 mod undo;
 mod workloads;
@@ -37,6 +38,7 @@ pub use observations::{ObservationSource, PredictedRun, Prediction, StoredObserv
 pub use occupancy::{
     AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
 };
+pub use reprofile::Reprofile;
 pub use undo::{
     AuditAction, AuditEntry, MatchedRuns, NewAuditEntry, ProfileRemoved, RunSelection, RunSelector,
     MAX_RUN_IDS,

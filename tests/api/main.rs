@@ -35,6 +35,7 @@ mod readonly;
 mod progress;
 mod rank;
 mod report;
+mod reprofile;
 mod restart;
 mod schema;
 mod sim;
