@@ -46,12 +46,25 @@ async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> (u16
 
 /// [`post`] over an open stream (plain or TLS); `Err` when the connection fails.
 async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut stream: S,
+    stream: S,
     addr: SocketAddr,
     path: &str,
     body: &Value,
     headers: &str,
 ) -> std::io::Result<(u16, Value)> {
+    post_with_head(stream, addr, path, body, headers)
+        .await
+        .map(|(status, _, body)| (status, body))
+}
+
+/// [`post_on`], with the answer's head (status line and headers) too.
+async fn post_with_head<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    headers: &str,
+) -> std::io::Result<(u16, String, Value)> {
     let body = serde_json::to_vec(body).unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
@@ -68,7 +81,13 @@ async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     };
     let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
     let body = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
-    Ok((status, body))
+    Ok((status, head.to_string(), body))
+}
+
+/// The value of the answer head's `x-coloc-policy` header (the policy applied), if any.
+fn policy_header(head: &str) -> Option<&str> {
+    head.lines()
+        .find_map(|line| line.strip_prefix("x-coloc-policy: "))
 }
 
 fn gpus(count: u32, model: &str) -> Option<NodeGpus> {
@@ -504,13 +523,30 @@ async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_defa
             "Nodes": null,
             "NodeNames": names(&nodes),
         });
-        let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (status, head, body) = post_with_head(stream, addr, "/coloc/filter", &args, "")
+            .await
+            .unwrap();
         assert_eq!(status, 200, "{body}");
         assert_eq!(
             body["NodeNames"],
             json!(passes),
             "{rule:?} {job} {residents:?}: {body}"
         );
+        // The answer echoes the policy it applied, as Rank's and Place's do; prioritize too.
+        let policy = policy_header(&head).unwrap_or_else(|| panic!("no policy header: {head}"));
+        let expected = match rule {
+            "" => "objective normalized-sum, rule fair-share, cautious, job floor none, partner floor none",
+            r if r.contains("break-even") => "objective normalized-sum, rule break-even, cautious, job floor none, partner floor none",
+            r if r.contains("include_losses") => "objective normalized-sum, rule none, cautious, job floor none, partner floor none, losses listed",
+            _ => "objective normalized-sum, rule none, cautious, job floor none, partner floor none",
+        };
+        assert_eq!(policy, expected, "{head}");
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (_, head, _) = post_with_head(stream, addr, "/coloc/prioritize", &args, "")
+            .await
+            .unwrap();
+        assert_eq!(policy_header(&head), Some(expected), "{head}");
         let failed = &body["FailedNodes"];
         match rule {
             "" => {
