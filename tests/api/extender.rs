@@ -832,3 +832,108 @@ async fn over_https_the_extender_asks_kube_scheduler_for_a_client_certificate() 
         "a caller without a client certificate is refused"
     );
 }
+
+/// One verdict for one question: for every pair of the KACE workloads, asked as (the job,
+/// its GPU's only resident), Rank (the resident as the only candidate), Place (a GPU with
+/// that resident) and the extender's filter over real HTTP (a node with one GPU that
+/// resident runs on) admit or refuse alike under the default policy.
+#[tokio::test]
+async fn rank_place_and_the_extender_give_the_same_verdict_on_every_kace_pair() {
+    let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), EXTENDER_ON).await;
+    let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
+    import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+        .await
+        .unwrap();
+    let addr = app.extender_addr.unwrap();
+    let workloads: Vec<String> =
+        crate::helpers::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+    assert_eq!(workloads.len(), 29);
+    // Node i: one GPU, resident workloads[i].
+    let label = KACE_GPU.replace(' ', "-");
+    let nodes: Vec<String> = (0..workloads.len()).map(|i| format!("n{i}")).collect();
+    for (node, resident) in nodes.iter().zip(&workloads) {
+        app.cluster.set_node(node, gpus(1, &label));
+        app.cluster.set_pod(
+            &format!("{node}-0"),
+            Some(Residency {
+                node: node.clone(),
+                gpus: vec!["gpu-0".into()],
+                workload: resident.clone(),
+                min_job_fraction: None,
+            }),
+        );
+    }
+    let node_names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let (mut admitted, mut refused) = (0, 0);
+    for job in &workloads {
+        let ranked = app
+            .client
+            .rank(pb::RankRequest {
+                target: job.clone(),
+                candidates: workloads.clone(),
+                top_k: 0,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let placed = app
+            .client
+            .place(pb::PlaceRequest {
+                workload: job.clone(),
+                gpus: workloads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, resident)| pb::GpuState {
+                        id: i.to_string(),
+                        residents: vec![resident.clone()],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let args = json!({
+            "Pod": pod(json!({"coloc.io/workload": job})),
+            "Nodes": null,
+            "NodeNames": names(&node_names),
+        });
+        let (status, filtered) = post(addr, "/coloc/filter", &args, "").await;
+        assert_eq!(status, 200, "{filtered}");
+        let passed: Vec<&str> = filtered["NodeNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        for (i, resident) in workloads.iter().enumerate() {
+            let by_rank = ranked.ranked.iter().any(|c| &c.workload == resident);
+            let by_place = placed.placements.iter().any(|p| p.gpu_id == i.to_string());
+            let by_extender = passed.contains(&nodes[i].as_str());
+            assert_eq!(
+                (by_rank, by_place),
+                (by_place, by_extender),
+                "{job} beside {resident}: Rank {by_rank}, Place {by_place}, extender \
+                 {by_extender} ({:?})",
+                filtered["FailedNodes"][&nodes[i]]
+            );
+            if by_place {
+                admitted += 1;
+            } else {
+                refused += 1;
+            }
+        }
+    }
+    // Both verdicts occur: the test compares something.
+    assert!(
+        admitted > 50 && refused > 50,
+        "{admitted} admitted, {refused} refused"
+    );
+}

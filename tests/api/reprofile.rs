@@ -54,7 +54,10 @@ async fn a_suspect_profile_queues_one_reprofile_where_it_can_run_and_none_on_lat
         gpu: GPU.into(),
         kind: String::new(),
     };
-    assert_eq!(app.advisor.store().job_counts().await.unwrap(), (0, 0, 0, 0));
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (0, 0, 0, 0)
+    );
     app.client.train(train()).await.unwrap();
     let suspects: Vec<String> = app
         .advisor
@@ -64,10 +67,16 @@ async fn a_suspect_profile_queues_one_reprofile_where_it_can_run_and_none_on_lat
         .collect();
     assert_eq!(suspects, ["w0", "w1"]);
     // One job: w0's, on the GPU model its runs contradict; none for w1 (no launch spec).
-    assert_eq!(app.advisor.store().job_counts().await.unwrap(), (1, 0, 0, 0));
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (1, 0, 0, 0)
+    );
     // Another training finds the same suspect profiles and queues nothing more.
     app.client.train(train()).await.unwrap();
-    assert_eq!(app.advisor.store().job_counts().await.unwrap(), (1, 0, 0, 0));
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (1, 0, 0, 0)
+    );
     // A profiler of that GPU model claims it; a training while it runs leaves it running.
     let gpu = GpuName::parse("gpu", GPU).unwrap();
     let claimed = app
@@ -89,5 +98,8 @@ async fn a_suspect_profile_queues_one_reprofile_where_it_can_run_and_none_on_lat
     assert_eq!(claimed.gpu.as_ref(), Some(&gpu));
     assert!(claimed.launch.is_some());
     app.client.train(train()).await.unwrap();
-    assert_eq!(app.advisor.store().job_counts().await.unwrap(), (0, 1, 0, 0));
+    assert_eq!(
+        app.advisor.store().job_counts().await.unwrap(),
+        (0, 1, 0, 0)
+    );
 }
