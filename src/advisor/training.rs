@@ -159,6 +159,39 @@ impl Advisor {
         })
     }
 
+    /// Queues a re-profile of each suspect profile of `gpu` where a profiler can run it,
+    /// once per profile (`store::Reprofile`); a store that cannot write leaves it for the
+    /// next training.
+    async fn queue_reprofiles(&self, gpu: &GpuName) {
+        for suspect in self.suspect_profiles(gpu) {
+            match self
+                .store
+                .queue_reprofile(&suspect.workload, gpu, now_ms())
+                .await
+            {
+                Ok(crate::store::Reprofile::Queued) => tracing::info!(
+                    workload = %suspect.workload,
+                    gpu = %gpu,
+                    runs_above = suspect.runs_above,
+                    runs = suspect.runs,
+                    "suspect profile: re-profile queued"
+                ),
+                Ok(outcome) => tracing::debug!(
+                    workload = %suspect.workload,
+                    gpu = %gpu,
+                    ?outcome,
+                    "suspect profile: no re-profile queued"
+                ),
+                Err(error) => tracing::warn!(
+                    workload = %suspect.workload,
+                    gpu = %gpu,
+                    error = %error,
+                    "suspect profile: queueing its re-profile failed"
+                ),
+            }
+        }
+    }
+
     /// Step one of a training: the GPU model's usable runs (the newest
     /// `trainer.max_training_runs`, members profiled on it), outliers flagged in the store
     /// and left out.
@@ -169,6 +202,7 @@ impl Advisor {
             .await?;
         let first_id = observations.first().map_or(0, |o| o.id);
         self.refresh_runs(gpu, &observations);
+        self.queue_reprofiles(gpu).await;
         let table = self.read_catalog().gpu(gpu).unwrap_or_default();
         let total = observations.len();
         let rows: Vec<LabelledRow> = observations

@@ -100,6 +100,13 @@ pub type PlaceFuture<'a> =
 /// service's implementation calls the advisor's Place in-process.
 pub trait Placer: Send + Sync + 'static {
     fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a>;
+
+    /// The policy this placer applies to `ask`, in words (`Policy::describe`), which the
+    /// extender's answers and logs echo as Rank's and Place's answers do; `None` where it
+    /// has none to say.
+    fn policy(&self, _ask: &PlacementAsk) -> Option<String> {
+        None
+    }
 }
 
 /// A node's verdict for the pod.
@@ -337,6 +344,17 @@ impl Extender {
             })
             .collect();
         (placement, node_slots)
+    }
+
+    /// The policy a filter or prioritize call for `pod` is judged by, in words; `None` for
+    /// a pod coloc does not judge (answered neutrally).
+    pub fn policy_for(&self, pod: Option<&Pod>) -> Option<String> {
+        let ask = pod.map(pod_ask)?.ok()??;
+        self.placer.policy(&PlacementAsk {
+            workload: ask.workload,
+            min_job_fraction: ask.min_job_fraction,
+            slots: Vec::new(),
+        })
     }
 
     /// kube-scheduler's filter call.

@@ -6,6 +6,8 @@
 //! front may). A body that is not the extender JSON is answered 400; kube-scheduler then
 //! skips coloc (`ignorable: true`). When the extender has metrics, every routed call is
 //! counted by verb (the last segment of its route) and status, with its latency.
+//! Each answer for a pod coloc judged carries the policy
+//! applied in the `x-coloc-policy` header, and the debug log line names it.
 
 use std::{sync::Arc, time::Instant};
 
@@ -122,8 +124,10 @@ async fn filter(
         Err(rejection) => return bad_body(rejection),
     };
     let started = Instant::now();
+    let policy = state.extender.policy_for(args.pod.as_ref());
     let result = state.extender.filter(args).await;
     tracing::debug!(
+        policy = policy.as_deref().unwrap_or("none (neutral answer)"),
         passed = result
             .node_names
             .as_ref()
@@ -133,7 +137,7 @@ async fn filter(
         micros = started.elapsed().as_micros() as u64,
         "extender: filter"
     );
-    Json(result).into_response()
+    with_policy(policy, Json(result))
 }
 
 async fn prioritize(
@@ -149,13 +153,30 @@ async fn prioritize(
         Err(rejection) => return bad_body(rejection),
     };
     let started = Instant::now();
+    let policy = state.extender.policy_for(args.pod.as_ref());
     let scores = state.extender.prioritize(args).await;
     tracing::debug!(
+        policy = policy.as_deref().unwrap_or("none (neutral answer)"),
         nodes = scores.len(),
         micros = started.elapsed().as_micros() as u64,
         "extender: prioritize"
     );
-    Json(scores).into_response()
+    with_policy(policy, Json(scores))
+}
+
+/// The answer's header that echoes the policy applied (Rank's and Place's answers carry
+/// it in their messages; kube-scheduler's JSON has no place for it, and ignores the header).
+pub const POLICY_HEADER: &str = "x-coloc-policy";
+
+/// `body` with the [`POLICY_HEADER`] where a policy was applied.
+fn with_policy(policy: Option<String>, body: impl IntoResponse) -> Response {
+    let mut response = body.into_response();
+    if let Some(value) = policy.and_then(|p| http::HeaderValue::from_str(&p).ok()) {
+        response
+            .headers_mut()
+            .insert(http::HeaderName::from_static(POLICY_HEADER), value);
+    }
+    response
 }
 
 /// Serves the extender on `listener` until `shutdown`; open connections then finish

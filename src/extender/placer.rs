@@ -177,7 +177,23 @@ fn refuses(code: PlaceSkipCode) -> bool {
     }
 }
 
+impl AdvisorPlacer {
+    /// The policy Place applies to `ask`: this placer's (or the advisor's default), with
+    /// the pod's own job floor.
+    fn policy_of(&self, ask: &PlacementAsk) -> Policy {
+        let mut policy = self.policy.unwrap_or_else(|| self.advisor.policy());
+        if ask.min_job_fraction.is_some() {
+            policy.min_job_fraction = ask.min_job_fraction;
+        }
+        policy
+    }
+}
+
 impl Placer for AdvisorPlacer {
+    fn policy(&self, ask: &PlacementAsk) -> Option<String> {
+        Some(self.policy_of(ask).describe())
+    }
+
     fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a> {
         Box::pin(async move {
             let job = WorkloadName::parse("workload", &ask.workload)

@@ -22,6 +22,7 @@ mod observations;
 mod observer;
 mod occupancy;
 pub mod reservations;
+mod reprofile;
 pub mod snapshot;
 mod undo;
 mod workloads;
@@ -39,6 +40,7 @@ pub use observer::{NewObservedWindow, ObservedWindow};
 pub use occupancy::{
     AssignOutcome, Assigned, Assignment, ClusterGpu, ClusterJob, Occupancy, OccupancyConflict,
 };
+pub use reprofile::Reprofile;
 pub use undo::{
     AuditAction, AuditEntry, MatchedRuns, NewAuditEntry, ProfileRemoved, RunSelection, RunSelector,
     MAX_RUN_IDS,

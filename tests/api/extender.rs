@@ -46,12 +46,25 @@ pub async fn post(addr: SocketAddr, path: &str, body: &Value, headers: &str) -> 
 
 /// [`post`] over an open stream (plain or TLS); `Err` when the connection fails.
 pub async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut stream: S,
+    stream: S,
     addr: SocketAddr,
     path: &str,
     body: &Value,
     headers: &str,
 ) -> std::io::Result<(u16, Value)> {
+    post_with_head(stream, addr, path, body, headers)
+        .await
+        .map(|(status, _, body)| (status, body))
+}
+
+/// [`post_on`], with the answer's head (status line and headers) too.
+async fn post_with_head<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    headers: &str,
+) -> std::io::Result<(u16, String, Value)> {
     let body = serde_json::to_vec(body).unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
@@ -68,7 +81,13 @@ pub async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     };
     let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
     let body = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
-    Ok((status, body))
+    Ok((status, head.to_string(), body))
+}
+
+/// The value of the answer head's `x-coloc-policy` header (the policy applied), if any.
+fn policy_header(head: &str) -> Option<&str> {
+    head.lines()
+        .find_map(|line| line.strip_prefix("x-coloc-policy: "))
 }
 
 fn gpus(count: u32, model: &str) -> Option<NodeGpus> {
@@ -504,13 +523,30 @@ async fn a_gpu_refuses_the_pod_by_the_rule_the_operator_chose_fair_share_by_defa
             "Nodes": null,
             "NodeNames": names(&nodes),
         });
-        let (status, body) = post(addr, "/coloc/filter", &args, "").await;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (status, head, body) = post_with_head(stream, addr, "/coloc/filter", &args, "")
+            .await
+            .unwrap();
         assert_eq!(status, 200, "{body}");
         assert_eq!(
             body["NodeNames"],
             json!(passes),
             "{rule:?} {job} {residents:?}: {body}"
         );
+        // The answer echoes the policy it applied, as Rank's and Place's do; prioritize too.
+        let policy = policy_header(&head).unwrap_or_else(|| panic!("no policy header: {head}"));
+        let expected = match rule {
+            "" => "objective normalized-sum, rule fair-share, cautious, job floor none, partner floor none",
+            r if r.contains("break-even") => "objective normalized-sum, rule break-even, cautious, job floor none, partner floor none",
+            r if r.contains("include_losses") => "objective normalized-sum, rule none, cautious, job floor none, partner floor none, losses listed",
+            _ => "objective normalized-sum, rule none, cautious, job floor none, partner floor none",
+        };
+        assert_eq!(policy, expected, "{head}");
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (_, head, _) = post_with_head(stream, addr, "/coloc/prioritize", &args, "")
+            .await
+            .unwrap();
+        assert_eq!(policy_header(&head), Some(expected), "{head}");
         let failed = &body["FailedNodes"];
         match rule {
             "" => {
@@ -795,5 +831,110 @@ async fn over_https_the_extender_asks_kube_scheduler_for_a_client_certificate() 
     assert!(
         call(without_certificate).await.is_err(),
         "a caller without a client certificate is refused"
+    );
+}
+
+/// One verdict for one question: for every pair of the KACE workloads, asked as (the job,
+/// its GPU's only resident), Rank (the resident as the only candidate), Place (a GPU with
+/// that resident) and the extender's filter over real HTTP (a node with one GPU that
+/// resident runs on) admit or refuse alike under the default policy.
+#[tokio::test]
+async fn rank_place_and_the_extender_give_the_same_verdict_on_every_kace_pair() {
+    let mut app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), EXTENDER_ON).await;
+    let gpu = GpuName::parse("gpu", KACE_GPU).unwrap();
+    import_kace(&app.advisor, &kace_dir(), &gpu, KACE_GPU_MEMORY_GB)
+        .await
+        .unwrap();
+    let addr = app.extender_addr.unwrap();
+    let workloads: Vec<String> =
+        crate::helpers::all_workloads(&mut app.client, pb::WorkloadState::Profiled as i32)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+    assert_eq!(workloads.len(), 29);
+    // Node i: one GPU, resident workloads[i].
+    let label = KACE_GPU.replace(' ', "-");
+    let nodes: Vec<String> = (0..workloads.len()).map(|i| format!("n{i}")).collect();
+    for (node, resident) in nodes.iter().zip(&workloads) {
+        app.cluster.set_node(node, gpus(1, &label));
+        app.cluster.set_pod(
+            &format!("{node}-0"),
+            Some(Residency {
+                node: node.clone(),
+                gpus: vec!["gpu-0".into()],
+                workload: resident.clone(),
+                min_job_fraction: None,
+            }),
+        );
+    }
+    let node_names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let (mut admitted, mut refused) = (0, 0);
+    for job in &workloads {
+        let ranked = app
+            .client
+            .rank(pb::RankRequest {
+                target: job.clone(),
+                candidates: workloads.clone(),
+                top_k: 0,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let placed = app
+            .client
+            .place(pb::PlaceRequest {
+                workload: job.clone(),
+                gpus: workloads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, resident)| pb::GpuState {
+                        id: i.to_string(),
+                        residents: vec![resident.clone()],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let args = json!({
+            "Pod": pod(json!({"coloc.io/workload": job})),
+            "Nodes": null,
+            "NodeNames": names(&node_names),
+        });
+        let (status, filtered) = post(addr, "/coloc/filter", &args, "").await;
+        assert_eq!(status, 200, "{filtered}");
+        let passed: Vec<&str> = filtered["NodeNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        for (i, resident) in workloads.iter().enumerate() {
+            let by_rank = ranked.ranked.iter().any(|c| &c.workload == resident);
+            let by_place = placed.placements.iter().any(|p| p.gpu_id == i.to_string());
+            let by_extender = passed.contains(&nodes[i].as_str());
+            assert_eq!(
+                (by_rank, by_place),
+                (by_place, by_extender),
+                "{job} beside {resident}: Rank {by_rank}, Place {by_place}, extender \
+                 {by_extender} ({:?})",
+                filtered["FailedNodes"][&nodes[i]]
+            );
+            if by_place {
+                admitted += 1;
+            } else {
+                refused += 1;
+            }
+        }
+    }
+    // Both verdicts occur: the test compares something.
+    assert!(
+        admitted > 50 && refused > 50,
+        "{admitted} admitted, {refused} refused"
     );
 }

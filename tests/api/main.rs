@@ -42,6 +42,7 @@ mod readonly;
 mod progress;
 mod rank;
 mod report;
+mod reprofile;
 mod restart;
 mod schema;
 mod sim;

@@ -319,8 +319,10 @@ impl Placer for ServicePlacer {
             cautious: self.caps == CapCheck::Cautious,
             min_job_fraction: request.job_cap,
             min_partner_fraction: None,
-            // The simulation's rule decides; a loss it admits runs.
-            include_losses: true,
+            // As Place's default: a GPU where the job would be a predicted loss (the GPU
+            // doing less work than its residents and the job apart) is not offered, even
+            // where the rule admits it (a crowded set that keeps each member's fair share).
+            include_losses: AdvisorPolicy::default().include_losses,
         };
         let answer = self.answerer.answer(query)?;
         // Pack ranks occupied GPUs first, spread empty ones; then the largest gain.
