@@ -73,6 +73,10 @@ pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
 
 /// A server on the database in `dir`, with `config` (TOML) as its settings file.
 pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
+    if std::env::var_os("COLOC_TEST_LOG").is_some() {
+        // The servers' logs on the test's output, for debugging a failing test.
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    }
     let config_path = dir.path().join("coloc.toml");
     std::fs::write(&config_path, config).unwrap();
     let settings = Settings::load(SettingsSources {
