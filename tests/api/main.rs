@@ -27,6 +27,7 @@ mod logging;
 mod model_report;
 mod ncu;
 mod occupancy;
+mod pg_restart;
 mod operations;
 mod place;
 mod ports;
