@@ -38,6 +38,7 @@ mod progress;
 mod rank;
 mod report;
 mod restart;
+mod store_move;
 mod schema;
 mod sim;
 mod starter;
