@@ -236,7 +236,10 @@ mod tests {
     #[test]
     fn a_sqlite_url_creates_its_file_unless_it_names_a_mode() {
         assert_eq!(creating("sqlite://a.db"), "sqlite://a.db?mode=rwc");
-        assert_eq!(creating("sqlite://a.db?cache=shared"), "sqlite://a.db?cache=shared&mode=rwc");
+        assert_eq!(
+            creating("sqlite://a.db?cache=shared"),
+            "sqlite://a.db?cache=shared&mode=rwc"
+        );
         assert_eq!(creating("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
         assert_eq!(creating("sqlite::memory:"), "sqlite::memory:");
     }

@@ -91,7 +91,14 @@ pub(super) async fn insert_one(
     let rows = (0..observation.members.len())
         .map(|i| {
             let n = 5 * i;
-            format!("(${}, ${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4, n + 5)
+            format!(
+                "(${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
+            )
         })
         .collect::<Vec<_>>()
         .join(", ");

@@ -232,7 +232,10 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!acknowledged.lock().unwrap().is_empty(), "no report stored before the fault");
+    assert!(
+        !acknowledged.lock().unwrap().is_empty(),
+        "no report stored before the fault"
+    );
 
     // The server goes away for 2 s.
     let server = Arc::new(server);
@@ -274,7 +277,10 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
     for reporter in reporters {
         reporter.await.unwrap();
     }
-    assert!(saw_not_serving, "health stayed SERVING while the server was down");
+    assert!(
+        saw_not_serving,
+        "health stayed SERVING while the server was down"
+    );
     assert!(refused_while_down > 0, "the lost server refused no report");
     let refused = refused.lock().unwrap().clone();
     let other: Vec<_> = refused
@@ -282,7 +288,10 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
         .filter(|(_, code)| *code != Code::Unavailable)
         .take(5)
         .collect();
-    assert!(other.is_empty(), "refusals other than UNAVAILABLE: {other:?}");
+    assert!(
+        other.is_empty(),
+        "refusals other than UNAVAILABLE: {other:?}"
+    );
 
     // Every acknowledged report is stored, once, whole; no refused one is.
     let acknowledged = acknowledged.lock().unwrap().clone();

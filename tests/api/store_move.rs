@@ -40,12 +40,23 @@ fn a_sqlite_store_moves_to_postgresql_through_export_and_import() {
     let sqlite_dir = TempDir::new().unwrap();
     let sqlite = format!("sqlite://{}", sqlite_dir.path().join("coloc.db").display());
     coloc(
-        &["import", "kace", path(&kace_dir()), "--gpu", V100, "--gpu-memory-gb", "32"],
+        &[
+            "import",
+            "kace",
+            path(&kace_dir()),
+            "--gpu",
+            V100,
+            "--gpu-memory-gb",
+            "32",
+        ],
         &sqlite,
     );
     let out = TempDir::new().unwrap();
     let from_sqlite = out.path().join("from-sqlite");
-    coloc(&["export", "kace", path(&from_sqlite), "--gpu", V100], &sqlite);
+    coloc(
+        &["export", "kace", path(&from_sqlite), "--gpu", V100],
+        &sqlite,
+    );
 
     let postgres_dir = TempDir::new().unwrap();
     let postgres = crate::store_url::postgres_url(postgres_dir.path());
@@ -59,8 +70,16 @@ fn a_sqlite_store_moves_to_postgresql_through_export_and_import() {
         "{imported}"
     );
     let from_postgres = out.path().join("from-postgres");
-    coloc(&["export", "kace", path(&from_postgres), "--gpu", V100], &postgres);
-    for file in ["kernel_metrics.csv", "system_metrics.csv", "pairs.csv", "gpu.json"] {
+    coloc(
+        &["export", "kace", path(&from_postgres), "--gpu", V100],
+        &postgres,
+    );
+    for file in [
+        "kernel_metrics.csv",
+        "system_metrics.csv",
+        "pairs.csv",
+        "gpu.json",
+    ] {
         assert_eq!(
             std::fs::read(from_sqlite.join(file)).unwrap(),
             std::fs::read(from_postgres.join(file)).unwrap(),
