@@ -129,7 +129,10 @@ mod tests {
             .unwrap_err();
         let text = error.to_string();
         assert!(text.contains("pg_dump --format=custom"), "{text}");
-        assert!(text.contains("postgres://coloc@db.example:5432/coloc"), "{text}");
+        assert!(
+            text.contains("postgres://coloc@db.example:5432/coloc"),
+            "{text}"
+        );
         assert!(!text.contains("secret"), "{text}");
         assert!(!file.exists(), "nothing written");
     }

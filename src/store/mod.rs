@@ -251,7 +251,11 @@ impl Store {
         let observation_writer = Arc::new(ObservationWriter::spawn(db.clone(), health.clone()));
         let occupancy_writer = Arc::new(OccupancyWriter::spawn(db.clone()).await?);
         let probe_stop = CancellationToken::new();
-        tokio::spawn(health::probe(db.clone(), health.clone(), probe_stop.clone()));
+        tokio::spawn(health::probe(
+            db.clone(),
+            health.clone(),
+            probe_stop.clone(),
+        ));
         Ok(Self {
             db,
             observation_writer,
@@ -358,7 +362,12 @@ impl Store {
         outcome: Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let finished = match outcome {
-            Ok(value) => self.db.commit(tx).await.map(|()| value).map_err(StoreError::from),
+            Ok(value) => self
+                .db
+                .commit(tx)
+                .await
+                .map(|()| value)
+                .map_err(StoreError::from),
             Err(error) => Err(roll_back(tx, error).await),
         };
         self.health.record_failure(&finished);

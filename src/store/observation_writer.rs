@@ -190,11 +190,7 @@ async fn write_all(
 }
 
 /// The second pass: one transaction, a savepoint per run.
-async fn run_isolated(
-    db: &Db,
-    batch: Vec<WriteRequest>,
-    health: &WriteHealth,
-) -> BatchOutcome {
+async fn run_isolated(db: &Db, batch: Vec<WriteRequest>, health: &WriteHealth) -> BatchOutcome {
     let mut tx = match db.begin_write().await {
         Ok(tx) => tx,
         Err(error) => return fail_batch(batch, Vec::new(), StoreError::Database(error), health),

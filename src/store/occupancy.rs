@@ -399,11 +399,7 @@ async fn load(connection: &mut sqlx::AnyConnection) -> Result<Occupancy, StoreEr
 
 /// Brings the readers' copy up to other servers' writes, every [`REFRESH_INTERVAL`] until
 /// `stop`. A copy the writer has already brought further is left alone.
-async fn refresh(
-    db: Db,
-    view: Arc<RwLock<Occupancy>>,
-    stop: tokio_util::sync::CancellationToken,
-) {
+async fn refresh(db: Db, view: Arc<RwLock<Occupancy>>, stop: tokio_util::sync::CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

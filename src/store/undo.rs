@@ -113,13 +113,13 @@ fn where_clause(selection: &RunSelection) -> (String, Vec<Bind>) {
         }
         RunSelector::Source(source) => {
             binds.push(Bind::Text(source.as_str().to_string()));
-            format!("source = ?{}", binds.len())
+            format!("source = ${}", binds.len())
         }
         RunSelector::Stored { from_ms, to_ms } => {
             binds.push(Bind::Int(*from_ms));
             binds.push(Bind::Int(*to_ms));
             format!(
-                "recorded_at_ms >= ?{} AND recorded_at_ms < ?{}",
+                "recorded_at_ms >= ${} AND recorded_at_ms < ${}",
                 binds.len() - 1,
                 binds.len()
             )
@@ -128,7 +128,7 @@ fn where_clause(selection: &RunSelection) -> (String, Vec<Bind>) {
             binds.push(Bind::Text(ObservationSource::Imported.as_str().to_string()));
             binds.push(Bind::Int(*batch));
             format!(
-                "source = ?{} AND recorded_at_ms = ?{}",
+                "source = ${} AND recorded_at_ms = ${}",
                 binds.len() - 1,
                 binds.len()
             )
@@ -136,7 +136,7 @@ fn where_clause(selection: &RunSelection) -> (String, Vec<Bind>) {
     };
     if let Some(gpu) = &selection.gpu {
         binds.push(Bind::Text(gpu.as_str().to_string()));
-        clause = format!("({clause}) AND gpu = ?{}", binds.len());
+        clause = format!("({clause}) AND gpu = ${}", binds.len());
     }
     (clause, binds)
 }

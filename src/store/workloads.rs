@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use sqlx::{Any, FromRow, Transaction};
 
+use super::engine::OptF64;
+
 use super::{finish, is_unique_violation, Store, StoreError};
 use crate::domain::{
     GpuName, KernelMetrics, Labels, LaunchSpec, NewWorkload, Profile, ProfileSource, SystemMetrics,
@@ -146,7 +148,7 @@ async fn upsert_gpu(
          ON CONFLICT (name) DO UPDATE SET memory_gb = COALESCE(excluded.memory_gb, gpus.memory_gb)",
     )
     .bind(gpu.as_str())
-    .bind(memory_gb)
+    .bind(OptF64(memory_gb))
     .execute(&mut **tx)
     .await?;
     Ok(())

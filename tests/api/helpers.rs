@@ -75,6 +75,17 @@ pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
 
 /// A server on the database in `dir`, with `config` (TOML) as its settings file.
 pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
+    let url = database_url(&dir);
+    spawn_app_on(dir, config, url).await
+}
+
+/// A server on the database at `url`, with `dir` for its files and `config` (TOML) as its
+/// settings file.
+pub async fn spawn_app_on(dir: Arc<TempDir>, config: &str, url: String) -> TestApp {
+    if std::env::var_os("COLOC_TEST_LOG").is_some() {
+        // The servers' logs on the test's output, for debugging a failing test.
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    }
     let config_path = dir.path().join("coloc.toml");
     std::fs::write(&config_path, config).unwrap();
     let settings = Settings::load(SettingsSources {
@@ -83,7 +94,7 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
         overrides: vec![
             ("server.listen", "127.0.0.1:0".into()),
             ("metrics.listen", "127.0.0.1:0".into()),
-            ("database.url", database_url(&dir)),
+            ("database.url", url),
         ],
     })
     .unwrap();

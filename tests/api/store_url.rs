@@ -183,3 +183,12 @@ pub async fn dump(url: &str) -> String {
     let _ = connection.close().await;
     dump
 }
+
+/// A connection to the tests' store at `url`, whichever engine it is on (for reads the
+/// tests make straight from the database, in portable SQL).
+pub async fn connect(url: &str) -> sqlx::AnyConnection {
+    sqlx::any::install_default_drivers();
+    <sqlx::AnyConnection as Connection>::connect(url)
+        .await
+        .unwrap()
+}

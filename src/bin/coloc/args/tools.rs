@@ -128,6 +128,10 @@ pub struct BenchArgs {
     /// Keep the synthetic store in this SQLite file; an existing file is used as it is.
     #[arg(long)]
     pub database: Option<PathBuf>,
+    /// Run the in-process server on this PostgreSQL database instead (`postgres://...`, the
+    /// database created beforehand); seeded when it holds no GPU model yet.
+    #[arg(long, conflicts_with = "database")]
+    pub postgres: Option<String>,
     /// Concurrent clients.
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,

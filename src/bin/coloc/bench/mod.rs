@@ -172,8 +172,20 @@ async fn start_in_process(
         args.crowded_share,
         args.seed,
     )?;
-    let url = format!("sqlite://{}", path.display());
-    if !path.exists() {
+    let (url, seeded) = match &args.postgres {
+        Some(url) => {
+            let store = Store::open(url).await?;
+            let seeded = !store.gpus().await?.is_empty();
+            store.close().await;
+            (url.clone(), seeded)
+        }
+        None => (format!("sqlite://{}", path.display()), path.exists()),
+    };
+    setup(
+        "store",
+        if args.postgres.is_some() { "postgres" } else { "sqlite" }.into(),
+    );
+    if !seeded {
         let started = Instant::now();
         let store = Store::open(&url).await?;
         seed_store(&store, &synthetic).await?;

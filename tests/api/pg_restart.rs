@@ -1,0 +1,336 @@
+//! A PostgreSQL store whose server goes away and comes back, under a report load: on a
+//! PostgreSQL server the test starts itself (initdb and pg_ctl from
+//! /usr/lib/postgresql/*/bin, in a temporary folder, on a free loopback port; as the
+//! `postgres` user when the test runs as root, since initdb refuses root), never the shared
+//! server other tests use. While the server is down, reports answer UNAVAILABLE and the
+//! advisor's health says NOT_SERVING; once it is back, writes succeed again by themselves
+//! within 5 s and health says SERVING; every acknowledged report is stored, once. Skipped
+//! (with a message) where PostgreSQL's server programs are missing, except under CI.
+
+use std::{
+    collections::HashSet,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use coloc::proto as pb;
+use tonic::Code;
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
+
+use crate::{
+    faults::unavailable,
+    helpers::{free_port, profile, register_request, spawn_app_on, TestApp, GPU},
+};
+
+/// The newest installed PostgreSQL's server programs.
+fn server_bin() -> Option<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// A PostgreSQL server of the test's own, stopped when dropped.
+struct OwnServer {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    as_postgres: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnServer {
+    fn command(&self, program: &str) -> Command {
+        command(&self.bin, program, self.as_postgres)
+    }
+
+    fn init() -> Option<Self> {
+        let bin = server_bin()?;
+        let dir = tempfile::TempDir::new().unwrap();
+        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
+        if as_postgres {
+            let status = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "chown postgres {}", dir.path().display());
+        }
+        let data = dir.path().join("data");
+        let status = command(&bin, "initdb", as_postgres)
+            .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "initdb failed");
+        let server = Self {
+            bin,
+            data,
+            port: free_port(),
+            as_postgres,
+            _dir: dir,
+        };
+        server.start();
+        Some(server)
+    }
+
+    fn pg_ctl(&self, action: &str) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=on",
+            self.port,
+            self.data.display()
+        );
+        let log = self.data.join("server.log");
+        let status = self
+            .command("pg_ctl")
+            .args([action, "-w", "-t", "30", "-m", "fast", "-D"])
+            .arg(&self.data)
+            .args(["-o", &options, "-l"])
+            .arg(&log)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "pg_ctl {action} failed");
+    }
+
+    fn start(&self) {
+        self.pg_ctl("start");
+    }
+
+    fn stop(&self) {
+        self.pg_ctl("stop");
+    }
+
+    fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(&self.data)
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// `program` of the server's `bin`, as the `postgres` user when asked.
+fn command(bin: &Path, program: &str, as_postgres: bool) -> Command {
+    let path = bin.join(program);
+    if as_postgres {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(path);
+        command
+    } else {
+        Command::new(path)
+    }
+}
+
+fn report(n: u64) -> pb::ReportColocationRequest {
+    pb::ReportColocationRequest {
+        gpu: GPU.into(),
+        gpu_id: String::new(),
+        members: vec![
+            pb::ColocatedMember {
+                workload: "a".into(),
+                throughput: 1.0 + n as f64,
+                job_id: format!("job-{n}"),
+            },
+            pb::ColocatedMember {
+                workload: "b".into(),
+                throughput: 2.0,
+                job_id: String::new(),
+            },
+        ],
+        observed_at: Some(prost_types::Timestamp {
+            seconds: 1_750_000_000,
+            nanos: 0,
+        }),
+    }
+}
+
+async fn advisor_health(app: &TestApp) -> ServingStatus {
+    HealthClient::new(app.channel().await)
+        .check(HealthCheckRequest {
+            service: "coloc.v1.ColocationAdvisor".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under_load() {
+    let Some(server) = tokio::task::spawn_blocking(OwnServer::init).await.unwrap() else {
+        unavailable("no PostgreSQL server programs under /usr/lib/postgresql/*/bin");
+        return;
+    };
+    let mut admin = crate::store_url::connect(&server.url("postgres")).await;
+    sqlx::query("CREATE DATABASE coloc")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    drop(admin);
+    let url = server.url("coloc");
+    let dir = Arc::new(tempfile::TempDir::new().unwrap());
+    let mut app = spawn_app_on(dir, "", url.clone()).await;
+    for name in ["a", "b"] {
+        app.client
+            .register_workload(register_request(name, Some(profile(1, 1.0))))
+            .await
+            .unwrap();
+    }
+    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reporters = Vec::new();
+    const REPORTERS: u64 = 8;
+    for reporter in 0..REPORTERS {
+        let mut client = app.client.clone();
+        let (acknowledged, refused, stop) = (acknowledged.clone(), refused.clone(), stop.clone());
+        reporters.push(tokio::spawn(async move {
+            let mut n = reporter;
+            while !stop.load(Ordering::Relaxed) {
+                match client.report_colocation(report(n)).await {
+                    Ok(answer) => {
+                        let answer = answer.into_inner();
+                        assert!(answer.created, "run {n} was stored before");
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .insert((n, answer.observation_id));
+                    }
+                    Err(status) => {
+                        refused.lock().unwrap().push((n, status.code()));
+                        // A refused run is never retried under its number: a later one
+                        // must not find it stored.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                n += REPORTERS;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !acknowledged.lock().unwrap().is_empty(),
+        "no report stored before the fault"
+    );
+
+    // The server goes away for 2 s.
+    let server = Arc::new(server);
+    let stopping = server.clone();
+    tokio::task::spawn_blocking(move || stopping.stop())
+        .await
+        .unwrap();
+    let down = Instant::now();
+    let mut saw_not_serving = false;
+    while down.elapsed() < Duration::from_secs(2) {
+        saw_not_serving |= advisor_health(&app).await == ServingStatus::NotServing;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused_while_down = refused.lock().unwrap().len();
+    let acknowledged_while_down = acknowledged.lock().unwrap().len();
+    let starting = server.clone();
+    tokio::task::spawn_blocking(move || starting.start())
+        .await
+        .unwrap();
+    let back = Instant::now();
+
+    // Writes succeed again by themselves, within 5 s, and health follows.
+    loop {
+        if acknowledged.lock().unwrap().len() >= acknowledged_while_down + 50
+            && advisor_health(&app).await == ServingStatus::Serving
+        {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "writes did not recover within 5 s of the server's return ({} refused so far)",
+            refused.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let recovered_in = back.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for reporter in reporters {
+        reporter.await.unwrap();
+    }
+    assert!(
+        saw_not_serving,
+        "health stayed SERVING while the server was down"
+    );
+    assert!(refused_while_down > 0, "the lost server refused no report");
+    let refused = refused.lock().unwrap().clone();
+    let other: Vec<_> = refused
+        .iter()
+        .filter(|(_, code)| *code != Code::Unavailable)
+        .take(5)
+        .collect();
+    assert!(
+        other.is_empty(),
+        "refusals other than UNAVAILABLE: {other:?}"
+    );
+
+    // Every acknowledged report is stored, once, whole; no refused one is.
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let mut connection = crate::store_url::connect(&url).await;
+    let stored: Vec<(i64, f64)> = sqlx::query_as(
+        "SELECT observation_id, throughput FROM observation_members WHERE job_id <> ''",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let stored: HashSet<(u64, u64)> = stored
+        .into_iter()
+        .map(|(id, throughput)| ((throughput - 1.0).round() as u64, id as u64))
+        .collect();
+    let missing: Vec<_> = acknowledged.difference(&stored).take(5).collect();
+    assert!(missing.is_empty(), "acknowledged reports lost: {missing:?}");
+    let refused_runs: HashSet<u64> = refused.iter().map(|(n, _)| *n).collect();
+    let stored_refused: Vec<_> = stored
+        .iter()
+        .filter(|(n, _)| refused_runs.contains(n))
+        .take(5)
+        .collect();
+    eprintln!(
+        "PostgreSQL restart: {} reports acknowledged, {} refused (all UNAVAILABLE), \
+         writes back {:.2} s after the server, {} refused runs found stored anyway",
+        acknowledged.len(),
+        refused.len(),
+        recovered_in.as_secs_f64(),
+        stored_refused.len()
+    );
+    let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM observation_members")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM observations")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(members, 2 * runs, "a run was half written");
+    drop(connection);
+    app.stop().await;
+}
