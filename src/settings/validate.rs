@@ -55,7 +55,9 @@ impl Settings {
         {
             return Err(SettingsError::Invalid {
                 key: "database.url",
-                message: format!("{url:?} is neither a sqlite: nor a postgres:// URL"),
+                message: format!(
+                    "{url:?} is neither a sqlite: URL nor a postgres:// (postgresql://) one"
+                ),
             });
         }
         self.validate_profiler()?;

@@ -1,7 +1,8 @@
 //! Online backups of the store: a consistent copy of the SQLite file taken while the
 //! service runs and writes, through SQLite's own `VACUUM INTO` (one read transaction: the
 //! copy is the database as of one commit, never a half-written one; writers are not
-//! blocked under WAL). The copy is then opened and checked.
+//! blocked under WAL). The copy is then opened and checked. A PostgreSQL store is backed
+//! up with PostgreSQL's own `pg_dump`, which this refuses plainly to stand in for.
 
 use std::{path::Path, str::FromStr};
 
@@ -21,6 +22,13 @@ pub struct BackupSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
+    /// `coloc backup` copies SQLite files only.
+    #[error(
+        "coloc backup copies a SQLite store; this store is PostgreSQL: back it up with \
+         PostgreSQL's own tools, e.g. `pg_dump --format=custom --file {file} '{url}'` \
+         (restore with pg_restore into an empty database)"
+    )]
+    UsePgDump { url: String, file: String },
     #[error("{0} exists; a backup never overwrites a file")]
     Exists(String),
     #[error("the database {0} does not exist")]
@@ -38,6 +46,12 @@ pub enum BackupError {
 /// Copies the database at `database_url` into the new file `destination`, consistently, and
 /// checks the copy (`PRAGMA integrity_check`). Never creates or migrates the source.
 pub async fn backup(database_url: &str, destination: &Path) -> Result<BackupSummary, BackupError> {
+    if super::engine::Engine::of_url(database_url) == super::engine::Engine::Postgres {
+        return Err(BackupError::UsePgDump {
+            url: without_password(database_url),
+            file: destination.display().to_string(),
+        });
+    }
     if destination.exists() {
         return Err(BackupError::Exists(destination.display().to_string()));
     }
@@ -85,4 +99,38 @@ pub async fn backup(database_url: &str, destination: &Path) -> Result<BackupSumm
         observations: counts.get(1),
         models: counts.get(2),
     })
+}
+
+/// `url` with its password (if any) left out, for a message.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_postgresql_store_is_sent_to_pg_dump_without_its_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("copy.dump");
+        let error = backup("postgres://coloc:secret@db.example:5432/coloc", &file)
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("pg_dump --format=custom"), "{text}");
+        assert!(text.contains("postgres://coloc@db.example:5432/coloc"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+        assert!(!file.exists(), "nothing written");
+    }
 }

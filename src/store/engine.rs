@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use sqlx::{any::AnyPoolOptions, Any, AnyPool, Transaction};
+use sqlx::{any::AnyPoolOptions, Any, AnyPool, Encode, Transaction};
 
 use super::fault::FaultSwitch;
 
@@ -126,6 +126,33 @@ impl Db {
             return Err(super::fault::injected_commit_failure());
         }
         tx.commit().await
+    }
+}
+
+/// An optional `f64` to bind. sqlx 0.9's Any driver turns a bound `Option<f64>::None` into a
+/// PostgreSQL `float4` NULL (its NULL kinds for REAL and DOUBLE are swapped on the way to
+/// PostgreSQL's arguments), and a statement prepared with that parameter type then refuses
+/// the same statement's later non-NULL `f64` ("incorrect binary data format"). This binds
+/// its NULL as the kind that reaches PostgreSQL as `float8`; SQLite sees a plain NULL.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OptF64(pub Option<f64>);
+
+impl sqlx::Type<Any> for OptF64 {
+    fn type_info() -> sqlx::any::AnyTypeInfo {
+        <f64 as sqlx::Type<Any>>::type_info()
+    }
+}
+
+impl sqlx::Encode<'_, Any> for OptF64 {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Any as sqlx::Database>::ArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        match self.0 {
+            Some(value) => <f64 as Encode<'_, Any>>::encode_by_ref(&value, buf),
+            // An f32 NULL: the kind sqlx hands PostgreSQL as a float8 NULL (see above).
+            None => <Option<f32> as Encode<'_, Any>>::encode_by_ref(&None, buf),
+        }
     }
 }
 

@@ -398,7 +398,7 @@ impl Store {
     /// agents hold keep running under their leases. Returns how many.
     pub async fn requeue_running_jobs(&self, now_ms: i64) -> Result<u64, StoreError> {
         let result = sqlx::query(
-            "UPDATE profiling_jobs SET state = 'pending', attempts = MAX(attempts - 1, 0), \
+            "UPDATE profiling_jobs SET state = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
              claim_holder = '', updated_at_ms = $1 \
              WHERE state = 'running' AND lease_expires_ms = 0",
         )
@@ -491,7 +491,8 @@ impl Store {
         let outcome = async {
             let changed = sqlx::query(
                 "UPDATE profiling_jobs SET state = $2, \
-                 attempts = CASE WHEN $3 THEN MAX(attempts - 1, 0) ELSE attempts END, \
+                 attempts = CASE WHEN $3 = 1 AND attempts > 0 THEN attempts - 1 \
+                 WHEN $3 = 1 THEN 0 ELSE attempts END, \
                  last_error = COALESCE($4, last_error), \
                  not_before_ms = COALESCE($5, not_before_ms), updated_at_ms = $6, \
                  lease_expires_ms = 0 \
@@ -499,7 +500,7 @@ impl Store {
             )
             .bind(job.id)
             .bind(update.state)
-            .bind(update.uncount_attempt)
+            .bind(i64::from(update.uncount_attempt))
             .bind(update.last_error)
             .bind(update.not_before_ms)
             .bind(now_ms)
@@ -608,8 +609,8 @@ impl Store {
     /// Jobs by state, for operators and tests: (pending, running, done, failed).
     pub async fn job_counts(&self) -> Result<(i64, i64, i64, i64), StoreError> {
         Ok(sqlx::query_as(
-            "SELECT COALESCE(SUM(state = 'pending'), 0), COALESCE(SUM(state = 'running'), 0), \
-             COALESCE(SUM(state = 'done'), 0), COALESCE(SUM(state = 'failed'), 0) FROM profiling_jobs",
+            "SELECT COALESCE(SUM(CASE WHEN state = 'pending' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0), \
+             COALESCE(SUM(CASE WHEN state = 'done' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END), 0) FROM profiling_jobs",
         )
         .fetch_one(&self.db.pool)
         .await?)

@@ -3,6 +3,8 @@
 
 use sqlx::FromRow;
 
+use super::engine::OptF64;
+
 use super::{Store, StoreError};
 use crate::{
     domain::GpuName,
@@ -226,10 +228,10 @@ impl Store {
         .bind(now_ms)
         .bind(model.status.as_str())
         .bind(&model.reason)
-        .bind(comparison.map(|c| c.score))
-        .bind(comparison.map(|c| c.mse))
-        .bind(comparison.map(|c| c.champion_score))
-        .bind(comparison.map(|c| c.champion_mse))
+        .bind(OptF64(comparison.map(|c| c.score)))
+        .bind(OptF64(comparison.map(|c| c.mse)))
+        .bind(OptF64(comparison.map(|c| c.champion_score)))
+        .bind(OptF64(comparison.map(|c| c.champion_mse)))
         .bind(model.last_observation_id)
         .bind(model.excluded_outliers as i64)
         .fetch_one(&mut *tx)

@@ -73,7 +73,7 @@ pub(super) async fn insert_one(
     .bind(now_ms)
     .bind(source.as_str())
     .bind(&fingerprint)
-    .bind(prediction.map(|p| p.0))
+    .bind(super::engine::OptF64(prediction.map(|p| p.0)))
     .bind(prediction.map(|p| p.1 as i64))
     .bind(&observation.gpu_id)
     .fetch_optional(&mut **tx)
@@ -225,7 +225,7 @@ impl Store {
                (SELECT o.id, o.predicted_sum, \
                   (SELECT SUM(m.throughput) FROM observation_members m \
                    WHERE m.observation_id = o.id) AS total \
-                FROM observations o WHERE o.gpu = $1 AND o.predicted_by_version = $2) \
+                FROM observations o WHERE o.gpu = $1 AND o.predicted_by_version = $2) AS runs \
              WHERE total > 0 ORDER BY id DESC LIMIT $3",
         )
         .bind(gpu.as_str())
@@ -294,7 +294,8 @@ pub(super) async fn runs_on_gpu(
     gpu: &GpuName,
     limit: usize,
 ) -> Result<Vec<StoredObservation>, StoreError> {
-    let limit = if limit == 0 { -1 } else { limit as i64 };
+    // No limit is the largest one (SQLite's -1 is no LIMIT PostgreSQL accepts).
+    let limit = if limit == 0 { i64::MAX } else { limit as i64 };
     let rows = sqlx::query_as::<_, (i64, String, f64)>(
         "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
          WHERE m.observation_id IN \

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use sqlx::{Any, FromRow, Transaction};
 
+use super::engine::OptF64;
+
 use super::{finish, is_unique_violation, Store, StoreError};
 use crate::domain::{
     GpuName, KernelMetrics, Labels, LaunchSpec, NewWorkload, Profile, ProfileSource, SystemMetrics,
@@ -59,7 +61,8 @@ struct ProfileRow {
     memory_gb: f64,
     source: String,
     measured_at_ms: i64,
-    kernel_missing: bool,
+    /// 0 or 1 (an integer column on both engines).
+    kernel_missing: i64,
 }
 
 /// `SELECT` of every profile column joined with its GPU's memory, followed by `$tail`.
@@ -103,7 +106,7 @@ impl ProfileRow {
                 .ok_or_else(|| corrupt(format!("profile source {:?}", self.source)))?,
             gpu_memory_gb: self.gpu_memory_gb,
             measured_at_ms: self.measured_at_ms,
-            kernel_missing: self.kernel_missing,
+            kernel_missing: self.kernel_missing != 0,
         })
     }
 }
@@ -145,7 +148,7 @@ async fn upsert_gpu(
          ON CONFLICT (name) DO UPDATE SET memory_gb = COALESCE(excluded.memory_gb, gpus.memory_gb)",
     )
     .bind(gpu.as_str())
-    .bind(memory_gb)
+    .bind(OptF64(memory_gb))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -191,7 +194,7 @@ async fn upsert_profile(
     .bind(s.memory_gb)
     .bind(profile.source.as_str())
     .bind(profile.measured_at_ms)
-    .bind(profile.kernel_missing)
+    .bind(i64::from(profile.kernel_missing))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -496,6 +499,9 @@ pub(super) async fn fetch_workload(
     row.into_record(own).map(Some)
 }
 
+/// Workload ids bound in one query by [`fetch_profiles`].
+const IDS_PER_QUERY: usize = 500;
+
 async fn fetch_profiles(
     tx: &mut Transaction<'_, Any>,
     workload_ids: Vec<i64>,
@@ -503,14 +509,23 @@ async fn fetch_profiles(
     if workload_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // One bound JSON array instead of one placeholder per id.
-    let ids = serde_json::to_string(&workload_ids).expect("integers serialize");
-    let rows = sqlx::query_as::<_, ProfileRow>(select_profiles!(
-        "WHERE p.workload_id IN (SELECT value FROM json_each($1)) ORDER BY p.gpu"
-    ))
-    .bind(ids)
-    .fetch_all(&mut **tx)
-    .await?;
+    // A placeholder per id (portable SQL), in chunks well under either engine's limit on
+    // bound parameters; the chunks' rows are put back in the one query's order.
+    let mut rows = Vec::with_capacity(workload_ids.len());
+    for chunk in workload_ids.chunks(IDS_PER_QUERY) {
+        let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "{} WHERE p.workload_id IN ({})",
+            select_profiles!(""),
+            marks.join(", ")
+        );
+        let mut query = sqlx::query_as::<_, ProfileRow>(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        rows.extend(query.fetch_all(&mut **tx).await?);
+    }
+    rows.sort_by(|a, b| a.gpu.cmp(&b.gpu));
     group_profiles(rows)
 }
 

@@ -48,9 +48,16 @@ pub struct TestApp {
     pub settings: Settings,
     shutdown: CancellationToken,
     server: JoinHandle<anyhow::Result<()>>,
+    /// Drops a PostgreSQL database with the last handle on `dir` (after `dir` itself).
+    _database: crate::store_url::DatabaseGuard,
 }
 
+/// The store of the tests in `dir`: its SQLite file, or under `COLOC_TEST_STORE=postgres`
+/// its PostgreSQL database (`store_url`).
 pub fn database_url(dir: &TempDir) -> String {
+    if crate::store_url::on_postgres() {
+        return crate::store_url::postgres_url(dir.path());
+    }
     format!("sqlite://{}", dir.path().join("coloc.db").display())
 }
 
@@ -66,6 +73,10 @@ pub async fn spawn_app_in(dir: Arc<TempDir>) -> TestApp {
 
 /// A server on the database in `dir`, with `config` (TOML) as its settings file.
 pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
+    if std::env::var_os("COLOC_TEST_LOG").is_some() {
+        // The servers' logs on the test's output, for debugging a failing test.
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    }
     let config_path = dir.path().join("coloc.toml");
     std::fs::write(&config_path, config).unwrap();
     let settings = Settings::load(SettingsSources {
@@ -92,6 +103,10 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
         .unwrap()
         .connect_lazy();
     let client = ColocationAdvisorClient::new(channel);
+    let _database = crate::store_url::DatabaseGuard {
+        dir: Arc::downgrade(&dir),
+        path: dir.path().to_path_buf(),
+    };
     TestApp {
         addr,
         metrics_addr,
@@ -103,6 +118,7 @@ pub async fn spawn_app_with_config(dir: Arc<TempDir>, config: &str) -> TestApp {
         settings,
         shutdown,
         server,
+        _database,
     }
 }
 
@@ -126,6 +142,9 @@ impl TestApp {
     /// Every row of every table, as text: equal dumps mean an unchanged store.
     pub async fn dump_store(&self) -> String {
         let url = database_url(&self.dir);
+        if crate::store_url::on_postgres() {
+            return crate::store_url::dump(&url).await;
+        }
         let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
             .await
             .unwrap();
@@ -165,6 +184,9 @@ impl TestApp {
     /// One integer read straight from the database file.
     pub async fn query_i64(&self, sql: &str) -> i64 {
         let url = database_url(&self.dir);
+        if crate::store_url::on_postgres() {
+            return crate::store_url::query_i64(&url, sql).await;
+        }
         let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
             .await
             .unwrap();

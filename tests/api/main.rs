@@ -2,6 +2,7 @@
 //! test, the generated client (and the real grpcurl in `grpcurl`).
 
 mod helpers;
+mod store_url;
 
 mod agents;
 mod backup;

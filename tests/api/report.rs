@@ -204,10 +204,7 @@ async fn register_a_and_b(app: &mut TestApp) {
 /// The stored runs by id, read straight from the database file: (workload, throughput) of
 /// each member, in report order.
 async fn stored_runs(app: &TestApp) -> HashMap<i64, Vec<(String, f64)>> {
-    let mut connection =
-        <sqlx::SqliteConnection as sqlx::Connection>::connect(&database_url(&app.dir))
-            .await
-            .unwrap();
+    let mut connection = crate::store_url::connect(&database_url(&app.dir)).await;
     let rows: Vec<(i64, String, f64)> = sqlx::query_as(
         "SELECT observation_id, workload, throughput FROM observation_members \
          ORDER BY observation_id, position",
