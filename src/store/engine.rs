@@ -78,6 +78,16 @@ impl Db {
                 )))
                 .execute(&mut *tx)
                 .await?;
+                // A writer that stops between statements while it holds the write lock (a
+                // process paused, a hung client) would hold every other server's writes,
+                // the leader's lease included: the server ends its session after
+                // LOCK_WAIT idle inside the transaction, which rolls it back.
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SET LOCAL idle_in_transaction_session_timeout = {}",
+                    LOCK_WAIT.as_millis()
+                )))
+                .execute(&mut *tx)
+                .await?;
                 sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
                     .bind(WRITE_LOCK_KEY)
                     .execute(&mut *tx)

@@ -2,7 +2,7 @@
 //! (`lease`: a real SQLite file and a fresh database on the real PostgreSQL server), and
 //! three `coloc serve` processes on loopback sharing one PostgreSQL database (`processes`:
 //! a killed leader replaced, a paused leader's late writes refused, a promotion reaching
-//! every replica).
+//! every replica; `rolling`: readiness and a rolling restart under Rank calls).
 //!
 //! PostgreSQL: 127.0.0.1:5432, trust auth, database `test` for the administration
 //! (`COLOC_TEST_POSTGRES` names another server); each test creates its own database and
@@ -12,3 +12,4 @@
 mod lease;
 mod pg;
 mod processes;
+mod rolling;
