@@ -395,10 +395,6 @@ impl App {
                 }
             }
         }
-        let observer = self
-            .observer
-            .take()
-            .map(|observer| move |stop| spawn_owned("observer", observer.run(stop)));
         let push = self.push.take().map(|push| {
             Arc::new(ExtraRoute {
                 path: crate::observer::push::PUSH_PATH,
@@ -445,7 +441,6 @@ impl App {
             stoppable(Some(move |stop| {
                 spawn_owned("leadership", elector.run(stop))
             })),
-            stoppable(observer),
             stoppable(Some(follower)),
             stoppable(metrics_server),
         ]
@@ -454,11 +449,12 @@ impl App {
     /// What the leader runs, started anew at each term (each task inside the term's fence,
     /// so that its writes are refused once the lease is lost), in the order they stop: the
     /// profiling worker (after it puts back the jobs a former leader's worker left
-    /// running), the Kubernetes Job dispatcher, the lease sweeper, the retraining task.
+    /// running), the Kubernetes Job dispatcher, the lease sweeper, the observer, the retraining task.
     fn leader_tasks(&mut self) -> LeaderTasks {
         let worker = self.worker.take();
         let kube_dispatcher = self.kube_dispatcher.take();
         let trainer = self.trainer.take();
+        let observer = self.observer.take();
         let sweeper = LeaseSweeper::new(self.advisor.clone());
         let store = self.store.clone();
         Arc::new(move |fence| {
@@ -493,10 +489,17 @@ impl App {
                 let fence = fence.clone();
                 move |stop| spawn_owned("retraining task", fenced(fence, trainer.run(stop)))
             });
+            // The observer forms runs from what the cluster ran: one replica only, so
+            // that a window is read once (its key also makes a second reading a no-op).
+            let observer = observer.clone().map(|observer| {
+                let fence = fence.clone();
+                move |stop| spawn_owned("observer", fenced(fence, observer.run(stop)))
+            });
             vec![
                 stoppable(worker),
                 stoppable(kube_dispatcher),
                 stoppable(Some(sweeper)),
+                stoppable(observer),
                 stoppable(trainer),
             ]
         })

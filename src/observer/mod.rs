@@ -65,6 +65,7 @@ pub struct WindowOutcome {
     pub formed: Formed,
 }
 
+#[derive(Clone)]
 pub struct Observer {
     advisor: Arc<Advisor>,
     store: Store,
