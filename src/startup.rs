@@ -449,7 +449,8 @@ impl App {
     /// What the leader runs, started anew at each term (each task inside the term's fence,
     /// so that its writes are refused once the lease is lost), in the order they stop: the
     /// profiling worker (after it puts back the jobs a former leader's worker left
-    /// running), the Kubernetes Job dispatcher, the lease sweeper, the observer, the retraining task.
+    /// running), the Kubernetes Job dispatcher, the lease sweeper, the observer, the
+    /// retraining task.
     fn leader_tasks(&mut self) -> LeaderTasks {
         let worker = self.worker.take();
         let kube_dispatcher = self.kube_dispatcher.take();
