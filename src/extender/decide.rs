@@ -591,6 +591,57 @@ mod tests {
         );
     }
 
+    /// A coloc that records what it was asked and cannot judge any GPU.
+    struct Recording(std::sync::Mutex<Vec<PlacementAsk>>);
+
+    impl Placer for Recording {
+        fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a> {
+            self.0.lock().unwrap().push(ask.clone());
+            let outcomes = ask
+                .slots
+                .iter()
+                .map(|_| SlotOutcome::Unscored {
+                    reason: "recorded".into(),
+                })
+                .collect();
+            Box::pin(async move { Ok(outcomes) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_coloc_did_not_place_occupies_its_gpu_and_no_empty_one_is_offered() {
+        let cluster = Arc::new(ClusterView::new());
+        cluster.set_node(
+            "a",
+            Some(NodeGpus {
+                count: 1,
+                gpu_model: None,
+                memory_gb: None,
+            }),
+        );
+        cluster.report_pod_devices(
+            "a",
+            vec![crate::cluster::PodDevices {
+                pod: "web/cuda".into(),
+                gpus: vec!["GPU-x".into()],
+            }],
+            crate::domain::now_ms(),
+        );
+        let placer = Arc::new(Recording(Default::default()));
+        let extender = Extender::new(placer.clone(), cluster);
+        let args: ExtenderArgs = serde_json::from_value(serde_json::json!({
+            "Pod": {"metadata": {"name": "p", "annotations": {"coloc.io/workload": "w"}}},
+            "Nodes": null,
+            "NodeNames": ["a"],
+        }))
+        .unwrap();
+        let scores = extender.prioritize(args).await;
+        assert_eq!(scores[0].score, 0, "unscored: neutral");
+        let asked = placer.0.lock().unwrap();
+        let residents: Vec<&Vec<String>> = asked[0].slots.iter().map(|s| &s.residents).collect();
+        assert_eq!(residents, [&vec!["unknown pod web/cuda".to_string()]]);
+    }
+
     #[test]
     fn scores_are_monotone_in_the_gain_and_span_one_to_ten() {
         let gains = [Some(3.0), None, Some(-1.0), Some(7.0), Some(5.0)];
