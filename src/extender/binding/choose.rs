@@ -256,16 +256,9 @@ impl Chooser {
                             && r.holder != ask.holder
                     })
                     .collect();
-                let holds = live
-                    .iter()
-                    .filter(|r| {
-                        r.node == device.node
-                            && r.gpu_id == device.id
-                            && r.resident_version == version
-                    })
-                    .map(|r| r.ordinal + 1)
-                    .max()
-                    .unwrap_or(0);
+                // The next ordinal after the other holders' (a retried decision of the same
+                // holder asks for its own key again and keeps it).
+                let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
                 let mut all: Vec<(String, Option<f64>)> = seen;
                 all.extend(held.iter().map(|r| (r.workload.clone(), None)));
                 all.sort_by(|a, b| a.0.cmp(&b.0));
