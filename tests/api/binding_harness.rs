@@ -97,6 +97,62 @@ fn uuid(node: usize, gpu: usize) -> String {
     format!("GPU-{node:04}{gpu:04}-0000-4000-8000-000000000000")
 }
 
+fn node_of(id: &str) -> String {
+    format!("node-{:02}", id[4..8].parse::<usize>().unwrap())
+}
+
+/// HAMi's filter: the fitting devices of each kept node, the most used node first (binpack),
+/// the least used fitting GPU in it (spread); `Err` names why coloc's GPU was refused.
+fn hami_filter(
+    usage: &BTreeMap<String, Usage>,
+    kept: &[String],
+    allowed: Option<&[String]>,
+    pod: &TracePod,
+    choice: Option<&str>,
+) -> Result<(String, String), &'static str> {
+    let fits = |id: &String, u: &Usage| {
+        allowed.is_none_or(|a| a.contains(id))
+            && u.used < SPLIT
+            && DEVMEM - u.mem >= pod.mem
+            && 100 - u.cores >= pod.cores
+    };
+    let node_score = |node: &str| -> u32 {
+        usage
+            .iter()
+            .filter(|(id, _)| node_of(id) == node)
+            .map(|(_, u)| u.mem * 100 / DEVMEM + u.cores)
+            .sum()
+    };
+    let best_node = kept
+        .iter()
+        .filter(|node| {
+            usage
+                .iter()
+                .any(|(id, u)| node_of(id) == **node && fits(id, u))
+        })
+        .max_by_key(|node| (node_score(node), std::cmp::Reverse((*node).clone())));
+    let Some(node) = best_node else {
+        // Why HAMi refused coloc's GPU: HAMi's own accounting, which coloc does not read.
+        return Err(match choice.map(|c| &usage[c]) {
+            Some(u) if u.used >= SPLIT => "unschedulable: the chosen GPU's split count is used up",
+            Some(u) if 100 - u.cores < pod.cores => {
+                "unschedulable: HAMi's cores on the chosen GPU are taken (nvidia.com/gpucores)"
+            }
+            Some(u) if DEVMEM - u.mem < pod.mem => {
+                "unschedulable: HAMi's memory on the chosen GPU is taken"
+            }
+            _ => "unschedulable",
+        });
+    };
+    let gpu = usage
+        .iter()
+        .filter(|(id, u)| node_of(id) == *node && fits(id, u))
+        .min_by_key(|(id, u)| (u.used, u.mem, (*id).clone()))
+        .map(|(id, _)| id.clone())
+        .unwrap();
+    Ok((node.clone(), gpu))
+}
+
 async fn run(app: &TestApp) -> Outcome {
     let addr = app.extender_addr.unwrap();
     for n in 0..NODES {
@@ -112,7 +168,6 @@ async fn run(app: &TestApp) -> Outcome {
     let mut usage: BTreeMap<String, Usage> = (0..NODES)
         .flat_map(|n| (0..GPUS).map(move |g| (uuid(n, g), Usage::default())))
         .collect();
-    let node_of = |id: &str| format!("node-{:02}", id[4..8].parse::<usize>().unwrap());
     let pods = trace();
     // (time, departure?, pod index): departures first at equal times.
     let mut events: Vec<(u64, bool, usize)> = pods
@@ -173,52 +228,15 @@ async fn run(app: &TestApp) -> Outcome {
             .iter()
             .map(|n| n.as_str().unwrap().to_string())
             .collect();
-        // HAMi's filter: the fitting devices of each kept node, the most used node first
-        // (binpack), the least used fitting GPU in it (spread).
-        let fits = |id: &String, u: &Usage| {
-            allowed.as_ref().is_none_or(|a| a.contains(id))
-                && u.used < SPLIT
-                && DEVMEM - u.mem >= pod.mem
-                && 100 - u.cores >= pod.cores
-        };
-        let node_score = |node: &str| -> u32 {
-            usage
-                .iter()
-                .filter(|(id, _)| node_of(id) == node)
-                .map(|(_, u)| u.mem * 100 / DEVMEM + u.cores)
-                .sum()
-        };
-        let best_node = kept
-            .iter()
-            .filter(|node| {
-                usage
-                    .iter()
-                    .any(|(id, u)| node_of(id) == **node && fits(id, u))
-            })
-            .max_by_key(|node| (node_score(node), std::cmp::Reverse((*node).clone())));
-        let Some(node) = best_node else {
-            // Why HAMi refused coloc's GPU: HAMi's own accounting, which coloc does not read.
-            let cause = match choice.as_ref().map(|c| &usage[c]) {
-                Some(u) if u.used >= SPLIT => {
-                    "unschedulable: the chosen GPU's split count is used up"
+        let (node, gpu) =
+            match hami_filter(&usage, &kept, allowed.as_deref(), pod, choice.as_deref()) {
+                Ok(found) => found,
+                Err(cause) => {
+                    *outcome.misses.entry(cause).or_default() += 1;
+                    continue;
                 }
-                Some(u) if 100 - u.cores < pod.cores => {
-                    "unschedulable: HAMi's cores on the chosen GPU are taken (nvidia.com/gpucores)"
-                }
-                Some(u) if DEVMEM - u.mem < pod.mem => {
-                    "unschedulable: HAMi's memory on the chosen GPU is taken"
-                }
-                _ => "unschedulable",
             };
-            *outcome.misses.entry(cause).or_default() += 1;
-            continue;
-        };
-        let gpu = usage
-            .iter()
-            .filter(|(id, u)| node_of(id) == *node && fits(id, u))
-            .min_by_key(|(id, u)| (u.used, u.mem, (*id).clone()))
-            .map(|(id, _)| id.clone())
-            .unwrap();
+        let node = &node;
         let u = usage.get_mut(&gpu).unwrap();
         u.used += 1;
         u.mem += pod.mem;

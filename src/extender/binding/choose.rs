@@ -239,6 +239,14 @@ impl Chooser {
             slots: Vec::new(),
         };
         let mut index: HashMap<String, usize> = HashMap::new();
+        // The live holds by GPU (a few per GPU at most; looked up once per GPU).
+        let mut holds_on: HashMap<(&str, &str), Vec<&Reservation>> = HashMap::new();
+        for hold in live {
+            holds_on
+                .entry((hold.node.as_str(), hold.gpu_id.as_str()))
+                .or_default()
+                .push(hold);
+        }
         let candidates = devices
             .iter()
             .map(|device| {
@@ -247,25 +255,16 @@ impl Chooser {
                     .cloned()
                     .unwrap_or_default();
                 let version = resident_version(&seen);
-                let held: Vec<&Reservation> = live
-                    .iter()
-                    .filter(|r| {
-                        r.node == device.node
-                            && r.gpu_id == device.id
-                            && r.resident_version == version
-                            && r.holder != ask.holder
-                    })
+                let held: Vec<&Reservation> = holds_on
+                    .get(&(device.node.as_str(), device.id.as_str()))
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r.resident_version == version && r.holder != ask.holder)
+                    .copied()
                     .collect();
-                let holds = live
-                    .iter()
-                    .filter(|r| {
-                        r.node == device.node
-                            && r.gpu_id == device.id
-                            && r.resident_version == version
-                    })
-                    .map(|r| r.ordinal + 1)
-                    .max()
-                    .unwrap_or(0);
+                // The next ordinal after the other holders' (a retried decision of the same
+                // holder asks for its own key again and keeps it).
+                let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
                 let mut all: Vec<(String, Option<f64>)> = seen;
                 all.extend(held.iter().map(|r| (r.workload.clone(), None)));
                 all.sort_by(|a, b| a.0.cmp(&b.0));
