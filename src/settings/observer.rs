@@ -190,7 +190,9 @@ mod tests {
             "observer.guard_secs"
         );
         assert_eq!(
-            invalid_key(&format!("{on}[observer.prometheus]\nurl = \"prometheus:9090\"\n")),
+            invalid_key(&format!(
+                "{on}[observer.prometheus]\nurl = \"prometheus:9090\"\n"
+            )),
             "observer.prometheus.url"
         );
         assert_eq!(
