@@ -1,6 +1,8 @@
 //! Prometheus metrics (the prometheus crate) on their own small HTTP endpoint,
 //! `GET /metrics` on `metrics.listen`. RPC counts and latencies are recorded as requests
-//! pass; the state of the queue, the models and the store is read when scraped. The
+//! pass; the state of the queue, the models and the store is read when scraped; collectors
+//! kept elsewhere (the observer's) are registered by `startup`. One more route may share the
+//! listener ([`ExtraRoute`]: the observer's push endpoint), with no import of its owner. The
 //! scheduler extender's HTTP endpoint (and the admission webhook served beside it) counts
 //! its calls, latencies and neutral answers in the same registry ([`ExtenderMetrics`]).
 

@@ -165,6 +165,10 @@ impl Observer {
                 formed,
             });
         }
+        if self.feed.is_some() {
+            // The service's own recorder: what is formed is not needed again.
+            self.timeline.forget_through(self.cursor_ms);
+        }
         Ok(outcomes)
     }
 

@@ -203,6 +203,28 @@ mod tests {
     }
 
     #[test]
+    fn the_pods_own_query_comes_first_then_its_workloads_then_the_default() {
+        let source = PrometheusSource::new(PrometheusSettings {
+            default_query: "default".into(),
+            queries: [("bert".to_string(), "bert's".to_string())].into(),
+            ..PrometheusSettings::default()
+        });
+        let mut pod = Pod {
+            uid: "u".into(),
+            workload: "bert".into(),
+            name: String::new(),
+            query: Some("the pod's".into()),
+        };
+        assert_eq!(source.template(&pod), Some("the pod's"));
+        pod.query = None;
+        assert_eq!(source.template(&pod), Some("bert's"));
+        pod.workload = "vit".into();
+        assert_eq!(source.template(&pod), Some("default"));
+        let none = PrometheusSource::new(PrometheusSettings::default());
+        assert_eq!(none.template(&pod), None);
+    }
+
+    #[test]
     fn the_answer_shapes_of_prometheus_are_read() {
         let one = br#"{"status":"success","data":{"resultType":"matrix","result":[
             {"metric":{"pod":"a"},"values":[[1700000000.5,"12.5"],[1700000001,"NaN"]]}]}}"#;

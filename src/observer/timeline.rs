@@ -51,6 +51,10 @@ pub trait Timeline: Send + Sync {
     /// The segments that closed after `after_end_ms` and at or before `until_ms`, oldest
     /// end first.
     fn closed_segments(&self, after_end_ms: i64, until_ms: i64) -> Vec<Segment>;
+
+    /// The observer formed every segment that closed at or before `end_ms`: a timeline
+    /// kept in memory may let them go.
+    fn forget_through(&self, _end_ms: i64) {}
 }
 
 /// Closed segments kept at most (the oldest go first).
@@ -176,6 +180,14 @@ impl Timeline for Recorder {
             .collect();
         segments.sort_by_key(|s| s.end_ms);
         segments
+    }
+
+    fn forget_through(&self, end_ms: i64) {
+        self.inner
+            .lock()
+            .unpoisoned()
+            .closed
+            .retain(|s| s.end_ms > end_ms);
     }
 }
 

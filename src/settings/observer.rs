@@ -155,3 +155,50 @@ impl Settings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::settings::{Settings, SettingsError, SettingsSources};
+
+    fn load(toml: &str) -> Result<Settings, SettingsError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coloc.toml");
+        std::fs::write(&path, toml).unwrap();
+        Settings::load(SettingsSources {
+            file: Some(&path),
+            environment: Some(Default::default()),
+            overrides: Vec::new(),
+        })
+    }
+
+    fn invalid_key(toml: &str) -> &'static str {
+        match load(toml) {
+            Err(SettingsError::Invalid { key, .. }) => key,
+            other => panic!("{toml}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_observer_is_off_by_default_and_its_settings_are_checked_when_on() {
+        let defaults = load("").unwrap().observer;
+        assert!(defaults.sources.is_empty());
+        assert_eq!((defaults.min_window_secs, defaults.guard_secs), (300, 60));
+        let on = "[observer]\nsources = [\"prometheus\", \"push\"]\n";
+        assert_eq!(load(on).unwrap().observer.sources.len(), 2);
+        assert_eq!(
+            invalid_key(&format!("{on}min_window_secs = 120\n")),
+            "observer.guard_secs"
+        );
+        assert_eq!(
+            invalid_key(&format!(
+                "{on}[observer.prometheus]\nurl = \"prometheus:9090\"\n"
+            )),
+            "observer.prometheus.url"
+        );
+        assert_eq!(
+            invalid_key("[metrics]\nlisten = \"\"\n[observer]\nsources = [\"push\"]\n"),
+            "observer.sources"
+        );
+        assert!(load("[observer]\nsources = [\"carrier-pigeon\"]\n").is_err());
+    }
+}
