@@ -17,12 +17,16 @@
 //!   (`lease.rs`).
 //! - **Commits.** [`Db::commit`] is where the fault switch (`fault.rs`) fails a commit.
 //! - **Connections.** SQLite: WAL, synchronous FULL, foreign keys, a 5 s busy timeout, the
-//!   file created when missing. PostgreSQL: a short acquire timeout, so that a lost server
+//!   file created when missing (by one connection of SQLite's own before the pool opens). PostgreSQL: a short acquire timeout, so that a lost server
 //!   fails writes within seconds instead of holding callers for the pool's default 30 s.
 
 use std::time::Duration;
 
-use sqlx::{any::AnyPoolOptions, Any, AnyPool, Encode, Transaction};
+use sqlx::{
+    any::AnyPoolOptions,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
+    Any, AnyPool, Encode, Transaction,
+};
 
 use super::fault::FaultSwitch;
 
@@ -194,27 +198,35 @@ pub(super) async fn connect(
         }
         Engine::Sqlite => {
             let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            if !in_memory {
+                // One connection of SQLite's own first: it creates the file when missing and
+                // turns WAL on (a setting of the file, kept), and a file that is no database
+                // fails here, at once, rather than in the pool's retries.
+                use sqlx::ConnectOptions;
+                let first = <SqliteConnectOptions as std::str::FromStr>::from_str(url)?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Full)
+                    .connect()
+                    .await?;
+                sqlx::Connection::close(first).await?;
+            }
             // An in-memory database lives in one connection; more would each see an empty one.
             let max_connections = if in_memory { 1 } else { 4 };
             options
                 .max_connections(max_connections)
-                .after_connect(move |connection, _| {
+                .after_connect(|connection, _| {
                     Box::pin(async move {
                         // FULL: an acknowledged write survives a power cut, not only a
-                        // process crash. Foreign keys and the 5 s busy timeout are sqlx's
-                        // defaults for SQLite.
+                        // process crash (a setting of each connection). Foreign keys and
+                        // the 5 s busy timeout are sqlx's defaults for SQLite.
                         sqlx::query("PRAGMA synchronous = FULL")
                             .execute(&mut *connection)
                             .await?;
-                        if !in_memory {
-                            sqlx::query("PRAGMA journal_mode = WAL")
-                                .execute(&mut *connection)
-                                .await?;
-                        }
                         Ok(())
                     })
                 })
-                .connect(&creating(url))
+                .connect(url)
                 .await
         }
     }
@@ -239,15 +251,6 @@ async fn release_check(connection: &mut sqlx::AnyConnection) -> Result<bool, sql
     Ok(true)
 }
 
-/// A SQLite URL that creates its file when missing (`mode=rwc`), unless it names a mode.
-fn creating(url: &str) -> String {
-    if url.contains("mode=") || url.contains(":memory:") {
-        return url.to_string();
-    }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}mode=rwc")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,16 +261,5 @@ mod tests {
         assert_eq!(Engine::of_url("postgresql://h/db"), Engine::Postgres);
         assert_eq!(Engine::of_url("sqlite://./coloc.db"), Engine::Sqlite);
         assert_eq!(Engine::of_url("sqlite::memory:"), Engine::Sqlite);
-    }
-
-    #[test]
-    fn a_sqlite_url_creates_its_file_unless_it_names_a_mode() {
-        assert_eq!(creating("sqlite://a.db"), "sqlite://a.db?mode=rwc");
-        assert_eq!(
-            creating("sqlite://a.db?cache=shared"),
-            "sqlite://a.db?cache=shared&mode=rwc"
-        );
-        assert_eq!(creating("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
-        assert_eq!(creating("sqlite::memory:"), "sqlite::memory:");
     }
 }

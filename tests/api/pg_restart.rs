@@ -179,11 +179,83 @@ async fn advisor_health(app: &TestApp) -> ServingStatus {
         .status()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under_load() {
+/// Report streams at full speed: what each acknowledged (run number, id) and refused
+/// (run number, code), until `stop`.
+struct Load {
+    acknowledged: Arc<Mutex<HashSet<(u64, u64)>>>,
+    refused: Arc<Mutex<Vec<(u64, Code)>>>,
+    stop: Arc<AtomicBool>,
+    reporters: Vec<tokio::task::JoinHandle<()>>,
+}
+
+const REPORTERS: u64 = 8;
+
+impl Load {
+    fn start(app: &TestApp) -> Self {
+        let acknowledged = Arc::new(Mutex::new(HashSet::new()));
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut reporters = Vec::new();
+        for reporter in 0..REPORTERS {
+            let mut client = app.client.clone();
+            let (acknowledged, refused, stop) =
+                (acknowledged.clone(), refused.clone(), stop.clone());
+            reporters.push(tokio::spawn(async move {
+                let mut n = reporter;
+                while !stop.load(Ordering::Relaxed) {
+                    match client.report_colocation(report(n)).await {
+                        Ok(answer) => {
+                            let answer = answer.into_inner();
+                            assert!(answer.created, "run {n} was stored before");
+                            acknowledged
+                                .lock()
+                                .unwrap()
+                                .insert((n, answer.observation_id));
+                        }
+                        Err(status) => {
+                            refused.lock().unwrap().push((n, status.code()));
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                    // A refused run is never retried under its number.
+                    n += REPORTERS;
+                }
+            }));
+        }
+        Self {
+            acknowledged,
+            refused,
+            stop,
+            reporters,
+        }
+    }
+
+    fn acknowledged(&self) -> usize {
+        self.acknowledged.lock().unwrap().len()
+    }
+
+    fn refused(&self) -> usize {
+        self.refused.lock().unwrap().len()
+    }
+
+    /// Stops the streams: (acknowledged, refused).
+    async fn finish(self) -> (HashSet<(u64, u64)>, Vec<(u64, Code)>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for reporter in self.reporters {
+            reporter.await.unwrap();
+        }
+        let acknowledged = self.acknowledged.lock().unwrap().clone();
+        let refused = self.refused.lock().unwrap().clone();
+        (acknowledged, refused)
+    }
+}
+
+/// The test's server, with an empty `coloc` database, and a service on it with workloads
+/// a and b.
+async fn server_and_app() -> Option<(Arc<OwnServer>, TestApp, String)> {
     let Some(server) = tokio::task::spawn_blocking(OwnServer::init).await.unwrap() else {
         unavailable("no PostgreSQL server programs under /usr/lib/postgresql/*/bin");
-        return;
+        return None;
     };
     let mut admin = crate::store_url::connect(&server.url("postgres")).await;
     sqlx::query("CREATE DATABASE coloc")
@@ -200,102 +272,17 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
             .await
             .unwrap();
     }
-    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
-    let refused = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut reporters = Vec::new();
-    const REPORTERS: u64 = 8;
-    for reporter in 0..REPORTERS {
-        let mut client = app.client.clone();
-        let (acknowledged, refused, stop) = (acknowledged.clone(), refused.clone(), stop.clone());
-        reporters.push(tokio::spawn(async move {
-            let mut n = reporter;
-            while !stop.load(Ordering::Relaxed) {
-                match client.report_colocation(report(n)).await {
-                    Ok(answer) => {
-                        let answer = answer.into_inner();
-                        assert!(answer.created, "run {n} was stored before");
-                        acknowledged
-                            .lock()
-                            .unwrap()
-                            .insert((n, answer.observation_id));
-                    }
-                    Err(status) => {
-                        refused.lock().unwrap().push((n, status.code()));
-                        // A refused run is never retried under its number: a later one
-                        // must not find it stored.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-                n += REPORTERS;
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !acknowledged.lock().unwrap().is_empty(),
-        "no report stored before the fault"
-    );
+    Some((Arc::new(server), app, url))
+}
 
-    // The server goes away for 2 s.
-    let server = Arc::new(server);
-    let stopping = server.clone();
-    tokio::task::spawn_blocking(move || stopping.stop())
-        .await
-        .unwrap();
-    let down = Instant::now();
-    let mut saw_not_serving = false;
-    while down.elapsed() < Duration::from_secs(2) {
-        saw_not_serving |= advisor_health(&app).await == ServingStatus::NotServing;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let refused_while_down = refused.lock().unwrap().len();
-    let acknowledged_while_down = acknowledged.lock().unwrap().len();
-    let starting = server.clone();
-    tokio::task::spawn_blocking(move || starting.start())
-        .await
-        .unwrap();
-    let back = Instant::now();
-
-    // Writes succeed again by themselves, within 5 s, and health follows.
-    loop {
-        if acknowledged.lock().unwrap().len() >= acknowledged_while_down + 50
-            && advisor_health(&app).await == ServingStatus::Serving
-        {
-            break;
-        }
-        assert!(
-            back.elapsed() < Duration::from_secs(5),
-            "writes did not recover within 5 s of the server's return ({} refused so far)",
-            refused.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let recovered_in = back.elapsed();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    for reporter in reporters {
-        reporter.await.unwrap();
-    }
-    assert!(
-        saw_not_serving,
-        "health stayed SERVING while the server was down"
-    );
-    assert!(refused_while_down > 0, "the lost server refused no report");
-    let refused = refused.lock().unwrap().clone();
-    let other: Vec<_> = refused
-        .iter()
-        .filter(|(_, code)| *code != Code::Unavailable)
-        .take(5)
-        .collect();
-    assert!(
-        other.is_empty(),
-        "refusals other than UNAVAILABLE: {other:?}"
-    );
-
-    // Every acknowledged report is stored, once, whole; no refused one is.
-    let acknowledged = acknowledged.lock().unwrap().clone();
-    let mut connection = crate::store_url::connect(&url).await;
+/// Every acknowledged report is in the database at `url`, whole; the number of refused
+/// runs found stored anyway (a commit whose answer the lost server never sent).
+async fn check_stored(
+    url: &str,
+    acknowledged: &HashSet<(u64, u64)>,
+    refused: &[(u64, Code)],
+) -> usize {
+    let mut connection = crate::store_url::connect(url).await;
     let stored: Vec<(i64, f64)> = sqlx::query_as(
         "SELECT observation_id, throughput FROM observation_members WHERE job_id <> ''",
     )
@@ -308,20 +295,6 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
         .collect();
     let missing: Vec<_> = acknowledged.difference(&stored).take(5).collect();
     assert!(missing.is_empty(), "acknowledged reports lost: {missing:?}");
-    let refused_runs: HashSet<u64> = refused.iter().map(|(n, _)| *n).collect();
-    let stored_refused: Vec<_> = stored
-        .iter()
-        .filter(|(n, _)| refused_runs.contains(n))
-        .take(5)
-        .collect();
-    eprintln!(
-        "PostgreSQL restart: {} reports acknowledged, {} refused (all UNAVAILABLE), \
-         writes back {:.2} s after the server, {} refused runs found stored anyway",
-        acknowledged.len(),
-        refused.len(),
-        recovered_in.as_secs_f64(),
-        stored_refused.len()
-    );
     let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM observation_members")
         .fetch_one(&mut connection)
         .await
@@ -331,6 +304,81 @@ async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under
         .await
         .unwrap();
     assert_eq!(members, 2 * runs, "a run was half written");
-    drop(connection);
+    let refused_runs: HashSet<u64> = refused.iter().map(|(n, _)| *n).collect();
+    stored
+        .iter()
+        .filter(|(n, _)| refused_runs.contains(n))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_recover_by_themselves_after_the_postgresql_server_restarts_under_load() {
+    let Some((server, app, url)) = server_and_app().await else {
+        return;
+    };
+    let load = Load::start(&app);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(load.acknowledged() > 0, "no report stored before the fault");
+
+    // The server goes away for 2 s.
+    let stopping = server.clone();
+    tokio::task::spawn_blocking(move || stopping.stop())
+        .await
+        .unwrap();
+    let down = Instant::now();
+    let mut saw_not_serving = false;
+    while down.elapsed() < Duration::from_secs(2) {
+        saw_not_serving |= advisor_health(&app).await == ServingStatus::NotServing;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused_while_down = load.refused();
+    let acknowledged_while_down = load.acknowledged();
+    let starting = server.clone();
+    tokio::task::spawn_blocking(move || starting.start())
+        .await
+        .unwrap();
+    let back = Instant::now();
+
+    // Writes succeed again by themselves, within 5 s, and health follows.
+    loop {
+        if load.acknowledged() >= acknowledged_while_down + 50
+            && advisor_health(&app).await == ServingStatus::Serving
+        {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "writes did not recover within 5 s of the server's return ({} refused so far)",
+            load.refused()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let recovered_in = back.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (acknowledged, refused) = load.finish().await;
+    assert!(
+        saw_not_serving,
+        "health stayed SERVING while the server was down"
+    );
+    assert!(refused_while_down > 0, "the lost server refused no report");
+    let other: Vec<_> = refused
+        .iter()
+        .filter(|(_, code)| *code != Code::Unavailable)
+        .take(5)
+        .collect();
+    assert!(
+        other.is_empty(),
+        "refusals other than UNAVAILABLE: {other:?}"
+    );
+
+    // Every acknowledged report is stored, once, whole.
+    let stored_refused = check_stored(&url, &acknowledged, &refused).await;
+    eprintln!(
+        "PostgreSQL restart: {} reports acknowledged, {} refused (all UNAVAILABLE), \
+         writes back {:.2} s after the server, {stored_refused} refused runs found stored anyway",
+        acknowledged.len(),
+        refused.len(),
+        recovered_in.as_secs_f64(),
+    );
     app.stop().await;
 }

@@ -183,7 +183,12 @@ async fn start_in_process(
     };
     setup(
         "store",
-        if args.postgres.is_some() { "postgres" } else { "sqlite" }.into(),
+        if args.postgres.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+        .into(),
     );
     if !seeded {
         let started = Instant::now();
