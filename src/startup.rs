@@ -37,7 +37,7 @@ use crate::{
         LeaderSettings, ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings,
         SettingsError, TrainerSettings, MIN_TRAINING_RUNS,
     },
-    store::{lease::fenced, DatabaseLock, Store},
+    store::{engine::Engine, lease::fenced, DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
     worker::{
@@ -105,6 +105,12 @@ impl App {
             .map_err(anyhow::Error::new)
             .map_err(|e| explain_damage(e, &settings.database.url))
             .context("cannot open the database")?;
+        // One server on a SQLite file: the jobs its worker left running when it last stopped
+        // are put back before it serves (with replicas on PostgreSQL, each new leader does
+        // it before its worker starts: `leader_tasks`).
+        if Engine::of_url(&settings.database.url) == Engine::Sqlite {
+            requeue_cut_off_jobs(&store).await;
+        }
         let advisor = Arc::new(
             Advisor::load(store.clone(), options)
                 .await
@@ -458,6 +464,9 @@ impl App {
         let observer = self.observer.take();
         let sweeper = LeaseSweeper::new(self.advisor.clone());
         let store = self.store.clone();
+        // On SQLite the one server put them back before it served (`App::build`); a later
+        // term there must not take back a job claimed in process meanwhile.
+        let shared = store.engine() == Engine::Postgres;
         Arc::new(move |fence| {
             let worker = worker.as_ref().map(|worker| {
                 let (worker, store, fence) = (worker.fresh(), store.clone(), fence.clone());
@@ -465,7 +474,9 @@ impl App {
                     spawn_owned(
                         "profiling worker",
                         fenced(fence, async move {
-                            requeue_cut_off_jobs(&store).await;
+                            if shared {
+                                requeue_cut_off_jobs(&store).await;
+                            }
                             worker.run(stop).await
                         }),
                     )
@@ -482,9 +493,21 @@ impl App {
             });
             // Jobs whose agent stopped renewing go back to the queue without waiting for
             // a claim.
+            // Without a worker here, the sweeper puts the cut-off jobs back.
+            let requeue_here = shared && worker.is_none();
             let sweeper = {
-                let (sweeper, fence) = (sweeper.clone(), fence.clone());
-                move |stop| spawn_owned("lease sweeper", fenced(fence, sweeper.run(stop)))
+                let (sweeper, fence, store) = (sweeper.clone(), fence.clone(), store.clone());
+                move |stop| {
+                    spawn_owned(
+                        "lease sweeper",
+                        fenced(fence, async move {
+                            if requeue_here {
+                                requeue_cut_off_jobs(&store).await;
+                            }
+                            sweeper.run(stop).await
+                        }),
+                    )
+                }
             };
             let trainer = trainer.clone().map(|trainer| {
                 let fence = fence.clone();

@@ -165,7 +165,8 @@ pub async fn dump(url: &str) -> String {
     let mut connection = PgConnection::connect(url).await.unwrap();
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT table_name::text FROM information_schema.tables \
-         WHERE table_schema = current_schema() ORDER BY table_name",
+         WHERE table_schema = current_schema() AND table_name <> 'leader_lease' \
+         ORDER BY table_name",
     )
     .fetch_all(&mut connection)
     .await
