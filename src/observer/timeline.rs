@@ -207,7 +207,11 @@ pub fn current_cluster(cluster: &ClusterView) -> Vec<(GpuKey, Option<String>, Ve
                     Some(Pod {
                         uid: resident.id.clone(),
                         workload: resident.workload.clone()?,
-                        name: if is_pod { resident.id.clone() } else { String::new() },
+                        name: if is_pod {
+                            resident.id.clone()
+                        } else {
+                            String::new()
+                        },
                         query: resident.throughput_query.clone(),
                     })
                 })
