@@ -39,7 +39,8 @@
 //!   the cluster watcher, the agents' PodResources reports and AssignJob / ReleaseJob.
 //! - `profiler`: measuring a workload alone (process runner, NVML sampler, Nsight Compute
 //!   parser, backends, calibration).
-//! - `store`: SQLite access (migrations, workloads, profiles, runs, models, jobs, occupancy).
+//! - `store`: SQLite or PostgreSQL access (migrations, workloads, profiles, runs, models,
+//!   jobs, occupancy).
 //! - `dataset`: KACE-format files read into domain values (import, eval, replay, benches).
 //! - `model`: features and model kinds, fitting and scoring.
 //! - Leaves: `tokens` (bearer tokens and roles, shared by gRPC auth and the extender),
