@@ -346,16 +346,25 @@ fn leader_settings_are_checked() {
     ])
     .unwrap();
     assert_eq!(
-        (settings.leader.lease_ttl_ms, settings.leader.renew_interval_ms),
+        (
+            settings.leader.lease_ttl_ms,
+            settings.leader.renew_interval_ms
+        ),
         (3000, 1500)
     );
     for (pairs, key) in [
-        (&[("COLOC__LEADER__LEASE_TTL_MS", "500")][..], "leader.lease_ttl_ms"),
+        (
+            &[("COLOC__LEADER__LEASE_TTL_MS", "500")][..],
+            "leader.lease_ttl_ms",
+        ),
         (
             &[("COLOC__LEADER__RENEW_INTERVAL_MS", "6000")][..],
             "leader.renew_interval_ms",
         ),
-        (&[("COLOC__LEADER__MODEL_POLL_MS", "0")][..], "leader.model_poll_ms"),
+        (
+            &[("COLOC__LEADER__MODEL_POLL_MS", "0")][..],
+            "leader.model_poll_ms",
+        ),
     ] {
         let error = load(pairs).unwrap_err();
         assert!(error.to_string().contains(key), "{pairs:?}: {error}");
