@@ -105,18 +105,24 @@ impl App {
             .map_err(anyhow::Error::new)
             .map_err(|e| explain_damage(e, &settings.database.url))
             .context("cannot open the database")?;
-        // One server on a SQLite file: the jobs its worker left running when it last stopped
-        // are put back before it serves (with replicas on PostgreSQL, each new leader does
-        // it before its worker starts: `leader_tasks`).
-        if Engine::of_url(&settings.database.url) == Engine::Sqlite {
-            requeue_cut_off_jobs(&store).await;
-        }
         let advisor = Arc::new(
             Advisor::load(store.clone(), options)
                 .await
                 .map_err(|e| explain_damage(e, &settings.database.url))
                 .context("cannot load profiles and models from the database")?,
         );
+        // One server on a SQLite file: the jobs its worker left running when it last stopped
+        // are put back before it serves (with replicas on PostgreSQL, each new leader does
+        // it before its worker starts: `leader_tasks`).
+        if store.engine() == Engine::Sqlite {
+            let requeued = store.requeue_running_jobs(now_ms()).await?;
+            if requeued > 0 {
+                tracing::warn!(
+                    requeued,
+                    "profiling jobs cut off by the last stop are pending again"
+                );
+            }
+        }
         let backend =
             Backend::from_settings(&settings.profiler).context("cannot set up the profiler")?;
         let worker = match backend {

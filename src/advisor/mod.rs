@@ -117,6 +117,10 @@ pub struct Advisor {
     drift: tokio::sync::Notify,
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
+    /// How many times a model was published here (`publish`), held while publishing: the
+    /// follower of the store's champions (`follow.rs`) publishes only when nothing else
+    /// did since it read the store, so a stale read never replaces a newer pin.
+    publications: std::sync::Mutex<u64>,
     default_gpu: Option<GpuName>,
     default_kind: ModelKind,
     /// Serialises catalog writers so that memory changes in the order the store committed.
@@ -187,6 +191,7 @@ impl Advisor {
             drift: tokio::sync::Notify::new(),
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
+            publications: std::sync::Mutex::new(0),
             default_gpu,
             default_kind,
             catalog_writer: Mutex::new(()),

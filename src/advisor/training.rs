@@ -394,6 +394,13 @@ impl Advisor {
 
     /// Serves `model` for its GPU model from now on; its rolling error starts afresh.
     pub(super) fn publish(&self, gpu: &GpuName, model: Arc<StoredModel>) {
+        let mut publications = self.publications.lock().unpoisoned();
+        *publications += 1;
+        self.publish_held(gpu, model);
+    }
+
+    /// [`Self::publish`] for a caller that holds `publications`.
+    pub(super) fn publish_held(&self, gpu: &GpuName, model: Arc<StoredModel>) {
         self.rolling_errors.lock().unpoisoned().insert(
             gpu.clone(),
             RollingError {
