@@ -181,10 +181,20 @@ async fn a_job_running_when_the_process_died_is_pending_again_after_a_restart() 
     let dir = app.stop().await;
 
     let restarted = spawn_app_with_config(dir, &config("")).await;
-    assert_eq!(
-        restarted.advisor.store().job_counts().await.unwrap(),
-        (1, 0, 0, 0)
-    );
+    // The job goes back to the queue when the restarted server takes the leader's lease and
+    // starts its worker (src/startup.rs, `leader_tasks`): waited for, within 20 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let counts = restarted.advisor.store().job_counts().await.unwrap();
+        if counts == (1, 0, 0, 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job is not pending again 20 s after the restart: {counts:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let outcome = nvml_worker(&restarted, &fake_ncu(), 3)
         .run_once(&CancellationToken::new())
         .await
