@@ -137,18 +137,23 @@ fn the_readme_walk_through_runs_top_to_bottom_on_one_throwaway_store() {
                     server.is_none(),
                     "README starts a second server on the same store"
                 );
+                // The server's log goes to a file, shown if it never serves.
+                let log_path = store.path().join("serve.log");
+                let log = std::fs::File::create(&log_path).unwrap();
                 let child = coloc()
                     .args(args)
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stderr(log)
                     .spawn()
                     .unwrap();
                 server = Some(Server(child));
                 let started = Instant::now();
+                // Generous: under the whole suite on two cores, startup has taken over 60 s.
                 while !coloc().arg("health").output().unwrap().status.success() {
                     assert!(
-                        started.elapsed() < Duration::from_secs(60),
-                        "serve never served"
+                        started.elapsed() < Duration::from_secs(180),
+                        "serve never served; its log:\n{}",
+                        std::fs::read_to_string(&log_path).unwrap_or_default()
                     );
                     std::thread::sleep(Duration::from_millis(100));
                 }
