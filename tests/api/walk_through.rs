@@ -137,7 +137,6 @@ fn the_readme_walk_through_runs_top_to_bottom_on_one_throwaway_store() {
                     server.is_none(),
                     "README starts a second server on the same store"
                 );
-                // The server's log goes to a file, shown if it never serves.
                 let log_path = store.path().join("serve.log");
                 let log = std::fs::File::create(&log_path).unwrap();
                 let child = coloc()
@@ -148,7 +147,7 @@ fn the_readme_walk_through_runs_top_to_bottom_on_one_throwaway_store() {
                     .unwrap();
                 server = Some(Server(child));
                 let started = Instant::now();
-                // Generous: under the whole suite on two cores, startup has taken over 60 s.
+                // Generous: under the whole suite on two cores, serving took over 60 s once.
                 while !coloc().arg("health").output().unwrap().status.success() {
                     assert!(
                         started.elapsed() < Duration::from_secs(180),
