@@ -260,6 +260,45 @@ async fn leader_index(
     }
 }
 
+/// Pauses the leader `paused` (SIGSTOP) until another replica than it and `earlier` leads
+/// (within 15 s), resumes it, and waits (10 s) for it to say its leadership ended. Returns
+/// the new leader and its token.
+async fn pause_until_replaced(
+    url: &str,
+    replicas: &[Replica],
+    paused: usize,
+    paused_token: i64,
+    earlier: usize,
+) -> (usize, i64) {
+    replicas[paused].signal(Signal::SIGSTOP);
+    let paused_at = Instant::now();
+    let (next, next_token) =
+        leader_index(url, replicas, paused_token, Duration::from_secs(15)).await;
+    eprintln!(
+        "leader {paused} paused; replica {next} leads (token {next_token}) after {:?}",
+        paused_at.elapsed()
+    );
+    assert!(next != paused && next != earlier);
+    replicas[paused].signal(Signal::SIGCONT);
+    let resumed = Instant::now();
+    loop {
+        let log = replicas[paused].log();
+        if log.contains("leadership ends") {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "the resumed leader kept leading:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "the paused leader stopped its tasks {:?} after it resumed",
+        resumed.elapsed()
+    );
+    (next, next_token)
+}
+
 /// The model version a replica's Rank answers with.
 async fn served_version(replica: &Replica) -> Option<u64> {
     let mut client = replica.client().await?;
@@ -406,32 +445,8 @@ async fn three_replicas_one_leader_one_model() {
     );
 
     // The new leader paused past its lease: a third takes over; resumed, it stops leading.
-    replicas[second].signal(Signal::SIGSTOP);
-    let paused_at = Instant::now();
     let (third, third_token) =
-        leader_index(&url, &replicas, second_token, Duration::from_secs(15)).await;
-    eprintln!(
-        "leader {second} paused; replica {third} leads (token {third_token}) after {:?}",
-        paused_at.elapsed()
-    );
-    assert!(third != second && third != first);
-    replicas[second].signal(Signal::SIGCONT);
-    let resumed = Instant::now();
-    loop {
-        let log = replicas[second].log();
-        if log.contains("leadership ends") {
-            break;
-        }
-        assert!(
-            resumed.elapsed() < Duration::from_secs(10),
-            "the resumed leader kept leading:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!(
-        "the paused leader stopped its tasks {:?} after it resumed",
-        resumed.elapsed()
-    );
+        pause_until_replaced(&url, &replicas, second, second_token, first).await;
     assert_eq!(
         lease(&url).await.unwrap().1,
         third_token,
@@ -482,32 +497,8 @@ async fn a_killed_or_paused_leader_is_replaced() {
     assert_ne!(second, first);
     assert_eq!(second_token, first_token + 1);
 
-    replicas[second].signal(Signal::SIGSTOP);
-    let paused_at = Instant::now();
     let (third, third_token) =
-        leader_index(&url, &replicas, second_token, Duration::from_secs(15)).await;
-    eprintln!(
-        "leader {second} paused; replica {third} leads (token {third_token}) after {:?}",
-        paused_at.elapsed()
-    );
-    assert!(third != second && third != first);
-    replicas[second].signal(Signal::SIGCONT);
-    let resumed = Instant::now();
-    loop {
-        let log = replicas[second].log();
-        if log.contains("leadership ends") {
-            break;
-        }
-        assert!(
-            resumed.elapsed() < Duration::from_secs(10),
-            "the resumed leader kept leading:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!(
-        "the paused leader stopped its tasks {:?} after it resumed",
-        resumed.elapsed()
-    );
+        pause_until_replaced(&url, &replicas, second, second_token, first).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         lease(&url).await.unwrap(),
