@@ -445,8 +445,7 @@ async fn three_replicas_one_leader_one_model() {
     );
 
     // The new leader paused past its lease: a third takes over; resumed, it stops leading.
-    let (_, third_token) =
-        pause_until_replaced(&url, &replicas, second, second_token, first).await;
+    let (_, third_token) = pause_until_replaced(&url, &replicas, second, second_token, first).await;
     assert_eq!(
         lease(&url).await.unwrap().1,
         third_token,
