@@ -24,7 +24,7 @@ use crate::{
     operations::{scrape, value},
 };
 
-fn report(n: u64) -> pb::ReportColocationRequest {
+pub fn report(n: u64) -> pb::ReportColocationRequest {
     pb::ReportColocationRequest {
         gpu: GPU.into(),
         gpu_id: String::new(),

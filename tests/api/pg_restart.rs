@@ -18,15 +18,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use coloc::proto as pb;
 use tonic::Code;
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
 };
 
 use crate::{
-    faults::unavailable,
-    helpers::{free_port, profile, register_request, spawn_app_on, TestApp, GPU},
+    faults::{report, unavailable},
+    helpers::{free_port, profile, register_request, spawn_app_on, TestApp},
 };
 
 /// The newest installed PostgreSQL's server programs.
@@ -142,29 +141,6 @@ fn command(bin: &Path, program: &str, as_postgres: bool) -> Command {
         command
     } else {
         Command::new(path)
-    }
-}
-
-fn report(n: u64) -> pb::ReportColocationRequest {
-    pb::ReportColocationRequest {
-        gpu: GPU.into(),
-        gpu_id: String::new(),
-        members: vec![
-            pb::ColocatedMember {
-                workload: "a".into(),
-                throughput: 1.0 + n as f64,
-                job_id: format!("job-{n}"),
-            },
-            pb::ColocatedMember {
-                workload: "b".into(),
-                throughput: 2.0,
-                job_id: String::new(),
-            },
-        ],
-        observed_at: Some(prost_types::Timestamp {
-            seconds: 1_750_000_000,
-            nanos: 0,
-        }),
     }
 }
 
