@@ -421,6 +421,13 @@ impl App {
             (&self.leader).into(),
             leader_tasks,
         );
+        if let Some(metrics) = &metrics {
+            for collector in elector.collectors() {
+                if let Err(error) = metrics.register(collector) {
+                    tracing::error!(%error, "metrics: the leadership gauges cannot be registered");
+                }
+            }
+        }
         let follower = {
             let (advisor, every) = (
                 self.advisor.clone(),

@@ -240,6 +240,59 @@ impl Catalog {
         }
     }
 
+    /// Whether the catalog holds exactly these profiles for the workload (as
+    /// [`Catalog::put_workload`] would leave it).
+    pub fn holds(&self, name: &WorkloadName, profiles: &[Profile]) -> bool {
+        if !self.workloads.contains(name) {
+            return false;
+        }
+        let profiled_on: FastSet<&GpuName> = profiles.iter().map(|p| &p.gpu).collect();
+        let stray = self.gpus.iter().any(|(gpu, table)| {
+            !profiled_on.contains(gpu)
+                && (table.get(name).is_some() || table.lacks_kernel_metrics(name))
+        });
+        !stray
+            && profiles.iter().all(|profile| {
+                let Some(table) = self.gpus.get(&profile.gpu) else {
+                    return false;
+                };
+                if profile.gpu_memory_gb.is_some() && table.memory_gb != profile.gpu_memory_gb {
+                    return false;
+                }
+                if profile.kernel_missing {
+                    return table.lacks_kernel_metrics(name);
+                }
+                table.get(name).is_some_and(|entry| {
+                    entry.features == Features::of(profile)
+                        && &*entry.throughput_unit == profile.system.throughput_unit.as_str()
+                })
+            })
+    }
+
+    /// Makes the catalog hold exactly the stored workloads and profiles: what changed is
+    /// put again, what is gone is removed, the rest is left alone (so set predictions kept
+    /// for unchanged tables stay valid). Returns the workloads put or removed.
+    pub fn sync(&mut self, stored: &[(WorkloadName, Vec<Profile>)]) -> usize {
+        let names: FastSet<&WorkloadName> = stored.iter().map(|(name, _)| name).collect();
+        let gone: Vec<WorkloadName> = self
+            .workloads
+            .iter()
+            .filter(|name| !names.contains(name))
+            .cloned()
+            .collect();
+        for name in &gone {
+            self.remove_workload(name);
+        }
+        let mut changed = gone.len();
+        for (name, profiles) in stored {
+            if !self.holds(name, profiles) {
+                self.put_workload(name, profiles);
+                changed += 1;
+            }
+        }
+        changed
+    }
+
     pub fn remove_workload(&mut self, name: &WorkloadName) {
         self.workloads.remove(name);
         for table in self.gpus.values_mut() {
@@ -283,5 +336,59 @@ mod tests {
         catalog.put_workload(&name("b"), std::slice::from_ref(&profile));
         assert_eq!(snapshot.entries().len(), 1);
         assert_eq!(catalog.gpu(&profile.gpu).unwrap().entries().len(), 2);
+    }
+
+    #[test]
+    fn sync_puts_what_changed_removes_what_is_gone_and_leaves_the_rest() {
+        let mut catalog = Catalog::default();
+        let profile = sample_profile();
+        let mut faster = profile.clone();
+        faster.system.exclusive_throughput *= 2.0;
+        let mut other_gpu = profile.clone();
+        other_gpu.gpu = GpuName::parse("gpu", "H100").unwrap();
+        for n in ["a", "b", "c"] {
+            catalog.put_workload(&name(n), std::slice::from_ref(&profile));
+        }
+        let stored = vec![
+            (name("a"), vec![profile.clone()]),
+            (name("b"), vec![profile.clone()]),
+            (name("c"), vec![profile.clone()]),
+        ];
+        let generation = catalog.gpu(&profile.gpu).unwrap().generation();
+        assert_eq!(catalog.sync(&stored), 0);
+        assert_eq!(
+            catalog.gpu(&profile.gpu).unwrap().generation(),
+            generation,
+            "nothing changed, the table is left alone"
+        );
+        // b re-profiled, c gone, d new and profiled elsewhere too, e pending (no profile).
+        let stored = vec![
+            (name("a"), vec![profile.clone()]),
+            (name("b"), vec![faster.clone()]),
+            (name("d"), vec![profile.clone(), other_gpu.clone()]),
+            (name("e"), vec![]),
+        ];
+        assert_eq!(catalog.sync(&stored), 4);
+        let table = catalog.gpu(&profile.gpu).unwrap();
+        assert_eq!(
+            table.get(&name("b")).unwrap().exclusive(),
+            2.0 * profile.system.exclusive_throughput
+        );
+        assert!(table.get(&name("c")).is_none() && !catalog.contains(&name("c")));
+        assert!(catalog
+            .gpu(&other_gpu.gpu)
+            .unwrap()
+            .get(&name("d"))
+            .is_some());
+        assert!(catalog.contains(&name("e")));
+        assert_eq!(catalog.sync(&stored), 0);
+        // d no longer profiled on the second GPU model.
+        let stored = vec![(name("d"), vec![profile.clone()])];
+        assert_eq!(catalog.sync(&stored), 4, "a, b, e removed; d put");
+        assert!(catalog
+            .gpu(&other_gpu.gpu)
+            .unwrap()
+            .get(&name("d"))
+            .is_none());
     }
 }

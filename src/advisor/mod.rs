@@ -125,6 +125,11 @@ pub struct Advisor {
     default_kind: ModelKind,
     /// Serialises catalog writers so that memory changes in the order the store committed.
     catalog_writer: Mutex<()>,
+    /// The store's catalog version the catalog was last brought up to (`follow`); -1 before.
+    followed_catalog: std::sync::atomic::AtomicI64,
+    /// The newest training run of each GPU model whose runs the catalog's summary was
+    /// read at (`follow`).
+    followed_trainings: std::sync::Mutex<HashMap<GpuName, i64>>,
     /// Serialises training so that versions are published in order.
     trainer: Mutex<()>,
     /// What the advisor did since start-up, for the metrics endpoint.
@@ -195,6 +200,8 @@ impl Advisor {
             default_gpu,
             default_kind,
             catalog_writer: Mutex::new(()),
+            followed_catalog: std::sync::atomic::AtomicI64::new(-1),
+            followed_trainings: std::sync::Mutex::new(HashMap::new()),
             trainer: Mutex::new(()),
             stats: Stats::default(),
             no_profiler_reason,
@@ -204,6 +211,9 @@ impl Advisor {
             policy,
         };
         advisor.load_rolling_errors().await?;
+        // Read before the runs below: a training recorded meanwhile is read again later.
+        let trainings = advisor.store.latest_training_runs().await?;
+        *advisor.followed_trainings.lock().unpoisoned() = trainings.into_iter().collect();
         let gpus: Vec<GpuName> = advisor.models.load().keys().cloned().collect();
         for gpu in gpus {
             let runs = advisor

@@ -1,6 +1,8 @@
 //! Every replica's copy of the champions: reads the store's champion of each GPU model
 //! every `leader.model_poll_ms` and serves it (`Advisor::follow_store_champions`), so a
-//! promotion or pin made on any replica is served by all of them within about one period.
+//! promotion or pin made on any replica is served by all of them within about one period;
+//! the same for workloads and profiles (`Advisor::follow_store_catalog`) and for what the
+//! stored runs say, read again after each training (`Advisor::follow_store_trainings`).
 //! It also keeps the readiness the deploy files probe: the health status of
 //! [`READY_SERVICE`] is SERVING once a champion model is loaded, NOT_SERVING before.
 
@@ -30,11 +32,16 @@ pub async fn run(
             _ = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
-        match advisor.follow_store_champions().await {
+        let followed = async {
+            advisor.follow_store_champions().await?;
+            advisor.follow_store_trainings().await?;
+            advisor.follow_store_catalog().await
+        };
+        match followed.await {
             Ok(_) => failing = false,
             Err(error) if !failing => {
                 failing = true;
-                tracing::warn!(%error, "cannot read the store's champions; trying again");
+                tracing::warn!(%error, "cannot read the store's champions, trainings or catalog; trying again");
             }
             Err(_) => {}
         }

@@ -15,6 +15,9 @@
 //!   promoted model) from the store every `leader.model_poll_ms` and serves it, so that a
 //!   promotion or pin made on any replica reaches all of them.
 //!
+//! Metrics: `coloc_leader` (1 while this replica leads), `coloc_leader_token` (the
+//! fencing token of its term, 0 while it follows) and `coloc_leader_terms_total`.
+//!
 //! On SQLite (one machine, one server) the lease is held by the one server from its first
 //! try; the same SQL path runs.
 
@@ -87,6 +90,46 @@ pub struct Elector {
     tasks: LeaderTasks,
     /// The fence while this replica leads, `None` while it follows.
     leading: watch::Sender<Option<Fence>>,
+    gauges: Gauges,
+}
+
+/// What the metrics endpoint shows of leadership.
+#[derive(Clone)]
+struct Gauges {
+    leading: prometheus::IntGauge,
+    token: prometheus::IntGauge,
+    terms: prometheus::IntCounter,
+}
+
+impl Gauges {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str| {
+            prometheus::IntGauge::new(name, help).expect("a valid metric name")
+        };
+        Self {
+            leading: gauge(
+                "coloc_leader",
+                "1 while this replica holds the leader's lease",
+            ),
+            token: gauge(
+                "coloc_leader_token",
+                "The fencing token of this replica's term as leader; 0 while it follows",
+            ),
+            terms: prometheus::IntCounter::new(
+                "coloc_leader_terms_total",
+                "Terms as leader this replica began",
+            )
+            .expect("a valid metric name"),
+        }
+    }
+
+    fn set(&self, fence: Option<&Fence>) {
+        self.leading.set(i64::from(fence.is_some()));
+        self.token.set(fence.map_or(0, |f| f.token));
+        if fence.is_some() {
+            self.terms.inc();
+        }
+    }
 }
 
 /// A term: the tasks and what stops them.
@@ -106,7 +149,18 @@ impl Elector {
             timing,
             tasks,
             leading: watch::channel(None).0,
+            gauges: Gauges::new(),
         }
+    }
+
+    /// The leadership metrics, for the metrics endpoint's registry.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        let gauges = self.gauges.clone();
+        vec![
+            Box::new(gauges.leading),
+            Box::new(gauges.token),
+            Box::new(gauges.terms),
+        ]
     }
 
     /// Whether (and with which fence) this replica leads, as it changes.
@@ -172,6 +226,7 @@ impl Elector {
                         tracing::info!(token, taken, holder = %self.holder, "became leader");
                         let tasks = (self.tasks)(fence.clone());
                         self.leading.send_replace(Some(fence.clone()));
+                        self.gauges.set(Some(&fence));
                         Some(Term {
                             fence,
                             tasks,
@@ -213,6 +268,7 @@ impl Elector {
             "leadership ends: stopping the leader's tasks"
         );
         self.leading.send_replace(None);
+        self.gauges.set(None);
         for (stop, task) in term.tasks {
             stop.cancel();
             if let Some(task) = task {

@@ -357,6 +357,22 @@ impl Store {
         self.finish_write(tx, inserted).await
     }
 
+    /// The newest training run of each GPU model (its id): what a replica compares to know
+    /// that a training, here or on another server, read the runs anew.
+    pub async fn latest_training_runs(&self) -> Result<Vec<(GpuName, i64)>, StoreError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT gpu, MAX(id) FROM training_runs GROUP BY gpu")
+                .fetch_all(&self.db.pool)
+                .await?;
+        rows.into_iter()
+            .map(|(gpu, id)| {
+                let gpu =
+                    GpuName::parse("gpu", &gpu).map_err(|e| StoreError::Corrupt(e.message))?;
+                Ok((gpu, id))
+            })
+            .collect()
+    }
+
     /// The newest run id any model of `gpu` was trained up to (0 = never trained).
     pub async fn last_trained_observation_id(&self, gpu: &GpuName) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar::<_, i64>(

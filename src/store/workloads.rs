@@ -316,6 +316,16 @@ impl Store {
             .collect()
     }
 
+    /// The catalog's version: it moves with every change of workloads, profiles or GPU
+    /// models, by any server or tool sharing the database (triggers in the migrations).
+    pub async fn catalog_version(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT version FROM catalog_version WHERE id = 1")
+                .fetch_one(&self.db.pool)
+                .await?,
+        )
+    }
+
     /// Every GPU model with its memory, when known.
     pub async fn gpus(&self) -> Result<Vec<(GpuName, Option<f64>)>, StoreError> {
         let rows = sqlx::query_as::<_, (String, Option<f64>)>("SELECT name, memory_gb FROM gpus")

@@ -2,7 +2,9 @@
 //! (`lease`: a real SQLite file and a fresh database on the real PostgreSQL server), and
 //! three `coloc serve` processes on loopback sharing one PostgreSQL database (`processes`:
 //! a killed leader replaced, a paused leader's late writes refused, a promotion reaching
-//! every replica; `rolling`: readiness and a rolling restart under Rank calls).
+//! every replica; `rolling`: readiness and a rolling restart under Rank calls), and
+//! `occupancy`: two replicas' stores under 10,000 concurrent AssignJob attempts on one
+//! database of either engine, never double-booking.
 //!
 //! PostgreSQL: 127.0.0.1:5432, trust auth, database `test` for the administration
 //! (`COLOC_TEST_POSTGRES` names another server); each test creates its own database and
@@ -10,6 +12,7 @@
 //! (`CI` set), where that fails.
 
 mod lease;
+mod occupancy;
 mod pg;
 mod processes;
 mod rolling;

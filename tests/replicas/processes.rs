@@ -37,6 +37,8 @@ const WORKLOADS: usize = 8;
 pub struct Replica {
     child: Child,
     pub port: u16,
+    /// The metrics endpoint's port.
+    metrics_port: u16,
     log: Arc<std::sync::Mutex<String>>,
 }
 
@@ -50,7 +52,7 @@ fn free_port() -> u16 {
 
 impl Replica {
     pub async fn start(url: &str, dir: &std::path::Path) -> Self {
-        let port = free_port();
+        let (port, metrics_port) = (free_port(), free_port());
         let config = dir.join(format!("coloc-{port}.toml"));
         std::fs::write(
             &config,
@@ -63,7 +65,10 @@ impl Replica {
             .arg("--config")
             .arg(&config)
             .args(["--database", url])
-            .env("COLOC__METRICS__LISTEN", "")
+            .env(
+                "COLOC__METRICS__LISTEN",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env("COLOC__MODEL__DEFAULT_GPU", GPU)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -80,7 +85,12 @@ impl Replica {
                 log.push('\n');
             }
         });
-        let mut replica = Self { child, port, log };
+        let mut replica = Self {
+            child,
+            port,
+            metrics_port,
+            log,
+        };
         let started = Instant::now();
         while replica.client().await.is_none() {
             if let Ok(Some(status)) = replica.child.try_wait() {
@@ -115,6 +125,26 @@ impl Replica {
 
     pub fn signal(&self, signal: Signal) {
         nix::sys::signal::kill(self.pid(), signal).unwrap();
+    }
+
+    /// The value of the unlabelled metric `name` on the replica's metrics endpoint.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .await
+            .ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer)
+            .await
+            .ok()?;
+        answer.lines().find_map(|line| {
+            let (metric, value) = line.split_once(' ')?;
+            (metric == name).then(|| value.trim().parse().ok())?
+        })
     }
 
     pub fn log(&self) -> String {
@@ -260,6 +290,35 @@ async fn leader_index(
     }
 }
 
+/// The metrics say what the lease says: `leader` shows `coloc_leader` 1 and its token,
+/// every other replica 0 (read again for up to 2 s: a follower learns at its next try).
+async fn one_leader_in_the_metrics(replicas: &[Replica], leader: usize, token: i64) {
+    let started = Instant::now();
+    loop {
+        let mut seen = Vec::new();
+        for replica in replicas {
+            seen.push((
+                replica.metric("coloc_leader").await,
+                replica.metric("coloc_leader_token").await,
+            ));
+        }
+        let expected: Vec<_> = (0..replicas.len())
+            .map(|i| match i == leader {
+                true => (Some(1.0), Some(token as f64)),
+                false => (Some(0.0), Some(0.0)),
+            })
+            .collect();
+        if seen == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "leader {leader} (token {token}); the replicas' metrics say {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Pauses the leader `paused` (SIGSTOP) until another replica than it and `earlier` leads
 /// (within 15 s), resumes it, and waits (10 s) for it to say its leadership ended. Returns
 /// the new leader and its token.
@@ -366,6 +425,65 @@ async fn a_pin_reaches_every_replica(url: &str, replicas: &[Replica], pin_on: us
     }
 }
 
+/// A workload registered through one replica, and its deletion, reach every replica's
+/// catalog within 2 s: Predict on the others answers for it, then NOT_FOUND again.
+async fn a_workload_reaches_every_replica(replicas: &[Replica], register_on: usize) {
+    let name = "w-registered-late";
+    async fn predict(replica: &Replica) -> Result<(), tonic::Code> {
+        let mut client = replica.client().await.unwrap();
+        client
+            .predict(pb::PredictRequest {
+                workloads: vec!["w-registered-late".into(), "w00".into()],
+                gpu: GPU.into(),
+                gpu_memory_gb: 0.0,
+            })
+            .await
+            .map(|_| ())
+            .map_err(|status| status.code())
+    }
+    for replica in replicas {
+        assert_eq!(predict(replica).await, Err(tonic::Code::NotFound));
+    }
+    let mut client = replicas[register_on].client().await.unwrap();
+    client
+        .register_workload(pb::RegisterWorkloadRequest {
+            name: name.into(),
+            mode: pb::WorkloadMode::Inference as i32,
+            model: "resnet-18".into(),
+            batch_size: 8,
+            labels: Default::default(),
+            profile: Some(profile(99)),
+            launch: None,
+            profile_on_gpus: Vec::new(),
+        })
+        .await
+        .unwrap();
+    for (expected, what) in [
+        (Ok(()), "registration"),
+        (Err(tonic::Code::NotFound), "deletion"),
+    ] {
+        if expected.is_err() {
+            client
+                .delete_workload(pb::DeleteWorkloadRequest { name: name.into() })
+                .await
+                .unwrap();
+        }
+        let started = Instant::now();
+        let mut reached = Vec::new();
+        for (i, replica) in replicas.iter().enumerate() {
+            while predict(replica).await != expected {
+                assert!(
+                    started.elapsed() < Duration::from_secs(2),
+                    "replica {i} does not know of the {what} 2 s later"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            reached.push(started.elapsed());
+        }
+        eprintln!("{what} through replica {register_on} served by all after {reached:?}");
+    }
+}
+
 /// The whole story on a seeded store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_one_leader_one_model() {
@@ -380,8 +498,10 @@ async fn three_replicas_one_leader_one_model() {
         replicas.push(Replica::start(&url, dir.path()).await);
     }
     let (first, first_token) = leader_index(&url, &replicas, 0, Duration::from_secs(10)).await;
+    one_leader_in_the_metrics(&replicas, first, first_token).await;
 
     a_pin_reaches_every_replica(&url, &replicas, (first + 1) % 3).await;
+    a_workload_reaches_every_replica(&replicas, (first + 2) % 3).await;
 
     // A report load over the three replicas; the leader killed with SIGKILL.
     let before = count(&url, "SELECT COUNT(*) FROM observations").await;
