@@ -50,13 +50,9 @@ impl Trainer {
     pub async fn run_once(&self) -> anyhow::Result<Vec<TrainerOutcome>> {
         let mut outcomes = Vec::new();
         for gpu in self.store.observation_gpus().await? {
-            let Some(trigger) = self.advisor.training_due(&gpu).await? else {
+            let Some((trigger, result)) = self.advisor.train_if_due(&gpu).await? else {
                 continue;
             };
-            let span = tracing::info_span!("retrain", gpu = %gpu, trigger = trigger.as_str());
-            let result =
-                tracing::Instrument::instrument(self.advisor.train(&gpu, None, trigger), span)
-                    .await;
             outcomes.push(match result {
                 Ok(outcome) => TrainerOutcome::Trained {
                     gpu,

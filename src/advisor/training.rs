@@ -108,8 +108,35 @@ impl Advisor {
         kind: Option<ModelKind>,
         trigger: Trigger,
     ) -> Result<TrainOutcome> {
-        let kind = kind.unwrap_or(self.default_kind);
         let _trainer = self.trainer.lock().await;
+        self.train_locked(gpu, kind, trigger).await
+    }
+
+    /// The retraining task's step: trains `gpu` when a retrain is due, deciding so under
+    /// the trainer's lock, so that a Train call that just trained on the same runs (here,
+    /// or on another replica: the store says what was trained up to) is not repeated.
+    /// Returns what was due and how its training ended; an error deciding is the outer one.
+    pub async fn train_if_due(
+        &self,
+        gpu: &GpuName,
+    ) -> Result<Option<(Trigger, Result<TrainOutcome>)>> {
+        let _trainer = self.trainer.lock().await;
+        let Some(trigger) = self.training_due(gpu).await? else {
+            return Ok(None);
+        };
+        let span = tracing::info_span!("retrain", gpu = %gpu, trigger = trigger.as_str());
+        let outcome =
+            tracing::Instrument::instrument(self.train_locked(gpu, None, trigger), span).await;
+        Ok(Some((trigger, outcome)))
+    }
+
+    async fn train_locked(
+        &self,
+        gpu: &GpuName,
+        kind: Option<ModelKind>,
+        trigger: Trigger,
+    ) -> Result<TrainOutcome> {
+        let kind = kind.unwrap_or(self.default_kind);
         let runs = self.training_runs(gpu).await?;
         let champion = self.models.load().get(gpu).cloned();
         let (unusable, outliers, last_id) = (runs.unusable, runs.outliers, runs.last_id);
