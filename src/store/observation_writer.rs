@@ -342,6 +342,7 @@ mod tests {
             members: vec![member("a", 1.0), member("b", -1.0)],
             observed_at_ms: 1_750_000_000_000,
             gpu_id: String::new(),
+            sharing_mode: crate::domain::SharingMode::Mps,
         }
     }
 
