@@ -424,6 +424,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_runs_sharing_mode_is_stored_and_read_back() {
+        use crate::domain::SharingMode;
+        let (_dir, store) = open_store().await;
+        let sliced = Observation {
+            sharing_mode: SharingMode::TimeSlicing,
+            ..run_of(1.0)
+        };
+        for run in [sliced, run_of(2.0)] {
+            store
+                .insert_observation(&run, ObservationSource::Reported, None, 1)
+                .await
+                .unwrap();
+        }
+        let modes: Vec<SharingMode> = store
+            .observations(&gpu(), 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|run| run.sharing_mode)
+            .collect();
+        assert_eq!(modes, [SharingMode::TimeSlicing, SharingMode::Mps]);
+    }
+
+    #[tokio::test]
     async fn duplicates_in_one_batch_get_the_first_copy_s_id_and_are_not_created() {
         let (_dir, store) = open_store().await;
         let reordered = Observation {

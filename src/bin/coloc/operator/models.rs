@@ -49,6 +49,7 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: None,
             gpu_id: String::new(),
             gpu: args.gpu,
             members,
@@ -268,6 +269,7 @@ pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Resu
     let mut client = connection.client().await?;
     let response = client
         .predict(pb::PredictRequest {
+            sharing_mode: None,
             workloads: args.workloads,
             gpu: args.gpu,
             gpu_memory_gb: args.gpu_memory_gb,
