@@ -159,7 +159,7 @@ async fn rank_predict_and_place_for_an_unmeasured_mode_answer_and_say_so_until_i
 #[tokio::test]
 async fn a_server_defaulting_to_time_slicing_flags_requests_that_name_no_mode() {
     let config = "[model]\ndefault_sharing_mode = \"time-slicing\"\n";
-    let (mut app, _) = slowdown_app_with_config(4, config).await;
+    let (mut app, _) = slowdown_app_with_config(6, config).await;
     let answer = app.client.rank(rank(None)).await.unwrap().into_inner();
     assert_eq!(answer.sharing_mode, TIME_SLICING);
     assert!(answer.mode_unmeasured);
