@@ -187,8 +187,11 @@ mod tests {
         let mode = |raw: &str| pod_ask(&with_mode(raw)).map(|ask| ask.unwrap().sharing_mode);
         assert_eq!(mode("sm-sharing"), Ok(Some(SharingMode::Mps)));
         assert_eq!(mode("time-slicing"), Ok(Some(SharingMode::TimeSlicing)));
-        assert!(mode("mps").unwrap_err().contains("gpu-compute-sharing-mode"));
-        let plain = pod(serde_json::json!({"metadata": {"annotations": {"coloc.io/workload": "w"}}}));
+        assert!(mode("mps")
+            .unwrap_err()
+            .contains("gpu-compute-sharing-mode"));
+        let plain =
+            pod(serde_json::json!({"metadata": {"annotations": {"coloc.io/workload": "w"}}}));
         assert_eq!(pod_ask(&plain).unwrap().unwrap().sharing_mode, None);
     }
 

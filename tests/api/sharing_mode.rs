@@ -45,7 +45,11 @@ async fn a_run_keeps_its_sharing_mode_and_an_unknown_mode_stores_nothing() {
     }
     let sliced = app
         .client
-        .report_colocation(report(&[("a", 3.0), ("b", 4.0)], 1_750_000_000, Some(TIME_SLICING)))
+        .report_colocation(report(
+            &[("a", 3.0), ("b", 4.0)],
+            1_750_000_000,
+            Some(TIME_SLICING),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -68,7 +72,11 @@ async fn a_run_keeps_its_sharing_mode_and_an_unknown_mode_stores_nothing() {
         Code::InvalidArgument,
     );
     assert!(message.contains("sharing_mode"), "{message}");
-    assert_eq!(app.dump_store().await, before, "a refused run leaves no trace");
+    assert_eq!(
+        app.dump_store().await,
+        before,
+        "a refused run leaves no trace"
+    );
     app.stop().await;
 }
 
@@ -129,14 +137,21 @@ async fn rank_predict_and_place_for_an_unmeasured_mode_answer_and_say_so_until_i
         .into_inner();
     assert_eq!(placed.sharing_mode, TIME_SLICING);
     assert!(!placed.models.is_empty());
-    assert!(placed.models.iter().all(|m| m.mode_unmeasured), "{placed:?}");
+    assert!(
+        placed.models.iter().all(|m| m.mode_unmeasured),
+        "{placed:?}"
+    );
 
     let bad = app.client.rank(rank(Some(5))).await;
     expect_code(bad, Code::InvalidArgument);
 
     // One time-sliced run, trained on: the mode is measured now.
     app.client
-        .report_colocation(report(&[("w00", 1.0), ("w01", 1.0)], 1_760_000_000, Some(TIME_SLICING)))
+        .report_colocation(report(
+            &[("w00", 1.0), ("w01", 1.0)],
+            1_760_000_000,
+            Some(TIME_SLICING),
+        ))
         .await
         .unwrap();
     app.client
@@ -201,7 +216,10 @@ async fn the_extender_reads_kais_mode_and_has_no_opinion_on_a_mode_without_runs(
     let (status, body) = post(addr, "/coloc/prioritize", &args, "").await;
     assert_eq!(status, 200);
     assert!(
-        body.as_array().unwrap().iter().all(|p| p["Score"].as_i64() > Some(0)),
+        body.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["Score"].as_i64() > Some(0)),
         "{body}"
     );
     // A value KAI does not write.

@@ -401,7 +401,10 @@ pub fn claim_sharing_mode(claim: &Value) -> Result<Option<SharingMode>, String> 
         if parameters.get("kind").and_then(Value::as_str) != Some("GpuConfig") {
             continue;
         }
-        match parameters.pointer("/sharing/strategy").and_then(Value::as_str) {
+        match parameters
+            .pointer("/sharing/strategy")
+            .and_then(Value::as_str)
+        {
             None => continue,
             Some("MPS") => return Ok(Some(SharingMode::Mps)),
             Some("TimeSlicing") => return Ok(Some(SharingMode::TimeSlicing)),
@@ -415,4 +418,3 @@ pub fn claim_sharing_mode(claim: &Value) -> Result<Option<SharingMode>, String> 
     }
     Ok(None)
 }
-
