@@ -17,7 +17,7 @@
 //! when that leaves no GPU of the call to score, the answer is neutral
 //! ([`PlacementError::UnmeasuredMode`]).
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use super::{
     decide::{PlaceFuture, PlacementAsk, PlacementError, Placer, SlotOutcome},
@@ -212,13 +212,20 @@ impl Placer for AdvisorPlacer {
             let mut gpus = Vec::with_capacity(ask.slots.len());
             let mut unmeasured = None;
             let mut unmeasured_slots = 0;
+            // Each GPU model's verdict on the mode, once per call (slots repeat models).
+            let mut mode_notes: HashMap<GpuName, Option<String>> = HashMap::new();
             for (i, slot) in ask.slots.iter().enumerate() {
                 let model = self.gpu_model(slot.gpu_model.as_deref());
                 if let Some(note) = model
                     .as_ref()
                     .ok()
                     .and_then(Option::as_ref)
-                    .and_then(|gpu| self.unmeasured(gpu, ask))
+                    .and_then(|gpu| {
+                        mode_notes
+                            .entry(gpu.clone())
+                            .or_insert_with(|| self.unmeasured(gpu, ask))
+                            .clone()
+                    })
                 {
                     unmeasured_slots += 1;
                     outcomes[i] = Some(SlotOutcome::Unscored {

@@ -418,3 +418,35 @@ pub fn claim_sharing_mode(claim: &Value) -> Result<Option<SharingMode>, String> 
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ResourceClaim's device config as the NVIDIA DRA driver's demo specs write it
+    /// (NVIDIA/k8s-dra-driver-gpu, `demo/specs/quickstart`: a `GpuConfig` with `sharing`).
+    fn claim(sharing: Value) -> Value {
+        json!({"spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+            "config": [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com",
+                "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                    "sharing": sharing}}}]
+        }}})
+    }
+
+    #[test]
+    fn a_claims_gpu_config_names_its_sharing_mode() {
+        let mps = claim(json!({"strategy": "MPS",
+            "mpsConfig": {"defaultActiveThreadPercentage": 50}}));
+        assert_eq!(claim_sharing_mode(&mps), Ok(Some(SharingMode::Mps)));
+        let sliced = claim(json!({"strategy": "TimeSlicing",
+            "timeSlicingConfig": {"interval": "Long"}}));
+        assert_eq!(
+            claim_sharing_mode(&sliced),
+            Ok(Some(SharingMode::TimeSlicing))
+        );
+        assert!(claim_sharing_mode(&claim(json!({"strategy": "Exclusive"}))).is_err());
+        let plain = json!({"spec": {"devices": {"requests": []}}});
+        assert_eq!(claim_sharing_mode(&plain), Ok(None));
+    }
+}
