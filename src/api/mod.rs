@@ -8,6 +8,8 @@ mod cluster;
 pub mod convert;
 mod policy;
 mod sharing;
+
+pub use sharing::sharing_mode_to_pb;
 mod middleware;
 mod status;
 mod undo;
