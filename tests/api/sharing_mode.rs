@@ -237,3 +237,31 @@ async fn the_extender_reads_kais_mode_and_has_no_opinion_on_a_mode_without_runs(
     assert_eq!(neutral("malformed_annotation"), Some(1.0));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn the_cli_ranks_for_a_mode_and_reports_a_runs_mode() {
+    let (app, _) = slowdown_app(6).await;
+    let (ok, out, err) =
+        crate::cli::coloc(&app, &["rank", "w00", "--sharing-mode", "time-slicing"]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("note: coloc has no runs of sharing mode time-slicing"),
+        "{out}"
+    );
+    let (ok, out, err) = crate::cli::coloc(&app, &["rank", "w00"]).await;
+    assert!(ok, "{err}");
+    assert!(!out.contains("note:"), "{out}");
+    let report = [
+        "report",
+        "w00=1.5",
+        "w01=2.5",
+        "--at",
+        "2026-11-23T18:00:00Z",
+        "--sharing-mode",
+        "time-slicing",
+    ];
+    let (ok, _, err) = crate::cli::coloc(&app, &report).await;
+    assert!(ok, "{err}");
+    assert_eq!(runs_of(&app, "time-slicing").await, 1);
+    app.stop().await;
+}
