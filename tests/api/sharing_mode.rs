@@ -1,7 +1,8 @@
 //! The sharing mode (docs/decisions/030-sharing-mode.md): a reported run keeps its mode and
 //! an unknown mode is refused with nothing stored; Rank, Predict and Place asked for a mode
 //! the GPU model has no runs of answer and say so, until a run of that mode is trained on;
-//! the extender reads KAI-Scheduler's annotation and has no opinion on a mode without runs.
+//! the extender reads KAI-Scheduler's annotation and the binding webhook the DRA claim's
+//! GpuConfig, and neither has an opinion on a mode without runs; the CLI takes the mode.
 
 use coloc::{cluster::NodeGpus, proto as pb};
 use serde_json::{json, Value};
@@ -263,5 +264,42 @@ async fn the_cli_ranks_for_a_mode_and_reports_a_runs_mode() {
     let (ok, _, err) = crate::cli::coloc(&app, &report).await;
     assert!(ok, "{err}");
     assert_eq!(runs_of(&app, "time-slicing").await, 1);
+    app.stop().await;
+}
+
+/// The claim-create review with the NVIDIA DRA driver's `GpuConfig` sharing `strategy`, shaped
+/// as in NVIDIA/k8s-dra-driver-gpu's demo specs (`demo/specs/quickstart`).
+fn claim_review(strategy: &str) -> Value {
+    let mut review = crate::binding::fixture("admission-review-claim-create.json");
+    review["request"]["object"]["spec"]["devices"]["config"] = json!([{
+        "requests": ["gpu"],
+        "opaque": {"driver": "gpu.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": strategy}}}
+    }]);
+    review
+}
+
+#[tokio::test]
+async fn the_binding_webhook_pins_an_mps_claim_and_leaves_a_time_sliced_one_alone() {
+    let (app, _) = slowdown_app_with_config(7, &crate::binding::config("dra", 2)).await;
+    let slice =
+        serde_json::from_value(crate::binding::fixture("resourceslice-nvidia.json")).unwrap();
+    app.inventory.apply_slice(&slice);
+    let addr = app.extender_addr.unwrap();
+    let mps = claim_review("MPS");
+    let (status, response) = post(addr, "/coloc/mutate", &mps, "").await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        crate::binding::patched(&mps, &response).is_some(),
+        "{response}"
+    );
+    let sliced = claim_review("TimeSlicing");
+    let (status, response) = post(addr, "/coloc/mutate", &sliced, "").await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        crate::binding::patched(&sliced, &response).is_none(),
+        "no runs of time-slicing: no opinion, no patch: {response}"
+    );
     app.stop().await;
 }
