@@ -247,6 +247,7 @@ impl Advisor {
         agent_id: &str,
         members: Vec<ColocatedMember>,
         observed_at_ms: i64,
+        sharing_mode: crate::domain::SharingMode,
     ) -> Result<(i64, bool)> {
         let agent = self
             .store
@@ -255,7 +256,8 @@ impl Advisor {
             .ok_or_else(|| Error::UnknownAgent(agent_id.to_string()))?;
         let gpu = GpuName::parse("gpu", &agent.gpu)
             .map_err(|e| Error::Internal(anyhow::anyhow!("stored agent GPU: {}", e.message)))?;
-        let observation = Observation::new(gpu.clone(), members, observed_at_ms)?;
+        let mut observation = Observation::new(gpu.clone(), members, observed_at_ms)?;
+        observation.sharing_mode = sharing_mode;
         {
             let catalog = self.read_catalog();
             let table = catalog.gpu(&gpu);

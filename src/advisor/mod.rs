@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     domain::{
-        now_ms, AllowedPrograms, GpuName, NewWorkload, Observation, Profile, WorkloadName,
-        WorkloadState,
+        now_ms, AllowedPrograms, GpuName, NewWorkload, Observation, Profile, SharingMode,
+        WorkloadName, WorkloadState,
     },
     model::ModelKind,
     store::{ClaimedJob, ObservationSource, Store, StoredModel, Submitted, WorkloadRecord},
@@ -54,7 +54,7 @@ pub use rank::{
     RankQuery, RankResult, RankedCandidate, SkipCode, Skipped, BREAK_EVEN_NORMALIZED_SUM,
     MAX_CANDIDATES,
 };
-pub use runs::{Evidence, RunSummary, SuspectProfile, MIN_SUSPECT_RUNS};
+pub use runs::{Evidence, ModeEvidence, RunSummary, SuspectProfile, MIN_SUSPECT_RUNS};
 pub use stats::{JobOutcome, ReportOutcome, Stats, TrainingOutcome};
 pub use training::{trimmed_mean, TrainOutcome, Trigger};
 pub use undo::{ForgetTarget, UndoOutcome};
@@ -81,6 +81,8 @@ pub struct AdvisorOptions {
     /// The placement policy Rank, Place and the extender apply unless a request says
     /// otherwise (the `[policy]` settings).
     pub policy: Policy,
+    /// The sharing mode a request that names none is for (`model.default_sharing_mode`).
+    pub default_sharing_mode: SharingMode,
 }
 
 /// How models are trained, judged and watched (docs/model.md, "Model lifecycle"): the
@@ -144,6 +146,8 @@ pub struct Advisor {
     placed_sets: Arc<place::PlacedSets>,
     /// The default placement policy.
     policy: Policy,
+    /// The sharing mode a request that names none is for.
+    default_sharing_mode: SharingMode,
     /// The one cluster view (AssignJob's occupancy, the watcher's pods, the agents'
     /// PodResources reports): what ListGpus lists and Place's stored view holds.
     cluster: Arc<crate::cluster::ClusterView>,
@@ -161,6 +165,7 @@ impl Advisor {
             no_profiler_reason,
             agents: agent_policy,
             policy,
+            default_sharing_mode,
         } = options;
         if let Some(reason) = &no_profiler_reason {
             // Only jobs no live agent can run: the others keep their reasons.
@@ -209,6 +214,7 @@ impl Advisor {
             agent_policy,
             placed_sets: Arc::new(place::PlacedSets::new(place::PLACED_SETS)),
             policy,
+            default_sharing_mode,
         };
         advisor.load_rolling_errors().await?;
         // Read before the runs below: a training recorded meanwhile is read again later.
@@ -256,13 +262,27 @@ impl Advisor {
             table
                 .position(name)
                 .map(|i| table.entries()[i].features.exclusive_throughput())
-        });
+        })
+        .with_modes(runs.iter().map(|r| r.sharing_mode));
         self.write_catalog().set_runs(gpu, summary);
     }
 
     /// The server's default placement policy.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The sharing mode a request that names none is for.
+    pub fn default_sharing_mode(&self) -> SharingMode {
+        self.default_sharing_mode
+    }
+
+    /// What the runs of `gpu` say of `mode` (unset: the default): whether an answer for it
+    /// rests on runs of that mode, and the sentence that says so when it does not.
+    pub fn mode_evidence(&self, gpu: &GpuName, mode: Option<SharingMode>) -> ModeEvidence {
+        let mode = mode.unwrap_or(self.default_sharing_mode);
+        let table = self.read_catalog().gpu(gpu).unwrap_or_default();
+        ModeEvidence::of(table.runs(), gpu, mode)
     }
 
     /// The one cluster view, which the extender, the watcher and the agents' reports

@@ -4,11 +4,14 @@
 //! beyond noise ([`EXCLUSIVE_NOISE_MARGIN`]) in at least [`MIN_SUSPECT_RUNS`] runs. While
 //! a profile is suspect the answers bound and normalize its predictions by a corrected
 //! figure, the highest throughput at least [`MIN_SUSPECT_RUNS`] of its runs reached (a
-//! figure one lucky run cannot set), and a new profile replaces both.
+//! figure one lucky run cannot set), and a new profile replaces both. It also keeps the
+//! sharing modes the runs were measured under: an answer for another mode says so
+//! ([`ModeEvidence`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::predict::EXCLUSIVE_NOISE_MARGIN;
+use crate::domain::{GpuName, SharingMode};
 
 /// Runs above the exclusive throughput beyond noise that make a profile suspect: more than
 /// one, so that a single noisy run never does ("several runs", docs/api.md).
@@ -45,6 +48,49 @@ pub struct RunSummary {
     /// Each run's members, sorted.
     sets: HashSet<Vec<String>>,
     pub suspects: Vec<SuspectProfile>,
+    /// The sharing modes the runs were measured under.
+    modes: BTreeSet<SharingMode>,
+}
+
+/// What an answer says of the sharing mode it was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeEvidence {
+    pub mode: SharingMode,
+    /// The GPU model's runs include none measured under `mode`.
+    pub unmeasured: bool,
+    /// Why, in a sentence, when `unmeasured`; empty otherwise.
+    pub note: String,
+}
+
+impl ModeEvidence {
+    /// What the runs in `summary` (of `gpu`) say of `mode`.
+    pub fn of(summary: &RunSummary, gpu: &GpuName, mode: SharingMode) -> Self {
+        if summary.measured(mode) {
+            return Self {
+                mode,
+                unmeasured: false,
+                note: String::new(),
+            };
+        }
+        let measured: Vec<&str> = summary.modes.iter().map(|m| m.as_str()).collect();
+        let note = if measured.is_empty() {
+            format!(
+                "coloc has no runs on {gpu}: the prediction for sharing mode {mode} rests on \
+                 profiles alone, measured in no mode"
+            )
+        } else {
+            format!(
+                "coloc has no runs of sharing mode {mode} on {gpu}: the prediction comes from \
+                 runs under {}, and colocated throughput differs between modes",
+                measured.join(", ")
+            )
+        };
+        Self {
+            mode,
+            unmeasured: true,
+            note,
+        }
+    }
 }
 
 impl RunSummary {
@@ -103,6 +149,17 @@ impl RunSummary {
         }
     }
 
+    /// The same summary, knowing the sharing modes its runs were measured under.
+    pub fn with_modes(mut self, modes: impl IntoIterator<Item = SharingMode>) -> Self {
+        self.modes = modes.into_iter().collect();
+        self
+    }
+
+    /// Whether any of the runs was measured under `mode`.
+    pub fn measured(&self, mode: SharingMode) -> bool {
+        self.modes.contains(&mode)
+    }
+
     pub fn suspect(&self, workload: &str) -> Option<&SuspectProfile> {
         self.suspects.iter().find(|s| s.workload == workload)
     }
@@ -136,5 +193,23 @@ mod tests {
         assert_eq!(summary.evidence(&["c", "a"], "a"), Evidence::RunsOfSet);
         assert_eq!(summary.evidence(&["b", "c"], "c"), Evidence::RunsOfWorkload);
         assert_eq!(summary.evidence(&["a", "d"], "d"), Evidence::ProfileOnly);
+    }
+
+    #[test]
+    fn a_mode_without_runs_is_flagged_with_the_modes_that_have_some() {
+        let gpu = GpuName::parse("gpu", "Tesla V100-SXM2-32GB").unwrap();
+        let runs = [run(&[("a", 1.0), ("b", 1.0)])];
+        let summary = RunSummary::of(runs.iter().map(|r| r.as_slice()), |_| None)
+            .with_modes([SharingMode::Mps]);
+        let mps = ModeEvidence::of(&summary, &gpu, SharingMode::Mps);
+        assert!(!mps.unmeasured);
+        assert!(mps.note.is_empty());
+        let sliced = ModeEvidence::of(&summary, &gpu, SharingMode::TimeSlicing);
+        assert!(sliced.unmeasured);
+        assert!(sliced.note.contains("time-slicing"), "{}", sliced.note);
+        assert!(sliced.note.contains("under mps"), "{}", sliced.note);
+        let none = ModeEvidence::of(&RunSummary::default(), &gpu, SharingMode::Mps);
+        assert!(none.unmeasured);
+        assert!(none.note.contains("no runs on"), "{}", none.note);
     }
 }

@@ -138,6 +138,7 @@ impl CalibrationTarget for ServiceTarget {
                 .collect(),
             // The same time on every try: a retried submission is stored once.
             observed_at: Some(convert::timestamp(run.observed_at_ms)),
+            sharing_mode: Some(crate::api::sharing_mode_to_pb(run.sharing_mode) as i32),
         };
         let mut wait = FIRST_WAIT;
         for attempt in 1..=SUBMIT_TRIES {

@@ -235,10 +235,11 @@ impl ProfilingAgents for AgentsService {
     ) -> Result<Response<pb::SubmitCalibrationResponse>, Status> {
         let raw = request.into_inner();
         let id = agent_id(&raw.agent_id)?;
+        let mode = super::sharing::sharing_mode(raw.sharing_mode)?.unwrap_or_default();
         let (members, observed_at_ms) = convert::calibration(raw, now_ms())?;
         let (id, created) = self
             .advisor
-            .submit_calibration(&id, members, observed_at_ms)
+            .submit_calibration(&id, members, observed_at_ms, mode)
             .await?;
         Ok(Response::new(pb::SubmitCalibrationResponse {
             observation_id: id as u64,

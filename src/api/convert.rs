@@ -481,6 +481,8 @@ pub fn rank_to_pb(result: RankResult) -> pb::RankResponse {
         } as i32,
         members_estimated: result.members_estimated,
         policy: Some(super::policy::policy_to_pb(&result.policy)),
+        // The mode: `sharing::rank_with_mode`.
+        ..Default::default()
     }
 }
 
@@ -510,6 +512,7 @@ pub fn predict_to_pb(result: PredictResult) -> pb::PredictResponse {
         members_estimated: result.members_estimated,
         predicted_throughput_sum_low: result.sum_interval.map(|i| i.0),
         predicted_throughput_sum_high: result.sum_interval.map(|i| i.1),
+        ..Default::default()
     }
 }
 
@@ -847,9 +850,11 @@ pub fn place_to_pb(answer: PlaceAnswer) -> pb::PlaceResponse {
                 version: m.version,
                 kind: m.kind.as_str().to_string(),
                 members_estimated: m.members_estimated,
+                ..Default::default()
             })
             .collect(),
         policy: Some(super::policy::policy_to_pb(&answer.policy)),
+        ..Default::default()
     }
 }
 

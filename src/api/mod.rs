@@ -7,6 +7,9 @@ mod auth;
 mod cluster;
 pub mod convert;
 mod policy;
+mod sharing;
+
+pub use sharing::sharing_mode_to_pb;
 mod middleware;
 mod status;
 mod undo;
@@ -24,7 +27,7 @@ const REPORT_RUNS_MAX: u32 = 50_000;
 
 use crate::{
     advisor::{Advisor, ReportOutcome, Trigger},
-    domain::{now_ms, GpuName},
+    domain::{now_ms, GpuName, SharingMode},
     proto::{self as pb, colocation_advisor_server::ColocationAdvisor},
 };
 
@@ -134,27 +137,50 @@ impl ColocationAdvisor for AdvisorService {
         &self,
         request: Request<pb::RankRequest>,
     ) -> Result<Response<pb::RankResponse>, Status> {
-        let query = convert::rank_query(request.into_inner(), &self.advisor.policy())?;
+        let request = request.into_inner();
+        let mode = sharing::sharing_mode(request.sharing_mode)?;
+        let query = convert::rank_query(request, &self.advisor.policy())?;
         let result = self.advisor.rank(query).await?;
-        Ok(Response::new(convert::rank_to_pb(result)))
+        let evidence = self.advisor.mode_evidence(&result.gpu, mode);
+        Ok(Response::new(sharing::rank_with_mode(
+            convert::rank_to_pb(result),
+            evidence,
+        )))
     }
 
     async fn predict(
         &self,
         request: Request<pb::PredictRequest>,
     ) -> Result<Response<pb::PredictResponse>, Status> {
-        let query = convert::predict_query(request.into_inner())?;
+        let request = request.into_inner();
+        let mode = sharing::sharing_mode(request.sharing_mode)?;
+        let query = convert::predict_query(request)?;
         let result = self.advisor.predict(query).await?;
-        Ok(Response::new(convert::predict_to_pb(result)))
+        let evidence = self.advisor.mode_evidence(&result.gpu, mode);
+        Ok(Response::new(sharing::predict_with_mode(
+            convert::predict_to_pb(result),
+            evidence,
+        )))
     }
 
     async fn place(
         &self,
         request: Request<pb::PlaceRequest>,
     ) -> Result<Response<pb::PlaceResponse>, Status> {
-        let query = convert::place_query(request.into_inner(), &self.advisor.policy())?;
+        let request = request.into_inner();
+        let mode = sharing::sharing_mode(request.sharing_mode)?
+            .unwrap_or(self.advisor.default_sharing_mode());
+        let query = convert::place_query(request, &self.advisor.policy())?;
         let answer = self.advisor.place(query).await?;
-        Ok(Response::new(convert::place_to_pb(answer)))
+        let evidence = |gpu: &str| {
+            let gpu = GpuName::parse("gpu", gpu).ok()?;
+            Some(self.advisor.mode_evidence(&gpu, Some(mode)))
+        };
+        Ok(Response::new(sharing::place_with_mode(
+            convert::place_to_pb(answer),
+            mode,
+            evidence,
+        )))
     }
 
     async fn assign_job(
@@ -206,6 +232,11 @@ impl ColocationAdvisor for AdvisorService {
         let gpu_id = convert::optional_id("gpu_id", &request.gpu_id)
             .map_err(|e| rejected(e.into()))?
             .map(str::to_owned);
+        // Unset: MPS, the mode of every shipped dataset (not the server's default for
+        // requests: a run's mode is a fact of the run).
+        let sharing_mode = sharing::sharing_mode(request.sharing_mode)
+            .map_err(|e| rejected(e.into()))?
+            .unwrap_or(SharingMode::Mps);
         let gpu = self
             .advisor
             .gpu_of_run(requested, gpu_id.as_deref())
@@ -213,6 +244,7 @@ impl ColocationAdvisor for AdvisorService {
         let mut observation =
             convert::observation(request, gpu, now_ms()).map_err(|e| rejected(e.into()))?;
         observation.gpu_id = gpu_id.unwrap_or_default();
+        observation.sharing_mode = sharing_mode;
         let (id, created) = self.advisor.report(observation).await?;
         Ok(Response::new(pb::ReportColocationResponse {
             observation_id: id as u64,

@@ -6,6 +6,7 @@ mod launch;
 mod names;
 mod observation;
 mod profile;
+mod sharing;
 mod workload;
 
 pub use launch::{AllowedPrograms, LaunchSpec, DEFAULT_NVTX_RANGE};
@@ -17,6 +18,7 @@ pub use profile::{
     check_memory_gb, check_throughput, gb_from_bytes, KernelMetrics, Profile, ProfileSource,
     SystemMetrics, BYTES_PER_GB, MAX_MEMORY_GB, MAX_REGISTERS, MAX_THREADS, MAX_THROUGHPUT,
 };
+pub use sharing::SharingMode;
 pub use workload::{Labels, NewWorkload, WorkloadMode, WorkloadState};
 
 /// A value that failed validation: which field (a path into the request, as the API spells

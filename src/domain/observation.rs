@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{profile::MAX_THROUGHPUT, GpuName, ValidationError, WorkloadName};
+use super::{profile::MAX_THROUGHPUT, GpuName, SharingMode, ValidationError, WorkloadName};
 
 /// More processes than this on one GPU is not a colocation coloc can say anything about.
 pub const MAX_MEMBERS: usize = 16;
@@ -24,6 +24,9 @@ pub struct Observation {
     /// The scheduler's id of the GPU it ran on (as in AssignJob); empty when not said. Not
     /// part of the run's identity (fingerprint).
     pub gpu_id: String,
+    /// How the GPU was shared; MPS unless said. Not part of the run's identity either: the
+    /// same members and values at the same time cannot come from two modes.
+    pub sharing_mode: SharingMode,
 }
 
 impl Observation {
@@ -95,6 +98,7 @@ impl Observation {
             members,
             observed_at_ms,
             gpu_id: String::new(),
+            sharing_mode: SharingMode::Mps,
         })
     }
 

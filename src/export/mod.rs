@@ -7,8 +7,9 @@
 //! kernel and system metrics), and every stored run of exactly two of them (measured,
 //! calibrated, reported or imported) as a pair, and `gpu.json` naming the GPU model and its
 //! memory, so that an import files it back under the same GPU. What the format cannot hold is counted,
-//! never dropped silently: runs of three or more members, and pairs with a member that has
-//! no complete profile on the GPU model.
+//! never dropped silently: runs of three or more members, pairs with a member that has
+//! no complete profile on the GPU model, and runs measured under time-slicing (KACE's runs
+//! are MPS runs, and `coloc import` records them as such).
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ use crate::{
     dataset::{
         parse_workload_name, DatasetGpu, KaceDataset, KacePair, KaceWorkload, Overwrite, GPU_FILE,
     },
-    domain::GpuName,
+    domain::{GpuName, SharingMode},
     store::{
         snapshot::{self, SnapshotError},
         StoreError,
@@ -67,6 +68,9 @@ pub struct ExportSummary {
     pub crowded_runs: usize,
     /// Stored runs of 2 members of which one has no complete profile on the GPU model.
     pub pairs_without_profiles: usize,
+    /// Stored runs not measured under MPS: the format has no field for the mode, and an
+    /// import would record them as MPS runs.
+    pub time_sliced_runs: usize,
 }
 
 /// Writes `gpu`'s complete profiles and pairs from the database at `database_url` into
@@ -118,7 +122,12 @@ pub async fn export_kace(
     let mut pairs = Vec::new();
     let mut crowded_runs = 0;
     let mut pairs_without_profiles = 0;
+    let mut time_sliced_runs = 0;
     for run in &snapshot.runs {
+        if run.sharing_mode != SharingMode::Mps {
+            time_sliced_runs += 1;
+            continue;
+        }
         match run.members.as_slice() {
             [(workload1, throughput1), (workload2, throughput2)] => {
                 if exported.contains(workload1.as_str()) && exported.contains(workload2.as_str()) {
@@ -174,5 +183,6 @@ pub async fn export_kace(
         incomplete_workloads: profiles - written.workloads,
         crowded_runs,
         pairs_without_profiles,
+        time_sliced_runs,
     })
 }

@@ -69,6 +69,8 @@ pub struct GpuSlot {
 pub struct PlacementAsk {
     pub workload: String,
     pub min_job_fraction: Option<f64>,
+    /// The pod's sharing mode; `None`: the server's default.
+    pub sharing_mode: Option<crate::domain::SharingMode>,
     pub slots: Vec<GpuSlot>,
 }
 
@@ -91,6 +93,9 @@ pub enum PlacementError {
     UnknownWorkload(String),
     #[error("coloc cannot place now: {0}")]
     Unavailable(String),
+    /// No GPU of the call has a model with runs of the pod's sharing mode.
+    #[error("{0}")]
+    UnmeasuredMode(String),
 }
 
 pub type PlaceFuture<'a> =
@@ -250,6 +255,7 @@ impl Extender {
                     match error {
                         PlacementError::UnknownWorkload(_) => "unknown_workload",
                         PlacementError::Unavailable(_) => "coloc_unavailable",
+                        PlacementError::UnmeasuredMode(_) => "unmeasured_sharing_mode",
                     },
                 );
                 return None;
@@ -274,6 +280,7 @@ impl Extender {
         let mut placement = PlacementAsk {
             workload: ask.workload.clone(),
             min_job_fraction: ask.min_job_fraction,
+            sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         };
         let mut index: HashMap<String, usize> = HashMap::new();
@@ -353,6 +360,7 @@ impl Extender {
         self.placer.policy(&PlacementAsk {
             workload: ask.workload,
             min_job_fraction: ask.min_job_fraction,
+            sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         })
     }

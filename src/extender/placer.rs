@@ -12,9 +12,12 @@
 //! cap or floor, too many jobs, the rule) refuses the GPU; what it skips because coloc
 //! cannot judge the GPU (no model, a resident without a profile or unknown, memory
 //! unknown, a model that predicts no member to check a floor or the rule on) leaves it
-//! unscored.
+//! unscored. So does a GPU model with no runs of the pod's sharing mode (its annotation, or
+//! `model.default_sharing_mode`): coloc does not score a mode it has never measured, and
+//! when that leaves no GPU of the call to score, the answer is neutral
+//! ([`PlacementError::UnmeasuredMode`]).
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use super::{
     decide::{PlaceFuture, PlacementAsk, PlacementError, Placer, SlotOutcome},
@@ -178,6 +181,13 @@ fn refuses(code: PlaceSkipCode) -> bool {
 }
 
 impl AdvisorPlacer {
+    /// Why `gpu` cannot be scored for `ask`'s sharing mode (its own, or the server's
+    /// default): `None` when the GPU model has runs of it.
+    fn unmeasured(&self, gpu: &GpuName, ask: &PlacementAsk) -> Option<String> {
+        let evidence = self.advisor.mode_evidence(gpu, ask.sharing_mode);
+        evidence.unmeasured.then_some(evidence.note)
+    }
+
     /// The policy Place applies to `ask`: this placer's (or the advisor's default), with
     /// the pod's own job floor.
     fn policy_of(&self, ask: &PlacementAsk) -> Policy {
@@ -200,8 +210,31 @@ impl Placer for AdvisorPlacer {
                 .map_err(|_| PlacementError::UnknownWorkload(ask.workload.clone()))?;
             let mut outcomes: Vec<Option<SlotOutcome>> = vec![None; ask.slots.len()];
             let mut gpus = Vec::with_capacity(ask.slots.len());
+            let mut unmeasured = None;
+            let mut unmeasured_slots = 0;
+            // Each GPU model's verdict on the mode, once per call (slots repeat models).
+            let mut mode_notes: HashMap<GpuName, Option<String>> = HashMap::new();
             for (i, slot) in ask.slots.iter().enumerate() {
-                match self.gpu_model(slot.gpu_model.as_deref()) {
+                let model = self.gpu_model(slot.gpu_model.as_deref());
+                if let Some(note) = model
+                    .as_ref()
+                    .ok()
+                    .and_then(Option::as_ref)
+                    .and_then(|gpu| {
+                        mode_notes
+                            .entry(gpu.clone())
+                            .or_insert_with(|| self.unmeasured(gpu, ask))
+                            .clone()
+                    })
+                {
+                    unmeasured_slots += 1;
+                    outcomes[i] = Some(SlotOutcome::Unscored {
+                        reason: note.clone(),
+                    });
+                    unmeasured = Some(note);
+                    continue;
+                }
+                match model {
                     Ok(gpu) => gpus.push(GpuState {
                         id: i.to_string(),
                         node: String::new(),
@@ -212,6 +245,9 @@ impl Placer for AdvisorPlacer {
                     }),
                     Err(reason) => outcomes[i] = Some(SlotOutcome::Unscored { reason }),
                 }
+            }
+            if let Some(note) = unmeasured.filter(|_| unmeasured_slots == ask.slots.len()) {
+                return Err(PlacementError::UnmeasuredMode(note));
             }
             if !gpus.is_empty() {
                 let query = placement_query(

@@ -7,13 +7,22 @@
 //! each container). NVIDIA's device plugin writes no pod annotation: its assignment is
 //! known to the kubelet, whose PodResources API `coloc agent` reports into the one cluster
 //! view (`crate::cluster`, which also says which source wins when they disagree).
+//!
+//! The pod's sharing mode comes from KAI-Scheduler's `kai.scheduler/gpu-compute-sharing-mode`
+//! (`sm-sharing`: MPS; `time-slicing`); a pod without it is for the server's
+//! `model.default_sharing_mode` (KAI's own default, where KAI shares the GPU, is
+//! time-slicing: docs/kubernetes.md).
 
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::domain::SharingMode;
 
 pub const WORKLOAD_ANNOTATION: &str = "coloc.io/workload";
 pub const MIN_JOB_FRACTION_ANNOTATION: &str = "coloc.io/min-job-fraction";
 pub const GPU_ANNOTATION: &str = "coloc.io/gpu";
 pub const HAMI_ALLOCATED_ANNOTATION: &str = "hami.io/vgpu-devices-allocated";
+/// KAI-Scheduler's compute sharing mode of a fractional GPU pod.
+pub const KAI_SHARING_MODE_ANNOTATION: &str = "kai.scheduler/gpu-compute-sharing-mode";
 /// The PromQL template of the pod's throughput, read by the observer.
 pub const THROUGHPUT_QUERY_ANNOTATION: &str = "coloc.io/throughput-query";
 
@@ -22,6 +31,8 @@ pub const THROUGHPUT_QUERY_ANNOTATION: &str = "coloc.io/throughput-query";
 pub struct PodAsk {
     pub workload: String,
     pub min_job_fraction: Option<f64>,
+    /// The pod's sharing mode; `None`: not said (the server's default).
+    pub sharing_mode: Option<SharingMode>,
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -46,6 +57,20 @@ fn min_job_fraction(pod: &Pod) -> Result<Option<f64>, String> {
     }
 }
 
+/// The pod's KAI-Scheduler sharing mode, `Err` with a readable reason for a value KAI does
+/// not write.
+fn sharing_mode(pod: &Pod) -> Result<Option<SharingMode>, String> {
+    match annotation(pod, KAI_SHARING_MODE_ANNOTATION) {
+        None => Ok(None),
+        Some("sm-sharing") => Ok(Some(SharingMode::Mps)),
+        Some("time-slicing") => Ok(Some(SharingMode::TimeSlicing)),
+        Some(raw) => Err(format!(
+            "annotation {KAI_SHARING_MODE_ANNOTATION} must be \"sm-sharing\" or \"time-slicing\", \
+             got {raw:?}"
+        )),
+    }
+}
+
 /// The pod's ask; `Ok(None)` when it names no workload (coloc leaves it alone), `Err` with
 /// a readable reason when an annotation is malformed.
 pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
@@ -56,6 +81,7 @@ pub fn pod_ask(pod: &Pod) -> Result<Option<PodAsk>, String> {
     Ok(Some(PodAsk {
         workload: workload.to_string(),
         min_job_fraction,
+        sharing_mode: sharing_mode(pod)?,
     }))
 }
 
@@ -149,6 +175,24 @@ mod tests {
         assert!(pod_ask(&bad).unwrap_err().contains("min-job-fraction"));
         let plain = pod(serde_json::json!({"metadata": {"name": "web"}}));
         assert_eq!(pod_ask(&plain), Ok(None));
+    }
+
+    #[test]
+    fn the_kai_sharing_mode_is_read_and_a_value_kai_does_not_write_is_malformed() {
+        let with_mode = |mode: &str| {
+            pod(serde_json::json!({"metadata": {"annotations": {
+                "coloc.io/workload": "w", "gpu-fraction": "0.5",
+                "kai.scheduler/gpu-compute-sharing-mode": mode}}}))
+        };
+        let mode = |raw: &str| pod_ask(&with_mode(raw)).map(|ask| ask.unwrap().sharing_mode);
+        assert_eq!(mode("sm-sharing"), Ok(Some(SharingMode::Mps)));
+        assert_eq!(mode("time-slicing"), Ok(Some(SharingMode::TimeSlicing)));
+        assert!(mode("mps")
+            .unwrap_err()
+            .contains("gpu-compute-sharing-mode"));
+        let plain =
+            pod(serde_json::json!({"metadata": {"annotations": {"coloc.io/workload": "w"}}}));
+        assert_eq!(pod_ask(&plain).unwrap().unwrap().sharing_mode, None);
     }
 
     #[test]

@@ -302,6 +302,9 @@ impl Observer {
             return Ok(None);
         };
         observation.gpu_id = segment.gpu.gpu_id.clone();
+        // The cluster's mode as the operator set it (`model.default_sharing_mode`); the
+        // pods' own KAI annotations are not read here.
+        observation.sharing_mode = self.advisor.default_sharing_mode();
         match self.advisor.report(observation).await {
             Ok((id, _created)) => Ok(Some(id)),
             Err(AdvisorError::UnknownReportedWorkload(workload)) => {

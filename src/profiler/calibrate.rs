@@ -3,8 +3,8 @@
 //! achieved to a [`CalibrationTarget`] (the service, through the agents' API: see
 //! `agent::calibrate`), which stores it as a `calibrated` run. Under MPS when
 //! `nvidia-cuda-mps-control` is available (the sharing coloc advises on), else plain
-//! time-sliced sharing; the member job ids record which (`calibrate-mps-0`,
-//! `calibrate-shared-1`, ...).
+//! time-sliced sharing; the run records which (its sharing mode, `time-slicing` without
+//! MPS), and so do the member job ids (`calibrate-mps-0`, `calibrate-shared-1`, ...).
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -53,6 +53,14 @@ impl Sharing {
         match self {
             Self::Mps => "mps",
             Self::Shared => "shared",
+        }
+    }
+
+    /// The run's sharing mode: without MPS, the processes' contexts take turns.
+    pub fn mode(self) -> crate::domain::SharingMode {
+        match self {
+            Self::Mps => crate::domain::SharingMode::Mps,
+            Self::Shared => crate::domain::SharingMode::TimeSlicing,
         }
     }
 }
@@ -252,11 +260,12 @@ impl Calibration<'_> {
                         throughput: t,
                         job_id: format!("calibrate-{}-{k}", sharing.as_str()),
                     };
-                    let observation = Observation::new(
+                    let mut observation = Observation::new(
                         summary.gpu.clone(),
                         vec![member(a, ta, 0), member(b, tb, 1)],
                         now_ms(),
                     )?;
+                    observation.sharing_mode = sharing.mode();
                     match self
                         .target
                         .store(&observation)

@@ -446,6 +446,9 @@ pub struct ModelSettings {
     pub default_gpu: Option<String>,
     /// Model kind Train fits when the request names none.
     pub kind: ModelKindSetting,
+    /// The sharing mode ("mps" or "time-slicing") Rank, Predict, Place and the extender
+    /// answer for when the request or pod names none.
+    pub default_sharing_mode: crate::domain::SharingMode,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -614,6 +617,7 @@ url = "sqlite://./coloc.db"
 [model]
 default_gpu = ""
 kind = "member-ridge-gbt"
+default_sharing_mode = "mps"
 
 [profiler]
 backend = "off"

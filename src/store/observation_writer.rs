@@ -342,6 +342,7 @@ mod tests {
             members: vec![member("a", 1.0), member("b", -1.0)],
             observed_at_ms: 1_750_000_000_000,
             gpu_id: String::new(),
+            sharing_mode: crate::domain::SharingMode::Mps,
         }
     }
 
@@ -420,6 +421,30 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), MAX_BATCH + 3);
         assert_eq!(count(&store, "observations").await, (MAX_BATCH + 3) as i64);
+    }
+
+    #[tokio::test]
+    async fn a_runs_sharing_mode_is_stored_and_read_back() {
+        use crate::domain::SharingMode;
+        let (_dir, store) = open_store().await;
+        let sliced = Observation {
+            sharing_mode: SharingMode::TimeSlicing,
+            ..run_of(1.0)
+        };
+        for run in [sliced, run_of(2.0)] {
+            store
+                .insert_observation(&run, ObservationSource::Reported, None, 1)
+                .await
+                .unwrap();
+        }
+        let modes: Vec<SharingMode> = store
+            .observations(&gpu(), 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|run| run.sharing_mode)
+            .collect();
+        assert_eq!(modes, [SharingMode::TimeSlicing, SharingMode::Mps]);
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use sqlx::{Any, Transaction};
 
 use super::{Store, StoreError};
-use crate::domain::{GpuName, Observation};
+use crate::domain::{GpuName, Observation, SharingMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObservationSource {
@@ -32,11 +32,13 @@ impl ObservationSource {
     }
 }
 
-/// A stored run: each member's workload name and colocated throughput, in report order.
+/// A stored run: each member's workload name and colocated throughput, in report order,
+/// and how the GPU was shared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredObservation {
     pub id: i64,
     pub members: Vec<(String, f64)>,
+    pub sharing_mode: SharingMode,
 }
 
 /// A reported run with the prediction the serving model made for it.
@@ -65,7 +67,8 @@ pub(super) async fn insert_one(
     let fingerprint = observation.fingerprint();
     let inserted = sqlx::query_scalar::<_, i64>(
         "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, fingerprint, \
-         predicted_sum, predicted_by_version, gpu_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         predicted_sum, predicted_by_version, gpu_id, sharing_mode) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
     )
     .bind(observation.gpu.as_str())
@@ -76,6 +79,7 @@ pub(super) async fn insert_one(
     .bind(super::engine::OptF64(prediction.map(|p| p.0)))
     .bind(prediction.map(|p| p.1 as i64))
     .bind(&observation.gpu_id)
+    .bind(observation.sharing_mode.as_str())
     .fetch_optional(&mut **tx)
     .await?;
     let Some(id) = inserted else {
@@ -303,8 +307,9 @@ pub(super) async fn runs_on_gpu(
 ) -> Result<Vec<StoredObservation>, StoreError> {
     // No limit is the largest one (SQLite's -1 is no LIMIT PostgreSQL accepts).
     let limit = if limit == 0 { i64::MAX } else { limit as i64 };
-    let rows = sqlx::query_as::<_, (i64, String, f64)>(
-        "SELECT m.observation_id, m.workload, m.throughput FROM observation_members m \
+    let rows = sqlx::query_as::<_, (i64, String, f64, String)>(
+        "SELECT m.observation_id, m.workload, m.throughput, o.sharing_mode \
+         FROM observation_members m JOIN observations o ON o.id = m.observation_id \
          WHERE m.observation_id IN \
            (SELECT id FROM observations WHERE gpu = $1 ORDER BY id DESC LIMIT $2) \
          ORDER BY m.observation_id, m.position",
@@ -315,11 +320,13 @@ pub(super) async fn runs_on_gpu(
     .await?;
     let mut observations: Vec<StoredObservation> = Vec::new();
     let mut index: HashMap<i64, usize> = HashMap::new();
-    for (id, workload, throughput) in rows {
+    for (id, workload, throughput, mode) in rows {
         let slot = *index.entry(id).or_insert_with(|| {
             observations.push(StoredObservation {
                 id,
                 members: Vec::new(),
+                // The column's CHECK admits only the modes the domain knows.
+                sharing_mode: SharingMode::parse("sharing_mode", &mode).unwrap_or_default(),
             });
             observations.len() - 1
         });

@@ -87,6 +87,7 @@ async fn absurd_metrics_and_throughputs_are_refused_by_every_rpc() {
     let message = expect_code(
         app.client
             .report_colocation(pb::ReportColocationRequest {
+                sharing_mode: None,
                 gpu: GPU.into(),
                 gpu_id: String::new(),
                 members: vec![

@@ -8,7 +8,7 @@ use tempfile::TempDir;
 
 use crate::helpers::{spawn_app_with_config, trained_app, TestApp};
 
-async fn coloc(app: &TestApp, args: &[&str]) -> (bool, String, String) {
+pub async fn coloc(app: &TestApp, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(args)
         .env("COLOC_ADDR", format!("http://{}", app.addr))

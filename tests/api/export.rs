@@ -313,6 +313,18 @@ async fn runs_that_the_pair_format_cannot_hold_are_counted_and_export_runs_besid
         .report_colocation(reported(&three, 1_700_000_100))
         .await
         .unwrap();
+    // A pair measured under time-slicing: the format's pairs are MPS runs.
+    let sliced = [
+        ("bert-base-cased_batch8-inf", 30.0),
+        ("vit-base-patch16-224_batch8-inf", 12.0),
+    ];
+    app.client
+        .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: Some(pb::SharingMode::TimeSlicing as i32),
+            ..reported(&sliced, 1_700_000_150)
+        })
+        .await
+        .unwrap();
     let newest = [
         ("wav2vec2-base-960h_batch2-inf", 16.25),
         ("bert-base-cased_batch8-inf", 61.5),
@@ -330,7 +342,8 @@ async fn runs_that_the_pair_format_cannot_hold_are_counted_and_export_runs_besid
             "exported 29 workloads and 182 pairs of {V100} to {}\n\
              1 workloads profiled on {V100} without kernel metrics not exported\n\
              1 runs of 3 or more members not exported\n\
-             1 pairs not exported: a member has no complete profile on {V100}\n",
+             1 pairs not exported: a member has no complete profile on {V100}\n\
+             1 runs measured under time-slicing not exported: the KACE format holds MPS runs\n",
             out.path().display()
         )
     );

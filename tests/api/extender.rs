@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{kace_dir, slowdown_app_with_config, spawn_app_with_config, TestApp};
 
-const EXTENDER_ON: &str = "[extender]\nlisten = \"127.0.0.1:0\"\nurl_prefix = \"/coloc\"\n";
+pub const EXTENDER_ON: &str = "[extender]\nlisten = \"127.0.0.1:0\"\nurl_prefix = \"/coloc\"\n";
 const JOB: &str = "w03";
 
 fn fixture(name: &str) -> Value {
@@ -195,7 +195,7 @@ async fn place_expectations(
 
 /// Filter passes every candidate with no failure and no error (an error would fail the
 /// pod's scheduling cycle), and prioritize scores every one 0.
-async fn assert_neutral(addr: SocketAddr, pod: Value, candidates: &[&str], case: &str) {
+pub async fn assert_neutral(addr: SocketAddr, pod: Value, candidates: &[&str], case: &str) {
     let args = json!({"Pod": pod, "Nodes": null, "NodeNames": names(candidates)});
     let (status, body) = post(addr, "/coloc/filter", &args, "").await;
     assert_eq!(status, 200, "{case}: {body}");

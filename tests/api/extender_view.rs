@@ -18,7 +18,7 @@ use crate::{
 const PACK: &str =
     "[extender]\nlisten = \"127.0.0.1:0\"\nurl_prefix = \"/coloc\"\nprefer = \"pack\"\n";
 
-async fn scrape(addr: std::net::SocketAddr) -> String {
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: coloc\r\nConnection: close\r\n\r\n")
@@ -30,7 +30,7 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 }
 
 /// The value of the sample `name` whose labels include every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     text.lines()
         .filter(|line| line.starts_with(&format!("{name}{{")))
         .find(|line| labels.iter().all(|label| line.contains(label)))

@@ -26,6 +26,7 @@ use crate::{
 
 pub fn report(n: u64) -> pb::ReportColocationRequest {
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu: GPU.into(),
         gpu_id: String::new(),
         members: vec![

@@ -257,6 +257,7 @@ pub fn profile(seed: u64, memory_gb: f64) -> pb::Profile {
 /// (seconds since the epoch).
 pub fn report_request(gpu: &str, members: &[(&str, f64)], at: i64) -> pb::ReportColocationRequest {
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: gpu.into(),
         members: members
@@ -349,6 +350,7 @@ async fn register_and_report_all_pairs(
             };
             app.client
                 .report_colocation(pb::ReportColocationRequest {
+                    sharing_mode: None,
                     gpu_id: String::new(),
                     gpu: GPU.into(),
                     members: vec![member(a, ta), member(b, tb)],

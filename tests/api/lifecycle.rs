@@ -81,6 +81,7 @@ fn drifting_report(workloads: &[(String, pb::Profile)], k: usize) -> pb::ReportC
         job_id: String::new(),
     };
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: GPU.into(),
         members: vec![member(name), member(other)],
@@ -291,6 +292,7 @@ async fn outliers_are_flagged_kept_and_left_out_of_training() {
         .into_inner();
     app.client
         .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: None,
             gpu_id: String::new(),
             gpu: GPU.into(),
             members: vec![
@@ -467,6 +469,7 @@ fn kace_run(
         job_id: String::new(),
     };
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: KACE_GPU.into(),
         members: vec![
@@ -489,6 +492,7 @@ async fn held_out_rank_quality(app: &mut TestApp, held_out: &[&KacePair]) -> f64
         let predicted = app
             .client
             .predict(pb::PredictRequest {
+                sharing_mode: None,
                 workloads: vec![pair.workload1.clone(), pair.workload2.clone()],
                 gpu: KACE_GPU.into(),
                 gpu_memory_gb: 0.0,

@@ -47,6 +47,7 @@ mod reprofile;
 mod restart;
 mod store_move;
 mod schema;
+mod sharing_mode;
 mod sim;
 mod starter;
 mod train;

@@ -23,6 +23,7 @@ fn run(
     };
     (
         pb::ReportColocationRequest {
+            sharing_mode: None,
             gpu_id: String::new(),
             gpu: GPU.into(),
             members: vec![member(a), member(b)],

@@ -274,6 +274,7 @@ async fn a_reported_run_may_name_its_gpu_which_fixes_its_gpu_model() {
     let (mut app, _) = slowdown_app(5).await;
     small_cluster(&mut app).await;
     let run = |gpu: &str, gpu_id: &str| pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu: gpu.into(),
         gpu_id: gpu_id.into(),
         members: ["w01", "w02"]

@@ -20,6 +20,7 @@ fn member(workload: &str, throughput: f64, job_id: &str) -> pb::ColocatedMember 
 
 fn report(members: Vec<pb::ColocatedMember>) -> pb::ReportColocationRequest {
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: GPU.into(),
         members,

@@ -263,6 +263,7 @@ async fn report_run(app: &mut crate::helpers::TestApp, members: Vec<(&String, f6
         .collect();
     app.client
         .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: None,
             gpu: GPU.into(),
             members,
             observed_at: Some(prost_types::Timestamp {

@@ -206,6 +206,7 @@ async fn delete_removes_the_workload_and_its_profiles_but_keeps_reported_runs() 
     }
     app.client
         .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: None,
             gpu_id: String::new(),
             gpu: GPU.into(),
             members: vec![

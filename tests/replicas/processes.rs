@@ -191,6 +191,7 @@ fn report(a: usize, b: usize, n: u64) -> pb::ReportColocationRequest {
         job_id: String::new(),
     };
     pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: GPU.into(),
         members: vec![member(a, 4.0), member(b, 6.0)],
@@ -433,6 +434,7 @@ async fn a_workload_reaches_every_replica(replicas: &[Replica], register_on: usi
         let mut client = replica.client().await.unwrap();
         client
             .predict(pb::PredictRequest {
+                sharing_mode: None,
                 workloads: vec!["w-registered-late".into(), "w00".into()],
                 gpu: GPU.into(),
                 gpu_memory_gb: 0.0,

@@ -473,6 +473,23 @@ pub enum ObjectiveArg {
     Normalized,
 }
 
+/// How the GPU is (or was) shared.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SharingModeArg {
+    Mps,
+    TimeSlicing,
+}
+
+impl SharingModeArg {
+    /// The request's `sharing_mode`.
+    pub fn to_pb(self) -> i32 {
+        match self {
+            Self::Mps => coloc::proto::SharingMode::Mps as i32,
+            Self::TimeSlicing => coloc::proto::SharingMode::TimeSlicing as i32,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum RuleArg {
     FairShare,
@@ -538,6 +555,9 @@ pub struct RankArgs {
     /// Memory available for the pair, GB; 0 = the GPU model's total memory.
     #[arg(long, default_value_t = 0.0)]
     pub gpu_memory_gb: f64,
+    /// The sharing mode to rank for; default the server's (model.default_sharing_mode).
+    #[arg(long, value_enum)]
+    pub sharing_mode: Option<SharingModeArg>,
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -559,6 +579,9 @@ pub struct ReportArgs {
     /// stores nothing (created = false). Without --at each call is a new run.
     #[arg(long, value_name = "TIME")]
     pub at: Option<String>,
+    /// How the GPU was shared during the run; default mps.
+    #[arg(long, value_enum)]
+    pub sharing_mode: Option<SharingModeArg>,
 }
 
 #[derive(Debug, Args)]
@@ -572,6 +595,9 @@ pub struct PredictArgs {
     /// Memory available, GB; 0 = the GPU model's total memory.
     #[arg(long, default_value_t = 0.0)]
     pub gpu_memory_gb: f64,
+    /// The sharing mode to predict for; default the server's (model.default_sharing_mode).
+    #[arg(long, value_enum)]
+    pub sharing_mode: Option<SharingModeArg>,
 }
 
 #[derive(Debug, Args)]

@@ -203,4 +203,10 @@ fn print_export_summary(summary: &coloc::export::ExportSummary) {
             summary.pairs_without_profiles
         );
     }
+    if summary.time_sliced_runs > 0 {
+        println!(
+            "{} runs measured under time-slicing not exported: the KACE format holds MPS runs",
+            summary.time_sliced_runs
+        );
+    }
 }

@@ -26,6 +26,9 @@ const CLAIM_ATTEMPTS: usize = 4;
 pub struct Ask {
     pub workload: String,
     pub min_job_fraction: Option<f64>,
+    /// The sharing mode (the pod's KAI annotation, the claim's GpuConfig); `None`: the
+    /// server's default.
+    pub sharing_mode: Option<crate::domain::SharingMode>,
     /// Who the hold is for (namespace/name, or the admission request's uid).
     pub holder: String,
 }
@@ -62,6 +65,7 @@ impl NoChoice {
             Self::NoneAcceptable(_) => "none_acceptable",
             Self::Placement(PlacementError::UnknownWorkload(_)) => "unknown_workload",
             Self::Placement(PlacementError::Unavailable(_)) => "placement_unavailable",
+            Self::Placement(PlacementError::UnmeasuredMode(_)) => "unmeasured_sharing_mode",
             Self::PlacementMismatch { .. } => "placement_mismatch",
             Self::Reservations(_) => "store",
             Self::Contended(_) => "contended",
@@ -236,6 +240,7 @@ impl Chooser {
         let mut placement = PlacementAsk {
             workload: ask.workload.clone(),
             min_job_fraction: ask.min_job_fraction,
+            sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         };
         let mut index: HashMap<String, usize> = HashMap::new();

@@ -15,7 +15,9 @@
 //! - `dra`: a ResourceClaim marked with `coloc.io/workload` (written into the claims a
 //!   ResourceClaimTemplate makes through the template's `spec.metadata.annotations`) gets a
 //!   CEL selector on each `exactly` request,
-//!   `device.attributes["gpu.nvidia.com"].uuid in ["GPU-..", ..]`.
+//!   `device.attributes["gpu.nvidia.com"].uuid in ["GPU-..", ..]`. The claim's sharing mode
+//!   is the NVIDIA DRA driver's: the `sharing.strategy` of a `GpuConfig` in its opaque
+//!   device config (`MPS`, `TimeSlicing`), else the server's default.
 //! - `node-only`, a dry run (no hold may be taken), and every other object: allowed, no
 //!   patch.
 
@@ -44,6 +46,7 @@ use serde_json::{json, Value};
 
 use super::choose::{Ask, Choice, Chooser};
 use crate::{
+    domain::SharingMode,
     extender::pod::{pod_ask, WORKLOAD_ANNOTATION},
     settings::BindingMode,
     sync::Unpoisoned,
@@ -206,6 +209,7 @@ impl Webhook {
         let ask = Ask {
             workload: ask.workload,
             min_job_fraction: ask.min_job_fraction,
+            sharing_mode: ask.sharing_mode,
             holder: holder.clone(),
         };
         let choice = match self.choose(&ask).await {
@@ -252,9 +256,14 @@ impl Webhook {
                 "the claim has no `exactly` device request to pin".into(),
             );
         }
+        let sharing_mode = match claim_sharing_mode(&object) {
+            Ok(mode) => mode,
+            Err(reason) => return Verdict::Neutral("malformed_annotation", reason),
+        };
         let ask = Ask {
             workload: workload.to_string(),
             min_job_fraction: None,
+            sharing_mode,
             holder: holder.clone(),
         };
         let choice = match self.choose(&ask).await {
@@ -374,5 +383,70 @@ async fn mutate(
     match webhook.review(body).await {
         Ok(review) => Json(review).into_response(),
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
+    }
+}
+/// The sharing mode a ResourceClaim configures for the NVIDIA DRA driver: the `strategy` of
+/// the `sharing` of a `GpuConfig` in `spec.devices.config[].opaque.parameters` (`MPS`,
+/// `TimeSlicing`); `None` when it configures none, `Err` for another strategy.
+pub fn claim_sharing_mode(claim: &Value) -> Result<Option<SharingMode>, String> {
+    let configs = claim
+        .pointer("/spec/devices/config")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for config in configs {
+        let Some(parameters) = config.pointer("/opaque/parameters") else {
+            continue;
+        };
+        if parameters.get("kind").and_then(Value::as_str) != Some("GpuConfig") {
+            continue;
+        }
+        match parameters
+            .pointer("/sharing/strategy")
+            .and_then(Value::as_str)
+        {
+            None => continue,
+            Some("MPS") => return Ok(Some(SharingMode::Mps)),
+            Some("TimeSlicing") => return Ok(Some(SharingMode::TimeSlicing)),
+            Some(other) => {
+                return Err(format!(
+                    "the claim's GpuConfig sharing strategy {other:?} is neither \"MPS\" nor \
+                     \"TimeSlicing\""
+                ))
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ResourceClaim's device config as the NVIDIA DRA driver's demo specs write it
+    /// (NVIDIA/k8s-dra-driver-gpu, `demo/specs/quickstart`: a `GpuConfig` with `sharing`).
+    fn claim(sharing: Value) -> Value {
+        json!({"spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+            "config": [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com",
+                "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                    "sharing": sharing}}}]
+        }}})
+    }
+
+    #[test]
+    fn a_claims_gpu_config_names_its_sharing_mode() {
+        let mps = claim(json!({"strategy": "MPS",
+            "mpsConfig": {"defaultActiveThreadPercentage": 50}}));
+        assert_eq!(claim_sharing_mode(&mps), Ok(Some(SharingMode::Mps)));
+        let sliced = claim(json!({"strategy": "TimeSlicing",
+            "timeSlicingConfig": {"interval": "Long"}}));
+        assert_eq!(
+            claim_sharing_mode(&sliced),
+            Ok(Some(SharingMode::TimeSlicing))
+        );
+        assert!(claim_sharing_mode(&claim(json!({"strategy": "Exclusive"}))).is_err());
+        let plain = json!({"spec": {"devices": {"requests": []}}});
+        assert_eq!(claim_sharing_mode(&plain), Ok(None));
     }
 }

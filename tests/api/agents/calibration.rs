@@ -114,6 +114,15 @@ async fn calibrate_with_runs_only_its_pairs_and_members_start_timing_together() 
         .await,
         1
     );
+    // Without MPS the two processes' contexts took turns: time-sliced runs.
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM observations WHERE source = 'calibrated' \
+             AND sharing_mode = 'time-slicing'"
+        )
+        .await,
+        2
+    );
 
     // Each line: arrived at the line, passed it, the pair's start folder, the member count.
     let lines = |file: &str| -> Vec<(f64, f64, String, String)> {
@@ -193,6 +202,7 @@ fn run(agent: &str, members: &[(&str, f64)]) -> pb::SubmitCalibrationRequest {
             seconds: 1_780_000_000,
             nanos: 0,
         }),
+        sharing_mode: Some(pb::SharingMode::TimeSlicing as i32),
     }
 }
 

@@ -216,15 +216,20 @@ class Advisor:
         gpu: str = "",
         gpu_id: str = "",
         observed_at: Optional[_dt.datetime] = None,
+        sharing_mode: Optional[str] = None,
     ) -> pb.ReportColocationResponse:
         """Reports a colocated run (ReportColocation).
 
         ``members`` is {workload: throughput}, or (workload, throughput[, job_id]) tuples,
         ColocatedMember messages or dicts (two copies of one workload need the tuple form).
+        ``sharing_mode`` is how the GPU was shared: "SHARING_MODE_MPS" (the default) or
+        "SHARING_MODE_TIME_SLICING".
         """
         if isinstance(members, Mapping):
             members = list(members.items())
         request = pb.ReportColocationRequest(gpu=gpu, gpu_id=gpu_id, members=[_member(m) for m in members])
+        if sharing_mode is not None:
+            request.sharing_mode = pb.SharingMode.Value(sharing_mode)
         if observed_at is not None:
             request.observed_at.FromDatetime(observed_at.astimezone(_dt.timezone.utc))
         return self._call("ReportColocation", request)

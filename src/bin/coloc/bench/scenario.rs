@@ -240,6 +240,7 @@ async fn report_call(
     };
     let at = clock.fetch_add(1, Ordering::Relaxed);
     let request = pb::ReportColocationRequest {
+        sharing_mode: None,
         gpu_id: String::new(),
         gpu: GPU.into(),
         members: vec![member(rng), member(rng)],

@@ -195,6 +195,7 @@ async fn judge_case(
     for (k, (members, row)) in names.iter().zip(&rows).enumerate() {
         let answer = client
             .report_colocation(pb::ReportColocationRequest {
+                sharing_mode: None,
                 gpu: gpu.to_string(),
                 members: members
                     .iter()
@@ -260,6 +261,7 @@ async fn judge_case(
             async move {
                 let answer = client
                     .predict(pb::PredictRequest {
+                        sharing_mode: None,
                         workloads: run.members.clone(),
                         gpu: gpu.to_string(),
                         gpu_memory_gb: 0.0,

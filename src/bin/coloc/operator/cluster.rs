@@ -134,6 +134,7 @@ pub async fn place(connection: &Connection, args: PlaceArgs) -> anyhow::Result<(
     let mut client = connection.client().await?;
     let response = client
         .place(pb::PlaceRequest {
+            sharing_mode: None,
             workload: args.workload,
             gpus,
             objective: args.objective.map(|o| match o {

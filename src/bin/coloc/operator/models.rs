@@ -49,6 +49,7 @@ pub async fn report(connection: &Connection, args: ReportArgs) -> anyhow::Result
     let mut client = connection.client().await?;
     let response = client
         .report_colocation(pb::ReportColocationRequest {
+            sharing_mode: args.sharing_mode.map(|mode| mode.to_pb()),
             gpu_id: String::new(),
             gpu: args.gpu,
             members,
@@ -268,6 +269,7 @@ pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Resu
     let mut client = connection.client().await?;
     let response = client
         .predict(pb::PredictRequest {
+            sharing_mode: args.sharing_mode.map(|mode| mode.to_pb()),
             workloads: args.workloads,
             gpu: args.gpu,
             gpu_memory_gb: args.gpu_memory_gb,
@@ -298,6 +300,9 @@ pub async fn predict(connection: &Connection, args: PredictArgs) -> anyhow::Resu
             ""
         }
     );
+    if response.mode_unmeasured {
+        println!("note: {}", response.mode_note);
+    }
     let rows: Vec<Vec<String>> = response
         .members
         .iter()

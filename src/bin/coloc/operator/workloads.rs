@@ -237,6 +237,7 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
             include_oversubscribed: args.include_oversubscribed,
             gpu_memory_gb: args.gpu_memory_gb,
             policy: Some(super::policy_request(&args.policy)),
+            sharing_mode: args.sharing_mode.map(|mode| mode.to_pb()),
             ..Default::default()
         })
         .await
@@ -244,6 +245,9 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
         .into_inner();
     if connection.json {
         return print_canonical(&response, "coloc.v1.RankResponse");
+    }
+    if response.mode_unmeasured {
+        println!("note: {}", response.mode_note);
     }
     let rows: Vec<Vec<String>> = response
         .ranked
