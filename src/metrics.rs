@@ -43,6 +43,8 @@ pub struct Metrics {
     store_writes_failing: IntGauge,
     store_write_failures: IntCounter,
     reports: IntCounterVec,
+    placements: IntCounter,
+    explored: IntCounter,
     trainings: IntCounterVec,
     job_outcomes: IntCounterVec,
     /// Log lines stderr could not take (telemetry drops them rather than fail).
@@ -282,6 +284,16 @@ impl Metrics {
                 "ReportColocation calls by outcome (stored, duplicate, rejected)",
                 &["outcome"],
             ),
+            placements: int_counter(
+                &registry,
+                "coloc_place_placements_total",
+                "Place answers that offered at least one GPU",
+            ),
+            explored: int_counter(
+                &registry,
+                "coloc_place_explored_total",
+                "Place answers that offered first a set the model is unsure of (observer.explore_budget)",
+            ),
             trainings: counter(
                 &registry,
                 "coloc_trainings_total",
@@ -369,6 +381,9 @@ impl Metrics {
                 stats.reports(outcome),
             );
         }
+        let (placements, explored) = advisor.placements_explored();
+        catch_up(self.placements.clone(), placements);
+        catch_up(self.explored.clone(), explored);
         for outcome in TrainingOutcome::ALL {
             catch_up(
                 self.trainings.with_label_values(&[outcome.as_str()]),
