@@ -43,6 +43,8 @@ pub struct Metrics {
     store_writes_failing: IntGauge,
     store_write_failures: IntCounter,
     reports: IntCounterVec,
+    /// Place's answers that offered a GPU, and those that explored.
+    place: [IntCounter; 2],
     trainings: IntCounterVec,
     job_outcomes: IntCounterVec,
     /// Log lines stderr could not take (telemetry drops them rather than fail).
@@ -187,6 +189,22 @@ fn handling_seconds(registry: &Registry) -> HistogramVec {
     )
 }
 
+/// Place's answers that offered a GPU, and those that explored (`observer.explore_budget`).
+fn place_counters(registry: &Registry) -> [IntCounter; 2] {
+    [
+        int_counter(
+            registry,
+            "coloc_place_placements_total",
+            "Place answers that offered at least one GPU",
+        ),
+        int_counter(
+            registry,
+            "coloc_place_explored_total",
+            "Place answers that offered first a set the model is unsure of (observer.explore_budget)",
+        ),
+    ]
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
@@ -282,6 +300,7 @@ impl Metrics {
                 "ReportColocation calls by outcome (stored, duplicate, rejected)",
                 &["outcome"],
             ),
+            place: place_counters(&registry),
             trainings: counter(
                 &registry,
                 "coloc_trainings_total",
@@ -369,6 +388,9 @@ impl Metrics {
                 stats.reports(outcome),
             );
         }
+        let (placements, explored) = advisor.placements_explored();
+        catch_up(self.place[0].clone(), placements);
+        catch_up(self.place[1].clone(), explored);
         for outcome in TrainingOutcome::ALL {
             catch_up(
                 self.trainings.with_label_values(&[outcome.as_str()]),

@@ -892,6 +892,7 @@ pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsEr
         lifecycle: lifecycle_policy(&settings.trainer),
         policy: policy_from_settings(&settings.policy),
         default_sharing_mode: settings.model.default_sharing_mode,
+        explore_budget: settings.observer.explore_budget,
         // Kubernetes Jobs take the jobs of their GPU models (and of any GPU model).
         no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off
             && settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs)

@@ -43,9 +43,9 @@ pub use occupancy::{
     same_gpu_model, GpuFilter, JobAssignment, MAX_GPUS_PER_POD, MAX_LEASE_SECS, MAX_REPORTED_PODS,
 };
 pub use place::{
-    place_in, place_in_keeping, GpuState, ModelUsed, PlaceAnswer, PlaceQuery, PlaceRule,
-    PlaceSkipCode, PlacedSets, Placement, SkippedGpu, DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU,
-    MAX_PLACE_GPUS, PLACED_SETS,
+    explore_candidate, place_in, place_in_keeping, Exploration, GpuState, ModelUsed, PlaceAnswer,
+    PlaceQuery, PlaceRule, PlaceSkipCode, PlacedSets, Placement, SkippedGpu,
+    DEFAULT_MAX_JOBS_PER_GPU, MAX_JOBS_PER_GPU, MAX_PLACE_GPUS, PLACED_SETS,
 };
 pub use policy::{is_loss, Policy, PolicyChanges};
 pub use predict::EXCLUSIVE_NOISE_MARGIN;
@@ -83,6 +83,9 @@ pub struct AdvisorOptions {
     pub policy: Policy,
     /// The sharing mode a request that names none is for (`model.default_sharing_mode`).
     pub default_sharing_mode: SharingMode,
+    /// The share of Place's placements that may explore (`observer.explore_budget`; 0 =
+    /// never).
+    pub explore_budget: f64,
 }
 
 /// How models are trained, judged and watched (docs/model.md, "Model lifecycle"): the
@@ -148,6 +151,8 @@ pub struct Advisor {
     policy: Policy,
     /// The sharing mode a request that names none is for.
     default_sharing_mode: SharingMode,
+    /// Place's exploration budget and what it spent.
+    exploration: Arc<place::Exploration>,
     /// The one cluster view (AssignJob's occupancy, the watcher's pods, the agents'
     /// PodResources reports): what ListGpus lists and Place's stored view holds.
     cluster: Arc<crate::cluster::ClusterView>,
@@ -166,6 +171,7 @@ impl Advisor {
             agents: agent_policy,
             policy,
             default_sharing_mode,
+            explore_budget,
         } = options;
         if let Some(reason) = &no_profiler_reason {
             // Only jobs no live agent can run: the others keep their reasons.
@@ -215,6 +221,7 @@ impl Advisor {
             placed_sets: Arc::new(place::PlacedSets::new(place::PLACED_SETS)),
             policy,
             default_sharing_mode,
+            exploration: Arc::new(place::Exploration::new(explore_budget)),
         };
         advisor.load_rolling_errors().await?;
         // Read before the runs below: a training recorded meanwhile is read again later.
@@ -646,6 +653,11 @@ impl Advisor {
         }
     }
 
+    /// Place's answers that offered a GPU since start, and those that explored.
+    pub fn placements_explored(&self) -> (u64, u64) {
+        self.exploration.counts()
+    }
+
     /// Forgets the set predictions Place keeps across requests (benchmarks measure a cold
     /// request with it; answers never depend on it).
     pub fn forget_placed_sets(&self) {
@@ -664,6 +676,7 @@ impl Advisor {
         let mut work =
             place::PlaceWork::new(&self.read_catalog(), &models, default_gpu.as_ref(), query)?;
         work.shared = Some(self.placed_sets.clone());
+        work.explore = Some(self.exploration.clone());
         Ok(work)
     }
 

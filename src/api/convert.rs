@@ -804,6 +804,7 @@ fn placement_to_pb(placement: Placement) -> pb::Placement {
         memory_gb: placement.memory_gb,
         gpu_memory_gb: placement.gpu_memory_gb,
         model_version: placement.model_version,
+        explored: placement.explored,
     }
 }
 

@@ -7,7 +7,9 @@
 //!   `guard_secs` at each end), stored through the same path as ReportColocation (the members'
 //!   job ids are the pod UIDs, the run's time the window's end);
 //! - a solo window, when one pod was alone: its workload's exclusive throughput measured
-//!   again, kept, and its drift from the profile's shown in metrics.
+//!   again, kept, and its drift from the profile's shown in metrics; where it differs from
+//!   the profile's beyond measurement noise (`advisor::EXCLUSIVE_NOISE_MARGIN`), the profile's
+//!   exclusive throughput is refreshed to it through PutProfile's path.
 //!
 //! Each window is keyed by GPU, pod UIDs and window (`observer_runs`): a restart, or a
 //! second replica reading the same timeline, never stores one twice. A member whose series
@@ -25,8 +27,8 @@ use std::{sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    advisor::{Advisor, Error as AdvisorError},
-    domain::{now_ms, ColocatedMember, GpuName, Observation, WorkloadName},
+    advisor::{Advisor, Error as AdvisorError, EXCLUSIVE_NOISE_MARGIN},
+    domain::{now_ms, ColocatedMember, GpuName, Observation, ProfileSource, WorkloadName},
     extender::ClusterView,
     settings::{ObserverSettings, ThroughputSourceKind},
     store::{NewObservedWindow, ObservedWindow, Store},
@@ -44,10 +46,12 @@ pub enum Formed {
         observation_id: i64,
         members: Vec<(String, String, f64)>,
     },
-    /// A pod alone: its workload's mean throughput.
+    /// A pod alone: its workload's mean throughput, and whether it replaced the profile's
+    /// exclusive throughput (it differed beyond measurement noise).
     Solo {
         workload: String,
         throughput: f64,
+        refreshed: bool,
     },
     /// Formed before: nothing stored.
     Known,
@@ -255,9 +259,10 @@ impl Observer {
             Formed::Solo {
                 workload: pod.workload.clone(),
                 throughput: means[0],
+                refreshed: false,
             }
         } else {
-            match self.report(segment, gpu, &means).await? {
+            match self.report(segment, gpu.clone(), &means).await? {
                 Some(observation_id) => {
                     window.outcome = ObservedWindow::Colocated { observation_id };
                     Formed::Run {
@@ -276,7 +281,71 @@ impl Observer {
         if !self.store.record_observed_window(&window, now_ms()).await? {
             return Ok(self.count(Formed::Known));
         }
+        let formed = match formed {
+            Formed::Solo {
+                workload,
+                throughput,
+                ..
+            } => {
+                let refreshed = self
+                    .refresh_exclusive(&gpu, &workload, throughput, segment.end_ms)
+                    .await?;
+                Formed::Solo {
+                    workload,
+                    throughput,
+                    refreshed,
+                }
+            }
+            other => other,
+        };
         Ok(self.count(formed))
+    }
+
+    /// A solo window's mean made the workload's exclusive throughput on `gpu`, through
+    /// PutProfile's path (the store, then the catalog), when it differs from the profile's
+    /// beyond measurement noise. Returns whether the profile changed.
+    async fn refresh_exclusive(
+        &self,
+        gpu: &GpuName,
+        workload: &str,
+        mean: f64,
+        at_ms: i64,
+    ) -> anyhow::Result<bool> {
+        let Ok(name) = WorkloadName::parse("workload", workload) else {
+            return Ok(false);
+        };
+        let Some(record) = self.store.get_workload(workload).await? else {
+            return Ok(false);
+        };
+        let Some(profile) = record.profiles.iter().find(|p| &p.gpu == gpu) else {
+            return Ok(false);
+        };
+        let stored = profile.system.exclusive_throughput;
+        if (mean - stored).abs() <= EXCLUSIVE_NOISE_MARGIN * stored {
+            return Ok(false);
+        }
+        let mut refreshed = profile.clone();
+        refreshed.system.exclusive_throughput = mean;
+        refreshed.source = ProfileSource::Measured;
+        refreshed.measured_at_ms = at_ms;
+        if refreshed.validate().is_err() {
+            return Ok(false);
+        }
+        match self.advisor.put_profile(&name, refreshed).await {
+            Ok(_) => {
+                tracing::info!(
+                    workload,
+                    gpu = gpu.as_str(),
+                    from = stored,
+                    to = mean,
+                    "observer: exclusive throughput refreshed from a solo window"
+                );
+                Ok(true)
+            }
+            // Deleted since: nothing to refresh.
+            Err(AdvisorError::UnknownWorkload(_)) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Stores the colocated run as ReportColocation does; `None` when coloc cannot take it

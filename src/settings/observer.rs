@@ -36,6 +36,10 @@ pub struct ObserverSettings {
     pub stale_secs: u64,
     pub prometheus: PrometheusSettings,
     pub push: PushSettings,
+    /// The share of Place's placements (answers offering a GPU) that may explore: offer
+    /// first the admitted GPU whose new set's interval is widest, when the low end of every
+    /// member's interval keeps its caps and floors (decision 024). 0 = never; at most 1.
+    pub explore_budget: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -73,6 +77,7 @@ impl Default for ObserverSettings {
             stale_secs: 120,
             prometheus: PrometheusSettings::default(),
             push: PushSettings::default(),
+            explore_budget: 0.0,
         }
     }
 }
@@ -101,6 +106,15 @@ impl Default for PushSettings {
 impl Settings {
     pub(super) fn validate_observer(&self) -> Result<(), SettingsError> {
         let observer = &self.observer;
+        if !(0.0..=1.0).contains(&observer.explore_budget) {
+            return Err(SettingsError::Invalid {
+                key: "observer.explore_budget",
+                message: format!(
+                    "{} is not a share of placements between 0 and 1 (0.05 = 5 %)",
+                    observer.explore_budget
+                ),
+            });
+        }
         if observer.sources.is_empty() {
             return Ok(());
         }

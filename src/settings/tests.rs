@@ -407,3 +407,22 @@ fn leader_settings_are_checked() {
         assert!(error.to_string().contains(key), "{pairs:?}: {error}");
     }
 }
+
+#[test]
+fn the_exploration_budget_is_off_by_default_and_a_share_between_0_and_1() {
+    let load = |pairs: &[(&str, &str)]| {
+        Settings::load(SettingsSources {
+            environment: env(pairs),
+            ..Default::default()
+        })
+    };
+    assert_eq!(load(&[]).unwrap().observer.explore_budget, 0.0);
+    let five = load(&[("COLOC__OBSERVER__EXPLORE_BUDGET", "0.05")]).unwrap();
+    assert_eq!(five.observer.explore_budget, 0.05);
+    for bad in ["1.5", "-0.1"] {
+        match load(&[("COLOC__OBSERVER__EXPLORE_BUDGET", bad)]) {
+            Err(SettingsError::Invalid { key, .. }) => assert_eq!(key, "observer.explore_budget"),
+            other => panic!("{bad} accepted: {other:?}"),
+        }
+    }
+}

@@ -300,6 +300,7 @@ fn summary(outcomes: &[coloc::observer::WindowOutcome], t0: i64) -> Vec<String> 
                 Formed::Solo {
                     workload,
                     throughput,
+                    ..
                 } => format!("solo {workload}={throughput:.6}"),
                 other => format!("{other:?}"),
             };
@@ -525,4 +526,20 @@ async fn pushes_make_a_solo_window_and_bad_pushes_change_nothing() {
     );
     assert_eq!(app.count("observations").await, 0);
     assert_eq!(app.count("observer_runs").await, 1);
+    // The profile said otherwise beyond noise: the solo window's 10 is now its exclusive
+    // throughput, through PutProfile's path (the store, and what GetWorkload answers).
+    assert!((exclusive - 10.0).abs() > 0.1 * exclusive, "{exclusive}");
+    let workload = app
+        .client
+        .get_workload(coloc::proto::GetWorkloadRequest {
+            name: "obs-p".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let system = workload.profiles[0].system.as_ref().unwrap().clone();
+    assert!(
+        (system.exclusive_throughput - 10.0).abs() < 1e-9,
+        "{system:?}"
+    );
 }

@@ -19,8 +19,8 @@
 //! on, around the member's prediction), and `cautious` checks the caps on the low ends.
 //!
 //! The query and its validation live in `query.rs`, the rule in `rule.rs`, set values and
-//! the per-request set cache in `sets.rs`, the work in named steps in `work.rs` and the
-//! checks of one GPU in `judge.rs`.
+//! the per-request set cache in `sets.rs`, the work in named steps in `work.rs`, the
+//! checks of one GPU in `judge.rs` and safe exploration, within its budget, in `explore.rs`.
 
 use std::sync::Arc;
 
@@ -31,12 +31,14 @@ use crate::{
     store::StoredModel,
 };
 
+mod explore;
 mod judge;
 mod query;
 mod rule;
 pub(super) mod sets;
 mod work;
 
+pub use explore::{candidate as explore_candidate, Exploration};
 pub use query::{GpuState, PlaceQuery};
 pub use rule::PlaceRule;
 pub(super) use sets::SetCache;
@@ -72,6 +74,10 @@ pub struct Placement {
     /// The limit it was checked against.
     pub gpu_memory_gb: f64,
     pub model_version: u64,
+    /// Offered first to explore a set the model is unsure of (`observer.explore_budget`,
+    /// `explore.rs`): the GPU where the new set's interval is widest among those whose low
+    /// ends keep every cap and floor, in place of Place's best.
+    pub explored: bool,
 }
 
 /// Why a GPU was left out.

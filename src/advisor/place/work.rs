@@ -1,11 +1,13 @@
 //! The work of one Place request, in named steps: look up what the request needs
 //! ([`PlaceWork::new`]), predict the sets it will ask about in one batch per GPU model,
 //! judge each GPU (its slots, residents and memory, then the caps, the residents' own
-//! floors and the rule), and build the answer for the best GPUs.
+//! floors and the rule), and build the answer for the best GPUs (one of them put first to
+//! explore, where the service's budget allows: `explore.rs`).
 
 use std::sync::Arc;
 
 use super::{
+    explore::Exploration,
     job_not_placeable,
     sets::{PlacedSets, SetCache, SetValue},
     unknown_job, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
@@ -52,6 +54,8 @@ pub(in crate::advisor) struct PlaceWork {
     pub residents: Vec<Resident>,
     /// Set predictions kept across requests (the service's), if any.
     pub shared: Option<Arc<PlacedSets>>,
+    /// The exploration budget and its counts (the service's), if any.
+    pub explore: Option<Arc<Exploration>>,
 }
 
 /// A GPU that qualified, before its answer is built.
@@ -217,6 +221,7 @@ impl PlaceWork {
             gpu_context,
             residents,
             shared: None,
+            explore: None,
         })
     }
 
@@ -259,7 +264,10 @@ impl PlaceWork {
             }
             resident_start += gpu.residents.len();
         }
-        let placements = self.placements(scored, &mut caches);
+        let mut placements = self.placements(scored, &mut caches);
+        if let Some(exploration) = &self.explore {
+            exploration.apply(&mut placements, &self.query);
+        }
         Ok(PlaceAnswer {
             placements,
             skipped,
@@ -370,6 +378,7 @@ impl PlaceWork {
                     memory_gb: s.memory,
                     gpu_memory_gb: s.limit,
                     model_version: ready.model.version,
+                    explored: false,
                 }
             })
             .collect()

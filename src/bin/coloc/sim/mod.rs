@@ -226,6 +226,7 @@ pub fn run_policy(
     let started = Instant::now();
     let mut place_stats = None;
     let mut learning = None;
+    let mut summary_explored = 0;
     let run = |policy: &mut dyn Policy| {
         let outcome = simulate(jobs, &world.truth, cluster, policy);
         let summary = RunSummary::of(policy.name(), seed, &outcome);
@@ -269,6 +270,7 @@ pub fn run_policy(
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
+            summary_explored = policy.placer.explored;
             learning = policy.placer.learning_counts();
             result
         }
@@ -283,6 +285,7 @@ pub fn run_policy(
         summary.trainings = trainings;
         summary.promotions = promotions;
     }
+    summary.explored = summary_explored;
     summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
     Ok((outcome, summary))
 }

@@ -144,6 +144,8 @@ pub struct ServicePlacer {
     /// Which admitted GPU to take (`--prefer`); the largest gain by default.
     pub prefer: coloc::extender::Prefer,
     pub calls: u64,
+    /// Calls answered with a placement marked `explored`, taken.
+    pub explored: u64,
     pub nanos: u128,
 }
 
@@ -233,6 +235,7 @@ impl ServicePlacer {
             reported: HashSet::new(),
             prefer: coloc::extender::Prefer::default(),
             calls: 0,
+            explored: 0,
             nanos: 0,
         }
     }
@@ -325,6 +328,17 @@ impl Placer for ServicePlacer {
             include_losses: AdvisorPolicy::default().include_losses,
         };
         let answer = self.answerer.answer(query)?;
+        // A placement Place offers to explore (the service's `observer.explore_budget`) is
+        // taken, as a scheduler that honours the mark takes it.
+        if let Some(explored) = answer.placements.first().filter(|p| p.explored) {
+            self.calls += 1;
+            self.explored += 1;
+            self.nanos += started.elapsed().as_nanos();
+            return Ok(Some(PlaceDecision {
+                gpu: explored.gpu_id.parse().context("a GPU id")?,
+                gain: explored.gain,
+            }));
+        }
         // Pack ranks occupied GPUs first, spread empty ones; then the largest gain.
         let tier = |index: usize| {
             let occupied = !request.gpus[index].residents.is_empty();

@@ -49,6 +49,8 @@ pub struct RunSummary {
     pub reports: u64,
     pub trainings: u64,
     pub promotions: u64,
+    /// Placements taken because Place offered them to explore (`observer.explore_budget`).
+    pub explored: u64,
     pub wall_ms: f64,
 }
 
@@ -123,6 +125,7 @@ impl RunSummary {
             reports: 0,
             trainings: 0,
             promotions: 0,
+            explored: 0,
             wall_ms: 0.0,
         }
     }
@@ -370,11 +373,13 @@ impl Report {
                     Spread::of(mine.iter().map(|r| f(r) as f64)).show(0)
                 };
                 println!(
-                    "{}: runs reported {}, retrainings {}, models promoted {} (per seed)",
+                    "{}: runs reported {}, retrainings {}, models promoted {}, placements \
+                     explored {} (per seed)",
                     p.policy,
                     show(|r| r.reports),
                     show(|r| r.trainings),
-                    show(|r| r.promotions)
+                    show(|r| r.promotions),
+                    show(|r| r.explored)
                 );
             }
         }
