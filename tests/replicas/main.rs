@@ -4,13 +4,15 @@
 //! a killed leader replaced, a paused leader's late writes refused, a promotion reaching
 //! every replica; `rolling`: readiness and a rolling restart under Rank calls), and
 //! `occupancy`: two replicas' stores under 10,000 concurrent AssignJob attempts on one
-//! database of either engine, never double-booking.
+//! database of either engine, never double-booking; `coloc bench` measuring two
+//! in-process replicas (`bench`).
 //!
 //! PostgreSQL: 127.0.0.1:5432, trust auth, database `test` for the administration
 //! (`COLOC_TEST_POSTGRES` names another server); each test creates its own database and
 //! drops it. Skipped with a message where no server answers, except under CI
 //! (`CI` set), where that fails.
 
+mod bench;
 mod lease;
 mod occupancy;
 mod pg;

@@ -132,6 +132,11 @@ pub struct BenchArgs {
     /// database created beforehand); seeded when it holds no GPU model yet.
     #[arg(long, conflicts_with = "database")]
     pub postgres: Option<String>,
+    /// In-process servers on the --postgres database (each its own loopback port; one
+    /// leads); the clients' connections are spread over them round-robin. More than 1 needs
+    /// --postgres.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "addr")]
+    pub replicas: u32,
     /// Concurrent clients.
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,
@@ -149,7 +154,9 @@ pub struct BenchArgs {
     /// (every workload, top 10), report, peer_rank_N (needs --peer-python), place_N (Place over N
     /// GPUs sent with the request, top 10), place_stored_N (the same N GPUs put into the
     /// server's occupancy first; the occupancy keeps them, so run sizes in increasing order),
-    /// occupancy (AssignJob then ReleaseJob of new jobs).
+    /// occupancy (AssignJob then ReleaseJob of new jobs), echo_rank_N (the transport's
+    /// floor for rank_N: a bench-only echo service in the bench's process answering a
+    /// real rank_N answer's bytes to the rank_N requests).
     #[arg(
         long,
         value_delimiter = ',',

@@ -1,5 +1,7 @@
 //! `coloc bench`: the load generator. It starts the server in-process on a loopback port
-//! with a synthetic store (W workloads with profiles drawn from the KACE V100 metric
+//! (or, on PostgreSQL, `--replicas` servers sharing the database, the clients' connections
+//! spread over them round-robin, each serving the trained model before anything is
+//! measured) with a synthetic store (W workloads with profiles drawn from the KACE V100 metric
 //! ranges, runs of random pairs, and of three and four with `--crowded-share`, a model
 //! trained through the Train RPC), or drives a
 //! running server (`--addr`), and measures each scenario with C concurrent clients for T
@@ -7,16 +9,19 @@
 //! over N named candidates, Rank over every workload, ReportColocation, and Rank on the
 //! Python comparison peer (benches/peer/) trained on the same data, Place over a cluster of
 //! N GPUs sent with the request (`place_N`) or kept by the server (`place_stored_N`), and
-//! AssignJob/ReleaseJob (`occupancy`). It reports RPC/s,
-//! latency percentiles (hdrhistogram), CPU used and the ratios to Health/Check.
+//! AssignJob/ReleaseJob (`occupancy`), and Rank's transport floor (`echo_rank_N`: a
+//! bench-only echo service answering a real rank_N answer's bytes). It reports RPC/s,
+//! latency percentiles (hdrhistogram), CPU used and the ratios to Health/Check and, for
+//! rank_N, to echo_rank_N.
 //!
 //! A tool beside the service, not part of it: a module of the `coloc` binary that the
 //! service's library never compiles. Its parts: `synthetic` (the store), `cluster` (the
-//! GPUs and jobs of the Place scenarios), `scenario` (the
+//! GPUs and jobs of the Place scenarios), `echo` (the echo floor), `scenario` (the
 //! clients and their calls), `peer` (the Python comparison), `process` (CPU and memory of
 //! a process), `report` (tables, JSON, ratios).
 
 mod cluster;
+mod echo;
 mod peer;
 mod process;
 mod report;
@@ -39,11 +44,13 @@ use coloc::{
     store::Store,
 };
 
+use echo::EchoFloors;
 use peer::start_peer;
 use process::{peak_rss_mb, rss_mb};
 use report::{print_report, Report};
 use scenario::{
-    connect, connect_when_ready, rank_pool, rank_pool_with, run_scenario, server_names, Call,
+    connect, connect_spread, connect_when_ready, rank_pool, rank_pool_with, run_scenario,
+    server_names, wait_until_serving, Call,
 };
 use synthetic::{seed_store, synthetic, Synthetic};
 
@@ -59,6 +66,9 @@ type Server = (
 );
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.replicas > 1 && args.postgres.is_none() {
+        bail!("--replicas above 1 needs --postgres: a SQLite file serves one server");
+    }
     let mut report = Report::default();
     let setup = &mut report.setup;
     let mut setup = |key: &str, value: serde_json::Value| {
@@ -70,40 +80,28 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     setup("rank_top_k", args.top_k.into());
 
     let scratch = tempfile::tempdir()?;
-    let mut server = None;
+    let mut servers = Vec::new();
     let mut data = None;
-    let (addr, names) = match &args.addr {
+    let (addrs, names) = match &args.addr {
         Some(addr) => {
             let channel = connect(addr, 1).await?.remove(0);
-            (addr.clone(), server_names(channel).await?)
+            (vec![addr.clone()], server_names(channel).await?)
         }
         None => {
-            let (addr, names, started, synthetic) =
+            let (addrs, names, started, synthetic) =
                 start_in_process(&args, scratch.path(), &mut setup).await?;
-            server = Some(started);
+            servers = started;
             data = Some(synthetic);
-            (addr, names)
+            (addrs, names)
         }
     };
     if names.is_empty() {
         bail!("the server has no workloads to rank");
     }
-    let channels = connect(&addr, args.connections).await?;
-    let mut client = ColocationAdvisorClient::new(channels[0].clone());
-    if server.is_some() {
-        let started = Instant::now();
-        let trained = client
-            .train(pb::TrainRequest {
-                gpu: GPU.into(),
-                kind: String::new(),
-            })
-            .await
-            .context("training the synthetic store's model")?
-            .into_inner();
-        setup("train_s", started.elapsed().as_secs_f64().into());
-        setup("model_version", trained.champion_version.into());
-        setup("rss_after_training_mb", rss_mb().into());
-        setup("peak_rss_mb", peak_rss_mb().into());
+    let channels = connect_spread(&addrs, args.connections).await?;
+    setup("connections", channels.len().into());
+    if !servers.is_empty() {
+        train_and_wait(&channels, addrs.len(), &names, &args, &mut setup).await?;
     }
 
     let names = Arc::new(names);
@@ -120,6 +118,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         coloc::progress::hide();
     }
+    let mut echoes = EchoFloors::default();
     let progress = coloc::progress::bar(args.scenarios.len() as u64, "scenarios");
     for scenario in &args.scenarios {
         progress.inc(1);
@@ -128,9 +127,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             None => (false, scenario.as_str()),
         };
         let call = scenario_call(scenario, name, &names, &clock, &args, &channels).await?;
-        let (target, pid) = match (on_peer, &peer_channels, &peer) {
-            (false, _, _) => (&channels, None),
-            (true, Some(channels), Some(peer)) => (channels, Some(peer.child.id())),
+        let (target, pid) = match (&call, on_peer, &peer_channels, &peer) {
+            (Call::EchoRank(pool), false, _, _) => {
+                let n = pool_size(name);
+                let echo = echoes.channels(n, pool, &channels[0], args.connections, &mut setup);
+                (echo.await?, None)
+            }
+            (_, false, _, _) => (channels.clone(), None),
+            (_, true, Some(channels), Some(peer)) => (channels.clone(), Some(peer.child.id())),
             _ => bail!("scenario {scenario:?} needs --peer-python"),
         };
         if !progress.is_hidden() {
@@ -141,27 +145,73 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 args.warmup + args.duration
             );
         }
-        let result = run_scenario(target, call, &args, pid).await?;
+        let result = run_scenario(&target, call, &args, pid).await?;
         report.scenarios.insert(scenario.clone(), result);
     }
     progress.finish_and_clear();
     drop(peer);
-    if let Some((task, stop)) = server {
+    echoes.stop().await?;
+    drop(channels);
+    for (task, stop) in servers {
         stop.cancel();
         task.await??;
     }
     print_report(&report, &args)
 }
 
-/// The in-process server of `coloc bench` without `--addr`: the synthetic store seeded
-/// (unless `--database` names one that exists) and the server started on a loopback port.
-/// Returns its address, the workloads' names, the server's task and stop token, and the
-/// synthetic data (the peer is trained on it).
+/// N of a scenario named `..._N` (0 when it names none).
+fn pool_size(name: &str) -> usize {
+    name.rsplit('_')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Trains the in-process servers' model through the Train RPC (on the first replica) and
+/// waits until every replica serves it: `channels` holds at least one connection to each
+/// of the `replicas` servers, the first to the first, and so on.
+async fn train_and_wait(
+    channels: &[tonic::transport::Channel],
+    replicas: usize,
+    names: &[String],
+    args: &BenchArgs,
+    setup: &mut impl FnMut(&str, serde_json::Value),
+) -> anyhow::Result<()> {
+    let mut client = ColocationAdvisorClient::new(channels[0].clone());
+    let started = Instant::now();
+    let trained = client
+        .train(pb::TrainRequest {
+            gpu: GPU.into(),
+            kind: String::new(),
+        })
+        .await
+        .context("training the synthetic store's model")?
+        .into_inner();
+    setup("train_s", started.elapsed().as_secs_f64().into());
+    setup("model_version", trained.champion_version.into());
+    if let Some(model) = &trained.model {
+        setup("train_observations", model.observations.into());
+    }
+    setup("rss_after_training_mb", rss_mb().into());
+    setup("peak_rss_mb", peak_rss_mb().into());
+    let probe = rank_pool(names, Some(10), args.top_k, args.seed).remove(0);
+    let started = Instant::now();
+    for channel in &channels[..replicas] {
+        wait_until_serving(channel, trained.champion_version, &probe).await?;
+    }
+    setup("replicas_serving_s", started.elapsed().as_secs_f64().into());
+    Ok(())
+}
+
+/// The in-process servers of `coloc bench` without `--addr`: the synthetic store seeded
+/// (unless `--database` names one that exists) and `--replicas` servers started on it,
+/// each on a loopback port of its own. Returns their addresses, the workloads' names, the
+/// servers' tasks and stop tokens, and the synthetic data (the peer is trained on it).
 async fn start_in_process(
     args: &BenchArgs,
     scratch: &Path,
     setup: &mut impl FnMut(&str, serde_json::Value),
-) -> anyhow::Result<(String, Vec<String>, Server, Synthetic)> {
+) -> anyhow::Result<(Vec<String>, Vec<String>, Vec<Server>, Synthetic)> {
     let path = match &args.database {
         Some(path) => path.clone(),
         None => scratch.join("bench.db"),
@@ -181,25 +231,24 @@ async fn start_in_process(
         }
         None => (format!("sqlite://{}", path.display()), path.exists()),
     };
-    setup(
-        "store",
-        if args.postgres.is_some() {
-            "postgres"
-        } else {
-            "sqlite"
-        }
-        .into(),
-    );
+    let engine = if args.postgres.is_some() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    setup("store", engine.into());
     if !seeded {
         let started = Instant::now();
         let store = Store::open(&url).await?;
-        seed_store(&store, &synthetic).await?;
+        let how = seed_store(&store, &url, &synthetic).await?;
         store.close().await;
         setup("seed_s", started.elapsed().as_secs_f64().into());
+        setup("seed_runs_by", how.into());
     }
     setup("workloads", args.workloads.into());
     setup("observations", args.observations.into());
     setup("crowded_share", args.crowded_share.into());
+    setup("replicas", args.replicas.into());
     let settings = Settings::load(SettingsSources {
         file: None,
         environment: Some(Default::default()),
@@ -218,15 +267,22 @@ async fn start_in_process(
         )
         .collect(),
     })?;
+    setup(
+        "max_training_runs",
+        settings.trainer.max_training_runs.into(),
+    );
+    let (mut addrs, mut servers) = (Vec::new(), Vec::new());
     let started = Instant::now();
-    let app = App::build(&settings).await?;
+    for _ in 0..args.replicas {
+        let app = App::build(&settings).await?;
+        addrs.push(format!("http://{}", app.local_addr()));
+        let stop = tokio_util::sync::CancellationToken::new();
+        servers.push((tokio::spawn(app.run_until_stopped(stop.clone())), stop));
+    }
     setup("startup_s", started.elapsed().as_secs_f64().into());
     setup("rss_after_startup_mb", rss_mb().into());
-    let addr = format!("http://{}", app.local_addr());
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server = (tokio::spawn(app.run_until_stopped(stop.clone())), stop);
     let names = synthetic.names.iter().map(|n| n.to_string()).collect();
-    Ok((addr, names, server, synthetic))
+    Ok((addrs, names, servers, synthetic))
 }
 
 /// The calls scenario `scenario` (`name` without its `peer_` prefix) makes; a
@@ -252,7 +308,9 @@ async fn scenario_call(
         },
         _ => {
             let size = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse().ok());
-            if let Some(n) = size("rank_cautious_") {
+            if let Some(n) = size("echo_rank_") {
+                Call::EchoRank(Arc::new(rank_pool(names, Some(n), args.top_k, args.seed)))
+            } else if let Some(n) = size("rank_cautious_") {
                 Call::Rank(Arc::new(rank_pool_with(
                     names,
                     Some(n),

@@ -1,5 +1,7 @@
 //! What `coloc bench` prints: the setup figures, each scenario's rate, latency and CPU,
-//! and the ratios to Health/Check measured in the same run.
+//! and the ratios to Health/Check measured in the same run; each rank_N also against its
+//! transport floor echo_rank_N (the same bytes moved by the bench's echo service) when
+//! both ran.
 
 use std::{collections::BTreeMap, io::Write};
 
@@ -35,9 +37,27 @@ pub(super) fn ratios(result: &ScenarioResult, health: &ScenarioResult) -> (f64, 
     )
 }
 
+/// Each rank_N scenario that ran beside its echo_rank_N: (N's name, the ratios of rank_N to
+/// echo_rank_N as [`ratios`] gives them).
+pub(super) fn echo_ratios(report: &Report) -> Vec<(String, (f64, f64))> {
+    report
+        .scenarios
+        .iter()
+        .filter_map(|(name, echo)| {
+            let rank = name.strip_prefix("echo_")?;
+            let own = report.scenarios.get(rank)?;
+            Some((rank.to_string(), ratios(own, echo)))
+        })
+        .collect()
+}
+
 pub(super) fn print_report(report: &Report, args: &BenchArgs) -> anyhow::Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        let mut json = serde_json::to_value(report)?;
+        for (rank, (rps, p99)) in echo_ratios(report) {
+            json["vs_echo"][rank] = serde_json::json!({"rps_ratio": rps, "p99_ratio": p99});
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     let mut out = std::io::stdout().lock();
@@ -67,6 +87,12 @@ pub(super) fn print_report(report: &Report, args: &BenchArgs) -> anyhow::Result<
             out,
             "{name:<16} {:>10.0} {:>9} {:>9} {:>10} {:>6.2} {:>7} {rps_ratio:>12} {p99_ratio:>12}",
             r.rps, r.p50_us, r.p99_us, r.p999_us, r.cpu_cores, r.errors
+        )?;
+    }
+    for (rank, (rps, p99)) in echo_ratios(report) {
+        writeln!(
+            out,
+            "{rank} vs echo_{rank} (the same bytes, no work): {rps:.2}x its RPC/s, p99 {p99:.2}x"
         )?;
     }
     for (name, r) in &report.scenarios {
@@ -120,5 +146,22 @@ mod tests {
         assert_eq!(json["setup"]["cpus"], 2);
         assert_eq!(json["rank_100"]["p99_us"], 30);
         assert_eq!(json["health"]["rps"], 100.0);
+    }
+
+    #[test]
+    fn a_rank_scenario_is_read_against_its_echo_floor_when_both_ran() {
+        let mut report = Report::default();
+        report.scenarios.insert("health".into(), result(400.0, 10));
+        report.scenarios.insert("rank_100".into(), result(50.0, 30));
+        report
+            .scenarios
+            .insert("echo_rank_100".into(), result(200.0, 10));
+        report
+            .scenarios
+            .insert("echo_rank_10".into(), result(300.0, 10));
+        assert_eq!(
+            echo_ratios(&report),
+            vec![("rank_100".to_string(), (0.25, 3.0))]
+        );
     }
 }

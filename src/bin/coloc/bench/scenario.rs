@@ -21,18 +21,23 @@ use tonic::{
     transport::{Channel, Endpoint},
     Status,
 };
-use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 use tonic_prost::ProstCodec;
 
 use coloc::proto::{self as pb, colocation_advisor_client::ColocationAdvisorClient};
 
-use super::{process::cpu_seconds, report::ScenarioResult, BenchArgs, GPU, REQUEST_POOL};
+use super::{
+    echo::ECHO_RANK_PATH, process::cpu_seconds, report::ScenarioResult, BenchArgs, GPU,
+    REQUEST_POOL,
+};
 
 /// Requests encoded once, sent through tonic's client as they are; answers decoded in full
 /// as a scheduler would. Building and encoding 1 000 names per call would cost the load
 /// generator more CPU than the server spends on the request, on the same cores, and the
 /// Health/Check floor pays no such cost.
-struct PreEncoded<U>(PhantomData<U>);
+pub(super) struct PreEncoded<U>(PhantomData<U>);
 
 impl<U> Default for PreEncoded<U> {
     fn default() -> Self {
@@ -40,7 +45,7 @@ impl<U> Default for PreEncoded<U> {
     }
 }
 
-struct BytesEncoder;
+pub(super) struct BytesEncoder;
 
 impl Encoder for BytesEncoder {
     type Item = Bytes;
@@ -77,6 +82,8 @@ pub(super) enum Call {
     Health,
     /// Encoded `RankRequest`s.
     Rank(Arc<Vec<Bytes>>),
+    /// The same, sent to the bench's echo service (`echo_rank_N`).
+    EchoRank(Arc<Vec<Bytes>>),
     Report {
         names: Arc<Vec<String>>,
         clock: Arc<AtomicI64>,
@@ -130,22 +137,16 @@ pub(super) async fn run_scenario(
                         .await
                         .is_ok(),
                     Call::Rank(pool) => {
-                        let request = tonic::Request::new(pool[i % pool.len()].clone());
-                        let path = http::uri::PathAndQuery::from_static(RANK_PATH);
-                        let codec = PreEncoded::<pb::RankResponse>::default();
-                        match raw.ready().await {
-                            Ok(()) => raw.unary(request, path, codec).await.is_ok(),
-                            Err(_) => false,
-                        }
+                        let request = pool[i % pool.len()].clone();
+                        unary::<pb::RankResponse>(&mut raw, RANK_PATH, request).await
+                    }
+                    Call::EchoRank(pool) => {
+                        let request = pool[i % pool.len()].clone();
+                        unary::<pb::RankResponse>(&mut raw, ECHO_RANK_PATH, request).await
                     }
                     Call::Place(pool) => {
-                        let request = tonic::Request::new(pool[i % pool.len()].clone());
-                        let path = http::uri::PathAndQuery::from_static(PLACE_PATH);
-                        let codec = PreEncoded::<pb::PlaceResponse>::default();
-                        match raw.ready().await {
-                            Ok(()) => raw.unary(request, path, codec).await.is_ok(),
-                            Err(_) => false,
-                        }
+                        let request = pool[i % pool.len()].clone();
+                        unary::<pb::PlaceResponse>(&mut raw, PLACE_PATH, request).await
                     }
                     Call::Occupancy { names, jobs } => {
                         occupancy_call(&mut advisor, names, jobs, (task, i), &mut rng).await
@@ -186,6 +187,74 @@ pub(super) async fn run_scenario(
         cpu_cores: cpu / measure.as_secs_f64(),
         errors,
     })
+}
+
+/// One pre-encoded call on `path`, its answer decoded as a `U`: whether it succeeded.
+async fn unary<U: Message + Default + Send + 'static>(
+    raw: &mut tonic::client::Grpc<Channel>,
+    path: &'static str,
+    request: Bytes,
+) -> bool {
+    let path = http::uri::PathAndQuery::from_static(path);
+    match raw.ready().await {
+        Ok(()) => raw
+            .unary(
+                tonic::Request::new(request),
+                path,
+                PreEncoded::<U>::default(),
+            )
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// One Rank call with a pre-encoded request on `channel`, its answer decoded.
+pub(super) async fn rank_once(
+    channel: &Channel,
+    request: Bytes,
+) -> Result<pb::RankResponse, Status> {
+    let mut raw = tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(256 << 20);
+    raw.ready()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let path = http::uri::PathAndQuery::from_static(RANK_PATH);
+    let codec = PreEncoded::<pb::RankResponse>::default();
+    Ok(raw
+        .unary(tonic::Request::new(request), path, codec)
+        .await?
+        .into_inner())
+}
+
+/// Waits until the server on `channel` says it is ready (`coloc.v1.Ready` SERVING) and
+/// answers `request` with model `version`: a replica reads a new champion within its poll
+/// period, and measuring before would count its errors.
+pub(super) async fn wait_until_serving(
+    channel: &Channel,
+    version: u64,
+    request: &Bytes,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut health = HealthClient::new(channel.clone());
+    loop {
+        let ready = health
+            .check(HealthCheckRequest {
+                service: coloc::leader::follow::READY_SERVICE.into(),
+            })
+            .await
+            .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32);
+        if ready
+            && rank_once(channel, request.clone())
+                .await
+                .is_ok_and(|r| r.model_version == version)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("a replica did not serve model version {version} within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One call of the `occupancy` scenario by client `task` (its `i`-th): even calls assign a
@@ -297,6 +366,21 @@ pub(super) async fn connect(addr: &str, connections: usize) -> anyhow::Result<Ve
     let mut channels = Vec::with_capacity(connections);
     for _ in 0..connections.max(1) {
         channels.push(Endpoint::from_shared(addr.to_string())?.connect().await?);
+    }
+    Ok(channels)
+}
+
+/// `connections` connections spread round-robin over the servers at `addrs` (the first to
+/// the first server, the second to the second, ...), so the clients, which take the
+/// connections round-robin too, load every replica alike.
+pub(super) async fn connect_spread(
+    addrs: &[String],
+    connections: usize,
+) -> anyhow::Result<Vec<Channel>> {
+    let mut channels = Vec::with_capacity(connections);
+    for i in 0..connections.max(addrs.len()) {
+        let addr = &addrs[i % addrs.len()];
+        channels.push(Endpoint::from_shared(addr.clone())?.connect().await?);
     }
     Ok(channels)
 }

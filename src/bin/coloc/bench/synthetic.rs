@@ -148,7 +148,14 @@ fn kept<'a>(own: &Profile, others: impl Iterator<Item = &'a Profile>, rng: &mut 
     (1.15 - 0.35 * sm - 0.3 * mem + 0.03 * (rng.random::<f64>() - 0.5)).clamp(0.15, 1.0)
 }
 
-pub(super) async fn seed_store(store: &Store, data: &Synthetic) -> anyhow::Result<()> {
+/// Puts the synthetic store's workloads (through the store) and runs into the store at
+/// `url`; returns how the runs went in: "store" (the store's own `insert_observations`, in
+/// transactions of 20 000 runs) on SQLite, "bulk" on PostgreSQL ([`bulk_insert_runs`]).
+pub(super) async fn seed_store(
+    store: &Store,
+    url: &str,
+    data: &Synthetic,
+) -> anyhow::Result<&'static str> {
     let workloads: Vec<NewWorkload> = data
         .names
         .iter()
@@ -165,11 +172,77 @@ pub(super) async fn seed_store(store: &Store, data: &Synthetic) -> anyhow::Resul
         })
         .collect();
     store.register_workloads(&workloads, 0).await?;
+    if url.starts_with("postgres") {
+        bulk_insert_runs(url, &data.runs).await?;
+        return Ok("bulk");
+    }
     for chunk in data.runs.chunks(20_000) {
         store
             .insert_observations(chunk, ObservationSource::Reported, 0)
             .await?;
     }
+    Ok("store")
+}
+
+/// The bench's bulk path into PostgreSQL: the rows `insert_observations` writes
+/// (source `reported`, recorded at 0, no prediction; each member at its position), 10 000
+/// runs per pair of statements (arrays unnested) instead of two statements per run, one
+/// transaction for all. A run already stored (same fingerprint) is left as it is.
+async fn bulk_insert_runs(url: &str, runs: &[Observation]) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut db = sqlx::PgConnection::connect(url).await?;
+    let mut tx = db.begin().await?;
+    for chunk in runs.chunks(10_000) {
+        let fingerprints: Vec<String> = chunk.iter().map(Observation::fingerprint).collect();
+        let inserted: Vec<(i64, String)> = sqlx::query_as(
+            "INSERT INTO observations (gpu, observed_at_ms, recorded_at_ms, source, \
+             fingerprint, gpu_id) \
+             SELECT gpu, at, 0, 'reported', fingerprint, gpu_id \
+             FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[]) \
+             AS r(gpu, at, fingerprint, gpu_id) \
+             ON CONFLICT (fingerprint) DO NOTHING RETURNING id, fingerprint",
+        )
+        .bind(
+            chunk
+                .iter()
+                .map(|r| r.gpu.as_str().to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .bind(chunk.iter().map(|r| r.observed_at_ms).collect::<Vec<_>>())
+        .bind(&fingerprints)
+        .bind(chunk.iter().map(|r| r.gpu_id.clone()).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+        let ids: std::collections::HashMap<String, i64> =
+            inserted.into_iter().map(|(id, f)| (f, id)).collect();
+        let (mut run_ids, mut positions, mut workloads, mut throughputs, mut jobs) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for (run, fingerprint) in chunk.iter().zip(&fingerprints) {
+            let Some(&id) = ids.get(fingerprint) else {
+                continue;
+            };
+            for (position, member) in run.members.iter().enumerate() {
+                run_ids.push(id);
+                positions.push(position as i64);
+                workloads.push(member.workload.as_str().to_owned());
+                throughputs.push(member.throughput);
+                jobs.push(member.job_id.clone());
+            }
+        }
+        sqlx::query(
+            "INSERT INTO observation_members (observation_id, position, workload, throughput, \
+             job_id) SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], \
+             $4::float8[], $5::text[])",
+        )
+        .bind(run_ids)
+        .bind(positions)
+        .bind(workloads)
+        .bind(throughputs)
+        .bind(jobs)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 
