@@ -1,5 +1,6 @@
 //! `coloc bench` against replicas: two in-process servers on a fresh PostgreSQL database,
-//! the echo floor beside Rank, in a run of about five seconds; and the bench's bulk seeding
+//! the echo floor beside Rank, in a run of about five seconds, then three `coloc serve`
+//! processes on the same database; and the bench's bulk seeding
 //! of PostgreSQL writes the runs SQLite's store path writes for the same seed.
 
 use std::{collections::BTreeSet, process::Command};
@@ -107,6 +108,39 @@ async fn bench_measures_two_replicas_and_the_echo_floor_on_postgres() {
     let vs_echo = &report["vs_echo"]["rank_10"];
     assert!(vs_echo["rps_ratio"].as_f64().unwrap() > 0.0, "{report}");
     assert!(vs_echo["p99_ratio"].as_f64().unwrap() > 0.0, "{report}");
+
+    // Three replicas as `coloc serve` processes on the same (now seeded) database.
+    let mut args = vec![
+        "--postgres",
+        &db.url,
+        "--replicas",
+        "3",
+        "--replica-processes",
+    ];
+    args.extend(SMALL_STORE);
+    args.extend([
+        "-c",
+        "6",
+        "--connections",
+        "3",
+        "-t",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--scenarios",
+        "health,rank_10,report",
+    ]);
+    let processes = bench(&args).unwrap();
+    assert_eq!(processes["setup"]["replicas"], 3, "{processes}");
+    assert_eq!(processes["setup"]["replica_processes"], true, "{processes}");
+    for scenario in ["health", "rank_10", "report"] {
+        let result = &processes[scenario];
+        assert!(
+            result["rps"].as_f64().unwrap() > 0.0,
+            "{scenario}: {processes}"
+        );
+        assert_eq!(result["errors"], 0, "{scenario}: {processes}");
+    }
 
     // The same seed through the store's own path on SQLite: the same runs, row for row.
     let dir = tempfile::tempdir().unwrap();

@@ -137,6 +137,11 @@ pub struct BenchArgs {
     /// --postgres.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "addr")]
     pub replicas: u32,
+    /// Start each server as a child `coloc serve` process (this binary) on its own loopback
+    /// port, instead of inside the bench's process: the bench process is then only the
+    /// load, and replicas are processes as in a deployment.
+    #[arg(long, conflicts_with = "addr")]
+    pub replica_processes: bool,
     /// Concurrent clients.
     #[arg(long, short = 'c', default_value_t = 64)]
     pub concurrency: usize,

@@ -1,5 +1,6 @@
 //! `coloc bench`: the load generator. It starts the server in-process on a loopback port
-//! (or, on PostgreSQL, `--replicas` servers sharing the database, the clients' connections
+//! (or, on PostgreSQL, `--replicas` servers sharing the database, as child `coloc serve`
+//! processes with `--replica-processes`, the clients' connections
 //! spread over them round-robin, each serving the trained model before anything is
 //! measured) with a synthetic store (W workloads with profiles drawn from the KACE V100 metric
 //! ranges, runs of random pairs, and of three and four with `--crowded-share`, a model
@@ -59,11 +60,78 @@ const GPU_MEMORY_GB: f64 = 80.0;
 /// Pre-built requests per Rank scenario, cycled through by the clients.
 const REQUEST_POOL: usize = 64;
 
-/// The in-process server: its task and the token that stops it.
-type Server = (
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-    tokio_util::sync::CancellationToken,
-);
+/// A server the bench started: in its own process (`--replica-processes`), or in the
+/// bench's, with its task and the token that stops it.
+enum Server {
+    InProcess(
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+        tokio_util::sync::CancellationToken,
+    ),
+    Process(tokio::process::Child),
+}
+
+impl Server {
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Server::InProcess(task, stop) => {
+                stop.cancel();
+                task.await?
+            }
+            Server::Process(mut child) => {
+                if let Some(pid) = child.id() {
+                    let pid = nix::unistd::Pid::from_raw(pid as i32);
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                }
+                let waited = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait());
+                match waited.await {
+                    Ok(status) => {
+                        let status = status?;
+                        if !status.success() {
+                            bail!("a replica process ended with {status}");
+                        }
+                    }
+                    Err(_) => child.kill().await?,
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `coloc serve` as a child process on a free loopback port, with the bench's overrides as
+/// environment variables; returns once it accepts connections (60 s at most).
+async fn spawn_replica(overrides: &[(&str, String)]) -> anyhow::Result<(String, Server)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    command
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (key, value) in overrides {
+        if *key != "server.listen" {
+            let variable = format!("COLOC__{}", key.to_uppercase().replace('.', "__"));
+            command.env(variable, value);
+        }
+    }
+    let mut child = command.spawn().context("starting a replica process")?;
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        if let Some(status) = child.try_wait()? {
+            bail!("a replica process exited at start ({status})");
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            bail!("a replica process did not listen within 60 s");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok((format!("http://127.0.0.1:{port}"), Server::Process(child)))
+}
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.replicas > 1 && args.postgres.is_none() {
@@ -152,9 +220,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     drop(peer);
     echoes.stop().await?;
     drop(channels);
-    for (task, stop) in servers {
-        stop.cancel();
-        task.await??;
+    for server in servers {
+        server.stop().await?;
     }
     print_report(&report, &args)
 }
@@ -249,23 +316,24 @@ async fn start_in_process(
     setup("observations", args.observations.into());
     setup("crowded_share", args.crowded_share.into());
     setup("replicas", args.replicas.into());
+    let overrides: Vec<(&str, String)> = vec![
+        ("server.listen", "127.0.0.1:0".into()),
+        ("metrics.listen", String::new()),
+        ("database.url", url),
+        ("profiler.backend", "off".into()),
+        ("trainer.interval_secs", "0".into()),
+        ("server.max_request_bytes", (64u64 << 20).to_string()),
+    ]
+    .into_iter()
+    .chain(
+        args.max_training_runs
+            .map(|runs| ("trainer.max_training_runs", runs.to_string())),
+    )
+    .collect();
     let settings = Settings::load(SettingsSources {
         file: None,
         environment: Some(Default::default()),
-        overrides: vec![
-            ("server.listen", "127.0.0.1:0".into()),
-            ("metrics.listen", String::new()),
-            ("database.url", url),
-            ("profiler.backend", "off".into()),
-            ("trainer.interval_secs", "0".into()),
-            ("server.max_request_bytes", (64u64 << 20).to_string()),
-        ]
-        .into_iter()
-        .chain(
-            args.max_training_runs
-                .map(|runs| ("trainer.max_training_runs", runs.to_string())),
-        )
-        .collect(),
+        overrides: overrides.clone(),
     })?;
     setup(
         "max_training_runs",
@@ -273,11 +341,21 @@ async fn start_in_process(
     );
     let (mut addrs, mut servers) = (Vec::new(), Vec::new());
     let started = Instant::now();
+    setup("replica_processes", args.replica_processes.into());
     for _ in 0..args.replicas {
+        if args.replica_processes {
+            let (addr, server) = spawn_replica(&overrides).await?;
+            addrs.push(addr);
+            servers.push(server);
+            continue;
+        }
         let app = App::build(&settings).await?;
         addrs.push(format!("http://{}", app.local_addr()));
         let stop = tokio_util::sync::CancellationToken::new();
-        servers.push((tokio::spawn(app.run_until_stopped(stop.clone())), stop));
+        servers.push(Server::InProcess(
+            tokio::spawn(app.run_until_stopped(stop.clone())),
+            stop,
+        ));
     }
     setup("startup_s", started.elapsed().as_secs_f64().into());
     setup("rss_after_startup_mb", rss_mb().into());

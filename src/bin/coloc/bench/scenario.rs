@@ -242,16 +242,22 @@ pub(super) async fn wait_until_serving(
                 service: coloc::leader::follow::READY_SERVICE.into(),
             })
             .await
-            .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32);
+            .map(|r| r.into_inner().status);
+        let ranked = rank_once(channel, request.clone()).await;
+        let serving = matches!(&ranked, Ok(r) if r.model_version == version);
         if ready
-            && rank_once(channel, request.clone())
-                .await
-                .is_ok_and(|r| r.model_version == version)
+            .as_ref()
+            .is_ok_and(|s| *s == ServingStatus::Serving as i32)
+            && serving
         {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("a replica did not serve model version {version} within 60 s");
+            bail!(
+                "a replica did not serve model version {version} within 60 s (readiness \
+                 {ready:?}, Rank {:?})",
+                ranked.map(|r| r.model_version)
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
