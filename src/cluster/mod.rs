@@ -34,9 +34,13 @@
 //!   [`ClusterView::replace_pods`]), [`ClusterView::report_pod_devices`];
 //! - readers: [`ClusterView::node`], [`ClusterView::occupied_gpus`] (one node's occupied
 //!   GPUs with their [`Resident`]s), [`ClusterView::occupied_by_node`] (the same for many
-//!   nodes in one pass), [`ClusterView::with_occupied_gpus`] (workload names and floors,
-//!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings) and
-//!   [`ClusterView::occupancy`] (a sorted summary for tests and operators).
+//!   nodes in one pass; [`ClusterView::occupied_everywhere`] for all),
+//!   [`ClusterView::with_occupied_gpus`] (workload names and floors,
+//!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings),
+//!   [`ClusterView::occupancy`] (a sorted summary for tests and operators) and
+//!   [`ClusterView::with_hami_allocations`] (what HAMi's annotations allocate, for the
+//!   binding webhook's capacity check) and [`ClusterView::is_bound`] (whether a held pod
+//!   has landed).
 //!
 //! Readers never wait on the API server or the database: writes take a short write lock,
 //! and the store's occupancy is read from its in-memory copy.
@@ -121,6 +125,17 @@ pub struct WatchedPod {
     /// Its `coloc.io/throughput-query`: the PromQL template of its throughput, read by the
     /// observer.
     pub throughput_query: Option<String>,
+    /// What HAMi's `hami.io/vgpu-devices-allocated` allocates it on each device (HAMi's
+    /// own accounting, read by the binding webhook); empty without the annotation.
+    pub hami_allocated: Vec<HamiAllocation>,
+}
+
+/// One device of a pod's HAMi allocation: memory (MiB) and cores (percent) taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HamiAllocation {
+    pub gpu: String,
+    pub mem_mib: i64,
+    pub cores: i64,
 }
 
 impl From<Residency> for WatchedPod {
@@ -132,6 +147,7 @@ impl From<Residency> for WatchedPod {
             workload: Some(residency.workload),
             min_job_fraction: residency.min_job_fraction,
             throughput_query: None,
+            hami_allocated: Vec::new(),
         }
     }
 }
@@ -167,6 +183,14 @@ impl Resident {
     pub fn placement_name(&self) -> String {
         match &self.workload {
             Some(workload) => workload.clone(),
+            None => format!("unknown pod {}", self.id),
+        }
+    }
+
+    /// [`Self::placement_name`], taking the resident (no copy of a known workload).
+    pub fn into_placement_name(self) -> String {
+        match self.workload {
+            Some(workload) => workload,
             None => format!("unknown pod {}", self.id),
         }
     }
@@ -393,6 +417,20 @@ impl ClusterView {
         )
     }
 
+    /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all).
+    pub fn occupied_everywhere(&self) -> HashMap<String, Vec<(String, Vec<Resident>)>> {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        merge::occupied(
+            &inner,
+            occupancy.as_deref(),
+            merge::Nodes::All,
+            now,
+            self.stale_after_ms(),
+        )
+    }
+
     /// Calls `visit` with each occupied GPU of `node` and its residents (the name Place
     /// is asked with, [`Resident::placement_name`], and `min_job_fraction`).
     pub fn with_occupied_gpus(
@@ -444,6 +482,22 @@ impl ClusterView {
             }
         }
         summary
+    }
+
+    /// Calls `visit` with each bound pod's HAMi allocations (node, device and what it takes),
+    /// whatever the pod runs: HAMi counts them all.
+    pub fn with_hami_allocations(&self, mut visit: impl FnMut(&str, &HamiAllocation)) {
+        let inner = self.read();
+        for pod in inner.watched.values() {
+            for allocation in &pod.hami_allocated {
+                visit(&pod.node, allocation);
+            }
+        }
+    }
+
+    /// Whether the watcher knows the pod `key` (`namespace/name`) bound to a node.
+    pub fn is_bound(&self, key: &str) -> bool {
+        self.read().watched.contains_key(key)
     }
 
     pub fn node_count(&self) -> usize {
