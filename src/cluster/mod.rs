@@ -218,6 +218,9 @@ struct Inner {
     reports: HashMap<String, NodeReport>,
     /// pod key -> the node whose report lists it.
     reported_on: HashMap<String, String>,
+    /// Counts the writes: readers that keep something derived from the view know when to
+    /// derive it again.
+    generation: u64,
 }
 
 impl Inner {
@@ -286,7 +289,15 @@ impl ClusterView {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         // A panic under the lock leaves consistent data (each change is whole): go on.
-        self.inner.write().unpoisoned()
+        let mut inner = self.inner.write().unpoisoned();
+        inner.generation += 1;
+        inner
+    }
+
+    /// Changes with every write (not with time: a PodResources report going stale and
+    /// AssignJob's occupancy change what readers see without one).
+    pub fn generation(&self) -> u64 {
+        self.read().generation
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -417,18 +428,20 @@ impl ClusterView {
         )
     }
 
-    /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all).
-    pub fn occupied_everywhere(&self) -> HashMap<String, Vec<(String, Vec<Resident>)>> {
+    /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all),
+    /// with the [`Self::generation`] it was read at.
+    pub fn occupied_everywhere(&self) -> (u64, HashMap<String, Vec<(String, Vec<Resident>)>>) {
         let now = now_ms();
         let inner = self.read();
         let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
-        merge::occupied(
+        let occupied = merge::occupied(
             &inner,
             occupancy.as_deref(),
             merge::Nodes::All,
             now,
             self.stale_after_ms(),
-        )
+        );
+        (inner.generation, occupied)
     }
 
     /// Calls `visit` with each occupied GPU of `node` and its residents (the name Place

@@ -212,7 +212,8 @@ async fn run(app: &TestApp) -> Outcome {
                 u.used -= 1;
                 u.mem -= pod.mem;
                 u.cores -= pod.cores;
-                app.cluster.set_watched_pod(&format!("ml/{}", pod.name), None);
+                app.cluster
+                    .set_watched_pod(&format!("ml/{}", pod.name), None);
             }
             continue;
         }
@@ -282,7 +283,8 @@ async fn run(app: &TestApp) -> Outcome {
             Some(vec![gpu.clone()])
         );
         // The watcher's key: namespace/name (the review's namespace is `ml`).
-        app.cluster.set_watched_pod(&format!("ml/{}", pod.name), watched);
+        app.cluster
+            .set_watched_pod(&format!("ml/{}", pod.name), watched);
         match &choice {
             Some(chosen) if *chosen == gpu => outcome.landed_on_choice += 1,
             Some(chosen) => outcome.miss(

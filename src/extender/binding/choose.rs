@@ -3,7 +3,8 @@
 //! [`Placer`] the filter asks (the advisor's Place with the server's policy), with its
 //! residents from the [`ClusterView`] plus the live holds of the reservations table under
 //! the GPU's current resident-set version. The GPUs are indexed by resident set first (one
-//! pass over the view; each distinct set's version made once), and GPUs with the same
+//! pass over the view; each distinct set's version made once; the index is kept until the
+//! view or the inventory changes, a second at most), and GPUs with the same
 //! model, memory, set and holds are one slot of the ask. Under HAMi, a GPU HAMi's own
 //! accounting would refuse the pod (`hami`: its registered capacity less what bound pods'
 //! allocations and the live holds take) is not offered at all. A hold whose pod the view
@@ -16,7 +17,7 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicI64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::Duration,
 };
@@ -31,6 +32,7 @@ use crate::{
         decide::{GpuSlot, PlacementAsk, PlacementError, Placer, SlotOutcome},
     },
     store::reservations::{Reservation, ReservationError, Reservations},
+    sync::Unpoisoned,
 };
 
 /// How many times a decision is taken again after losing its slot to another decider.
@@ -100,6 +102,23 @@ pub struct Chooser {
     /// When expired holds were last swept (at most once a second: a hold counts only
     /// while it has not expired, so the sweep only keeps the table small).
     swept_at_ms: AtomicI64,
+    /// The view indexed for decisions, kept while neither the view nor the inventory
+    /// changes, and for a second at most (some of the view's sources change with time).
+    indexed: Mutex<Option<Arc<Indexed>>>,
+}
+
+/// How long an [`Indexed`] view is used without a change.
+const INDEX_MAX_AGE_MS: i64 = 1_000;
+
+/// The view as decisions read it, and what it was made from.
+struct Indexed {
+    devices: Arc<Vec<Device>>,
+    generation: u64,
+    built_at_ms: i64,
+    residents: ResidentIndex,
+    used: HamiUse,
+    /// Each node's GPU model and memory from its labels.
+    node_model: HashMap<String, (Option<String>, Option<f64>)>,
 }
 
 /// A GPU's residents: each workload with its own floor.
@@ -179,6 +198,7 @@ impl Chooser {
             ttl,
             gpus: gpus.max(1),
             swept_at_ms: AtomicI64::new(0),
+            indexed: Mutex::new(None),
         }
     }
 
@@ -193,12 +213,8 @@ impl Chooser {
             return Err(NoChoice::NoInventory);
         }
         for _ in 0..CLAIM_ATTEMPTS {
-            let index = self.resident_index();
-            let used = if ask.hami.is_empty() {
-                HamiUse::new()
-            } else {
-                self.hami_use()
-            };
+            let indexed = self.indexed(&devices);
+            let index = &indexed.residents;
             let now = now_ms();
             let mut live = self.reservations.live(now).await?;
             // A hold whose pod is bound is done: the view has the pod as a resident (and
@@ -211,7 +227,7 @@ impl Chooser {
                 }
                 !bound
             });
-            let decision = self.candidates(ask, &devices, &index, &used, &live);
+            let decision = self.candidates(ask, &indexed, &live);
             if decision.candidates.is_empty() {
                 return Err(match decision.refused {
                     0 => NoChoice::NoneAcceptable(ask.workload.clone()),
@@ -289,13 +305,52 @@ impl Chooser {
         }
     }
 
-    /// The view's occupied GPUs by resident set, in one pass.
-    fn resident_index(&self) -> ResidentIndex {
+    /// The view indexed for decisions: the kept one while it is current, else made anew.
+    fn indexed(&self, devices: &Arc<Vec<Device>>) -> Arc<Indexed> {
+        let now = now_ms();
+        let generation = self.cluster.generation();
+        let mut kept = self.indexed.lock().unpoisoned();
+        if let Some(indexed) = kept.as_ref().filter(|i| {
+            i.generation == generation
+                && Arc::ptr_eq(&i.devices, devices)
+                && now - i.built_at_ms < INDEX_MAX_AGE_MS
+        }) {
+            return indexed.clone();
+        }
+        let (generation, residents) = self.resident_index();
+        let mut node_model = HashMap::new();
+        for device in devices.iter() {
+            if !node_model.contains_key(&device.node) {
+                let gpus = self.cluster.node(&device.node);
+                node_model.insert(
+                    device.node.clone(),
+                    (
+                        gpus.as_ref().and_then(|g| g.gpu_model.clone()),
+                        gpus.as_ref().and_then(|g| g.memory_gb),
+                    ),
+                );
+            }
+        }
+        let indexed = Arc::new(Indexed {
+            devices: devices.clone(),
+            generation,
+            built_at_ms: now,
+            residents,
+            used: self.hami_use(),
+            node_model,
+        });
+        *kept = Some(indexed.clone());
+        indexed
+    }
+
+    /// The view's occupied GPUs by resident set, in one pass, and the view's generation.
+    fn resident_index(&self) -> (u64, ResidentIndex) {
         let mut sets: Vec<(Residents, String)> = vec![(Vec::new(), resident_version(&[]))];
         // A set's members (name, floor's bits), sorted: the same set, the same key.
         let mut ids: HashMap<Vec<(String, Option<u64>)>, usize> = HashMap::new();
         let mut on: HashMap<String, HashMap<String, usize>> = HashMap::new();
-        for (node, gpus) in self.cluster.occupied_everywhere() {
+        let (generation, occupied) = self.cluster.occupied_everywhere();
+        for (node, gpus) in occupied {
             let by_gpu = on.entry(node).or_default();
             for (gpu, residents) in gpus {
                 let mut key: Vec<(String, Option<u64>)> = residents
@@ -322,7 +377,7 @@ impl Chooser {
                 by_gpu.insert(gpu, id);
             }
         }
-        ResidentIndex { sets, on }
+        (generation, ResidentIndex { sets, on })
     }
 
     /// What bound pods' HAMi allocations take on each GPU.
@@ -343,28 +398,8 @@ impl Chooser {
     }
 
     /// The Place ask over every GPU HAMi would take the pod on, and each GPU's slot in it.
-    fn candidates(
-        &self,
-        ask: &Ask,
-        devices: &[Device],
-        index: &ResidentIndex,
-        used: &HamiUse,
-        live: &[Reservation],
-    ) -> Decision {
-        // Each node's GPU model and memory from its labels, looked up once per node.
-        let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
-        for device in devices {
-            if !node_model.contains_key(device.node.as_str()) {
-                let gpus = self.cluster.node(&device.node);
-                node_model.insert(
-                    device.node.as_str(),
-                    (
-                        gpus.as_ref().and_then(|g| g.gpu_model.clone()),
-                        gpus.as_ref().and_then(|g| g.memory_gb),
-                    ),
-                );
-            }
-        }
+    fn candidates(&self, ask: &Ask, indexed: &Indexed, live: &[Reservation]) -> Decision {
+        let (devices, index, used) = (&indexed.devices, &indexed.residents, &indexed.used);
         // The live holds by GPU (a few per GPU at most).
         let mut holds_on: HashMap<(&str, &str), Vec<&Reservation>> = HashMap::new();
         for hold in live.iter().filter(|r| r.holder != ask.holder) {
@@ -410,7 +445,7 @@ impl Chooser {
             // holder asks for its own key again and keeps it).
             let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
             held.sort_by(|a, b| a.workload.cmp(&b.workload));
-            let (label_model, label_memory) = &node_model[device.node.as_str()];
+            let (label_model, label_memory) = &indexed.node_model[&device.node];
             let model = label_model.as_deref().or(device.model.as_deref());
             let memory_gb = label_memory.or(device.memory_gb);
             let key: SlotKey = (
