@@ -200,6 +200,9 @@ impl Resident {
 /// workload as [`Resident::placement_name`] writes it).
 pub type Occupancy = BTreeMap<(String, String), Vec<String>>;
 
+/// node -> its occupied GPUs, by id, each with its residents.
+pub type OccupiedByNode = HashMap<String, Vec<(String, Vec<Resident>)>>;
+
 /// A node's last PodResources report.
 #[derive(Debug, Clone)]
 struct NodeReport {
@@ -430,7 +433,7 @@ impl ClusterView {
 
     /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all),
     /// with the [`Self::generation`] it was read at.
-    pub fn occupied_everywhere(&self) -> (u64, HashMap<String, Vec<(String, Vec<Resident>)>>) {
+    pub fn occupied_everywhere(&self) -> (u64, OccupiedByNode) {
         let now = now_ms();
         let inner = self.read();
         let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
