@@ -179,6 +179,56 @@ fn hami_filter(
     Ok((node.clone(), gpu))
 }
 
+/// The API server's call to coloc's webhook, then kube-scheduler (NodeAffinity, then coloc's
+/// filter): the pod as created, the GPUs it names, coloc's choice, the nodes kept.
+async fn admit(
+    addr: std::net::SocketAddr,
+    pod: &TracePod,
+) -> (
+    serde_json::Value,
+    Option<Vec<String>>,
+    Option<String>,
+    Vec<String>,
+) {
+    // The API server: coloc's webhook.
+    let mut review = pod_review(&pod.name, json!({"coloc.io/workload": pod.workload}));
+    review["request"]["name"] = json!(pod.name);
+    review["request"]["object"]["metadata"]["name"] = json!(pod.name);
+    review["request"]["object"]["spec"]["containers"][0]["resources"] = json!({
+            "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": pod.mem.to_string(),
+                       "nvidia.com/gpucores": pod.cores.to_string()}});
+    let (status, response) = post(addr, "/coloc/mutate", &review, "").await;
+    assert_eq!(status, 200, "{response}");
+    let object = patched(&review, &response).unwrap_or(review["request"]["object"].clone());
+    let annotations = &object["metadata"]["annotations"];
+    let allowed: Option<Vec<String>> = annotations["nvidia.com/use-gpuuuid"]
+        .as_str()
+        .map(|s| s.split(',').map(str::to_string).collect());
+    let choice = annotations["coloc.io/gpu-choice"]
+        .as_str()
+        .map(str::to_string);
+    // kube-scheduler: NodeAffinity, then the extenders in order.
+    let affinity: Option<Vec<String>> = object["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"]
+        [0]["values"]
+        .as_array()
+        .map(|v| v.iter().map(|n| n.as_str().unwrap().to_string()).collect());
+    let candidates: Vec<String> = (0..NODES)
+        .map(|n| format!("node-{n:02}"))
+        .filter(|n| affinity.as_ref().is_none_or(|a| a.contains(n)))
+        .collect();
+    let args = json!({"Pod": object, "Nodes": null, "NodeNames": candidates});
+    let (status, kept) = post(addr, "/coloc/filter", &args, "").await;
+    assert_eq!(status, 200, "{kept}");
+    let kept: Vec<String> = kept["NodeNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    (object, allowed, choice, kept)
+}
+
 async fn run(app: &TestApp) -> Outcome {
     let addr = app.extender_addr.unwrap();
     for n in 0..NODES {
@@ -218,44 +268,9 @@ async fn run(app: &TestApp) -> Outcome {
             continue;
         }
         outcome.pods += 1;
-        // The API server: coloc's webhook.
-        let mut review = pod_review(&pod.name, json!({"coloc.io/workload": pod.workload}));
-        review["request"]["name"] = json!(pod.name);
-        review["request"]["object"]["metadata"]["name"] = json!(pod.name);
-        review["request"]["object"]["spec"]["containers"][0]["resources"] = json!({
-            "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": pod.mem.to_string(),
-                       "nvidia.com/gpucores": pod.cores.to_string()}});
-        let (status, response) = post(addr, "/coloc/mutate", &review, "").await;
-        assert_eq!(status, 200, "{response}");
-        let object = patched(&review, &response).unwrap_or(review["request"]["object"].clone());
-        let annotations = &object["metadata"]["annotations"];
-        let allowed: Option<Vec<String>> = annotations["nvidia.com/use-gpuuuid"]
-            .as_str()
-            .map(|s| s.split(',').map(str::to_string).collect());
-        let choice = annotations["coloc.io/gpu-choice"]
-            .as_str()
-            .map(str::to_string);
+        let (object, allowed, choice, kept) = admit(addr, pod).await;
         outcome.chosen += usize::from(choice.is_some());
-        // kube-scheduler: NodeAffinity, then the extenders in order.
-        let affinity: Option<Vec<String>> = object["spec"]["affinity"]["nodeAffinity"]
-            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-            ["matchFields"][0]["values"]
-            .as_array()
-            .map(|v| v.iter().map(|n| n.as_str().unwrap().to_string()).collect());
-        let candidates: Vec<String> = (0..NODES)
-            .map(|n| format!("node-{n:02}"))
-            .filter(|n| affinity.as_ref().is_none_or(|a| a.contains(n)))
-            .collect();
-        let args = json!({"Pod": object, "Nodes": null, "NodeNames": candidates});
         let usage_before = usage.clone();
-        let (status, kept) = post(addr, "/coloc/filter", &args, "").await;
-        assert_eq!(status, 200, "{kept}");
-        let kept: Vec<String> = kept["NodeNames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n.as_str().unwrap().to_string())
-            .collect();
         let (node, gpu) =
             match hami_filter(&usage, &kept, allowed.as_deref(), pod, choice.as_deref()) {
                 Ok(found) => found,
