@@ -303,6 +303,12 @@ impl ClusterView {
         self.read().generation
     }
 
+    /// Whether what readers see can change without a write: a PodResources report (it goes
+    /// stale) or AssignJob's occupancy (the store's, with its expiries) feeds the view.
+    pub fn changes_with_time(&self) -> bool {
+        self.assignments.is_some() || !self.read().reports.is_empty()
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
         self.inner.read().unpoisoned()
     }

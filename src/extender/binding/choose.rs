@@ -103,11 +103,12 @@ pub struct Chooser {
     /// while it has not expired, so the sweep only keeps the table small).
     swept_at_ms: AtomicI64,
     /// The view indexed for decisions, kept while neither the view nor the inventory
-    /// changes, and for a second at most (some of the view's sources change with time).
+    /// changes, and for a second at most when some of the view's sources change with time
+    /// (PodResources reports, AssignJob's occupancy).
     indexed: Mutex<Option<Arc<Indexed>>>,
 }
 
-/// How long an [`Indexed`] view is used without a change.
+/// How long an [`Indexed`] view is used without a change, when the view changes with time.
 const INDEX_MAX_AGE_MS: i64 = 1_000;
 
 /// The view as decisions read it, and what it was made from.
@@ -309,11 +310,12 @@ impl Chooser {
     fn indexed(&self, devices: &Arc<Vec<Device>>) -> Arc<Indexed> {
         let now = now_ms();
         let generation = self.cluster.generation();
+        let timed = self.cluster.changes_with_time();
         let mut kept = self.indexed.lock().unpoisoned();
         if let Some(indexed) = kept.as_ref().filter(|i| {
             i.generation == generation
                 && Arc::ptr_eq(&i.devices, devices)
-                && now - i.built_at_ms < INDEX_MAX_AGE_MS
+                && (!timed || now - i.built_at_ms < INDEX_MAX_AGE_MS)
         }) {
             return indexed.clone();
         }
