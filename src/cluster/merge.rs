@@ -87,12 +87,18 @@ impl Sources<'_> {
 type ByNode = HashMap<String, BTreeMap<String, Vec<Resident>>>;
 
 fn push(by_node: &mut ByNode, node: &str, gpu: &str, resident: Resident) {
-    by_node
-        .entry(node.to_string())
-        .or_default()
-        .entry(gpu.to_string())
-        .or_default()
-        .push(resident);
+    // Looked up before inserting: most residents join a node (and GPU) already there, and
+    // the owned keys are made once each.
+    if !by_node.contains_key(node) {
+        by_node.insert(node.to_string(), BTreeMap::new());
+    }
+    let gpus = by_node.get_mut(node).expect("inserted above");
+    match gpus.get_mut(gpu) {
+        Some(residents) => residents.push(resident),
+        None => {
+            gpus.insert(gpu.to_string(), vec![resident]);
+        }
+    }
 }
 
 fn pod_resident(

@@ -34,9 +34,13 @@
 //!   [`ClusterView::replace_pods`]), [`ClusterView::report_pod_devices`];
 //! - readers: [`ClusterView::node`], [`ClusterView::occupied_gpus`] (one node's occupied
 //!   GPUs with their [`Resident`]s), [`ClusterView::occupied_by_node`] (the same for many
-//!   nodes in one pass), [`ClusterView::with_occupied_gpus`] (workload names and floors,
-//!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings) and
-//!   [`ClusterView::occupancy`] (a sorted summary for tests and operators).
+//!   nodes in one pass; [`ClusterView::occupied_everywhere`] for all),
+//!   [`ClusterView::with_occupied_gpus`] (workload names and floors,
+//!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings),
+//!   [`ClusterView::occupancy`] (a sorted summary for tests and operators) and
+//!   [`ClusterView::with_hami_allocations`] (what HAMi's annotations allocate, for the
+//!   binding webhook's capacity check) and [`ClusterView::is_bound`] (whether a held pod
+//!   has landed).
 //!
 //! Readers never wait on the API server or the database: writes take a short write lock,
 //! and the store's occupancy is read from its in-memory copy.
@@ -121,6 +125,17 @@ pub struct WatchedPod {
     /// Its `coloc.io/throughput-query`: the PromQL template of its throughput, read by the
     /// observer.
     pub throughput_query: Option<String>,
+    /// What HAMi's `hami.io/vgpu-devices-allocated` allocates it on each device (HAMi's
+    /// own accounting, read by the binding webhook); empty without the annotation.
+    pub hami_allocated: Vec<HamiAllocation>,
+}
+
+/// One device of a pod's HAMi allocation: memory (MiB) and cores (percent) taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HamiAllocation {
+    pub gpu: String,
+    pub mem_mib: i64,
+    pub cores: i64,
 }
 
 impl From<Residency> for WatchedPod {
@@ -132,6 +147,7 @@ impl From<Residency> for WatchedPod {
             workload: Some(residency.workload),
             min_job_fraction: residency.min_job_fraction,
             throughput_query: None,
+            hami_allocated: Vec::new(),
         }
     }
 }
@@ -170,11 +186,22 @@ impl Resident {
             None => format!("unknown pod {}", self.id),
         }
     }
+
+    /// [`Self::placement_name`], taking the resident (no copy of a known workload).
+    pub fn into_placement_name(self) -> String {
+        match self.workload {
+            Some(workload) => workload,
+            None => format!("unknown pod {}", self.id),
+        }
+    }
 }
 
 /// The residents of one GPU: (node, GPU id) -> workloads, a name once per pod (an unknown
 /// workload as [`Resident::placement_name`] writes it).
 pub type Occupancy = BTreeMap<(String, String), Vec<String>>;
+
+/// node -> its occupied GPUs, by id, each with its residents.
+pub type OccupiedByNode = HashMap<String, Vec<(String, Vec<Resident>)>>;
 
 /// A node's last PodResources report.
 #[derive(Debug, Clone)]
@@ -194,6 +221,9 @@ struct Inner {
     reports: HashMap<String, NodeReport>,
     /// pod key -> the node whose report lists it.
     reported_on: HashMap<String, String>,
+    /// Counts the writes: readers that keep something derived from the view know when to
+    /// derive it again.
+    generation: u64,
 }
 
 impl Inner {
@@ -262,7 +292,21 @@ impl ClusterView {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         // A panic under the lock leaves consistent data (each change is whole): go on.
-        self.inner.write().unpoisoned()
+        let mut inner = self.inner.write().unpoisoned();
+        inner.generation += 1;
+        inner
+    }
+
+    /// Changes with every write (not with time: a PodResources report going stale and
+    /// AssignJob's occupancy change what readers see without one).
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
+    /// Whether what readers see can change without a write: a PodResources report (it goes
+    /// stale) or AssignJob's occupancy (the store's, with its expiries) feeds the view.
+    pub fn changes_with_time(&self) -> bool {
+        self.assignments.is_some() || !self.read().reports.is_empty()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -393,6 +437,22 @@ impl ClusterView {
         )
     }
 
+    /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all),
+    /// with the [`Self::generation`] it was read at.
+    pub fn occupied_everywhere(&self) -> (u64, OccupiedByNode) {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        let occupied = merge::occupied(
+            &inner,
+            occupancy.as_deref(),
+            merge::Nodes::All,
+            now,
+            self.stale_after_ms(),
+        );
+        (inner.generation, occupied)
+    }
+
     /// Calls `visit` with each occupied GPU of `node` and its residents (the name Place
     /// is asked with, [`Resident::placement_name`], and `min_job_fraction`).
     pub fn with_occupied_gpus(
@@ -444,6 +504,22 @@ impl ClusterView {
             }
         }
         summary
+    }
+
+    /// Calls `visit` with each bound pod's HAMi allocations (node, device and what it takes),
+    /// whatever the pod runs: HAMi counts them all.
+    pub fn with_hami_allocations(&self, mut visit: impl FnMut(&str, &HamiAllocation)) {
+        let inner = self.read();
+        for pod in inner.watched.values() {
+            for allocation in &pod.hami_allocated {
+                visit(&pod.node, allocation);
+            }
+        }
+    }
+
+    /// Whether the watcher knows the pod `key` (`namespace/name`) bound to a node.
+    pub fn is_bound(&self, key: &str) -> bool {
+        self.read().watched.contains_key(key)
     }
 
     pub fn node_count(&self) -> usize {

@@ -20,6 +20,7 @@ fn watched(node: &str, gpus: &[&str], source: Source, workload: Option<&str>) ->
         workload: workload.map(str::to_string),
         min_job_fraction: Some(0.5),
         throughput_query: None,
+        hami_allocated: Vec::new(),
     }
 }
 

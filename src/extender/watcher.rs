@@ -26,8 +26,8 @@ use super::{
     cluster::{ClusterView, Source, WatchedPod},
     node::{node_gpus, NodeGpus},
     pod::{
-        gpu_ids, GPU_ANNOTATION, MIN_JOB_FRACTION_ANNOTATION, THROUGHPUT_QUERY_ANNOTATION,
-        WORKLOAD_ANNOTATION,
+        gpu_ids, GPU_ANNOTATION, HAMI_ALLOCATED_ANNOTATION, MIN_JOB_FRACTION_ANNOTATION,
+        THROUGHPUT_QUERY_ANNOTATION, WORKLOAD_ANNOTATION,
     },
 };
 
@@ -87,6 +87,9 @@ pub fn watched_pod(pod: &Pod) -> Option<WatchedPod> {
             .and_then(|raw| raw.parse::<f64>().ok())
             .filter(|f| *f > 0.0 && *f <= 1.0),
         throughput_query: annotation(pod, THROUGHPUT_QUERY_ANNOTATION).map(str::to_string),
+        hami_allocated: annotation(pod, HAMI_ALLOCATED_ANNOTATION)
+            .map(crate::extender::binding::hami::allocations)
+            .unwrap_or_default(),
     })
 }
 

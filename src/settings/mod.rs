@@ -597,7 +597,7 @@ watch_cluster = false
 watch_namespace = ""
 prefer = "gain"
 binding = "node-only"
-binding_gpus = 3
+binding_gpus = 1
 reservation_ttl_secs = 60
 
 [policy]

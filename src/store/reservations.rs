@@ -9,7 +9,8 @@
 //! the same holder's), and the other decides again with the new hold in view. A hold counts
 //! while it has not expired and its version is still the GPU's current one: once the
 //! resident set changes (the pod landed, or anything else moved), the cluster view is the
-//! truth again.
+//! truth again. A hold is done once its pod is seen bound: the next claim deletes it in
+//! its own transaction, and until then the decider ignores it.
 //!
 //! The SQL is portable (`$N` placeholders, `ON CONFLICT ... DO UPDATE ... WHERE`, no
 //! SQLite-only function) and runs unchanged on PostgreSQL
@@ -37,6 +38,10 @@ pub struct Reservation {
     pub workload: String,
     pub reserved_at_ms: i64,
     pub expires_at_ms: i64,
+    /// What the holder will take on the GPU as HAMi accounts it (memory in MiB, cores in
+    /// percent); 0 without a HAMi request.
+    pub mem_mib: i64,
+    pub cores: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,15 +51,17 @@ pub enum ReservationError {
 }
 
 const LIVE: &str = "SELECT node, gpu_id, resident_version, ordinal, holder, workload, \
-     reserved_at_ms, expires_at_ms FROM gpu_reservations WHERE expires_at_ms > $1 \
+     reserved_at_ms, expires_at_ms, mem_mib, cores FROM gpu_reservations WHERE expires_at_ms > $1 \
      ORDER BY node, gpu_id, ordinal";
 
 /// Granted when the key is free, expired, or already this holder's (a retried decision).
 const CLAIM: &str = "INSERT INTO gpu_reservations (node, gpu_id, resident_version, ordinal, \
-     holder, workload, reserved_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     holder, workload, reserved_at_ms, expires_at_ms, mem_mib, cores) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
      ON CONFLICT (node, gpu_id, resident_version, ordinal) DO UPDATE SET \
      holder = excluded.holder, workload = excluded.workload, \
-     reserved_at_ms = excluded.reserved_at_ms, expires_at_ms = excluded.expires_at_ms \
+     reserved_at_ms = excluded.reserved_at_ms, expires_at_ms = excluded.expires_at_ms, \
+     mem_mib = excluded.mem_mib, cores = excluded.cores \
      WHERE gpu_reservations.expires_at_ms <= $7 OR gpu_reservations.holder = excluded.holder";
 
 const SWEEP: &str = "DELETE FROM gpu_reservations WHERE expires_at_ms <= $1";
@@ -72,6 +79,16 @@ impl Reservations {
 
     /// Asks for the hold `wanted` (its `reserved_at_ms` is now); `true` = granted.
     pub async fn claim(&self, wanted: &Reservation) -> Result<bool, ReservationError> {
+        self.claim_releasing(wanted, &[]).await
+    }
+
+    /// [`Self::claim`], deleting first, in the same transaction, every hold of `landed`
+    /// (holders whose pods are bound: their holds are done). One commit either way.
+    pub async fn claim_releasing(
+        &self,
+        wanted: &Reservation,
+        landed: &[&str],
+    ) -> Result<bool, ReservationError> {
         macro_rules! bound {
             ($query:expr) => {
                 $query
@@ -83,17 +100,34 @@ impl Reservations {
                     .bind(&wanted.workload)
                     .bind(wanted.reserved_at_ms)
                     .bind(wanted.expires_at_ms)
+                    .bind(wanted.mem_mib)
+                    .bind(wanted.cores)
+            };
+        }
+        macro_rules! claimed {
+            ($pool:expr) => {
+                if landed.is_empty() {
+                    bound!(sqlx::query(CLAIM))
+                        .execute($pool)
+                        .await?
+                        .rows_affected()
+                } else {
+                    let mut tx = $pool.begin().await?;
+                    for holder in landed {
+                        sqlx::query(RELEASE).bind(*holder).execute(&mut *tx).await?;
+                    }
+                    let changed = bound!(sqlx::query(CLAIM))
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    tx.commit().await?;
+                    changed
+                }
             };
         }
         let changed = match self {
-            Self::Store(pool) => bound!(sqlx::query(CLAIM))
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            Self::Postgres(pool) => bound!(sqlx::query(CLAIM))
-                .execute(pool)
-                .await?
-                .rows_affected(),
+            Self::Store(pool) => claimed!(pool),
+            Self::Postgres(pool) => claimed!(pool),
         };
         Ok(changed == 1)
     }
@@ -145,6 +179,8 @@ mod tests {
             workload: "resnet".into(),
             reserved_at_ms: at,
             expires_at_ms: at + 1_000,
+            mem_mib: 1024,
+            cores: 30,
         }
     }
 
@@ -163,7 +199,12 @@ mod tests {
         assert!(!table.claim(&hold("pod-b", 0, 20)).await.unwrap());
         // The same holder asking again (a retried admission) keeps it.
         assert!(table.claim(&hold("pod-a", 0, 30)).await.unwrap());
-        assert!(table.claim(&hold("pod-b", 1, 30)).await.unwrap());
+        // pod-x's hold goes with pod-b's claim, in one transaction.
+        assert!(table.claim(&hold("pod-x", 5, 30)).await.unwrap());
+        assert!(table
+            .claim_releasing(&hold("pod-b", 1, 30), &["pod-x"])
+            .await
+            .unwrap());
         let live = table.live(40).await.unwrap();
         assert_eq!(
             live.iter()

@@ -264,6 +264,57 @@ async fn hami_pods_get_the_gpus_place_accepts_best_first_and_affinity_to_their_n
     app.stop().await;
 }
 
+/// HAMi's accounting: a GPU whose memory bound pods' `hami.io/vgpu-devices-allocated` has
+/// taken, or that coloc's live holds will take, is not named, though Place accepts it; a pod
+/// no GPU has room for is answered neutrally (`binding_neutral.rs` counts the reason).
+#[tokio::test]
+async fn gpus_hami_has_no_room_on_are_not_named() {
+    let (mut app, _) = slowdown_app_with_config(7, &config("hami", 1)).await;
+    // Two GPUs of 16,384 MiB (the fixture's `devmem`); on A a bound pod HAMi allocated
+    // 14,000 MiB.
+    let layout: Layout = vec![("gpu-node-1", A, vec!["w01"]), ("gpu-node-2", B, vec![])];
+    seed(
+        &app,
+        &vec![("gpu-node-1", A, vec![]), ("gpu-node-2", B, vec![])],
+    );
+    let mut bound = fixture("pod-pending.json");
+    bound["metadata"]["annotations"] = json!({"coloc.io/workload": "w01",
+        "hami.io/vgpu-devices-allocated": format!("{A},NVIDIA,14000,0:;")});
+    bound["spec"]["nodeName"] = json!("gpu-node-1");
+    bound["status"] = json!({"phase": "Running"});
+    let watched = coloc::extender::watcher::watched_pod(&serde_json::from_value(bound).unwrap());
+    app.cluster.set_watched_pod("ml/bound", watched);
+    let gains = place_gains(&mut app, &layout, 0).await;
+    assert!(
+        gains.contains_key(A) && gains.contains_key(B),
+        "Place must accept both GPUs for the test to say anything: {gains:?}"
+    );
+    let addr = app.extender_addr.unwrap();
+    let review = |uid: &str, mem: &str| {
+        let mut review = pod_review(uid, json!({"coloc.io/workload": JOB}));
+        review["request"]["name"] = json!(uid);
+        review["request"]["object"]["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": mem}});
+        review
+    };
+    // 3,000 MiB: A has 2,384 left, so B, whatever Place prefers.
+    let first = review("m1", "3000");
+    let (_, response) = post(addr, "/coloc/mutate", &first, "").await;
+    let pod = patched(&first, &response).expect("a patch");
+    assert_eq!(
+        annotation(&pod, "nvidia.com/use-gpuuuid").as_deref(),
+        Some(B)
+    );
+    // 14,000 MiB: A is short, and B is short once m1's held 3,000 MiB count.
+    let big = review("m2", "14000");
+    let (_, response) = post(addr, "/coloc/mutate", &big, "").await;
+    assert!(
+        patched(&big, &response).is_none(),
+        "neutral when no GPU has room: {response}"
+    );
+    app.stop().await;
+}
+
 /// Two pods at once on two empty GPUs: without holds both would pick the first (a tie goes
 /// to the first GPU); with them, each gets its own.
 #[tokio::test]

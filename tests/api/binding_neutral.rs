@@ -197,6 +197,10 @@ async fn every_failure_answers_allowed_without_a_patch_and_is_counted() {
         "unknown_workload",
     )
     .await;
+    let mut too_big = pod_review("f10", job.clone());
+    too_big["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}});
+    assert_neutral(&served, &too_big, "no_hami_room").await;
     let mut no_kind = pod_review("f4", job.clone());
     no_kind["request"].as_object_mut().unwrap().remove("kind");
     assert_neutral(&served, &no_kind, "bad_request").await;

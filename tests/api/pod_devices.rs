@@ -263,6 +263,7 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
             workload: Some("w01".into()),
             min_job_fraction: None,
             throughput_query: None,
+            hami_allocated: Vec::new(),
         }),
     );
     // A scheduler assigns the same pod elsewhere, and another job beside it.

@@ -2,20 +2,37 @@
 //! and the hold on the first. Each GPU of the [`Inventory`] is offered to the same
 //! [`Placer`] the filter asks (the advisor's Place with the server's policy), with its
 //! residents from the [`ClusterView`] plus the live holds of the reservations table under
-//! the GPU's current resident-set version; GPUs with the same model, memory and residents
-//! are asked about once. The acceptable ones (Place's placements) come back ordered by gain,
-//! ties by node and id; the first is claimed in the store, and when another decider got that
-//! slot first the decision is taken again with its hold in view.
+//! the GPU's current resident-set version. The GPUs are indexed by resident set first (one
+//! pass over the view; each distinct set's version made once; the index is kept until the
+//! view or the inventory changes, a second at most), and GPUs with the same
+//! model, memory, set and holds are one slot of the ask. Under HAMi, a GPU HAMi's own
+//! accounting would refuse the pod (`hami`: its registered capacity less what bound pods'
+//! allocations and the live holds take) is not offered at all. A hold whose pod the view
+//! has seen bound is done (ignored, and deleted with the next claim). The acceptable ones
+//! (Place's placements) come back ordered by gain, ties by node and id; the first is
+//! claimed in the store (one small durable write), and when another decider got that slot
+//! first the decision is taken again with its hold in view.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
 
-use super::inventory::{Device, Inventory};
+use super::{
+    hami::{self, Request, Use},
+    inventory::{Device, Inventory},
+};
 use crate::{
     extender::{
         cluster::ClusterView,
         decide::{GpuSlot, PlacementAsk, PlacementError, Placer, SlotOutcome},
     },
     store::reservations::{Reservation, ReservationError, Reservations},
+    sync::Unpoisoned,
 };
 
 /// How many times a decision is taken again after losing its slot to another decider.
@@ -31,6 +48,9 @@ pub struct Ask {
     pub sharing_mode: Option<crate::domain::SharingMode>,
     /// Who the hold is for (namespace/name, or the admission request's uid).
     pub holder: String,
+    /// What HAMi will allocate the pod, one request per GPU a container asks for
+    /// (`hami::requests`); empty: no capacity to check (DRA, or no HAMi resources).
+    pub hami: Vec<Request>,
 }
 
 /// The GPUs chosen, best first; the first is held for the pod.
@@ -47,6 +67,8 @@ pub enum NoChoice {
     NoInventory,
     #[error("no GPU is acceptable for workload {0:?}")]
     NoneAcceptable(String),
+    #[error("no GPU has room for the pod as HAMi accounts it ({0} refused)")]
+    NoHamiRoom(usize),
     #[error(transparent)]
     Placement(#[from] PlacementError),
     #[error("placement answered {answered} outcomes for {asked} GPUs")]
@@ -63,6 +85,7 @@ impl NoChoice {
         match self {
             Self::NoInventory => "no_inventory",
             Self::NoneAcceptable(_) => "none_acceptable",
+            Self::NoHamiRoom(_) => "no_hami_room",
             Self::Placement(PlacementError::UnknownWorkload(_)) => "unknown_workload",
             Self::Placement(PlacementError::Unavailable(_)) => "placement_unavailable",
             Self::Placement(PlacementError::UnmeasuredMode(_)) => "unmeasured_sharing_mode",
@@ -80,17 +103,67 @@ pub struct Chooser {
     reservations: Reservations,
     ttl: Duration,
     gpus: usize,
+    /// When expired holds were last swept (at most once a second: a hold counts only
+    /// while it has not expired, so the sweep only keeps the table small).
+    swept_at_ms: AtomicI64,
+    /// The view indexed for decisions, kept while neither the view nor the inventory
+    /// changes, and for a second at most when some of the view's sources change with time
+    /// (PodResources reports, AssignJob's occupancy).
+    indexed: Mutex<Option<Arc<Indexed>>>,
+}
+
+/// How long an [`Indexed`] view is used without a change, when the view changes with time.
+const INDEX_MAX_AGE_MS: i64 = 1_000;
+
+/// The view as decisions read it, and what it was made from.
+struct Indexed {
+    devices: Arc<Vec<Device>>,
+    generation: u64,
+    built_at_ms: i64,
+    residents: ResidentIndex,
+    used: HamiUse,
+    /// Each node's GPU model and memory from its labels.
+    node_model: HashMap<String, (Option<String>, Option<f64>)>,
 }
 
 /// A GPU's residents: each workload with its own floor.
 type Residents = Vec<(String, Option<f64>)>;
 
-/// One GPU of the decision: its device, residents (the view's plus live holds) and version.
+/// The view's GPUs indexed by resident set: each distinct set once, with its version.
+struct ResidentIndex {
+    /// Sets by id, members sorted; id 0 is the empty set.
+    sets: Vec<(Residents, String)>,
+    /// node -> GPU id -> set id, for occupied GPUs.
+    on: HashMap<String, HashMap<String, usize>>,
+}
+
+impl ResidentIndex {
+    fn set_of(&self, device: &Device) -> usize {
+        self.on
+            .get(device.node.as_str())
+            .and_then(|gpus| gpus.get(device.id.as_str()))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// What HAMi's annotations take on each GPU: node -> GPU id -> use.
+type HamiUse = HashMap<String, HashMap<String, Use>>;
+
+/// One GPU of the decision: its device (index in the inventory), set, holds and slot.
 struct Candidate {
-    device: Device,
-    version: String,
+    device: usize,
+    set: usize,
     holds: i64,
     slot: usize,
+}
+
+/// The Place ask over the acceptable GPUs, each GPU's slot in it, and how many GPUs HAMi's
+/// accounting ruled out.
+struct Decision {
+    placement: PlacementAsk,
+    candidates: Vec<Candidate>,
+    refused: usize,
 }
 
 /// The version of a GPU's resident set: the same on every replica that sees the same set.
@@ -129,6 +202,8 @@ impl Chooser {
             reservations,
             ttl,
             gpus: gpus.max(1),
+            swept_at_ms: AtomicI64::new(0),
+            indexed: Mutex::new(None),
         }
     }
 
@@ -143,17 +218,36 @@ impl Chooser {
             return Err(NoChoice::NoInventory);
         }
         for _ in 0..CLAIM_ATTEMPTS {
+            let indexed = self.indexed(&devices);
+            let index = &indexed.residents;
             let now = now_ms();
-            let live = self.reservations.live(now).await?;
-            let (placement, candidates) = self.candidates(ask, &devices, &live);
-            let outcomes = self.placer.place(&placement).await?;
-            if outcomes.len() != placement.slots.len() {
+            let mut live = self.reservations.live(now).await?;
+            // A hold whose pod is bound is done: the view has the pod as a resident (and
+            // HAMi's allocation), and the claim below deletes the hold.
+            let mut landed: Vec<String> = Vec::new();
+            live.retain(|hold| {
+                let bound = self.cluster.is_bound(&hold.holder);
+                if bound && !landed.contains(&hold.holder) {
+                    landed.push(hold.holder.clone());
+                }
+                !bound
+            });
+            let decision = self.candidates(ask, &indexed, &live);
+            if decision.candidates.is_empty() {
+                return Err(match decision.refused {
+                    0 => NoChoice::NoneAcceptable(ask.workload.clone()),
+                    refused => NoChoice::NoHamiRoom(refused),
+                });
+            }
+            let outcomes = self.placer.place(&decision.placement).await?;
+            if outcomes.len() != decision.placement.slots.len() {
                 return Err(NoChoice::PlacementMismatch {
-                    asked: placement.slots.len(),
+                    asked: decision.placement.slots.len(),
                     answered: outcomes.len(),
                 });
             }
-            let mut acceptable: Vec<(f64, &Candidate)> = candidates
+            let mut acceptable: Vec<(f64, &Candidate)> = decision
+                .candidates
                 .iter()
                 .filter_map(|c| match outcomes[c.slot] {
                     SlotOutcome::Fits { gain } if gain.is_finite() => Some((gain, c)),
@@ -166,29 +260,28 @@ impl Chooser {
             let Some((_, first)) = acceptable.first() else {
                 return Err(NoChoice::NoneAcceptable(ask.workload.clone()));
             };
+            let device = &devices[first.device];
+            let memory = device.hami.map(|c| c.mem_mib).unwrap_or(0);
             let hold = Reservation {
-                node: first.device.node.clone(),
-                gpu_id: first.device.id.clone(),
-                resident_version: first.version.clone(),
+                node: device.node.clone(),
+                gpu_id: device.id.clone(),
+                resident_version: index.sets[first.set].1.clone(),
                 ordinal: first.holds,
                 holder: ask.holder.clone(),
                 workload: ask.workload.clone(),
                 reserved_at_ms: now,
                 expires_at_ms: now + self.ttl.as_millis() as i64,
+                mem_mib: ask.hami.iter().map(|r| r.mem_on(memory)).sum(),
+                cores: ask.hami.iter().map(|r| r.cores.min(100)).sum(),
             };
-            if self.reservations.claim(&hold).await? {
-                if let Err(error) = self
-                    .reservations
-                    .sweep(now - self.ttl.as_millis() as i64)
-                    .await
-                {
-                    tracing::warn!(%error, "binding: expired holds not swept");
-                }
+            let landed: Vec<&str> = landed.iter().map(String::as_str).collect();
+            if self.reservations.claim_releasing(&hold, &landed).await? {
+                self.sweep(now).await;
                 return Ok(Choice {
                     gains: acceptable.iter().map(|(g, _)| *g).collect(),
                     gpus: acceptable
                         .into_iter()
-                        .map(|(_, c)| c.device.clone())
+                        .map(|(_, c)| devices[c.device].clone())
                         .collect(),
                 });
             }
@@ -197,45 +290,129 @@ impl Chooser {
         Err(NoChoice::Contended(CLAIM_ATTEMPTS))
     }
 
-    /// The Place ask over every GPU, and each GPU's slot in it.
-    fn candidates(
-        &self,
-        ask: &Ask,
-        devices: &[Device],
-        live: &[Reservation],
-    ) -> (PlacementAsk, Vec<Candidate>) {
-        let mut residents: HashMap<(&str, &str), Residents> = HashMap::new();
-        let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
-        let mut known: HashMap<&str, HashMap<&str, &Device>> = HashMap::new();
-        for device in devices {
-            known
-                .entry(device.node.as_str())
-                .or_default()
-                .insert(device.id.as_str(), device);
+    /// Deletes holds that expired a TTL ago, at most once a second.
+    async fn sweep(&self, now: i64) {
+        let last = self.swept_at_ms.load(Ordering::Relaxed);
+        if now - last < 1_000
+            || self
+                .swept_at_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
         }
-        for device in devices {
-            let node = device.node.as_str();
-            if !node_model.contains_key(node) {
-                let gpus = self.cluster.node(node);
+        if let Err(error) = self
+            .reservations
+            .sweep(now - self.ttl.as_millis() as i64)
+            .await
+        {
+            tracing::warn!(%error, "binding: expired holds not swept");
+        }
+    }
+
+    /// The view indexed for decisions: the kept one while it is current, else made anew.
+    fn indexed(&self, devices: &Arc<Vec<Device>>) -> Arc<Indexed> {
+        let now = now_ms();
+        let generation = self.cluster.generation();
+        let timed = self.cluster.changes_with_time();
+        let mut kept = self.indexed.lock().unpoisoned();
+        if let Some(indexed) = kept.as_ref().filter(|i| {
+            i.generation == generation
+                && Arc::ptr_eq(&i.devices, devices)
+                && (!timed || now - i.built_at_ms < INDEX_MAX_AGE_MS)
+        }) {
+            return indexed.clone();
+        }
+        let (generation, residents) = self.resident_index();
+        let mut node_model = HashMap::new();
+        for device in devices.iter() {
+            if !node_model.contains_key(&device.node) {
+                let gpus = self.cluster.node(&device.node);
                 node_model.insert(
-                    node,
+                    device.node.clone(),
                     (
                         gpus.as_ref().and_then(|g| g.gpu_model.clone()),
                         gpus.as_ref().and_then(|g| g.memory_gb),
                     ),
                 );
-                self.cluster.with_occupied_gpus(node, |gpu, on_gpu| {
-                    if let Some(device) = known.get(node).and_then(|ids| ids.get(gpu)) {
-                        residents.insert(
-                            (device.node.as_str(), device.id.as_str()),
-                            on_gpu
-                                .into_iter()
-                                .map(|(w, f)| (w.to_string(), f))
-                                .collect(),
-                        );
-                    }
-                });
             }
+        }
+        let indexed = Arc::new(Indexed {
+            devices: devices.clone(),
+            generation,
+            built_at_ms: now,
+            residents,
+            used: self.hami_use(),
+            node_model,
+        });
+        *kept = Some(indexed.clone());
+        indexed
+    }
+
+    /// The view's occupied GPUs by resident set, in one pass, and the view's generation.
+    fn resident_index(&self) -> (u64, ResidentIndex) {
+        let mut sets: Vec<(Residents, String)> = vec![(Vec::new(), resident_version(&[]))];
+        // A set's members (name, floor's bits), sorted: the same set, the same key.
+        let mut ids: HashMap<Vec<(String, Option<u64>)>, usize> = HashMap::new();
+        let mut on: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let (generation, occupied) = self.cluster.occupied_everywhere();
+        for (node, gpus) in occupied {
+            let by_gpu = on.entry(node).or_default();
+            for (gpu, residents) in gpus {
+                let mut key: Vec<(String, Option<u64>)> = residents
+                    .into_iter()
+                    .map(|r| {
+                        let bits = r.min_job_fraction.map(f64::to_bits);
+                        (r.into_placement_name(), bits)
+                    })
+                    .collect();
+                key.sort_unstable();
+                let id = match ids.get(&key) {
+                    Some(id) => *id,
+                    None => {
+                        let members: Residents = key
+                            .iter()
+                            .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
+                            .collect();
+                        let version = resident_version(&members);
+                        sets.push((members, version));
+                        ids.insert(key, sets.len() - 1);
+                        sets.len() - 1
+                    }
+                };
+                by_gpu.insert(gpu, id);
+            }
+        }
+        (generation, ResidentIndex { sets, on })
+    }
+
+    /// What bound pods' HAMi allocations take on each GPU.
+    fn hami_use(&self) -> HamiUse {
+        let mut used = HamiUse::new();
+        self.cluster.with_hami_allocations(|node, allocation| {
+            let gpus = used.entry(node.to_string()).or_default();
+            match gpus.get_mut(allocation.gpu.as_str()) {
+                Some(on) => on.add(allocation.mem_mib, allocation.cores),
+                None => {
+                    let mut on = Use::default();
+                    on.add(allocation.mem_mib, allocation.cores);
+                    gpus.insert(allocation.gpu.clone(), on);
+                }
+            }
+        });
+        used
+    }
+
+    /// The Place ask over every GPU HAMi would take the pod on, and each GPU's slot in it.
+    fn candidates(&self, ask: &Ask, indexed: &Indexed, live: &[Reservation]) -> Decision {
+        let (devices, index, used) = (&indexed.devices, &indexed.residents, &indexed.used);
+        // The live holds by GPU (a few per GPU at most).
+        let mut holds_on: HashMap<(&str, &str), Vec<&Reservation>> = HashMap::new();
+        for hold in live.iter().filter(|r| r.holder != ask.holder) {
+            holds_on
+                .entry((hold.node.as_str(), hold.gpu_id.as_str()))
+                .or_default()
+                .push(hold);
         }
         let mut placement = PlacementAsk {
             workload: ask.workload.clone(),
@@ -243,59 +420,70 @@ impl Chooser {
             sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         };
-        let mut index: HashMap<String, usize> = HashMap::new();
-        // The live holds by GPU (a few per GPU at most; looked up once per GPU).
-        let mut holds_on: HashMap<(&str, &str), Vec<&Reservation>> = HashMap::new();
-        for hold in live {
-            holds_on
-                .entry((hold.node.as_str(), hold.gpu_id.as_str()))
-                .or_default()
-                .push(hold);
-        }
-        let candidates = devices
-            .iter()
-            .map(|device| {
-                let seen = residents
-                    .get(&(device.node.as_str(), device.id.as_str()))
-                    .cloned()
-                    .unwrap_or_default();
-                let version = resident_version(&seen);
-                let held: Vec<&Reservation> = holds_on
-                    .get(&(device.node.as_str(), device.id.as_str()))
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| r.resident_version == version && r.holder != ask.holder)
+        type SlotKey<'a> = (usize, Option<&'a str>, Option<u64>, Vec<&'a str>);
+        let mut slots: HashMap<SlotKey, usize> = HashMap::new();
+        let mut candidates = Vec::new();
+        let mut refused = 0;
+        for (at, device) in devices.iter().enumerate() {
+            let set = index.set_of(device);
+            let (residents, version) = &index.sets[set];
+            let mut held: Vec<&Reservation> = holds_on
+                .get(&(device.node.as_str(), device.id.as_str()))
+                .into_iter()
+                .flatten()
+                .filter(|r| r.resident_version == *version)
+                .copied()
+                .collect();
+            if let (Some(capacity), false) = (device.hami, ask.hami.is_empty()) {
+                let mut on = used
+                    .get(device.node.as_str())
+                    .and_then(|gpus| gpus.get(device.id.as_str()))
                     .copied()
-                    .collect();
-                // The next ordinal after the other holders' (a retried decision of the same
-                // holder asks for its own key again and keeps it).
-                let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
-                let mut all: Vec<(String, Option<f64>)> = seen;
+                    .unwrap_or_default();
+                for hold in &held {
+                    on.add(hold.mem_mib, hold.cores);
+                }
+                if hami::fits_all(capacity, on, &ask.hami).is_err() {
+                    refused += 1;
+                    continue;
+                }
+            }
+            // The next ordinal after the other holders' (a retried decision of the same
+            // holder asks for its own key again and keeps it).
+            let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
+            held.sort_by(|a, b| a.workload.cmp(&b.workload));
+            let (label_model, label_memory) = &indexed.node_model[&device.node];
+            let model = label_model.as_deref().or(device.model.as_deref());
+            let memory_gb = label_memory.or(device.memory_gb);
+            let key: SlotKey = (
+                set,
+                model,
+                memory_gb.map(f64::to_bits),
+                held.iter().map(|r| r.workload.as_str()).collect(),
+            );
+            let slot = *slots.entry(key).or_insert_with(|| {
+                let mut all: Residents = residents.clone();
                 all.extend(held.iter().map(|r| (r.workload.clone(), None)));
                 all.sort_by(|a, b| a.0.cmp(&b.0));
-                let (label_model, label_memory) = node_model
-                    .get(device.node.as_str())
-                    .cloned()
-                    .unwrap_or((None, None));
-                let slot = GpuSlot {
-                    gpu_model: label_model.or_else(|| device.model.clone()),
-                    memory_gb: label_memory.or(device.memory_gb),
+                placement.slots.push(GpuSlot {
+                    gpu_model: model.map(str::to_string),
+                    memory_gb,
                     residents: all.iter().map(|(w, _)| w.clone()).collect(),
                     resident_floors: all.iter().map(|(_, f)| *f).collect(),
-                };
-                let key = format!("{slot:?}");
-                let slot = *index.entry(key).or_insert_with(|| {
-                    placement.slots.push(slot);
-                    placement.slots.len() - 1
                 });
-                Candidate {
-                    device: device.clone(),
-                    version,
-                    holds,
-                    slot,
-                }
-            })
-            .collect();
-        (placement, candidates)
+                placement.slots.len() - 1
+            });
+            candidates.push(Candidate {
+                device: at,
+                set,
+                holds,
+                slot,
+            });
+        }
+        Decision {
+            placement,
+            candidates,
+            refused,
+        }
     }
 }

@@ -1,14 +1,15 @@
 //! Every GPU of the cluster by its id, for the webhook, which decides before any node is a
 //! candidate: under HAMi from each node's `hami.io/node-nvidia-register` annotation (a JSON
-//! list of devices, `id` the GPU's UUID, as HAMi's device plugin writes it:
-//! `MarshalNodeDevices` in Project-HAMi/HAMi pkg/device/devices.go), under DRA from the
+//! list of devices, `id` the GPU's UUID, `count`, `devmem` and `devcore` its split count,
+//! memory and cores, as HAMi's device plugin writes it: `MarshalNodeDevices` in
+//! Project-HAMi/HAMi pkg/device/devices.go), under DRA from the
 //! NVIDIA DRA driver's ResourceSlices (driver `gpu.nvidia.com`, attribute `uuid` and
 //! `productName`, as its cmd/gpu-kubelet-plugin publishes them). Kept by a small watcher of
 //! its own (`run`), beside the extender's cluster watcher.
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::RwLock,
+    sync::{Arc, RwLock},
 };
 
 use futures::StreamExt;
@@ -23,6 +24,7 @@ use kube::{
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::hami::Capacity;
 use crate::sync::Unpoisoned;
 
 pub const HAMI_REGISTER_ANNOTATION: &str = "hami.io/node-nvidia-register";
@@ -38,6 +40,8 @@ pub struct Device {
     /// As the inventory names the model (HAMi's `type`, the DRA driver's `productName`).
     pub model: Option<String>,
     pub memory_gb: Option<f64>,
+    /// HAMi's split count, memory and cores of the device (`None` under DRA).
+    pub hami: Option<Capacity>,
 }
 
 /// HAMi's `DeviceInfo` as its register annotation carries it (the fields coloc reads).
@@ -45,7 +49,11 @@ pub struct Device {
 struct HamiDevice {
     id: String,
     #[serde(default)]
+    count: u32,
+    #[serde(default)]
     devmem: i64,
+    #[serde(default)]
+    devcore: i64,
     #[serde(default, rename = "type")]
     kind: String,
     #[serde(default = "healthy")]
@@ -84,6 +92,11 @@ pub fn hami_devices(node: &Node) -> Result<Vec<Device>, String> {
             )
             .filter(|k| !k.is_empty()),
             memory_gb: (d.devmem > 0).then_some(d.devmem as f64 / 1024.0),
+            hami: Some(Capacity {
+                count: d.count,
+                mem_mib: d.devmem,
+                cores: d.devcore,
+            }),
         })
         .collect())
 }
@@ -120,6 +133,7 @@ pub fn dra_devices(slice: &ResourceSlice) -> Vec<Device> {
                     .as_ref()
                     .and_then(|c| c.get("memory"))
                     .and_then(|m| quantity_gib(&m.value.0)),
+                hami: None,
             })
         })
         .collect()
@@ -155,6 +169,21 @@ struct Inner {
     hami: HashMap<String, Vec<Device>>,
     /// slice name -> its GPUs, from the DRA driver.
     dra: HashMap<String, Vec<Device>>,
+    /// Every GPU sorted, made on the first read after a change (the webhook reads it for
+    /// every pod; the inventory changes when nodes do).
+    sorted: Option<Arc<Vec<Device>>>,
+}
+
+impl Inner {
+    fn sorted(&self) -> Vec<Device> {
+        let mut by_id: BTreeMap<(&str, &str), &Device> = BTreeMap::new();
+        for device in self.hami.values().chain(self.dra.values()).flatten() {
+            by_id
+                .entry((device.node.as_str(), device.id.as_str()))
+                .or_insert(device);
+        }
+        by_id.into_values().cloned().collect()
+    }
 }
 
 impl Inventory {
@@ -165,6 +194,7 @@ impl Inventory {
     /// Sets (or with no devices, forgets) a node's GPUs as HAMi registers them.
     pub fn set_node(&self, node: &str, devices: Vec<Device>) {
         let mut inner = self.inner.write().unpoisoned();
+        inner.sorted = None;
         if devices.is_empty() {
             inner.hami.remove(node);
         } else {
@@ -175,6 +205,7 @@ impl Inventory {
     /// Sets (or with no devices, forgets) one ResourceSlice's GPUs.
     pub fn set_slice(&self, slice: &str, devices: Vec<Device>) {
         let mut inner = self.inner.write().unpoisoned();
+        inner.sorted = None;
         if devices.is_empty() {
             inner.dra.remove(slice);
         } else {
@@ -183,15 +214,17 @@ impl Inventory {
     }
 
     /// Every GPU, each id once, sorted by node and id (a stable order for ties).
-    pub fn devices(&self) -> Vec<Device> {
-        let inner = self.inner.read().unpoisoned();
-        let mut by_id: BTreeMap<(String, String), Device> = BTreeMap::new();
-        for device in inner.hami.values().chain(inner.dra.values()).flatten() {
-            by_id
-                .entry((device.node.clone(), device.id.clone()))
-                .or_insert_with(|| device.clone());
+    pub fn devices(&self) -> Arc<Vec<Device>> {
+        if let Some(sorted) = &self.inner.read().unpoisoned().sorted {
+            return sorted.clone();
         }
-        by_id.into_values().collect()
+        let mut inner = self.inner.write().unpoisoned();
+        if let Some(sorted) = &inner.sorted {
+            return sorted.clone();
+        }
+        let sorted = Arc::new(inner.sorted());
+        inner.sorted = Some(sorted.clone());
+        sorted
     }
 
     pub fn len(&self) -> usize {
@@ -221,12 +254,7 @@ impl Inventory {
     }
 
     /// Watches nodes (HAMi) or ResourceSlices (DRA) until `shutdown`.
-    pub async fn run(
-        self: std::sync::Arc<Self>,
-        client: Client,
-        dra: bool,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn run(self: Arc<Self>, client: Client, dra: bool, shutdown: CancellationToken) {
         if dra {
             let api: Api<ResourceSlice> = Api::all(client);
             let events = watcher::watcher(api, watcher::Config::default()).default_backoff();

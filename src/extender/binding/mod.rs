@@ -3,10 +3,11 @@
 //! `hami` and `dra` add a mutating admission webhook (`webhook`) on the extender's HTTP
 //! server that decides over every GPU of the cluster (`inventory`, kept from HAMi's node
 //! annotation or the DRA driver's ResourceSlices) and holds the chosen slot in the store
-//! until the pod lands (`choose`, over `store::reservations`). docs/stacks/ says what each
-//! mode controls.
+//! until the pod lands (`choose`, over `store::reservations`); under HAMi only GPUs HAMi's
+//! own accounting will accept are named (`hami`). docs/stacks/ says what each mode controls.
 
 pub mod choose;
+pub mod hami;
 pub mod inventory;
 pub mod webhook;
 

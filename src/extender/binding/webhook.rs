@@ -8,7 +8,9 @@
 //!
 //! - `hami`: a Pod with `coloc.io/workload` gets `nvidia.com/use-gpuuuid` (the acceptable
 //!   GPUs' UUIDs, best first, comma-separated: HAMi's `GPUUseUUID`, checked by
-//!   `device.CheckUUID` in HAMi's NVIDIA `Fit`, pkg/device/nvidia/device.go), a required
+//!   `device.CheckUUID` in HAMi's NVIDIA `Fit`, pkg/device/nvidia/device.go; only GPUs
+//!   that `Fit` would also find room on for the pod's `nvidia.com/gpumem` and
+//!   `nvidia.com/gpucores`, see `hami`; none left: neutral), a required
 //!   node affinity to their nodes (`matchFields` on `metadata.name`, added to each term the
 //!   pod already has), and `coloc.io/gpu-choice` / `coloc.io/reservation` naming the GPU
 //!   held for it. A pod that already names its GPUs is left alone.
@@ -44,7 +46,10 @@ use kube::core::{
 };
 use serde_json::{json, Value};
 
-use super::choose::{Ask, Choice, Chooser};
+use super::{
+    choose::{Ask, Choice, Chooser},
+    hami,
+};
 use crate::{
     domain::SharingMode,
     extender::pod::{pod_ask, WORKLOAD_ANNOTATION},
@@ -211,6 +216,7 @@ impl Webhook {
             min_job_fraction: ask.min_job_fraction,
             sharing_mode: ask.sharing_mode,
             holder: holder.clone(),
+            hami: hami::requests(&pod),
         };
         let choice = match self.choose(&ask).await {
             Ok(choice) => choice,
@@ -265,6 +271,7 @@ impl Webhook {
             min_job_fraction: None,
             sharing_mode,
             holder: holder.clone(),
+            hami: Vec::new(),
         };
         let choice = match self.choose(&ask).await {
             Ok(choice) => choice,
