@@ -38,7 +38,8 @@ impl Store {
     }
 
     /// Records a window once; returns false when its key was already there (nothing
-    /// changes then).
+    /// changes then). A leader's write: inside the observer's fenced task it is refused
+    /// once the lease moved on.
     pub async fn record_observed_window(
         &self,
         window: &NewObservedWindow,
@@ -53,6 +54,7 @@ impl Store {
                 throughput,
             } => ("solo", None, Some(workload.as_str()), Some(*throughput)),
         };
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "INSERT INTO observer_runs (run_key, kind, gpu, gpu_id, window_start_ms, \
              window_end_ms, observation_id, workload, throughput, recorded_at_ms) \
@@ -69,9 +71,11 @@ impl Store {
         .bind(workload)
         .bind(throughput)
         .bind(now_ms)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .execute(&mut *tx)
+        .await
+        .map(|done| done.rows_affected() == 1)
+        .map_err(StoreError::from);
+        self.finish_write(tx, done).await
     }
 
     /// The latest exclusive throughput a solo window measured for each (GPU model,
