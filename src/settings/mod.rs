@@ -683,6 +683,7 @@ min_window_secs = 300
 guard_secs = 60
 settle_secs = 30
 stale_secs = 120
+explore_budget = 0.0
 
 [observer.prometheus]
 url = "http://127.0.0.1:9090"
