@@ -396,20 +396,16 @@ impl Store {
     /// Jobs the in-process worker held when the server stopped (RUNNING without a lease)
     /// were cut off: they go back to PENDING (the cut-off attempt is not counted). Jobs
     /// agents hold keep running under their leases. Returns how many.
-    /// A leader's write: inside a fenced task, refused once the lease moved on.
     pub async fn requeue_running_jobs(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let outcome = sqlx::query(
+        let result = sqlx::query(
             "UPDATE profiling_jobs SET state = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
              claim_holder = '', updated_at_ms = $1 \
              WHERE state = 'running' AND lease_expires_ms = 0",
         )
         .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map(|result| result.rows_affected())
-        .map_err(StoreError::from);
-        self.finish_write(tx, outcome).await
+        .execute(&self.db.pool)
+        .await?;
+        Ok(result.rows_affected())
     }
 
     /// Puts a claimed job back to PENDING without counting the attempt (the backend could
