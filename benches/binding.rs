@@ -92,6 +92,7 @@ fn cluster(workloads: &[String]) -> (Arc<ClusterView>, Arc<Inventory>) {
                 model: Some(KACE_GPU.into()),
                 memory_gb: Some(32.0),
                 hami: None,
+                dra: None,
             });
             for _ in 0..next(4) {
                 let w = next(workloads.len()) * next(workloads.len()) / workloads.len();

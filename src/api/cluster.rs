@@ -11,6 +11,7 @@ pub fn resident_source_to_pb(source: crate::cluster::Source) -> pb::ResidentSour
         Source::PodResources => pb::ResidentSource::PodResources,
         Source::HamiAnnotation => pb::ResidentSource::HamiAnnotation,
         Source::GpuAnnotation => pb::ResidentSource::GpuAnnotation,
+        Source::DraAllocation => pb::ResidentSource::DraAllocation,
     }
 }
 

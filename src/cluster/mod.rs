@@ -20,7 +20,8 @@
 //! 2. the kubelet's PodResources report of the node (what the device plugin was given), while
 //!    it is fresh (`agents.pod_devices_stale_secs`); a pod it lists runs there, not where an
 //!    annotation says;
-//! 3. the `coloc.io/gpu` annotation (the operator's own tooling);
+//! 3. the `coloc.io/gpu` annotation (the operator's own tooling), and alike a DRA claim's
+//!    allocation (`extender::binding::dra`);
 //! 4. AssignJob: a job whose id is a pod's `namespace/name` is that pod, and counts only
 //!    while no source above places the pod; other jobs stand as they are.
 //!
@@ -62,6 +63,12 @@ pub use merge::ViewGpu;
 /// How long a node's PodResources report counts without a newer one, unless set.
 pub const DEFAULT_STALE_AFTER_MS: i64 = 120_000;
 
+/// How long a pod that was bound and left is remembered as landed (a hold for it is done),
+/// well past any reservation's TTL.
+pub const DEPARTED_KEPT_MS: i64 = 3_600_000;
+/// The departed pods remembered before the old ones are swept.
+const DEPARTED_PRUNE_AT: usize = 4_096;
+
 /// Who says a resident runs on a GPU, in the order of precedence (first wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
@@ -69,6 +76,9 @@ pub enum Source {
     HamiAnnotation,
     /// The kubelet's PodResources API, reported by `coloc agent`.
     PodResources,
+    /// A DRA ResourceClaim's allocation: the devices the scheduler allocated the pod's
+    /// claim (counts as `coloc.io/gpu` does: a fresh PodResources report wins).
+    DraAllocation,
     /// The `coloc.io/gpu` pod annotation.
     GpuAnnotation,
     /// AssignJob.
@@ -82,6 +92,7 @@ impl Source {
             Self::HamiAnnotation => "hami-annotation",
             Self::PodResources => "pod-resources",
             Self::GpuAnnotation => "gpu-annotation",
+            Self::DraAllocation => "dra-allocation",
             Self::AssignJob => "assign-job",
         }
     }
@@ -117,7 +128,8 @@ pub struct WatchedPod {
     /// The GPUs an annotation names; empty when only the kubelet can tell.
     pub gpus: Vec<String>,
     /// Which annotation named them ([`Source::GpuAnnotation`] or
-    /// [`Source::HamiAnnotation`]); ignored when `gpus` is empty.
+    /// [`Source::HamiAnnotation`]), or [`Source::DraAllocation`] for a DRA claim's
+    /// allocation; ignored when `gpus` is empty.
     pub gpu_source: Source,
     /// `coloc.io/workload`; `None` for a pod coloc was not told about.
     pub workload: Option<String>,
@@ -224,6 +236,8 @@ struct Inner {
     /// Counts the writes: readers that keep something derived from the view know when to
     /// derive it again.
     generation: u64,
+    /// Pods seen bound that have since left, with when they left.
+    departed: HashMap<String, i64>,
 }
 
 impl Inner {
@@ -236,6 +250,16 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Remembers that the bound pod `key` left at `at_ms`, forgetting pods that left more
+    /// than [`DEPARTED_KEPT_MS`] before.
+    fn depart(&mut self, key: String, at_ms: i64) {
+        if self.departed.len() >= DEPARTED_PRUNE_AT {
+            self.departed
+                .retain(|_, left| at_ms - *left < DEPARTED_KEPT_MS);
+        }
+        self.departed.insert(key, at_ms);
     }
 
     fn watch(&mut self, key: String, pod: WatchedPod) {
@@ -336,9 +360,15 @@ impl ClusterView {
     /// elsewhere), or `None` when it finished or was deleted.
     pub fn set_watched_pod(&self, key: &str, pod: Option<WatchedPod>) {
         let mut inner = self.write();
+        let was = inner.watched.contains_key(key);
         inner.unwatch(key);
-        if let Some(pod) = pod {
-            inner.watch(key.to_string(), pod);
+        match pod {
+            Some(pod) => {
+                inner.departed.remove(key);
+                inner.watch(key.to_string(), pod);
+            }
+            None if was => inner.depart(key.to_string(), now_ms()),
+            None => {}
         }
     }
 
@@ -349,6 +379,19 @@ impl ClusterView {
             fresh.watch(key, pod);
         }
         let mut inner = self.write();
+        let gone: Vec<String> = inner
+            .watched
+            .keys()
+            .filter(|key| !fresh.watched.contains_key(*key))
+            .cloned()
+            .collect();
+        let now = now_ms();
+        for key in gone {
+            inner.depart(key, now);
+        }
+        for key in fresh.watched.keys() {
+            inner.departed.remove(key);
+        }
         inner.watched = fresh.watched;
         inner.watched_on = fresh.watched_on;
     }
@@ -517,9 +560,12 @@ impl ClusterView {
         }
     }
 
-    /// Whether the watcher knows the pod `key` (`namespace/name`) bound to a node.
+    /// Whether the watcher knows the pod `key` (`namespace/name`) bound to a node, or saw
+    /// it bound and then leave (within [`DEPARTED_KEPT_MS`]): either way a hold taken for it
+    /// is done.
     pub fn is_bound(&self, key: &str) -> bool {
-        self.read().watched.contains_key(key)
+        let inner = self.read();
+        inner.watched.contains_key(key) || inner.departed.contains_key(key)
     }
 
     pub fn node_count(&self) -> usize {

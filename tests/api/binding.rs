@@ -11,8 +11,9 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use base64::Engine;
 use coloc::{
+    cluster::Source,
     extender::{
-        binding::{webhook, Chooser, Inventory, Webhook},
+        binding::{dra::claim_residency, webhook, Chooser, Inventory, Webhook},
         placer::AdvisorPlacer,
         pod::Residency,
     },
@@ -20,7 +21,10 @@ use coloc::{
     settings::BindingMode,
     store::reservations::Reservations,
 };
-use k8s_openapi::api::{core::v1::Node, resource::v1::ResourceSlice};
+use k8s_openapi::api::{
+    core::v1::Node,
+    resource::v1::{ResourceClaim, ResourceSlice},
+};
 use serde_json::{json, Value};
 
 use crate::{
@@ -436,12 +440,48 @@ async fn dra_claims_from_a_marked_template_are_pinned_to_the_chosen_gpus() {
         claim["spec"]["devices"]["requests"][0]["exactly"]["count"], 1,
         "kept"
     );
+    assert_eq!(
+        annotation(&claim, "coloc.io/reservation").as_deref(),
+        Some("ml/trainer-0"),
+        "held for the claim's owner pod, whose landing ends the hold"
+    );
 
     // A Pod is not what DRA mode pins.
     let pod = pod_review("dra-pod", json!({"coloc.io/workload": JOB}));
     let (_, response) = post(addr, "/coloc/mutate", &pod, "").await;
     assert!(patched(&pod, &response).is_none(), "{response}");
     app.stop().await;
+}
+
+#[test]
+fn an_allocated_dra_claim_places_its_pod_on_the_gpu_its_device_is() {
+    let inventory = Inventory::new();
+    let slice: ResourceSlice =
+        serde_json::from_value(fixture("resourceslice-nvidia.json")).unwrap();
+    inventory.apply_slice(&slice);
+    let claim: ResourceClaim =
+        serde_json::from_value(fixture("resourceclaim-allocated.json")).unwrap();
+    let (pod, watched) = claim_residency(&claim, &inventory).expect("allocated and reserved");
+    assert_eq!(pod, "ml/trainer-0");
+    assert_eq!(watched.node, "gpu-node-2");
+    assert_eq!(watched.gpus, ["GPU-9a8b7c6d-5e4f-3a2b-1c0d-e9f8a7b6c5d4"]);
+    assert_eq!(watched.gpu_source, Source::DraAllocation);
+    assert_eq!(watched.workload.as_deref(), Some("w03"));
+
+    // Not yet allocated, or reserved for no pod: nowhere.
+    let mut pending = fixture("resourceclaim-allocated.json");
+    pending["status"] = json!({});
+    let pending: ResourceClaim = serde_json::from_value(pending).unwrap();
+    assert!(claim_residency(&pending, &inventory).is_none());
+    let mut unreserved = fixture("resourceclaim-allocated.json");
+    unreserved["status"]["reservedFor"] = json!([]);
+    let unreserved: ResourceClaim = serde_json::from_value(unreserved).unwrap();
+    assert!(claim_residency(&unreserved, &inventory).is_none());
+    // A device of a pool the inventory does not know: no GPU coloc can name.
+    let mut elsewhere = fixture("resourceclaim-allocated.json");
+    elsewhere["status"]["allocation"]["devices"]["results"][0]["pool"] = json!("gpu-node-9");
+    let elsewhere: ResourceClaim = serde_json::from_value(elsewhere).unwrap();
+    assert!(claim_residency(&elsewhere, &inventory).is_none());
 }
 
 #[tokio::test]

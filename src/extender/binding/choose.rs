@@ -7,7 +7,9 @@
 //! view or the inventory changes, a second at most), and GPUs with the same
 //! model, memory, set and holds are one slot of the ask. Under HAMi, a GPU HAMi's own
 //! accounting would refuse the pod (`hami`: its registered capacity less what bound pods'
-//! allocations and the live holds take) is not offered at all. A hold whose pod the view
+//! allocations and the live holds take) is not offered at all; nor, under DRA, is a device
+//! without `allowMultipleAllocations` that a resident or another pod's hold has (the
+//! scheduler's allocator gives such a device to one claim at a time). A hold whose pod the view
 //! has seen bound is done (ignored, and deleted with the next claim). The acceptable ones
 //! (Place's placements) come back ordered by gain, ties by node and id; the first is
 //! claimed in the store (one small durable write), and when another decider got that slot
@@ -69,6 +71,8 @@ pub enum NoChoice {
     NoneAcceptable(String),
     #[error("no GPU has room for the pod as HAMi accounts it ({0} refused)")]
     NoHamiRoom(usize),
+    #[error("every DRA device is allocated to another claim ({0} taken)")]
+    NoFreeDevice(usize),
     #[error(transparent)]
     Placement(#[from] PlacementError),
     #[error("placement answered {answered} outcomes for {asked} GPUs")]
@@ -86,6 +90,7 @@ impl NoChoice {
             Self::NoInventory => "no_inventory",
             Self::NoneAcceptable(_) => "none_acceptable",
             Self::NoHamiRoom(_) => "no_hami_room",
+            Self::NoFreeDevice(_) => "no_free_device",
             Self::Placement(PlacementError::UnknownWorkload(_)) => "unknown_workload",
             Self::Placement(PlacementError::Unavailable(_)) => "placement_unavailable",
             Self::Placement(PlacementError::UnmeasuredMode(_)) => "unmeasured_sharing_mode",
@@ -164,6 +169,8 @@ struct Decision {
     placement: PlacementAsk,
     candidates: Vec<Candidate>,
     refused: usize,
+    /// Exclusive DRA devices ruled out because another claim has them.
+    taken: usize,
 }
 
 /// The version of a GPU's resident set: the same on every replica that sees the same set.
@@ -218,12 +225,12 @@ impl Chooser {
             return Err(NoChoice::NoInventory);
         }
         for _ in 0..CLAIM_ATTEMPTS {
-            let indexed = self.indexed(&devices);
-            let index = &indexed.residents;
             let now = now_ms();
             let mut live = self.reservations.live(now).await?;
             // A hold whose pod is bound is done: the view has the pod as a resident (and
-            // HAMi's allocation), and the claim below deletes the hold.
+            // HAMi's allocation), and the claim below deletes the hold. The view is indexed
+            // after this is asked, so that a pod seen bound here is in the index too (its
+            // hold is not dropped before its allocation counts).
             let mut landed: Vec<String> = Vec::new();
             live.retain(|hold| {
                 let bound = self.cluster.is_bound(&hold.holder);
@@ -232,11 +239,14 @@ impl Chooser {
                 }
                 !bound
             });
+            let indexed = self.indexed(&devices);
+            let index = &indexed.residents;
             let decision = self.candidates(ask, &indexed, &live);
             if decision.candidates.is_empty() {
-                return Err(match decision.refused {
-                    0 => NoChoice::NoneAcceptable(ask.workload.clone()),
-                    refused => NoChoice::NoHamiRoom(refused),
+                return Err(match (decision.refused, decision.taken) {
+                    (0, 0) => NoChoice::NoneAcceptable(ask.workload.clone()),
+                    (0, taken) => NoChoice::NoFreeDevice(taken),
+                    (refused, _) => NoChoice::NoHamiRoom(refused),
                 });
             }
             let outcomes = self.placer.place(&decision.placement).await?;
@@ -424,6 +434,7 @@ impl Chooser {
         let mut slots: HashMap<SlotKey, usize> = HashMap::new();
         let mut candidates = Vec::new();
         let mut refused = 0;
+        let mut taken = 0;
         for (at, device) in devices.iter().enumerate() {
             let set = index.set_of(device);
             let (residents, version) = &index.sets[set];
@@ -434,6 +445,12 @@ impl Chooser {
                 .filter(|r| r.resident_version == *version)
                 .copied()
                 .collect();
+            // A DRA device the allocator gives one claim at a time is taken while it has a
+            // resident or another pod's hold.
+            if device.dra.as_ref().is_some_and(|d| !d.shared) && (set != 0 || !held.is_empty()) {
+                taken += 1;
+                continue;
+            }
             if let (Some(capacity), false) = (device.hami, ask.hami.is_empty()) {
                 let mut on = used
                     .get(device.node.as_str())
@@ -484,6 +501,7 @@ impl Chooser {
             placement,
             candidates,
             refused,
+            taken,
         }
     }
 }

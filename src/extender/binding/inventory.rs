@@ -42,6 +42,19 @@ pub struct Device {
     pub memory_gb: Option<f64>,
     /// HAMi's split count, memory and cores of the device (`None` under DRA).
     pub hami: Option<Capacity>,
+    /// The device as the DRA driver's ResourceSlice names it (`None` under HAMi).
+    pub dra: Option<DraName>,
+}
+
+/// A DRA device's identity in its ResourceSlice: what a claim's allocation result names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraName {
+    pub pool: String,
+    pub device: String,
+    /// `allowMultipleAllocations`: the device may be allocated to several claims at once.
+    /// Otherwise the scheduler's allocator gives it to one claim at a time (`deviceInUse`
+    /// in kubernetes staging/src/k8s.io/dynamic-resource-allocation/structured).
+    pub shared: bool,
 }
 
 /// HAMi's `DeviceInfo` as its register annotation carries it (the fields coloc reads).
@@ -97,6 +110,7 @@ pub fn hami_devices(node: &Node) -> Result<Vec<Device>, String> {
                 mem_mib: d.devmem,
                 cores: d.devcore,
             }),
+            dra: None,
         })
         .collect())
 }
@@ -134,6 +148,11 @@ pub fn dra_devices(slice: &ResourceSlice) -> Vec<Device> {
                     .and_then(|c| c.get("memory"))
                     .and_then(|m| quantity_gib(&m.value.0)),
                 hami: None,
+                dra: Some(DraName {
+                    pool: spec.pool.name.clone(),
+                    device: device.name.clone(),
+                    shared: device.allow_multiple_allocations == Some(true),
+                }),
             })
         })
         .collect()
@@ -225,6 +244,25 @@ impl Inventory {
         let sorted = Arc::new(inner.sorted());
         inner.sorted = Some(sorted.clone());
         sorted
+    }
+
+    /// The GPU a DRA allocation result names: the NVIDIA driver's device `device` of
+    /// pool `pool`.
+    pub fn dra_device(&self, driver: &str, pool: &str, device: &str) -> Option<Device> {
+        if driver != NVIDIA_DRA_DRIVER {
+            return None;
+        }
+        let inner = self.inner.read().unpoisoned();
+        inner
+            .dra
+            .values()
+            .flatten()
+            .find(|d| {
+                d.dra
+                    .as_ref()
+                    .is_some_and(|n| n.pool == pool && n.device == device)
+            })
+            .cloned()
     }
 
     pub fn len(&self) -> usize {

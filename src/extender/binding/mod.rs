@@ -4,9 +4,12 @@
 //! server that decides over every GPU of the cluster (`inventory`, kept from HAMi's node
 //! annotation or the DRA driver's ResourceSlices) and holds the chosen slot in the store
 //! until the pod lands (`choose`, over `store::reservations`); under HAMi only GPUs HAMi's
-//! own accounting will accept are named (`hami`). docs/stacks/ says what each mode controls.
+//! own accounting will accept are named (`hami`), under DRA only devices the allocator can
+//! still give the claim (`dra` reads where allocated claims run). docs/stacks/ says what
+//! each mode controls.
 
 pub mod choose;
+pub mod dra;
 pub mod hami;
 pub mod inventory;
 pub mod webhook;

@@ -17,7 +17,8 @@
 //! - `dra`: a ResourceClaim marked with `coloc.io/workload` (written into the claims a
 //!   ResourceClaimTemplate makes through the template's `spec.metadata.annotations`) gets a
 //!   CEL selector on each `exactly` request,
-//!   `device.attributes["gpu.nvidia.com"].uuid in ["GPU-..", ..]`. The claim's sharing mode
+//!   `device.attributes["gpu.nvidia.com"].uuid in ["GPU-..", ..]`, held for the claim's
+//!   owner pod (the resource claim controller makes it its controller). The claim's sharing mode
 //!   is the NVIDIA DRA driver's: the `sharing.strategy` of a `GpuConfig` in its opaque
 //!   device config (`MPS`, `TimeSlicing`), else the server's default.
 //! - `node-only`, a dry run (no hold may be taken), and every other object: allowed, no
@@ -178,7 +179,11 @@ impl Webhook {
         let holder = format!("{namespace}/{name}");
         match (self.mode, request.kind.kind.as_str()) {
             (BindingMode::Hami, "Pod") => self.pod(object, holder).await,
-            (BindingMode::Dra, "ResourceClaim") => self.claim(object, holder).await,
+            (BindingMode::Dra, "ResourceClaim") => {
+                // The hold is the owner pod's: it ends when the view sees the pod land.
+                let holder = super::dra::owner_pod(&object).unwrap_or(holder);
+                self.claim(object, holder).await
+            }
             _ => Verdict::Skip,
         }
     }

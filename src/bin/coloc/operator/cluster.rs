@@ -257,6 +257,7 @@ fn sources(gpu: &pb::ClusterGpu) -> String {
             pb::ResidentSource::PodResources => "pod-resources",
             pb::ResidentSource::HamiAnnotation => "hami-annotation",
             pb::ResidentSource::GpuAnnotation => "gpu-annotation",
+            pb::ResidentSource::DraAllocation => "dra-allocation",
             pb::ResidentSource::Unspecified => "-",
         };
         if !names.contains(&name) {
