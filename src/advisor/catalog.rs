@@ -39,6 +39,10 @@ pub struct ProfileEntry {
     /// The exclusive throughput the answers use in place of the profile's, while stored
     /// runs show the profile's figure too low (a suspect profile, `advisor::suspect`).
     pub corrected_exclusive: Option<f64>,
+    /// Profiled by NVML alone (Nsight Compute unavailable or forbidden): its kernel metrics
+    /// are zeros, and any set it is in is answered by the serving model's NVML-only twin
+    /// ([`crate::model::ModelParams::at_level`]), or refused where the model has none.
+    pub nvml_only: bool,
 }
 
 impl ProfileEntry {
@@ -50,6 +54,17 @@ impl ProfileEntry {
     }
 }
 
+/// The features of a profile's entry: NVML-only where the profile lacks kernel metrics
+/// (whatever it holds in their place).
+fn entry_features(profile: &Profile) -> Features {
+    let features = Features::of(profile);
+    if profile.kernel_missing {
+        features.nvml_only()
+    } else {
+        features
+    }
+}
+
 /// The profiles of one GPU model, in a dense vector for fast scans plus a name index.
 #[derive(Debug, Clone, Default)]
 pub struct GpuProfiles {
@@ -58,7 +73,7 @@ pub struct GpuProfiles {
     /// Rank looks up every named candidate here: foldhash (seeded at random per process),
     /// several times faster than the default SipHash on short names.
     index: FastMap<WorkloadName, usize>,
-    /// Workloads profiled here without kernel metrics: known, but not rankable.
+    /// Workloads profiled here without kernel metrics (their entries are `nvml_only`).
     kernel_missing: FastSet<WorkloadName>,
     /// The model the entries' codes were computed under.
     scoring: Option<Arc<StoredModel>>,
@@ -225,17 +240,17 @@ impl Catalog {
             self.set_gpu_memory(&profile.gpu, profile.gpu_memory_gb);
             let table = Arc::make_mut(self.gpus.get_mut(&profile.gpu).expect("inserted above"));
             if profile.kernel_missing {
-                table.remove(name);
                 table.kernel_missing.insert(name.clone());
-                continue;
+            } else {
+                table.kernel_missing.remove(name);
             }
-            table.kernel_missing.remove(name);
             table.upsert(ProfileEntry {
                 name: name.clone(),
-                features: Features::of(profile),
+                features: entry_features(profile),
                 throughput_unit: profile.system.throughput_unit.as_str().into(),
                 code: None,
                 corrected_exclusive: None,
+                nvml_only: profile.kernel_missing,
             });
         }
     }
@@ -259,11 +274,11 @@ impl Catalog {
                 if profile.gpu_memory_gb.is_some() && table.memory_gb != profile.gpu_memory_gb {
                     return false;
                 }
-                if profile.kernel_missing {
-                    return table.lacks_kernel_metrics(name);
+                if profile.kernel_missing != table.lacks_kernel_metrics(name) {
+                    return false;
                 }
                 table.get(name).is_some_and(|entry| {
-                    entry.features == Features::of(profile)
+                    entry.features == entry_features(profile)
                         && &*entry.throughput_unit == profile.system.throughput_unit.as_str()
                 })
             })

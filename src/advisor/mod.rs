@@ -521,10 +521,12 @@ impl Advisor {
         };
         let champion = self.models.load().get(&observation.gpu).cloned();
         let prediction = champion.zip(table).and_then(|(champion, table)| {
+            // Runs with an NVML-only member are neither trained on nor judged (as before
+            // twins existed): drift speaks of the full model.
             let entries: Option<Vec<&ProfileEntry>> = observation
                 .members
                 .iter()
-                .map(|m| table.get(&m.workload))
+                .map(|m| table.get(&m.workload).filter(|e| !e.nvml_only))
                 .collect();
             let sum = predict::predict_entries(&champion, &table, &entries?).0.sum;
             Some((sum, champion.version))

@@ -21,9 +21,60 @@
 
 use super::{runs::Evidence, GpuProfiles, ProfileEntry};
 use crate::{
-    model::{split_by_exclusive, Features, SetPrediction},
+    model::{
+        intervals::SetInterval, split_by_exclusive, Features, ModelParams, ProfileLevel,
+        SetPrediction,
+    },
     store::StoredModel,
 };
+
+/// The level a set of entries is answered at: NVML-only as soon as one member is
+/// (docs/decisions/031-nvml-only-twin.md).
+pub(super) fn level_of(entries: &[&ProfileEntry]) -> ProfileLevel {
+    ProfileLevel::of_set(entries.iter().map(|e| e.nvml_only))
+}
+
+/// Whether `model` can answer for sets with `entry`: every full profile, and an NVML-only
+/// one where the model has an NVML-only twin. Rank, Predict and Place refuse the others
+/// as not profiled with kernel metrics, before anything is predicted.
+pub(super) fn answerable(model: &StoredModel, entry: &ProfileEntry) -> bool {
+    !entry.nvml_only || model.params.at_level(ProfileLevel::NvmlOnly).is_some()
+}
+
+/// The model answering at `level` (the serving model itself where it has no twin: callers
+/// refuse such sets first, [`answerable`]).
+fn params_at(model: &StoredModel, level: ProfileLevel) -> &ModelParams {
+    model.params.at_level(level).unwrap_or(&model.params)
+}
+
+/// The predictions of `sets` (each member's features as `level` reads them) by the model
+/// answering at `level`, in one batch (Place's prefetch of crowded sets).
+pub(super) fn predict_batch(
+    model: &StoredModel,
+    level: ProfileLevel,
+    sets: &[Vec<Features>],
+) -> Vec<crate::model::PredictedSet> {
+    let sets: Vec<Vec<&Features>> = sets.iter().map(|set| set.iter().collect()).collect();
+    params_at(model, level).predict(&sets)
+}
+
+/// The 80 % interval of `prediction` of the set `entries` (difficulty from
+/// [`predict_entries`]), from the model answering at the set's level: the twin's wider
+/// bands for a set with an NVML-only member.
+pub(super) fn set_interval(
+    model: &StoredModel,
+    entries: &[&ProfileEntry],
+    prediction: &SetPrediction,
+    difficulty: f64,
+) -> Option<SetInterval> {
+    let level = level_of(entries);
+    let features: Vec<Features> = entries
+        .iter()
+        .map(|e| level.features(&e.features))
+        .collect();
+    let members: Vec<&Features> = features.iter().collect();
+    params_at(model, level).interval(&members, prediction, difficulty)
+}
 
 /// The noise of a measured throughput, as a fraction of it: a run is above its exclusive
 /// throughput *beyond noise* when it exceeds `exclusive × (1 + EXCLUSIVE_NOISE_MARGIN)`.
@@ -116,19 +167,53 @@ const PARALLEL_BATCH: usize = 16_384;
 /// The model's own (unbounded) members of each pair (target, candidate): with a pair
 /// scorer, each candidate costs its code (kept in the catalog entry when it was computed
 /// under this model) and a few table lookups; other kinds score the batch at once, and
-/// members of sum-only models are estimated (`split_by_exclusive`).
+/// members of sum-only models are estimated (`split_by_exclusive`). A pair with an
+/// NVML-only member is scored by the NVML-only twin on both members' NVML metrics.
 fn raw_pairs(
     model: &StoredModel,
     table: &GpuProfiles,
     target: &ProfileEntry,
     candidates: &[&ProfileEntry],
 ) -> Vec<[f64; 2]> {
-    let Some(scorer) = model.params.pair_scorer() else {
-        let features: Vec<&Features> = candidates.iter().map(|e| &e.features).collect();
+    if target.nvml_only {
+        return raw_pairs_at(model, table, ProfileLevel::NvmlOnly, target, candidates);
+    }
+    if !candidates.iter().any(|c| c.nvml_only) {
+        return raw_pairs_at(model, table, ProfileLevel::Full, target, candidates);
+    }
+    let (nvml, full): (Vec<usize>, Vec<usize>) =
+        (0..candidates.len()).partition(|&i| candidates[i].nvml_only);
+    let pick = |indices: &[usize]| indices.iter().map(|&i| candidates[i]).collect::<Vec<_>>();
+    let mut raw = vec![[0.0; 2]; candidates.len()];
+    for (level, indices) in [(ProfileLevel::Full, full), (ProfileLevel::NvmlOnly, nvml)] {
+        let scored = raw_pairs_at(model, table, level, target, &pick(&indices));
+        for (i, pair) in indices.into_iter().zip(scored) {
+            raw[i] = pair;
+        }
+    }
+    raw
+}
+
+/// [`raw_pairs`] with every pair answered at `level` (the catalog's codes serve full
+/// profiles only; the twin codes each candidate as it scores it).
+fn raw_pairs_at(
+    model: &StoredModel,
+    table: &GpuProfiles,
+    level: ProfileLevel,
+    target: &ProfileEntry,
+    candidates: &[&ProfileEntry],
+) -> Vec<[f64; 2]> {
+    let params = params_at(model, level);
+    let target_features = level.features(&target.features);
+    let Some(scorer) = params.pair_scorer() else {
+        let features: Vec<Features> = candidates
+            .iter()
+            .map(|e| level.features(&e.features))
+            .collect();
+        let features: Vec<&Features> = features.iter().collect();
         let target_exclusive = target.exclusive();
-        return model
-            .params
-            .predict_pairs(&target.features, &features)
+        return params
+            .predict_pairs(&target_features, &features)
             .into_iter()
             .zip(candidates)
             .map(|(p, c)| {
@@ -137,11 +222,15 @@ fn raw_pairs(
             })
             .collect();
     };
-    let tables = scorer.target_tables(&target.features);
-    let codes_current = table.scoring_version() == Some(model.version);
+    let tables = scorer.target_tables(&target_features);
+    let codes_current =
+        level == ProfileLevel::Full && table.scoring_version() == Some(model.version);
     let score = |entry: &&ProfileEntry| match (&entry.code, codes_current) {
         (Some(code), true) => scorer.score(&tables, &entry.features, code),
-        _ => scorer.score(&tables, &entry.features, &scorer.code(&entry.features)),
+        _ => {
+            let features = level.features(&entry.features);
+            scorer.score(&tables, &features, &scorer.code(&features))
+        }
     };
     if candidates.len() >= PARALLEL_BATCH {
         use rayon::prelude::*;
@@ -186,8 +275,13 @@ pub(super) fn predict_entries(
             )
         }
         _ => {
-            let features: Vec<&Features> = entries.iter().map(|e| &e.features).collect();
-            let mut predicted = model.params.predict(&[features]).remove(0);
+            let level = level_of(entries);
+            let features: Vec<Features> = entries
+                .iter()
+                .map(|e| level.features(&e.features))
+                .collect();
+            let features: Vec<&Features> = features.iter().collect();
+            let mut predicted = params_at(model, level).predict(&[features]).remove(0);
             if predicted.prediction.members.is_none() {
                 let exclusive: Vec<f64> = entries.iter().map(|e| e.exclusive()).collect();
                 predicted.prediction.members =

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use super::{
     place::SetCache,
     policy::is_loss,
-    predict::{cautious_bounds, score_pairs, PairScore},
+    predict::{answerable, cautious_bounds, level_of, score_pairs, set_interval, PairScore},
     runs::Evidence,
     Error, GpuProfiles, Policy, ProfileEntry, Result,
 };
 use crate::{
     domain::{GpuName, ValidationError, WorkloadName, MAX_MEMBERS},
-    model::SetPrediction,
+    model::{ProfileLevel, SetPrediction},
     store::StoredModel,
 };
 
@@ -154,6 +154,9 @@ pub struct MemberPrediction {
     /// The profile's exclusive throughput; `exclusive_throughput` differs from it while the
     /// profile is suspect (the corrected figure).
     pub profile_exclusive_throughput: f64,
+    /// The profiles the prediction read: NVML-only for every member of a set with one
+    /// NVML-only member (answered by the model's NVML-only twin, with its wider intervals).
+    pub profile_level: ProfileLevel,
 }
 
 impl MemberPrediction {
@@ -164,6 +167,7 @@ impl MemberPrediction {
         set: &[&str],
         predicted_throughput: Option<f64>,
         predicted_interval: Option<(f64, f64)>,
+        profile_level: ProfileLevel,
     ) -> Self {
         Self {
             workload: entry.name.clone(),
@@ -173,6 +177,7 @@ impl MemberPrediction {
             predicted_interval,
             evidence: table.runs().evidence(set, entry.name.as_str()),
             profile_exclusive_throughput: entry.features.exclusive_throughput(),
+            profile_level,
         }
     }
 
@@ -280,10 +285,13 @@ fn member_predictions(
     members: Option<&[f64]>,
 ) -> Vec<MemberPrediction> {
     let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    let level = level_of(entries);
     entries
         .iter()
         .enumerate()
-        .map(|(i, entry)| MemberPrediction::of(entry, table, &names, members.map(|m| m[i]), None))
+        .map(|(i, entry)| {
+            MemberPrediction::of(entry, table, &names, members.map(|m| m[i]), None, level)
+        })
         .collect()
 }
 
@@ -346,13 +354,14 @@ impl RankWork {
     }
 
     pub fn run(self) -> Result<RankResult> {
-        let target =
-            self.table
-                .get(&self.query.target)
-                .ok_or_else(|| Error::TargetNotProfiled {
-                    workload: self.query.target.as_str().to_string(),
-                    gpu: self.gpu.clone(),
-                })?;
+        let target = self
+            .table
+            .get(&self.query.target)
+            .filter(|entry| answerable(&self.model, entry))
+            .ok_or_else(|| Error::TargetNotProfiled {
+                workload: self.query.target.as_str().to_string(),
+                gpu: self.gpu.clone(),
+            })?;
         let limit = memory_limit(&self.gpu, &self.table, self.query.gpu_memory_gb)?;
         let mut skipped = Vec::new();
         let pool = self.pool(&mut skipped);
@@ -375,7 +384,15 @@ impl RankWork {
     fn pool(&self, skipped: &mut Vec<Skipped>) -> Vec<&ProfileEntry> {
         let (query, table, gpu) = (&self.query, &self.table, &self.gpu);
         if query.candidates.is_empty() {
-            return table.entries().iter().collect();
+            let mut pool = Vec::with_capacity(table.entries().len());
+            for entry in table.entries() {
+                if answerable(&self.model, entry) {
+                    pool.push(entry);
+                } else {
+                    skipped.push(self.without_twin(entry.name.as_str()));
+                }
+            }
+            return pool;
         }
         let mut seen = foldhash::HashSet::with_capacity_and_hasher(
             query.candidates.len(),
@@ -391,6 +408,10 @@ impl RankWork {
                     Found::Entry(i) => Some(&table.entries()[i]),
                     Found::NotRankable | Found::Unknown => None,
                 };
+                if entry.is_some_and(|e| !answerable(&self.model, e)) {
+                    skipped.push(self.without_twin(name));
+                    return None;
+                }
                 if entry.is_none() {
                     skipped.push(if matches!(found, Found::Unknown) {
                         Skipped {
@@ -419,6 +440,21 @@ impl RankWork {
                 entry
             })
             .collect()
+    }
+
+    /// A candidate profiled by NVML alone, under a model without an NVML-only twin.
+    fn without_twin(&self, name: &str) -> Skipped {
+        Skipped {
+            workload: name.to_string(),
+            code: SkipCode::KernelMetricsMissing,
+            reason: format!(
+                "{name} was profiled on GPU model {:?} without kernel metrics (Nsight Compute \
+                 was unavailable), and model version {} has no NVML-only twin; retrain or \
+                 profile it again",
+                self.gpu.as_str(),
+                self.model.version
+            ),
+        }
     }
 
     /// The candidates whose pair with the target fits the memory (or all, asked for): each
@@ -457,8 +493,9 @@ impl RankWork {
         entry: &ProfileEntry,
         prediction: &PairScore,
     ) -> Option<crate::model::intervals::SetInterval> {
-        let mut interval = self.model.params.interval(
-            &[&target.features, &entry.features],
+        let mut interval = set_interval(
+            &self.model,
+            &[target, entry],
             &SetPrediction {
                 sum: prediction.sum,
                 members: Some(prediction.members.to_vec()),
@@ -738,10 +775,13 @@ pub(super) fn predict(
         .workloads
         .iter()
         .map(|name| {
-            table.get(name).ok_or_else(|| Error::MemberNotProfiled {
-                workload: name.as_str().to_string(),
-                gpu: gpu.clone(),
-            })
+            table
+                .get(name)
+                .filter(|e| answerable(model, e))
+                .ok_or_else(|| Error::MemberNotProfiled {
+                    workload: name.as_str().to_string(),
+                    gpu: gpu.clone(),
+                })
         })
         .collect::<Result<Vec<&ProfileEntry>>>()?;
     let limit = memory_limit(gpu, table, query.gpu_memory_gb)?;

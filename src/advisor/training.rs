@@ -240,7 +240,9 @@ impl Advisor {
                 let mut throughputs = Vec::with_capacity(observation.members.len());
                 for (name, throughput) in observation.members {
                     let parsed = WorkloadName::parse("workload", &name).ok()?;
-                    members.push(table.get(&parsed)?.features);
+                    // A member profiled by NVML alone makes the run unusable, for the
+                    // model and its NVML-only twin alike (the twin learns the same runs).
+                    members.push(table.get(&parsed).filter(|e| !e.nvml_only)?.features);
                     names.push(name);
                     throughputs.push(throughput);
                 }

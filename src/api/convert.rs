@@ -12,7 +12,7 @@ use crate::{
         Observation, Profile, ProfileSource, SystemMetrics, ValidationError, WorkloadMode,
         WorkloadName, WorkloadState,
     },
-    model::ModelKind,
+    model::{ModelKind, ProfileLevel},
     proto as pb,
     store::{Assigned, ModelStatus, PredictedRun, StoredModel, WorkloadRecord},
 };
@@ -394,6 +394,10 @@ fn member_to_pb(member: MemberPrediction) -> pb::MemberPrediction {
         } as i32,
         exclusive_suspect: member.exclusive_suspect(),
         profile_exclusive_throughput: member.profile_exclusive_throughput,
+        profile_level: match member.profile_level {
+            ProfileLevel::Full => pb::ProfileLevel::Full,
+            ProfileLevel::NvmlOnly => pb::ProfileLevel::NvmlOnly,
+        } as i32,
     }
 }
 
@@ -893,6 +897,7 @@ mod tests {
             predicted_interval: None,
             evidence: Evidence::ProfileOnly,
             profile_exclusive_throughput: 10.0,
+            profile_level: crate::model::ProfileLevel::Full,
         };
         let result = RankResult {
             gpu: GpuName::parse("gpu", "GPU").unwrap(),

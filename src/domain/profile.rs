@@ -21,7 +21,7 @@ pub struct KernelMetrics {
 
 impl KernelMetrics {
     /// The kernel metrics of a profile that has none (`kernel_missing`, e.g. its kernel
-    /// phase could not measure them): zeros, never ranked.
+    /// phase could not measure them): zeros, answered by the NVML-only twin.
     pub const MISSING: Self = Self {
         threads: 0.0,
         compute_throughput_pct: 0.0,
@@ -81,7 +81,8 @@ pub struct Profile {
     pub gpu_memory_gb: Option<f64>,
     pub measured_at_ms: i64,
     /// True when Nsight Compute could not run: `kernel` is all zeros and the profile is
-    /// kept for its system metrics but not ranked.
+    /// kept for its system metrics and answered by the serving model's NVML-only twin
+    /// (`model::ModelParams::at_level`).
     pub kernel_missing: bool,
 }
 

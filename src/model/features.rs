@@ -24,6 +24,43 @@ pub const KERNEL_METRICS: usize = 6;
 const EXCLUSIVE_THROUGHPUT: usize = 6;
 const MEMORY_GB: usize = 9;
 
+/// How much of the method a set's profiles hold, and so which model answers for it
+/// ([`super::ModelParams::at_level`]): every member with its kernel metrics, or at least one
+/// profiled by NVML alone (Nsight Compute unavailable or forbidden), in which case the whole
+/// set is answered from NVML metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProfileLevel {
+    Full,
+    NvmlOnly,
+}
+
+impl ProfileLevel {
+    /// The level of a set whose members are NVML-only where `nvml_only` says so: NVML-only
+    /// as soon as one member is.
+    pub fn of_set(nvml_only: impl IntoIterator<Item = bool>) -> Self {
+        if nvml_only.into_iter().any(|n| n) {
+            Self::NvmlOnly
+        } else {
+            Self::Full
+        }
+    }
+
+    /// A member's features as the model of this level reads them.
+    pub fn features(self, features: &Features) -> Features {
+        match self {
+            Self::Full => *features,
+            Self::NvmlOnly => features.nvml_only(),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::NvmlOnly => "nvml-only",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Features(pub [f64; NUM_FEATURES]);
 

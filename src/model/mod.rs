@@ -33,7 +33,7 @@ pub mod validation;
 
 use serde::{Deserialize, Serialize};
 
-pub use features::{Features, FEATURE_NAMES, NUM_FEATURES};
+pub use features::{Features, ProfileLevel, FEATURE_NAMES, NUM_FEATURES};
 pub use kace_linear::KaceLinear;
 pub use member::MemberRidgeGbt;
 pub use member_terms::MemberOptions;
@@ -54,6 +54,15 @@ pub struct TrainingRow {
 impl TrainingRow {
     pub fn throughput_sum(&self) -> f64 {
         self.throughputs.iter().sum()
+    }
+
+    /// The run as NVML alone would have profiled its members ([`Features::nvml_only`]): what
+    /// the NVML-only twin learns from, and `coloc eval --nvml-only` judges.
+    pub fn nvml_only(&self) -> Self {
+        Self {
+            members: self.members.iter().map(Features::nvml_only).collect(),
+            throughputs: self.throughputs.clone(),
+        }
     }
 }
 
@@ -215,6 +224,19 @@ impl ModelParams {
         match self {
             Self::MemberRidgeGbt(m) => m.interval(members, prediction, difficulty),
             Self::KaceLinear(_) => None,
+        }
+    }
+
+    /// The model that answers a set at `level`: itself for full profiles; for a set with a
+    /// member profiled by NVML alone, its NVML-only twin (fitted on the same runs with the
+    /// kernel metrics withheld, its own intervals calibrated the same way), which reads
+    /// every member's [`Features::nvml_only`]. `None` where the model has no twin
+    /// (`kace-linear`, models stored before twins existed).
+    pub fn at_level(&self, level: ProfileLevel) -> Option<&ModelParams> {
+        match (level, self) {
+            (ProfileLevel::Full, _) => Some(self),
+            (ProfileLevel::NvmlOnly, Self::MemberRidgeGbt(m)) => m.nvml_twin.as_deref(),
+            (ProfileLevel::NvmlOnly, Self::KaceLinear(_)) => None,
         }
     }
 

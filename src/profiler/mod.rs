@@ -290,7 +290,7 @@ impl NvmlBackend {
                     true,
                     format!(
                         "kernel metrics missing: Nsight Compute was not found at {:?} \
-                     (profiler.ncu_path); not rankable until profiled again",
+                     (profiler.ncu_path); {NVML_ONLY_NOTE}",
                         self.settings.ncu_path
                     ),
                 ),
@@ -300,14 +300,11 @@ impl NvmlBackend {
                 {
                     Ok(kernel) => (kernel, false, String::new()),
                     // Another attempt would print the same: keep the system metrics and say
-                    // which kernel metrics are missing.
-                    Err(missing) => (
+                    // why the kernel metrics are missing.
+                    Err(why) => (
                         KernelMetrics::MISSING,
                         true,
-                        format!(
-                            "kernel metrics missing: Nsight Compute ran, but {missing}; not \
-                             rankable until profiled again"
-                        ),
+                        format!("kernel metrics missing: {why}; {NVML_ONLY_NOTE}"),
                     ),
                 },
             };
@@ -413,7 +410,8 @@ impl NvmlBackend {
     }
 
     /// Runs the workload under Nsight Compute for one step and aggregates its kernels.
-    /// `Ok(Err(..))`: ncu ran and its output was read, but it lacks metrics of the method
+    /// `Ok(Err(why))`: ncu may not read the performance counters here (ERR_NVGPUCTRPERM,
+    /// [`counters_forbidden`]), or it ran and its output was read but lacks metrics of the method
     /// (a partial profile, never stored as complete).
     async fn kernel_phase(
         &self,
@@ -421,7 +419,7 @@ impl NvmlBackend {
         launch: &LaunchSpec,
         raw: Option<&RawRecord>,
         cancel: &CancellationToken,
-    ) -> Result<Result<KernelMetrics, ncu::NcuError>, ProfileError> {
+    ) -> Result<Result<KernelMetrics, String>, ProfileError> {
         let selector = match launch.nvtx_range.as_deref() {
             None => ncu::StepSelector::Nvtx {
                 range: DEFAULT_NVTX_RANGE.into(),
@@ -474,6 +472,15 @@ impl NvmlBackend {
         })
         .await
         .map_err(|e| ProfileError::Failed(format!("kernel phase: reading ncu's output: {e}")))?;
+        let text = parsed.as_ref().map_or("", |(_, text)| text.as_str());
+        if let Some(said) = counters_forbidden(text).or_else(|| counters_forbidden(&output.stderr))
+        {
+            return Ok(Err(format!(
+                "Nsight Compute may not read this GPU's performance counters here \
+                 (ERR_NVGPUCTRPERM: the driver restricts them to administrators, as many \
+                 clusters do in containers); ncu said: {said}"
+            )));
+        }
         if !output.status.success() {
             // ncu's own messages (==ERROR==) are in its output file; the workload's in stderr.
             let said = parsed
@@ -493,10 +500,26 @@ impl NvmlBackend {
         let (built, _) = parsed.map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))?;
         match built.map_err(|e| ProfileError::Failed(format!("kernel phase: {e}")))? {
             Ok(kernel) => Ok(Ok(kernel)),
-            Err(missing @ ncu::NcuError::MissingMetrics { .. }) => Ok(Err(missing)),
+            Err(missing @ ncu::NcuError::MissingMetrics { .. }) => {
+                Ok(Err(format!("Nsight Compute ran, but {missing}")))
+            }
             Err(other) => Err(ProfileError::Failed(format!("kernel phase: {other}"))),
         }
     }
+}
+
+/// What a profile without kernel metrics is answered with, said in its note (the
+/// workload's `state_reason`).
+const NVML_ONLY_NOTE: &str = "stored NVML-only: answered by the model's NVML-only twin, with \
+     wider intervals, until profiled again with Nsight Compute";
+
+/// ncu's line saying it may not read the GPU's performance counters (ERR_NVGPUCTRPERM:
+/// `NVreg_RestrictProfilingToAdminUsers`, the default in most containers), when `text`
+/// holds one.
+fn counters_forbidden(text: &str) -> Option<&str> {
+    text.lines()
+        .find(|line| line.contains("ERR_NVGPUCTRPERM"))
+        .map(str::trim)
 }
 
 /// A workload's name as one path component: workload names may hold `/` and `.` (so

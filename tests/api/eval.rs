@@ -495,10 +495,24 @@ fn member_coverage_within_70_to_90(summary: &serde_json::Value, protocol: &str, 
 /// training alone, hold 70-90 % of the held-out members (issue 38).
 #[test]
 fn eval_kace_coverage_of_the_chosen_intervals_lies_within_70_to_90_percent() {
+    kace_coverage_within_70_to_90(&[]);
+}
+
+/// The same for the NVML-only twin: with every kernel metric withheld (`--nvml-only`, what
+/// the twin is fitted and calibrated on), its 80 % intervals, calibrated on each case's
+/// training alone, hold 70-90 % of the held-out members on every pair protocol.
+#[test]
+fn eval_kace_coverage_of_the_nvml_only_twin_lies_within_70_to_90_percent() {
+    kace_coverage_within_70_to_90(&["--nvml-only"]);
+}
+
+/// `eval kace --coverage` with `extra`: every pair protocol's members 70-90 % inside.
+fn kace_coverage_within_70_to_90(extra: &[&str]) {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["eval", "kace"])
         .arg(kace_dir())
         .args(["--coverage", "--json"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(

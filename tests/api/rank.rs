@@ -660,3 +660,164 @@ async fn cautious_min_target_speed_fraction_holds_for_the_low_end_of_the_targets
         .predicted_throughput_low
         .is_none());
 }
+
+/// `w03`'s profile as NVML alone measures it: the same system metrics, the kernel metrics
+/// missing (what a cluster that forbids performance counters can profile).
+fn nvml_only(profile: &pb::Profile) -> pb::Profile {
+    pb::Profile {
+        kernel: None,
+        kernel_missing: true,
+        ..profile.clone()
+    }
+}
+
+/// The log width of an 80 % interval (high / low), the way its width scales.
+fn log_width(member: &pb::MemberPrediction) -> f64 {
+    let (low, high) = (
+        member.predicted_throughput_low.expect("an interval"),
+        member.predicted_throughput_high.expect("an interval"),
+    );
+    (high / low).ln()
+}
+
+/// A workload profiled by NVML alone is ranked, as target and as candidate, by the model's
+/// NVML-only twin: every member of its pairs says PROFILE_LEVEL_NVML_ONLY, its interval is
+/// wider than the same workload's with its full profile (the runs' truth reads kernel
+/// metrics the twin never sees), and Rank, Predict and Place give the pair one prediction.
+#[tokio::test]
+async fn rank_answers_an_nvml_only_workload_by_the_twin_with_wider_intervals() {
+    let (mut app, workloads) = trained_app(10).await;
+    app.client
+        .register_workload(register_request(
+            "w03-nvml",
+            Some(nvml_only(&workloads[3].1)),
+        ))
+        .await
+        .unwrap();
+    let rank_pair = |target: &str, candidate: &str| pb::RankRequest {
+        candidates: vec![candidate.into()],
+        ..rank(target)
+    };
+    let full = app
+        .client
+        .rank(rank_pair("w03", "w05"))
+        .await
+        .unwrap()
+        .into_inner();
+    let nvml = app
+        .client
+        .rank(rank_pair("w03-nvml", "w05"))
+        .await
+        .unwrap()
+        .into_inner();
+    let (full, nvml) = (&full.ranked[0], &nvml.ranked[0]);
+    for member in &full.members {
+        assert_eq!(member.profile_level(), pb::ProfileLevel::Full, "{member:?}");
+    }
+    // The whole pair is answered from NVML metrics, the full partner too.
+    for member in &nvml.members {
+        assert_eq!(
+            member.profile_level(),
+            pb::ProfileLevel::NvmlOnly,
+            "{member:?}"
+        );
+    }
+    for i in 0..2 {
+        assert!(
+            log_width(&nvml.members[i]) > log_width(&full.members[i]),
+            "member {i}: NVML-only {:?} against full {:?}",
+            nvml.members[i],
+            full.members[i]
+        );
+    }
+
+    // As a candidate of a full target, with the rest of the pool still full.
+    let all = app.client.rank(rank("w05")).await.unwrap().into_inner();
+    assert!(all.skipped.is_empty(), "{:?}", all.skipped);
+    for candidate in &all.ranked {
+        let level = if candidate.workload == "w03-nvml" {
+            pb::ProfileLevel::NvmlOnly
+        } else {
+            pb::ProfileLevel::Full
+        };
+        assert!(
+            candidate.members.iter().all(|m| m.profile_level() == level),
+            "{candidate:?}"
+        );
+    }
+
+    // One prediction per set: Predict and Place say what Rank said.
+    let predicted = app
+        .client
+        .predict(pb::PredictRequest {
+            workloads: vec!["w03-nvml".into(), "w05".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(predicted.members, nvml.members);
+    assert_eq!(
+        predicted.predicted_throughput_sum,
+        nvml.predicted_throughput_sum
+    );
+    let placed = app
+        .client
+        .place(crate::place::place(
+            "w03-nvml",
+            vec![crate::place::gpu("a", &["w05"])],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let members = &placed.placements[0].members;
+    assert_eq!(members.len(), 2);
+    for (placed, ranked) in members.iter().zip(&nvml.members) {
+        assert_eq!(placed.profile_level(), pb::ProfileLevel::NvmlOnly);
+        assert_eq!(placed.predicted_throughput, ranked.predicted_throughput);
+    }
+}
+
+/// Bad input about an NVML-only workload still gets its code and changes nothing: a
+/// profile with kernel_missing but an impossible NVML metric is INVALID_ARGUMENT (nothing
+/// registered), and under a model without an NVML-only twin (kace-linear) the NVML-only
+/// target is FAILED_PRECONDITION and the candidate is skipped as missing kernel metrics.
+#[tokio::test]
+async fn rank_refuses_bad_nvml_only_input_with_its_code() {
+    let (mut app, workloads) = trained_app_with(8, "kace-linear").await;
+    let mut bad = nvml_only(&workloads[3].1);
+    bad.system.as_mut().unwrap().sm_busy_pct = -1.0;
+    expect_code(
+        app.client
+            .register_workload(register_request("w03-bad", Some(bad)))
+            .await,
+        Code::InvalidArgument,
+    );
+    expect_code(app.client.rank(rank("w03-bad")).await, Code::NotFound);
+
+    app.client
+        .register_workload(register_request(
+            "w03-nvml",
+            Some(nvml_only(&workloads[3].1)),
+        ))
+        .await
+        .unwrap();
+    let message = expect_code(
+        app.client.rank(rank("w03-nvml")).await,
+        Code::FailedPrecondition,
+    );
+    assert!(message.contains("w03-nvml"), "{message}");
+    let answer = app.client.rank(rank("w05")).await.unwrap().into_inner();
+    assert!(answer.ranked.iter().all(|c| c.workload != "w03-nvml"));
+    let skipped: Vec<_> = answer
+        .skipped
+        .iter()
+        .filter(|s| s.workload == "w03-nvml")
+        .collect();
+    assert_eq!(skipped.len(), 1, "{:?}", answer.skipped);
+    assert_eq!(skipped[0].code(), pb::SkipReason::KernelMetricsMissing);
+    assert!(
+        skipped[0].reason.contains("no NVML-only twin"),
+        "{skipped:?}"
+    );
+}

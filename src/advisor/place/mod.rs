@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use super::{Catalog, Error, GpuProfiles, MemberPrediction, Policy, Result};
+use super::{predict::answerable, Catalog, Error, GpuProfiles, MemberPrediction, Policy, Result};
 use crate::{
     domain::{GpuName, WorkloadName},
     model::ModelKind,
@@ -180,9 +180,10 @@ pub fn place_in_keeping(
 pub(super) fn job_not_placeable(
     gpu: &GpuName,
     table: &GpuProfiles,
+    model: &StoredModel,
     job: &WorkloadName,
 ) -> Option<(PlaceSkipCode, String)> {
-    if table.get(job).is_some() {
+    if table.get(job).is_some_and(|entry| answerable(model, entry)) {
         return None;
     }
     let name = job.as_str();
@@ -190,8 +191,10 @@ pub(super) fn job_not_placeable(
         (
             PlaceSkipCode::JobNotProfiled,
             format!(
-                "the job {name} was profiled on GPU model {:?} without kernel metrics; profile it again",
-                gpu.as_str()
+                "the job {name} was profiled on GPU model {:?} without kernel metrics, and \
+                 model version {} has no NVML-only twin; retrain or profile it again",
+                gpu.as_str(),
+                model.version
             ),
         )
     } else {

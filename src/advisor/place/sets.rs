@@ -10,10 +10,10 @@ use foldhash::HashMap as FastMap;
 
 use crate::{
     advisor::{
-        predict::{cautious_bounds, predict_entries},
+        predict::{cautious_bounds, predict_batch, predict_entries, set_interval},
         GpuProfiles,
     },
-    model::{split_by_exclusive, SetPrediction},
+    model::{split_by_exclusive, Features, ProfileLevel, SetPrediction},
     store::StoredModel,
 };
 
@@ -127,15 +127,27 @@ impl<'a> SetCache<'a> {
         if needed.is_empty() {
             return;
         }
-        let needed: Vec<Vec<u32>> = needed.into_iter().collect();
         let entries = self.table.entries();
-        let sets: Vec<Vec<&crate::model::Features>> = needed
-            .iter()
-            .map(|key| key.iter().map(|&i| &entries[i as usize].features).collect())
-            .collect();
-        let predicted = self.model.params.predict(&sets);
-        let predicted = predicted.into_iter().map(|p| (p.prediction, p.difficulty));
-        self.raw.extend(needed.into_iter().zip(predicted));
+        // A set with an NVML-only member goes to the NVML-only twin ([`predict_batch`]).
+        let (nvml, full): (Vec<Vec<u32>>, Vec<Vec<u32>>) = needed
+            .into_iter()
+            .partition(|key| key.iter().any(|&i| entries[i as usize].nvml_only));
+        for (level, needed) in [(ProfileLevel::Full, full), (ProfileLevel::NvmlOnly, nvml)] {
+            if needed.is_empty() {
+                continue;
+            }
+            let sets: Vec<Vec<Features>> = needed
+                .iter()
+                .map(|key| {
+                    key.iter()
+                        .map(|&i| level.features(&entries[i as usize].features))
+                        .collect()
+                })
+                .collect();
+            let predicted = predict_batch(self.model, level, &sets);
+            let predicted = predicted.into_iter().map(|p| (p.prediction, p.difficulty));
+            self.raw.extend(needed.into_iter().zip(predicted));
+        }
     }
 
     /// A pair's key across requests is in the order it is scored in (a pair scored the
@@ -172,14 +184,11 @@ impl<'a> SetCache<'a> {
             sum: members.iter().sum(),
             members: Some(members),
         };
-        let features: Vec<_> = oriented
+        let oriented_entries: Vec<_> = oriented
             .iter()
-            .map(|&i| &self.table.entries()[i as usize].features)
+            .map(|&i| &self.table.entries()[i as usize])
             .collect();
-        let interval = self
-            .model
-            .params
-            .interval(&features, &prediction, difficulty);
+        let interval = set_interval(self.model, &oriented_entries, &prediction, difficulty);
         let sum_bounds = interval.as_ref().map(|i| i.sum);
         let mut bounds = interval.and_then(|interval| interval.members);
         if swapped {

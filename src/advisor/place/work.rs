@@ -13,8 +13,11 @@ use super::{
     unknown_job, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
 };
 use crate::{
-    advisor::{Catalog, Error, GpuProfiles, MemberPrediction, Objective, Result},
+    advisor::{
+        predict::answerable, Catalog, Error, GpuProfiles, MemberPrediction, Objective, Result,
+    },
     domain::{GpuName, MAX_MEMBERS},
+    model::ProfileLevel,
     store::StoredModel,
 };
 
@@ -182,7 +185,7 @@ impl PlaceWork {
                             ),
                         )),
                         (Some(model), Some(table)) => {
-                            match job_not_placeable(gpu, table, &query.workload) {
+                            match job_not_placeable(gpu, table, model, &query.workload) {
                                 Some(why) => Err(why),
                                 None => Ok(Ready {
                                     model: model.clone(),
@@ -203,15 +206,19 @@ impl PlaceWork {
             };
             gpu_context.push(index);
             let table = tables[index].as_deref();
+            let model = models.get(gpu);
             for name in &state.residents {
                 let name = name.as_str();
-                residents.push(match table.and_then(|t| t.position(name)) {
-                    Some(i) => Resident::Entry(i as u32),
-                    None if table.is_some_and(|t| t.lacks_kernel_metrics(name)) => {
+                let position = table.and_then(|t| t.position(name).map(|i| (t, i)));
+                residents.push(match position {
+                    Some((t, i)) if model.is_none_or(|m| answerable(m, &t.entries()[i])) => {
+                        Resident::Entry(i as u32)
+                    }
+                    _ if table.is_some_and(|t| t.lacks_kernel_metrics(name)) => {
                         Resident::KernelMissing
                     }
-                    None if catalog.contains(name) => Resident::NotProfiled,
-                    None => Resident::Unknown,
+                    _ if catalog.contains(name) => Resident::NotProfiled,
+                    _ => Resident::Unknown,
                 });
             }
         }
@@ -348,6 +355,8 @@ impl PlaceWork {
                     .iter()
                     .map(|&i| entries[i as usize].name.as_str())
                     .collect();
+                let level =
+                    ProfileLevel::of_set(key.iter().map(|&i| entries[i as usize].nvml_only));
                 let member = |index: u32| {
                     let position = key.binary_search(&index).expect("a member of the set");
                     MemberPrediction::of(
@@ -356,6 +365,7 @@ impl PlaceWork {
                         &names,
                         after.members.as_ref().map(|m| m[position]),
                         after.bounds.as_ref().map(|b| b[position]),
+                        level,
                     )
                 };
                 let mut members = Vec::with_capacity(own.len() + 1);

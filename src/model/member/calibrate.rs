@@ -22,7 +22,25 @@ impl MemberRidgeGbt {
     ///
     /// One after the other, not side by side: on a large store the fit's matrices are most
     /// of the memory, and the calibration's refits would add to them.
+    ///
+    /// Then the NVML-only twin ([`Self::nvml_twin`]): the same fit and calibration on the
+    /// same rows with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md).
+    /// A twin that cannot be fitted leaves the model without one (NVML-only profiles are
+    /// then refused, as before twins existed).
     pub(crate) fn fit_calibrated(
+        rows: &[TrainingRow],
+        options: MemberOptions,
+    ) -> Result<Self, FitError> {
+        let mut model = Self::fit_calibrated_alone(rows, options)?;
+        let withheld: Vec<TrainingRow> = rows.iter().map(TrainingRow::nvml_only).collect();
+        model.nvml_twin = Self::fit_calibrated_alone(&withheld, options)
+            .ok()
+            .map(|twin| Box::new(ModelParams::MemberRidgeGbt(twin)));
+        Ok(model)
+    }
+
+    /// [`Self::fit_calibrated`] without the twin.
+    fn fit_calibrated_alone(
         rows: &[TrainingRow],
         options: MemberOptions,
     ) -> Result<Self, FitError> {

@@ -101,6 +101,7 @@ impl MemberRidgeGbt {
             intervals: None,
             seen: None,
             set_linear,
+            nvml_twin: None,
             scorer: LazyScorer::default(),
         };
         if !model.is_finite() {

@@ -126,6 +126,12 @@ pub struct MemberRidgeGbt {
     /// more members (none when the training held fewer than [`SET_LINEAR_MIN_SETS`] of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_linear: Option<KaceLinear>,
+    /// The same kind fitted on the same runs with the kernel metrics withheld
+    /// ([`Features::nvml_only`]) and its intervals calibrated the same way: what answers a
+    /// set with a member profiled by NVML alone ([`super::ModelParams::at_level`]). None in
+    /// the twin itself, and in models stored before twins existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_twin: Option<Box<super::ModelParams>>,
     #[serde(skip)]
     scorer: LazyScorer,
 }
@@ -152,6 +158,10 @@ impl MemberRidgeGbt {
         self.ridge_intercept.is_finite()
             && self.ridge_coefficients.iter().all(|c| c.is_finite())
             && self.set_linear.as_ref().is_none_or(KaceLinear::is_finite)
+            && self
+                .nvml_twin
+                .as_deref()
+                .is_none_or(super::ModelParams::is_servable)
     }
 
     pub(super) fn has_expected_shape(&self) -> bool {

@@ -260,6 +260,41 @@ async fn an_ncu_output_lacking_metrics_keeps_the_system_metrics_and_names_what_i
     assert_eq!(profile.system.as_ref().unwrap().exclusive_throughput, 42.5);
 }
 
+/// A cluster that forbids performance counters (ncu: ERR_NVGPUCTRPERM) still gets a
+/// profile: stored NVML-only (kernel_missing), with the reason in the workload's
+/// state_reason, rather than a failed job.
+#[tokio::test]
+async fn counters_forbidden_to_ncu_store_the_profile_nvml_only_with_the_reason() {
+    let mut app = app("").await;
+    let mut spec = launch(&["ok"]);
+    let output = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ncu/err_nvgpuctrperm.log");
+    spec.env = [("FAKE_NCU_OUTPUT".to_string(), output.display().to_string())].into();
+    app.client
+        .register_workload(register("w", Some(spec)))
+        .await
+        .unwrap();
+    let outcome = nvml_worker(&app, &fake_ncu(), 3)
+        .run_once(&CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, RunOutcome::Profiled { note, .. } if note.contains("ERR_NVGPUCTRPERM")),
+        "{outcome:?}"
+    );
+    let w = workload(&mut app, "w").await;
+    assert_eq!(w.state(), pb::WorkloadState::Profiled);
+    assert!(
+        w.state_reason.contains("ERR_NVGPUCTRPERM") && w.state_reason.contains("NVML-only"),
+        "{}",
+        w.state_reason
+    );
+    let profile = &w.profiles[0];
+    assert!(profile.kernel_missing);
+    assert_eq!(profile.kernel.as_ref().unwrap().threads, 0.0);
+    assert_eq!(profile.system.as_ref().unwrap().exclusive_throughput, 42.5);
+}
+
 /// The kept readings replay: the recording's GPU, then its readings in the order served
 /// (the last one repeats once the recording is used up).
 fn the_kept_readings_replay(recording: &Path, folder: &Path) {

@@ -19,6 +19,7 @@ fn member(name: &str, low: f64, high: f64) -> MemberPrediction {
         predicted_interval: Some((low, high)),
         evidence: Evidence::ProfileOnly,
         profile_exclusive_throughput: 100.0,
+        profile_level: crate::model::ProfileLevel::Full,
     }
 }
 

@@ -362,8 +362,54 @@ fn the_fitted_model_round_trips_through_json_exactly() {
     let json = serde_json::to_string(&model).unwrap();
     let back: MemberRidgeGbt = serde_json::from_str(&json).unwrap();
     assert_eq!(back, model);
+    assert!(
+        back.nvml_twin.is_some(),
+        "the twin is stored with the model"
+    );
     let probe = [&seen[3], &seen[7]];
     assert_eq!(back.predict_set(&probe), model.predict_set(&probe));
+}
+
+/// `Train`'s model carries its NVML-only twin: the fit of the same runs with the kernel
+/// metrics withheld (to the bit), with no twin of its own; where the runs' law reads a
+/// kernel metric (compute throughput here), the twin's calibrated pair band, from its own
+/// held-out profiles, is wider than the full model's.
+#[test]
+fn the_nvml_only_twin_fits_the_withheld_runs_and_its_band_is_wider_where_kernels_matter() {
+    let mut state = 41;
+    let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+    let kept = |own: &Features, other: &Features| {
+        (1.3 - 0.6 * (own.0[1] + other.0[1]) / 90.0).clamp(0.2, 1.0)
+    };
+    let mut runs = Vec::new();
+    for (i, a) in seen.iter().enumerate() {
+        for b in &seen[i..] {
+            runs.push(TrainingRow {
+                members: vec![*a, *b],
+                throughputs: vec![a.0[6] * kept(a, b), b.0[6] * kept(b, a)],
+            });
+        }
+    }
+    let model = MemberRidgeGbt::fit(&runs).unwrap();
+    let Some(ModelParams::MemberRidgeGbt(twin)) = model.nvml_twin.as_deref() else {
+        panic!("no twin: {:?}", model.nvml_twin);
+    };
+    assert!(twin.nvml_twin.is_none());
+    let withheld: Vec<TrainingRow> = runs.iter().map(TrainingRow::nvml_only).collect();
+    let alone = MemberRidgeGbt::fit_with(&withheld, MemberOptions::CHOSEN).unwrap();
+    let probe = [&seen[2].nvml_only(), &seen[5].nvml_only()];
+    assert_eq!(twin.predict_set(&probe), alone.predict_set(&probe));
+    let width = |m: &MemberRidgeGbt| {
+        let band = m.intervals.as_ref().unwrap().bands[0].clone().unwrap();
+        let (low, high) = band.member.unwrap();
+        high - low
+    };
+    assert!(
+        width(twin) > width(&model),
+        "twin {} against full {}",
+        width(twin),
+        width(&model)
+    );
 }
 
 #[test]
