@@ -633,9 +633,22 @@ impl Advisor {
         }
     }
 
-    /// Place: the GPUs a new job may go to, best first (see `place.rs`). In-process callers
-    /// (the simulator, the Kubernetes extender) call this directly with a [`PlaceQuery`].
+    /// Place: the GPUs a new job may go to, best first (see `place.rs`), exploring within
+    /// the service's budget (`observer.explore_budget`). In-process callers (the simulator)
+    /// call this directly with a [`PlaceQuery`].
     pub async fn place(&self, query: PlaceQuery) -> Result<PlaceAnswer> {
+        self.place_with(query, true).await
+    }
+
+    /// Place without exploring: Place's own order, no answer marked `explored`, and the
+    /// call not counted in the exploration budget's placements. For callers that score
+    /// GPUs rather than take the first (the scheduler extender and the binding webhook):
+    /// an explored offer they would not follow must not spend the budget.
+    pub async fn place_without_exploring(&self, query: PlaceQuery) -> Result<PlaceAnswer> {
+        self.place_with(query, false).await
+    }
+
+    async fn place_with(&self, query: PlaceQuery, explore: bool) -> Result<PlaceAnswer> {
         let mut query = query;
         query.validate()?;
         if query.gpus.is_empty() {
@@ -644,7 +657,10 @@ impl Advisor {
                 gpu: query.gpu_filter.take(),
             });
         }
-        let work = self.place_work(query)?;
+        let mut work = self.place_work(query)?;
+        if !explore {
+            work.explore = None;
+        }
         if work.is_large() {
             let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || span.in_scope(|| work.run()))

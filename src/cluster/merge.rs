@@ -112,6 +112,7 @@ fn pod_resident(
         workload: pod
             .and_then(|p| p.workload.clone())
             .or_else(|| jobs.get(key).map(|j| j.workload.as_str().to_string())),
+        uid: pod.and_then(|p| p.uid.clone()),
         min_job_fraction: pod.and_then(|p| p.min_job_fraction),
         throughput_query: pod.and_then(|p| p.throughput_query.clone()),
         source,
@@ -179,6 +180,7 @@ pub(super) fn occupied(
             let resident = Resident {
                 id: job.job_id.to_string(),
                 workload: Some(job.workload.as_str().to_string()),
+                uid: None,
                 min_job_fraction: inner
                     .watched
                     .get(&*job.job_id)

@@ -133,6 +133,9 @@ pub struct WatchedPod {
     pub gpu_source: Source,
     /// `coloc.io/workload`; `None` for a pod coloc was not told about.
     pub workload: Option<String>,
+    /// The pod's `metadata.uid` (what a pushing workload and a `{pod_uid}` query name it
+    /// by); `None` where the watcher was not told it.
+    pub uid: Option<String>,
     pub min_job_fraction: Option<f64>,
     /// Its `coloc.io/throughput-query`: the PromQL template of its throughput, read by the
     /// observer.
@@ -157,6 +160,7 @@ impl From<Residency> for WatchedPod {
             gpus: residency.gpus,
             gpu_source: Source::GpuAnnotation,
             workload: Some(residency.workload),
+            uid: None,
             min_job_fraction: residency.min_job_fraction,
             throughput_query: None,
             hami_allocated: Vec::new(),
@@ -180,6 +184,8 @@ pub struct Resident {
     pub id: String,
     /// `None`: coloc does not know what it runs.
     pub workload: Option<String>,
+    /// The pod's `metadata.uid` where the watcher knows it; `None` for jobs.
+    pub uid: Option<String>,
     pub min_job_fraction: Option<f64>,
     /// The pod's `coloc.io/throughput-query` (the observer); `None` for jobs.
     pub throughput_query: Option<String>,

@@ -18,6 +18,7 @@ fn watched(node: &str, gpus: &[&str], source: Source, workload: Option<&str>) ->
         gpus: gpus.iter().map(|g| g.to_string()).collect(),
         gpu_source: source,
         workload: workload.map(str::to_string),
+        uid: None,
         min_job_fraction: Some(0.5),
         throughput_query: None,
         hami_allocated: Vec::new(),

@@ -16,6 +16,10 @@
 //! `model.default_sharing_mode`): coloc does not score a mode it has never measured, and
 //! when that leaves no GPU of the call to score, the answer is neutral
 //! ([`PlacementError::UnmeasuredMode`]).
+//!
+//! It never explores (`Advisor::place_without_exploring`): the extender scores every GPU by
+//! its gain and kube-scheduler picks among nodes, so an offer marked `explored` would not be
+//! followed; its calls do not count in `observer.explore_budget` either.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -256,18 +260,16 @@ impl Placer for AdvisorPlacer {
                     self.policy.unwrap_or_else(|| self.advisor.policy()),
                     ask.min_job_fraction,
                 );
-                let answer = self
-                    .advisor
-                    .place(query)
-                    .await
-                    .map_err(|error| match error {
+                let answer = self.advisor.place_without_exploring(query).await.map_err(
+                    |error| match error {
                         Error::UnknownWorkload(name)
                         | Error::UnknownTarget(name)
                         | Error::UnknownPlaceWorkload(name) => {
                             PlacementError::UnknownWorkload(name)
                         }
                         other => PlacementError::Unavailable(other.to_string()),
-                    })?;
+                    },
+                )?;
                 let slots = outcomes.len();
                 let slot_of = |id: &str| id.parse::<usize>().ok().filter(|i| *i < slots);
                 for placement in &answer.placements {

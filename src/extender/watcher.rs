@@ -83,6 +83,7 @@ pub fn watched_pod(pod: &Pod) -> Option<WatchedPod> {
         gpus,
         gpu_source,
         workload,
+        uid: pod.metadata.uid.clone().filter(|uid| !uid.is_empty()),
         min_job_fraction: annotation(pod, MIN_JOB_FRACTION_ANNOTATION)
             .and_then(|raw| raw.parse::<f64>().ok())
             .filter(|f| *f > 0.0 && *f <= 1.0),

@@ -13,7 +13,10 @@
 //!
 //! Each window is keyed by GPU, pod UIDs and window (`observer_runs`): a restart, or a
 //! second replica reading the same timeline, never stores one twice. A member whose series
-//! is missing, stale or absurd skips the whole window with a counted reason. A service task
+//! is missing, stale or absurd skips the whole window with a counted reason. A window whose
+//! source could not be read (Prometheus unreachable, an error answer) is deferred and tried
+//! again at later turns, for at most [`RETRY_FOR_MS`] after it closed and with at most
+//! [`MAX_DEFERRED_WINDOWS`] waiting; then it is skipped as `source_failed`. A service task
 //! owned like the trainer; off unless `observer.sources` names a source.
 
 pub mod prometheus;
@@ -37,6 +40,14 @@ pub use source::{SkipReason, Span, ThroughputSource};
 pub use stats::{ObserverStats, WindowKind};
 pub use timeline::{GpuKey, Pod, Recorder, Segment, Timeline};
 
+/// How long after a window closed it is still tried again when its source could not be
+/// read (an hour: a Prometheus restart or an outage of a few minutes loses nothing; its
+/// retention is days).
+pub const RETRY_FOR_MS: i64 = 3_600_000;
+/// The most windows waiting to be tried again; beyond, a failed window is skipped at once
+/// (memory stays bounded through a long outage).
+pub const MAX_DEFERRED_WINDOWS: usize = 10_000;
+
 /// What one window became.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Formed {
@@ -55,6 +66,8 @@ pub enum Formed {
     },
     /// Formed before: nothing stored.
     Known,
+    /// A source could not be read: tried again at a later turn (nothing stored yet).
+    Deferred,
     /// Shorter than the minimum window.
     Short,
     Skipped(SkipReason),
@@ -82,6 +95,8 @@ pub struct Observer {
     stats: Arc<ObserverStats>,
     /// Windows that closed at or before this were formed by this process.
     cursor_ms: i64,
+    /// Windows whose source could not be read, to be tried again (oldest first).
+    deferred: Vec<Segment>,
 }
 
 /// The window's key: GPU, pod UIDs and window.
@@ -114,6 +129,7 @@ impl Observer {
             settings,
             stats: Arc::new(ObserverStats::new()),
             cursor_ms: i64::MIN,
+            deferred: Vec::new(),
         }
     }
 
@@ -151,17 +167,25 @@ impl Observer {
         self.stats.clone()
     }
 
-    /// One turn at `now_ms`: looks at the cluster (when fed from it), then forms every
-    /// window that closed at least `settle_secs` ago and was not formed yet.
+    /// One turn at `now_ms`: looks at the cluster (when fed from it), then tries again the
+    /// windows deferred by a source that could not be read, then forms every window that
+    /// closed at least `settle_secs` ago and was not formed yet.
     pub async fn run_once(&mut self, now_ms: i64) -> anyhow::Result<Vec<WindowOutcome>> {
         if let Some((recorder, cluster)) = &self.feed {
             recorder.look(now_ms, timeline::current_cluster(cluster));
         }
         let until = now_ms - (self.settings.settle_secs * 1000) as i64;
         let mut outcomes = Vec::new();
-        for segment in self.timeline.closed_segments(self.cursor_ms, until) {
-            let formed = self.form(&segment).await?;
+        let deferred = std::mem::take(&mut self.deferred);
+        let fresh = self.timeline.closed_segments(self.cursor_ms, until);
+        for segment in deferred.into_iter().chain(fresh) {
+            let last_try = now_ms - segment.end_ms >= RETRY_FOR_MS
+                || self.deferred.len() >= MAX_DEFERRED_WINDOWS;
+            let formed = self.form(&segment, last_try).await?;
             self.cursor_ms = self.cursor_ms.max(segment.end_ms);
+            if formed == Formed::Deferred {
+                self.deferred.push(segment.clone());
+            }
             outcomes.push(WindowOutcome {
                 gpu: segment.gpu,
                 start_ms: segment.start_ms,
@@ -181,6 +205,7 @@ impl Observer {
             Formed::Run { .. } => self.stats.window(WindowKind::Colocated),
             Formed::Solo { .. } => self.stats.window(WindowKind::Solo),
             Formed::Known => self.stats.window(WindowKind::Known),
+            Formed::Deferred => self.stats.window(WindowKind::Deferred),
             Formed::Short => self.stats.window(WindowKind::Short),
             Formed::Skipped(reason) => self.stats.skip(*reason),
         }
@@ -204,7 +229,9 @@ impl Observer {
         Err(reason)
     }
 
-    async fn form(&self, segment: &Segment) -> anyhow::Result<Formed> {
+    /// What `segment` becomes; a source that could not be read defers it unless this is
+    /// its `last_try`.
+    async fn form(&self, segment: &Segment, last_try: bool) -> anyhow::Result<Formed> {
         if segment.end_ms - segment.start_ms < (self.settings.min_window_secs * 1000) as i64 {
             return Ok(self.count(Formed::Short));
         }
@@ -231,6 +258,9 @@ impl Observer {
         for pod in &segment.pods {
             match self.mean(pod, span).await {
                 Ok(mean) => means.push(mean),
+                Err(SkipReason::SourceFailed) if !last_try => {
+                    return Ok(self.count(Formed::Deferred))
+                }
                 Err(reason) => return Ok(self.count(Formed::Skipped(reason))),
             }
         }

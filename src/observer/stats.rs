@@ -19,6 +19,8 @@ pub enum WindowKind {
     Short,
     /// Skipped: see the skip counter's reason.
     Skipped,
+    /// A source could not be read: the window is tried again at a later turn.
+    Deferred,
 }
 
 impl WindowKind {
@@ -29,6 +31,7 @@ impl WindowKind {
             Self::Known => "known",
             Self::Short => "short",
             Self::Skipped => "skipped",
+            Self::Deferred => "deferred",
         }
     }
 }

@@ -16,8 +16,9 @@ use crate::{
 /// A pod on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Pod {
-    /// The pod's key in the cluster view (`namespace/name`; a job id where only AssignJob
-    /// knows it): part of each run's key.
+    /// The pod's `metadata.uid` where the cluster watcher knows it, else its key in the
+    /// cluster view (`namespace/name`; a job id where only AssignJob knows it): part of each
+    /// run's key, the push endpoint's `pod_uid` and a query's `{pod_uid}`.
     pub uid: String,
     /// The registered workload it runs.
     pub workload: String,
@@ -205,7 +206,9 @@ pub fn current_cluster(cluster: &ClusterView) -> Vec<(GpuKey, Option<String>, Ve
                 .filter_map(|resident| {
                     let is_pod = resident.source != Source::AssignJob;
                     Some(Pod {
-                        uid: resident.id.clone(),
+                        // The pod's own UID where the watcher knows it (what a push and a
+                        // `{pod_uid}` query name it by), else its cluster-view id.
+                        uid: resident.uid.clone().unwrap_or_else(|| resident.id.clone()),
                         workload: resident.workload.clone()?,
                         name: if is_pod {
                             resident.id.clone()
@@ -259,6 +262,33 @@ mod tests {
             .collect();
         assert_eq!(spans, [(0, 10, 1), (10, 30, 2)]);
         assert_eq!(recorder.closed_segments(10, 100).len(), 1);
+    }
+
+    #[test]
+    fn a_watched_pod_is_named_by_its_uid_and_its_query_gets_that_uid() {
+        use crate::extender::{pod::GPU_ANNOTATION, watcher};
+        // A recorded pod (tests/fixtures/kubernetes/README.md), bound and running.
+        let text =
+            std::fs::read_to_string("tests/fixtures/kubernetes/pod-kai-time-slicing.json").unwrap();
+        let mut raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+        raw["spec"]["nodeName"] = "n1".into();
+        raw["status"]["phase"] = "Running".into();
+        raw["metadata"]["annotations"][GPU_ANNOTATION] = "gpu-0".into();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(raw).unwrap();
+        let cluster = ClusterView::new();
+        cluster.set_watched_pod(&watcher::pod_key(&pod), watcher::watched_pod(&pod));
+        let now = current_cluster(&cluster);
+        assert_eq!(now.len(), 1, "{now:?}");
+        let seen = &now[0].2[0];
+        assert_eq!(seen.uid, "2a6e0c4d-7f1b-4c9e-8d35-61b0f7a2c913");
+        assert_eq!(seen.name, "research/notebook-0");
+        assert_eq!(
+            crate::observer::prometheus::fill(
+                r#"rate(steps_total{uid="{pod_uid}", pod="{pod}", namespace="{namespace}"}[1m])"#,
+                seen
+            ),
+            r#"rate(steps_total{uid="2a6e0c4d-7f1b-4c9e-8d35-61b0f7a2c913", pod="notebook-0", namespace="research"}[1m])"#
+        );
     }
 
     #[test]

@@ -543,3 +543,232 @@ async fn pushes_make_a_solo_window_and_bad_pushes_change_nothing() {
         "{system:?}"
     );
 }
+
+/// A `query_range` endpoint shaped as Prometheus answers it: while `down` is set, 503 with
+/// Prometheus' error body; else one series per query, the value each pod's UID maps to in
+/// `values` at every step of the asked range.
+async fn flaky_prometheus(down: Arc<Mutex<bool>>, values: BTreeMap<String, f64>) -> String {
+    let router = axum::Router::new().route(
+        "/api/v1/query_range",
+        axum::routing::get(
+            move |uri: axum::http::Uri| {
+                let (down, values) = (down.clone(), values.clone());
+                let params: BTreeMap<String, String> =
+                    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+                        .into_owned()
+                        .collect();
+                async move {
+                    if *down.lock().unwrap() {
+                        return (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            r#"{"status":"error","errorType":"unavailable","error":"shutting down"}"#
+                                .to_string(),
+                        );
+                    }
+                    let query = &params["query"];
+                    let value = values
+                        .iter()
+                        .find(|(uid, _)| query.contains(&format!("\"{uid}\"")))
+                        .map(|(_, v)| *v)
+                        .unwrap();
+                    let [start, end, step]: [f64; 3] =
+                        ["start", "end", "step"].map(|k| params[k].parse().unwrap());
+                    let mut points = Vec::new();
+                    let mut at = start;
+                    while at <= end + 1e-9 {
+                        points.push(format!("[{at},\"{value}\"]"));
+                        at += step;
+                    }
+                    let body = format!(
+                        r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{}},"values":[{}]}}]}}}}"#,
+                        points.join(",")
+                    );
+                    (axum::http::StatusCode::OK, body)
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_whose_prometheus_failed_is_formed_when_it_answers_again_for_an_hour() {
+    let down = Arc::new(Mutex::new(true));
+    let url = flaky_prometheus(
+        down.clone(),
+        BTreeMap::from([("a".to_string(), 20.0), ("b".to_string(), 10.0)]),
+    )
+    .await;
+    let dir = Arc::new(tempfile::TempDir::new().unwrap());
+    let mut app = spawn_app_in(dir.clone()).await;
+    for (i, uid) in ["a", "b"].iter().enumerate() {
+        app.client
+            .register_workload(register_request(
+                &format!("obs-{uid}"),
+                Some(profile(i as u64 + 1, 2.0)),
+            ))
+            .await
+            .unwrap();
+    }
+    let recorder = Arc::new(Recorder::new());
+    let store = Store::open(&database_url(&dir)).await.unwrap();
+    let mut observer = observer(&app, store, recorder.clone(), &url);
+    let t0 = 1_800_000_000_000;
+    recorder.set_gpu(t0, gpu("g0"), Some(GPU.into()), vec![pod("a"), pod("b")]);
+    recorder.set_gpu(t0 + 10_000, gpu("g0"), Some(GPU.into()), vec![]);
+    // Down: deferred, twice, nothing stored.
+    for turn in 1..=2 {
+        let outcomes = observer
+            .run_once(t0 + 10_000 + turn * 15_000)
+            .await
+            .unwrap();
+        assert_eq!(summary(&outcomes, t0), ["g0 0-10s Deferred"], "turn {turn}");
+    }
+    assert_eq!(app.count("observations").await, 0);
+    // Up again: the window is formed, once.
+    *down.lock().unwrap() = false;
+    let outcomes = observer.run_once(t0 + 60_000).await.unwrap();
+    assert_eq!(summary(&outcomes, t0), ["g0 0-10s a=20.000000 b=10.000000"]);
+    assert!(observer.run_once(t0 + 75_000).await.unwrap().is_empty());
+    assert_eq!(app.count("observations").await, 1);
+
+    // Bounded: a window whose source still fails an hour after it closed is skipped.
+    recorder.set_gpu(
+        t0 + 100_000,
+        gpu("g1"),
+        Some(GPU.into()),
+        vec![pod("a"), pod("b")],
+    );
+    recorder.set_gpu(t0 + 110_000, gpu("g1"), Some(GPU.into()), vec![]);
+    *down.lock().unwrap() = true;
+    let outcomes = observer.run_once(t0 + 120_000).await.unwrap();
+    assert_eq!(summary(&outcomes, t0), ["g1 100-110s Deferred"]);
+    let late = t0 + 110_000 + coloc::observer::RETRY_FOR_MS;
+    let outcomes = observer.run_once(late).await.unwrap();
+    assert_eq!(
+        summary(&outcomes, t0),
+        ["g1 100-110s Skipped(SourceFailed)"]
+    );
+    *down.lock().unwrap() = false;
+    assert!(observer.run_once(late + 15_000).await.unwrap().is_empty());
+    assert_eq!(app.count("observations").await, 1);
+    let stats = observer.stats();
+    assert_eq!(stats.skipped(SkipReason::SourceFailed), 1);
+    assert_eq!(stats.windows(coloc::observer::WindowKind::Deferred), 3);
+}
+
+#[tokio::test]
+async fn the_extender_never_explores_and_spends_none_of_the_exploration_budget() {
+    use coloc::extender::{
+        decide::{GpuSlot, PlacementAsk, Placer, SlotOutcome},
+        placer::AdvisorPlacer,
+    };
+    let (mut app, _) =
+        crate::helpers::slowdown_app_with_config(6, "[observer]\nexplore_budget = 1.0\n").await;
+    let placer = AdvisorPlacer::new(app.advisor.clone());
+    let slot = |residents: &[&str]| GpuSlot {
+        gpu_model: Some(GPU.into()),
+        memory_gb: None,
+        residents: residents.iter().map(|r| r.to_string()).collect(),
+        resident_floors: vec![None; residents.len()],
+    };
+    let ask = PlacementAsk {
+        workload: "w00".into(),
+        min_job_fraction: None,
+        sharing_mode: None,
+        slots: vec![slot(&[]), slot(&["w01"]), slot(&["w02", "w03"])],
+    };
+    for _ in 0..5 {
+        let outcomes = placer.place(&ask).await.unwrap();
+        assert!(
+            outcomes
+                .iter()
+                .any(|o| matches!(o, SlotOutcome::Fits { .. })),
+            "{outcomes:?}"
+        );
+    }
+    assert_eq!(app.advisor.placements_explored(), (0, 0));
+    // A Place call of the API on the same GPUs is one placement of the budget.
+    let answer = app
+        .client
+        .place(crate::place::place(
+            "w00",
+            vec![
+                crate::place::gpu("a", &[]),
+                crate::place::gpu("b", &["w01"]),
+                crate::place::gpu("c", &["w02", "w03"]),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.placements.is_empty());
+    assert_eq!(app.advisor.placements_explored().0, 1);
+}
+
+/// Pushes `value` for `pod_uid` every 200 ms for `for_ms`.
+async fn push_for(metrics: SocketAddr, pod_uid: &str, value: f64, for_ms: i64) {
+    let body = format!(r#"{{"pod_uid": "{pod_uid}", "throughput": {value}}}"#);
+    let started = now_ms();
+    while now_ms() - started < for_ms {
+        let (status, text) = http(metrics, "POST", coloc::observer::push::PUSH_PATH, &body).await;
+        assert_eq!(status, 204, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_pushed_before_a_restart_enter_no_window_after_it() {
+    let config = "[observer]\nsources = [\"push\"]\ninterval_secs = 1\nmin_window_secs = 2\n\
+                  guard_secs = 0\nsettle_secs = 0\nstale_secs = 5\n";
+    let dir = Arc::new(tempfile::TempDir::new().unwrap());
+    let mut app = spawn_app_with_config(dir, config).await;
+    app.client
+        .register_workload(register_request("obs-r", Some(profile(1, 2.0))))
+        .await
+        .unwrap();
+    let residency = || {
+        Some(coloc::extender::pod::Residency {
+            node: "n1".into(),
+            gpus: vec!["g0".into()],
+            workload: "obs-r".into(),
+            min_job_fraction: None,
+        })
+    };
+    // Before the restart: 99 for 1.5 s, the pod still on its GPU when the server stops.
+    app.cluster.set_pod("uid-r", residency());
+    push_for(app.metrics_addr.unwrap(), "uid-r", 99.0, 1_500).await;
+    let dir = app.stop().await;
+    // After it: the same pod (the watcher lists it again) pushes 10 for 4.5 s, then leaves.
+    let app = spawn_app_with_config(dir, config).await;
+    // Nothing pushed before the restart was kept by the new process.
+    app.cluster.set_pod("uid-r", residency());
+    push_for(app.metrics_addr.unwrap(), "uid-r", 10.0, 4_500).await;
+    app.cluster.set_pod("uid-r", None);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // One solo window, its mean the new process's 10 alone: no 99 from before the restart.
+    let (_, text) = http(app.metrics_addr.unwrap(), "GET", "/metrics", "").await;
+    assert!(
+        text.contains("coloc_observer_windows_total{outcome=\"solo\"} 1"),
+        "{text}"
+    );
+    assert_eq!(app.count("observer_runs").await, 1);
+    let workload = app
+        .client
+        .clone()
+        .get_workload(coloc::proto::GetWorkloadRequest {
+            name: "obs-r".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let exclusive = workload.profiles[0]
+        .system
+        .as_ref()
+        .unwrap()
+        .exclusive_throughput;
+    assert!((exclusive - 10.0).abs() < 1e-9, "{exclusive}");
+}

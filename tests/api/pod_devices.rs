@@ -261,6 +261,7 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
             gpus: Vec::new(),
             gpu_source: Source::GpuAnnotation,
             workload: Some("w01".into()),
+            uid: None,
             min_job_fraction: None,
             throughput_query: None,
             hami_allocated: Vec::new(),
