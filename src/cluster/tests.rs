@@ -215,7 +215,10 @@ fn a_pod_seen_bound_counts_as_landed_after_it_leaves() {
     view.set_pod("ml/a", Some(at("n1", "GPU-a", "w1")));
     assert!(view.is_bound("ml/a"));
     view.set_watched_pod("ml/a", None);
-    assert!(view.is_bound("ml/a"), "left: a hold for it is done all the same");
+    assert!(
+        view.is_bound("ml/a"),
+        "left: a hold for it is done all the same"
+    );
     assert!(view.occupied_gpus("n1").is_empty(), "and it is no resident");
     // Leaving by a relist that no longer lists it, likewise.
     view.set_pod("ml/b", Some(at("n1", "GPU-b", "w1")));
