@@ -208,3 +208,24 @@ fn listings_carry_the_nodes_gpu_model_and_every_source() {
         ]
     );
 }
+
+#[test]
+fn a_pod_seen_bound_counts_as_landed_after_it_leaves() {
+    let view = ClusterView::new();
+    assert!(!view.is_bound("ml/a"), "never seen");
+    view.set_pod("ml/a", Some(at("n1", "GPU-a", "w1")));
+    assert!(view.is_bound("ml/a"));
+    view.set_watched_pod("ml/a", None);
+    assert!(
+        view.is_bound("ml/a"),
+        "left: a hold for it is done all the same"
+    );
+    assert!(view.occupied_gpus("n1").is_empty(), "and it is no resident");
+    // Leaving by a relist that no longer lists it, likewise.
+    view.set_pod("ml/b", Some(at("n1", "GPU-b", "w1")));
+    view.replace_pods([("ml/c".to_string(), at("n1", "GPU-c", "w1"))]);
+    assert!(view.is_bound("ml/b") && view.is_bound("ml/c"));
+    // A pod never bound that is forgotten stays unknown.
+    view.set_watched_pod("ml/d", None);
+    assert!(!view.is_bound("ml/d"));
+}
