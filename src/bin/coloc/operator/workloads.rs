@@ -268,9 +268,14 @@ pub async fn rank(connection: &Connection, args: RankArgs) -> anyhow::Result<()>
                     .map_or("-".into(), |s| format!("{:.0} %", s * 100.0)),
                 c.members.get(1).map_or("-".into(), |m| {
                     format!(
-                        "{}{}",
+                        "{}{}{}",
                         evidence_name(m.evidence),
-                        if m.exclusive_suspect { ", suspect" } else { "" }
+                        if m.exclusive_suspect { ", suspect" } else { "" },
+                        if m.profile_level() == pb::ProfileLevel::NvmlOnly {
+                            ", NVML-only"
+                        } else {
+                            ""
+                        }
                     )
                 }),
                 format!("{:.1}", c.memory_gb),

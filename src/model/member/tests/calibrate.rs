@@ -400,7 +400,7 @@ fn the_nvml_only_twin_fits_the_withheld_runs_and_its_band_is_wider_where_kernels
     let probe = [&seen[2].nvml_only(), &seen[5].nvml_only()];
     assert_eq!(twin.predict_set(&probe), alone.predict_set(&probe));
     let width = |m: &MemberRidgeGbt| {
-        let band = m.intervals.as_ref().unwrap().bands[0].clone().unwrap();
+        let band = m.intervals.as_ref().unwrap().bands[0].unwrap();
         let (low, high) = band.member.unwrap();
         high - low
     };
