@@ -61,6 +61,7 @@ pub fn claim_residency(
             gpus,
             gpu_source: Source::DraAllocation,
             workload,
+            uid: Some(pod.uid.clone()).filter(|uid| !uid.is_empty()),
             min_job_fraction: None,
             throughput_query: None,
             hami_allocated: Vec::new(),
