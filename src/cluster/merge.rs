@@ -84,37 +84,74 @@ impl Sources<'_> {
     }
 }
 
-type ByNode = HashMap<String, BTreeMap<String, Vec<Resident>>>;
+/// A resident as the merge finds it, borrowed from the view's sources (a
+/// [`Resident`] without the copies).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ResidentRef<'a> {
+    pub id: &'a str,
+    pub workload: Option<&'a str>,
+    pub uid: Option<&'a str>,
+    pub min_job_fraction: Option<f64>,
+    pub throughput_query: Option<&'a str>,
+    pub source: Source,
+    pub assigned_at_ms: Option<i64>,
+    pub expires_at_ms: Option<i64>,
+}
 
-fn push(by_node: &mut ByNode, node: &str, gpu: &str, resident: Resident) {
-    // Looked up before inserting: most residents join a node (and GPU) already there, and
-    // the owned keys are made once each.
-    if !by_node.contains_key(node) {
-        by_node.insert(node.to_string(), BTreeMap::new());
+impl<'a> ResidentRef<'a> {
+    /// [`Resident::placement_name`], borrowed for a known workload.
+    pub fn placement_name(&self) -> std::borrow::Cow<'a, str> {
+        match self.workload {
+            Some(workload) => std::borrow::Cow::Borrowed(workload),
+            None => std::borrow::Cow::Owned(Resident::unknown_name(self.id)),
+        }
     }
-    let gpus = by_node.get_mut(node).expect("inserted above");
-    match gpus.get_mut(gpu) {
-        Some(residents) => residents.push(resident),
-        None => {
-            gpus.insert(gpu.to_string(), vec![resident]);
+
+    pub fn to_resident(&self) -> Resident {
+        Resident {
+            id: self.id.to_string(),
+            workload: self.workload.map(str::to_string),
+            uid: self.uid.map(str::to_string),
+            min_job_fraction: self.min_job_fraction,
+            throughput_query: self.throughput_query.map(str::to_string),
+            source: self.source,
+            assigned_at_ms: self.assigned_at_ms,
+            expires_at_ms: self.expires_at_ms,
         }
     }
 }
 
-fn pod_resident(
-    key: &str,
-    pod: Option<&WatchedPod>,
+/// node -> GPU id -> its residents, sorted by id, borrowed from the sources.
+pub type OccupiedRefs<'a> = HashMap<&'a str, BTreeMap<&'a str, Vec<ResidentRef<'a>>>>;
+
+fn push<'a>(
+    by_node: &mut OccupiedRefs<'a>,
+    node: &'a str,
+    gpu: &'a str,
+    resident: ResidentRef<'a>,
+) {
+    by_node
+        .entry(node)
+        .or_default()
+        .entry(gpu)
+        .or_default()
+        .push(resident);
+}
+
+fn pod_resident<'a>(
+    key: &'a str,
+    pod: Option<&'a WatchedPod>,
     source: Source,
-    jobs: &HashMap<&str, &ClusterJob>,
-) -> Resident {
-    Resident {
-        id: key.to_string(),
+    jobs: &HashMap<&'a str, &'a ClusterJob>,
+) -> ResidentRef<'a> {
+    ResidentRef {
+        id: key,
         workload: pod
-            .and_then(|p| p.workload.clone())
-            .or_else(|| jobs.get(key).map(|j| j.workload.as_str().to_string())),
-        uid: pod.and_then(|p| p.uid.clone()),
+            .and_then(|p| p.workload.as_deref())
+            .or_else(|| jobs.get(key).map(|j| j.workload.as_str())),
+        uid: pod.and_then(|p| p.uid.as_deref()),
         min_job_fraction: pod.and_then(|p| p.min_job_fraction),
-        throughput_query: pod.and_then(|p| p.throughput_query.clone()),
+        throughput_query: pod.and_then(|p| p.throughput_query.as_deref()),
         source,
         assigned_at_ms: None,
         expires_at_ms: None,
@@ -129,6 +166,29 @@ pub(super) fn occupied(
     now_ms: i64,
     stale_after_ms: i64,
 ) -> HashMap<String, Vec<(String, Vec<Resident>)>> {
+    occupied_refs(inner, assignments, nodes, now_ms, stale_after_ms)
+        .into_iter()
+        .map(|(node, gpus)| {
+            let gpus = gpus
+                .into_iter()
+                .map(|(gpu, residents)| {
+                    let residents = residents.iter().map(ResidentRef::to_resident).collect();
+                    (gpu.to_string(), residents)
+                })
+                .collect();
+            (node.to_string(), gpus)
+        })
+        .collect()
+}
+
+/// [`occupied`], borrowed from the sources: no resident copied.
+pub(super) fn occupied_refs<'a>(
+    inner: &'a Inner,
+    assignments: Option<&'a Assignments>,
+    nodes: Nodes<'_>,
+    now_ms: i64,
+    stale_after_ms: i64,
+) -> OccupiedRefs<'a> {
     let sources = Sources {
         inner,
         now_ms,
@@ -141,7 +201,7 @@ pub(super) fn occupied(
         .filter(|job| job.is_live(now_ms))
         .map(|job| (&*job.job_id, job))
         .collect();
-    let mut by_node = ByNode::new();
+    let mut by_node = OccupiedRefs::new();
     for (node, keys) in nodes.entries(&inner.watched_on) {
         for key in keys {
             let pod = &inner.watched[key];
@@ -177,9 +237,9 @@ pub(super) fn occupied(
             if sources.placed(&job.job_id) {
                 continue;
             }
-            let resident = Resident {
-                id: job.job_id.to_string(),
-                workload: Some(job.workload.as_str().to_string()),
+            let resident = ResidentRef {
+                id: &job.job_id,
+                workload: Some(job.workload.as_str()),
                 uid: None,
                 min_job_fraction: inner
                     .watched
@@ -193,19 +253,12 @@ pub(super) fn occupied(
             push(&mut by_node, &gpu.node, &gpu.id, resident);
         }
     }
+    for gpus in by_node.values_mut() {
+        for residents in gpus.values_mut() {
+            residents.sort_by(|a, b| a.id.cmp(b.id));
+        }
+    }
     by_node
-        .into_iter()
-        .map(|(node, gpus)| {
-            let gpus = gpus
-                .into_iter()
-                .map(|(gpu, mut residents)| {
-                    residents.sort_by(|a, b| a.id.cmp(&b.id));
-                    (gpu, residents)
-                })
-                .collect();
-            (node, gpus)
-        })
-        .collect()
 }
 
 /// Every GPU of the view, sorted by (id, node): occupied ones and the store's empty ones.

@@ -35,7 +35,8 @@
 //!   [`ClusterView::replace_pods`]), [`ClusterView::report_pod_devices`];
 //! - readers: [`ClusterView::node`], [`ClusterView::occupied_gpus`] (one node's occupied
 //!   GPUs with their [`Resident`]s), [`ClusterView::occupied_by_node`] (the same for many
-//!   nodes in one pass; [`ClusterView::occupied_everywhere`] for all),
+//!   nodes in one pass; [`ClusterView::occupied_everywhere`] for all;
+//!   [`ClusterView::with_occupied_by_node`] borrowed, without copies),
 //!   [`ClusterView::with_occupied_gpus`] (workload names and floors,
 //!   for the placement ask), [`ClusterView::gpus`] (every GPU known, for listings),
 //!   [`ClusterView::occupancy`] (a sorted summary for tests and operators) and
@@ -58,7 +59,7 @@ use std::{
 
 use crate::{domain::now_ms, store::Store, sync::Unpoisoned};
 
-pub use merge::ViewGpu;
+pub use merge::{OccupiedRefs, ResidentRef, ViewGpu};
 
 /// How long a node's PodResources report counts without a newer one, unless set.
 pub const DEFAULT_STALE_AFTER_MS: i64 = 120_000;
@@ -201,15 +202,20 @@ impl Resident {
     pub fn placement_name(&self) -> String {
         match &self.workload {
             Some(workload) => workload.clone(),
-            None => format!("unknown pod {}", self.id),
+            None => Self::unknown_name(&self.id),
         }
+    }
+
+    /// The name an unknown workload's resident `id` is asked with.
+    pub(crate) fn unknown_name(id: &str) -> String {
+        format!("unknown pod {id}")
     }
 
     /// [`Self::placement_name`], taking the resident (no copy of a known workload).
     pub fn into_placement_name(self) -> String {
         match self.workload {
             Some(workload) => workload,
-            None => format!("unknown pod {}", self.id),
+            None => Self::unknown_name(&self.id),
         }
     }
 }
@@ -484,6 +490,27 @@ impl ClusterView {
             now,
             self.stale_after_ms(),
         )
+    }
+
+    /// [`Self::occupied_by_node`], borrowed: `visit` reads each wanted node's occupied GPUs
+    /// (residents sorted by id) under the view's read lock, nothing copied. For readers that
+    /// only derive from the residents (the extender's slots).
+    pub fn with_occupied_by_node<R>(
+        &self,
+        nodes: &HashSet<&str>,
+        visit: impl FnOnce(&OccupiedRefs<'_>) -> R,
+    ) -> R {
+        let now = now_ms();
+        let inner = self.read();
+        let occupancy = self.assignments.as_ref().map(|store| store.occupancy());
+        let occupied = merge::occupied_refs(
+            &inner,
+            occupancy.as_deref(),
+            merge::Nodes::Some(nodes),
+            now,
+            self.stale_after_ms(),
+        );
+        visit(&occupied)
     }
 
     /// [`Self::occupied_gpus`] of every node, in one pass (the webhook decides over all),

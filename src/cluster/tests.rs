@@ -229,3 +229,40 @@ fn a_pod_seen_bound_counts_as_landed_after_it_leaves() {
     view.set_watched_pod("ml/d", None);
     assert!(!view.is_bound("ml/d"));
 }
+
+#[test]
+fn the_borrowed_reading_names_the_same_residents_as_the_owned_one() {
+    let view = ClusterView::new();
+    view.set_pod("a", Some(at("n1", "g0", "resnet")));
+    view.set_pod("b", Some(at("n1", "g0", "bert")));
+    view.set_pod("c", Some(at("n2", "g1", "lstm")));
+    view.set_watched_pod(
+        "web/cuda",
+        Some(watched("n1", &[], Source::GpuAnnotation, None)),
+    );
+    view.report_pod_devices("n1", vec![reported("web/cuda", &["g1"])], now_ms());
+    let wanted = HashSet::from(["n1", "n2", "n3"]);
+    let owned = view.occupied_by_node(&wanted);
+    let borrowed: HashMap<String, Vec<(String, Vec<Resident>)>> =
+        view.with_occupied_by_node(&wanted, |by_node| {
+            by_node
+                .iter()
+                .map(|(node, gpus)| {
+                    let gpus = gpus
+                        .iter()
+                        .map(|(gpu, residents)| {
+                            let residents = residents.iter().map(ResidentRef::to_resident);
+                            (gpu.to_string(), residents.collect())
+                        })
+                        .collect();
+                    (node.to_string(), gpus)
+                })
+                .collect()
+        });
+    assert_eq!(borrowed, owned);
+    assert_eq!(owned["n1"].len(), 2, "{owned:?}");
+    let unknown = view.with_occupied_by_node(&wanted, |by_node| {
+        by_node["n1"]["g1"][0].placement_name().into_owned()
+    });
+    assert_eq!(unknown, "unknown pod web/cuda");
+}

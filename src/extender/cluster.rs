@@ -4,6 +4,6 @@
 //! agents feed it, AssignJob and ReleaseJob too; filter and prioritize read it.
 
 pub use crate::cluster::{
-    ClusterView, HamiAllocation, NodeGpus, Occupancy, PodDevices, Residency, Resident, Source,
-    ViewGpu, WatchedPod,
+    ClusterView, HamiAllocation, NodeGpus, Occupancy, PodDevices, Residency, Resident, ResidentRef,
+    Source, ViewGpu, WatchedPod,
 };

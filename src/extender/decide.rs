@@ -18,12 +18,7 @@
 //! by reason when metrics are on: kube-scheduler fails the pod's whole cycle on a filter
 //! error.
 
-use std::{
-    collections::{HashMap, HashSet},
-    future::Future,
-    pin::Pin,
-    sync::Arc,
-};
+use std::{borrow::Cow, collections::HashSet, future::Future, pin::Pin, sync::Arc};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -31,7 +26,7 @@ use k8s_openapi::{
 };
 
 use super::{
-    cluster::{ClusterView, Resident},
+    cluster::{ClusterView, ResidentRef},
     node::{node_gpus, NodeGpus},
     pod::{pod_ask, PodAsk},
     wire::{
@@ -283,7 +278,7 @@ impl Extender {
             sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         };
-        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut index: foldhash::HashMap<String, usize> = Default::default();
         let mut slot_of = |gpus: &NodeGpus,
                            mut residents: Vec<(&str, Option<f64>)>,
                            placement: &mut PlacementAsk| {
@@ -322,34 +317,39 @@ impl Extender {
             .filter(|(_, gpus)| gpus.is_some())
             .map(|(name, _)| name.as_str())
             .collect();
-        let by_node = self.cluster.occupied_by_node(&wanted);
-        let node_slots = candidates
-            .names
-            .iter()
-            .zip(&candidates.gpus)
-            .map(|(name, gpus)| {
-                let Some(gpus) = gpus else {
-                    return Vec::new();
-                };
-                let mut slots = Vec::new();
-                let mut occupied = 0u32;
-                for (_, residents) in by_node.get(name.as_str()).into_iter().flatten() {
-                    occupied += 1;
-                    let names: Vec<String> =
-                        residents.iter().map(Resident::placement_name).collect();
-                    let residents = names
-                        .iter()
-                        .zip(residents)
-                        .map(|(name, r)| (name.as_str(), r.min_job_fraction))
-                        .collect();
-                    slots.push(slot_of(gpus, residents, &mut placement));
-                }
-                if gpus.count > occupied {
-                    slots.push(slot_of(gpus, Vec::new(), &mut placement));
-                }
-                slots
-            })
-            .collect();
+        let node_slots = self.cluster.with_occupied_by_node(&wanted, |by_node| {
+            candidates
+                .names
+                .iter()
+                .zip(&candidates.gpus)
+                .map(|(name, gpus)| {
+                    let Some(gpus) = gpus else {
+                        return Vec::new();
+                    };
+                    let mut slots = Vec::new();
+                    let mut occupied = 0u32;
+                    for residents in by_node
+                        .get(name.as_str())
+                        .into_iter()
+                        .flat_map(|g| g.values())
+                    {
+                        occupied += 1;
+                        let names: Vec<Cow<'_, str>> =
+                            residents.iter().map(ResidentRef::placement_name).collect();
+                        let residents = names
+                            .iter()
+                            .zip(residents)
+                            .map(|(name, r)| (name.as_ref(), r.min_job_fraction))
+                            .collect();
+                        slots.push(slot_of(gpus, residents, &mut placement));
+                    }
+                    if gpus.count > occupied {
+                        slots.push(slot_of(gpus, Vec::new(), &mut placement));
+                    }
+                    slots
+                })
+                .collect()
+        });
         (placement, node_slots)
     }
 

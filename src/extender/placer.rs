@@ -218,8 +218,15 @@ impl Placer for AdvisorPlacer {
             let mut unmeasured_slots = 0;
             // Each GPU model's verdict on the mode, once per call (slots repeat models).
             let mut mode_notes: HashMap<GpuName, Option<String>> = HashMap::new();
+            // Each node label's GPU model, once per call (slots repeat labels).
+            let mut models_of: HashMap<Option<&str>, Result<Option<GpuName>, String>> =
+                HashMap::new();
             for (i, slot) in ask.slots.iter().enumerate() {
-                let model = self.gpu_model(slot.gpu_model.as_deref());
+                let label = slot.gpu_model.as_deref();
+                let model = models_of
+                    .entry(label)
+                    .or_insert_with(|| self.gpu_model(label))
+                    .clone();
                 if let Some(note) = model
                     .as_ref()
                     .ok()

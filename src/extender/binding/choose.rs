@@ -125,10 +125,26 @@ struct Indexed {
     devices: Arc<Vec<Device>>,
     generation: u64,
     built_at_ms: i64,
-    residents: ResidentIndex,
-    used: HamiUse,
-    /// Each node's GPU model and memory from its labels.
-    node_model: HashMap<String, (Option<String>, Option<f64>)>,
+    /// Resident sets by id, members sorted, each with its version; id 0 is the empty set.
+    sets: Vec<(Residents, String)>,
+    /// The GPU models and memories GPUs are offered with (a node's labels, else the
+    /// inventory's), each once.
+    kinds: Vec<(Option<String>, Option<f64>)>,
+    /// Per device, in the inventory's order: what a decision reads of it.
+    facts: Vec<DeviceFacts>,
+    /// node -> GPU id -> the device's index in the inventory (the live holds' GPUs).
+    device_at: HashMap<String, HashMap<String, usize>>,
+}
+
+/// One device as decisions read it.
+#[derive(Debug, Clone, Copy)]
+struct DeviceFacts {
+    /// Its resident set (an index into [`Indexed::sets`]).
+    set: usize,
+    /// Its GPU model and memory (an index into [`Indexed::kinds`]).
+    kind: usize,
+    /// What bound pods' HAMi allocations take on it.
+    used: Use,
 }
 
 /// A GPU's residents: each workload with its own floor.
@@ -240,7 +256,6 @@ impl Chooser {
                 !bound
             });
             let indexed = self.indexed(&devices);
-            let index = &indexed.residents;
             let decision = self.candidates(ask, &indexed, &live);
             if decision.candidates.is_empty() {
                 return Err(match (decision.refused, decision.taken) {
@@ -256,17 +271,17 @@ impl Chooser {
                     answered: outcomes.len(),
                 });
             }
-            let mut acceptable: Vec<(f64, &Candidate)> = decision
-                .candidates
-                .iter()
-                .filter_map(|c| match outcomes[c.slot] {
-                    SlotOutcome::Fits { gain } if gain.is_finite() => Some((gain, c)),
-                    _ => None,
-                })
-                .collect();
             // Best gain first; ties keep the inventory's order (node, id).
-            acceptable.sort_by(|a, b| b.0.total_cmp(&a.0));
-            acceptable.truncate(self.gpus);
+            let acceptable: Vec<(f64, &Candidate)> = best_k(
+                decision
+                    .candidates
+                    .iter()
+                    .filter_map(|c| match outcomes[c.slot] {
+                        SlotOutcome::Fits { gain } if gain.is_finite() => Some((gain, c)),
+                        _ => None,
+                    }),
+                self.gpus,
+            );
             let Some((_, first)) = acceptable.first() else {
                 return Err(NoChoice::NoneAcceptable(ask.workload.clone()));
             };
@@ -275,7 +290,7 @@ impl Chooser {
             let hold = Reservation {
                 node: device.node.clone(),
                 gpu_id: device.id.clone(),
-                resident_version: index.sets[first.set].1.clone(),
+                resident_version: indexed.sets[first.set].1.clone(),
                 ordinal: first.holds,
                 holder: ask.holder.clone(),
                 workload: ask.workload.clone(),
@@ -334,26 +349,51 @@ impl Chooser {
             return indexed.clone();
         }
         let (generation, residents) = self.resident_index();
-        let mut node_model = HashMap::new();
-        for device in devices.iter() {
-            if !node_model.contains_key(&device.node) {
-                let gpus = self.cluster.node(&device.node);
-                node_model.insert(
-                    device.node.clone(),
+        let used = self.hami_use();
+        let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
+        let mut kind_ids: HashMap<(Option<String>, Option<u64>), usize> = HashMap::new();
+        let mut kinds = Vec::new();
+        let mut facts = Vec::with_capacity(devices.len());
+        let mut device_at: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        for (at, device) in devices.iter().enumerate() {
+            let (label_model, label_memory) =
+                node_model.entry(device.node.as_str()).or_insert_with(|| {
+                    let gpus = self.cluster.node(&device.node);
                     (
                         gpus.as_ref().and_then(|g| g.gpu_model.clone()),
                         gpus.as_ref().and_then(|g| g.memory_gb),
-                    ),
-                );
-            }
+                    )
+                });
+            let model = label_model.clone().or_else(|| device.model.clone());
+            let memory_gb = label_memory.or(device.memory_gb);
+            let kind = *kind_ids
+                .entry((model.clone(), memory_gb.map(f64::to_bits)))
+                .or_insert_with(|| {
+                    kinds.push((model, memory_gb));
+                    kinds.len() - 1
+                });
+            facts.push(DeviceFacts {
+                set: residents.set_of(device),
+                kind,
+                used: used
+                    .get(device.node.as_str())
+                    .and_then(|gpus| gpus.get(device.id.as_str()))
+                    .copied()
+                    .unwrap_or_default(),
+            });
+            device_at
+                .entry(device.node.clone())
+                .or_default()
+                .insert(device.id.clone(), at);
         }
         let indexed = Arc::new(Indexed {
             devices: devices.clone(),
             generation,
             built_at_ms: now,
-            residents,
-            used: self.hami_use(),
-            node_model,
+            sets: residents.sets,
+            kinds,
+            facts,
+            device_at,
         });
         *kept = Some(indexed.clone());
         indexed
@@ -414,15 +454,20 @@ impl Chooser {
     }
 
     /// The Place ask over every GPU HAMi would take the pod on, and each GPU's slot in it.
+    /// GPUs with the same set, GPU model, memory and holds share a slot, numbered in the
+    /// inventory's order.
     fn candidates(&self, ask: &Ask, indexed: &Indexed, live: &[Reservation]) -> Decision {
-        let (devices, index, used) = (&indexed.devices, &indexed.residents, &indexed.used);
-        // The live holds by GPU (a few per GPU at most).
-        let mut holds_on: HashMap<(&str, &str), Vec<&Reservation>> = HashMap::new();
+        // The live holds by device (a few per GPU at most); holds on GPUs the inventory
+        // does not list count nowhere.
+        let mut holds_on: HashMap<usize, Vec<&Reservation>> = HashMap::new();
         for hold in live.iter().filter(|r| r.holder != ask.holder) {
-            holds_on
-                .entry((hold.node.as_str(), hold.gpu_id.as_str()))
-                .or_default()
-                .push(hold);
+            if let Some(&at) = indexed
+                .device_at
+                .get(hold.node.as_str())
+                .and_then(|gpus| gpus.get(hold.gpu_id.as_str()))
+            {
+                holds_on.entry(at).or_default().push(hold);
+            }
         }
         let mut placement = PlacementAsk {
             workload: ask.workload.clone(),
@@ -430,21 +475,23 @@ impl Chooser {
             sharing_mode: ask.sharing_mode,
             slots: Vec::new(),
         };
-        type SlotKey<'a> = (usize, Option<&'a str>, Option<u64>, Vec<&'a str>);
-        let mut slots: HashMap<SlotKey, usize> = HashMap::new();
-        let mut candidates = Vec::new();
+        // Slots by (set, kind), and by (set, kind, held workloads) for GPUs with holds.
+        let mut plain: foldhash::HashMap<(usize, usize), usize> = Default::default();
+        let mut with_holds: HashMap<(usize, usize, Vec<&str>), usize> = HashMap::new();
+        let mut candidates = Vec::with_capacity(indexed.devices.len());
         let mut refused = 0;
         let mut taken = 0;
-        for (at, device) in devices.iter().enumerate() {
-            let set = index.set_of(device);
-            let (residents, version) = &index.sets[set];
-            let mut held: Vec<&Reservation> = holds_on
-                .get(&(device.node.as_str(), device.id.as_str()))
-                .into_iter()
-                .flatten()
-                .filter(|r| r.resident_version == *version)
-                .copied()
-                .collect();
+        for (at, (device, facts)) in indexed.devices.iter().zip(&indexed.facts).enumerate() {
+            let set = facts.set;
+            let (residents, version) = &indexed.sets[set];
+            let mut held: Vec<&Reservation> = match holds_on.get(&at) {
+                None => Vec::new(),
+                Some(holds) => holds
+                    .iter()
+                    .filter(|r| r.resident_version == *version)
+                    .copied()
+                    .collect(),
+            };
             // A DRA device the allocator gives one claim at a time is taken while it has a
             // resident or another pod's hold.
             if device.dra.as_ref().is_some_and(|d| !d.shared) && (set != 0 || !held.is_empty()) {
@@ -452,11 +499,7 @@ impl Chooser {
                 continue;
             }
             if let (Some(capacity), false) = (device.hami, ask.hami.is_empty()) {
-                let mut on = used
-                    .get(device.node.as_str())
-                    .and_then(|gpus| gpus.get(device.id.as_str()))
-                    .copied()
-                    .unwrap_or_default();
+                let mut on = facts.used;
                 for hold in &held {
                     on.add(hold.mem_mib, hold.cores);
                 }
@@ -468,28 +511,22 @@ impl Chooser {
             // The next ordinal after the other holders' (a retried decision of the same
             // holder asks for its own key again and keeps it).
             let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
-            held.sort_by(|a, b| a.workload.cmp(&b.workload));
-            let (label_model, label_memory) = &indexed.node_model[&device.node];
-            let model = label_model.as_deref().or(device.model.as_deref());
-            let memory_gb = label_memory.or(device.memory_gb);
-            let key: SlotKey = (
-                set,
-                model,
-                memory_gb.map(f64::to_bits),
-                held.iter().map(|r| r.workload.as_str()).collect(),
-            );
-            let slot = *slots.entry(key).or_insert_with(|| {
-                let mut all: Residents = residents.clone();
-                all.extend(held.iter().map(|r| (r.workload.clone(), None)));
-                all.sort_by(|a, b| a.0.cmp(&b.0));
-                placement.slots.push(GpuSlot {
-                    gpu_model: model.map(str::to_string),
-                    memory_gb,
-                    residents: all.iter().map(|(w, _)| w.clone()).collect(),
-                    resident_floors: all.iter().map(|(_, f)| *f).collect(),
-                });
-                placement.slots.len() - 1
-            });
+            let kind = &indexed.kinds[facts.kind];
+            let slot = if held.is_empty() {
+                *plain
+                    .entry((set, facts.kind))
+                    .or_insert_with(|| push_slot(&mut placement, residents, &held, kind))
+            } else {
+                held.sort_by(|a, b| a.workload.cmp(&b.workload));
+                let key = (
+                    set,
+                    facts.kind,
+                    held.iter().map(|r| r.workload.as_str()).collect(),
+                );
+                *with_holds
+                    .entry(key)
+                    .or_insert_with(|| push_slot(&mut placement, residents, &held, kind))
+            };
             candidates.push(Candidate {
                 device: at,
                 set,
@@ -503,5 +540,82 @@ impl Chooser {
             refused,
             taken,
         }
+    }
+}
+
+/// A new slot of `placement`: the GPU model and memory of `kind`, the set's residents and
+/// the held workloads (without floors), sorted by workload. Its index.
+fn push_slot(
+    placement: &mut PlacementAsk,
+    residents: &Residents,
+    held: &[&Reservation],
+    kind: &(Option<String>, Option<f64>),
+) -> usize {
+    let mut all: Residents = residents.clone();
+    all.extend(held.iter().map(|r| (r.workload.clone(), None)));
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    placement.slots.push(GpuSlot {
+        gpu_model: kind.0.clone(),
+        memory_gb: kind.1,
+        residents: all.iter().map(|(w, _)| w.clone()).collect(),
+        resident_floors: all.iter().map(|(_, f)| *f).collect(),
+    });
+    placement.slots.len() - 1
+}
+
+/// The best `k` of `gains` (in candidates' order), best gain first, ties in the order they
+/// came: what a stable sort by gain, descending, then the first `k`, gives, without sorting
+/// them all.
+fn best_k<T>(gains: impl Iterator<Item = (f64, T)>, k: usize) -> Vec<(f64, T)> {
+    let mut best: Vec<(f64, T)> = Vec::with_capacity(k + 1);
+    for (gain, item) in gains {
+        if best.len() == k
+            && best
+                .last()
+                .is_some_and(|(last, _)| last.total_cmp(&gain).is_ge())
+        {
+            continue;
+        }
+        let at = best.partition_point(|(g, _)| g.total_cmp(&gain).is_ge());
+        best.insert(at, (gain, item));
+        best.truncate(k);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_k;
+
+    #[test]
+    fn best_k_is_the_first_k_of_a_stable_sort_by_gain_descending() {
+        let gains = [
+            1.0, 3.0, 2.0, 3.0, -0.0, 0.0, 2.0, 5.0, 1.0, 3.0, 0.0, -1.0, 5.0,
+        ];
+        for k in 1..=gains.len() + 1 {
+            let mut sorted: Vec<(f64, usize)> = gains.iter().copied().zip(0..).collect();
+            sorted.sort_by(|a, b| b.0.total_cmp(&a.0));
+            sorted.truncate(k);
+            let picked = best_k(gains.iter().copied().zip(0..), k);
+            assert_eq!(
+                picked
+                    .iter()
+                    .map(|p| (p.0.to_bits(), p.1))
+                    .collect::<Vec<_>>(),
+                sorted
+                    .iter()
+                    .map(|p| (p.0.to_bits(), p.1))
+                    .collect::<Vec<_>>(),
+                "k = {k}"
+            );
+        }
+        assert_eq!(picked_indices(&[2.0, 2.0, 2.0], 2), [0, 1]);
+    }
+
+    fn picked_indices(gains: &[f64], k: usize) -> Vec<usize> {
+        best_k(gains.iter().copied().zip(0..), k)
+            .into_iter()
+            .map(|p| p.1)
+            .collect()
     }
 }
