@@ -29,6 +29,10 @@ use coloc::{
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::ServiceExt;
 
+/// The allocator the `coloc` binary serves with, so that the bench measures what runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const NODES: usize = 5_000;
 const GPUS_PER_NODE: u32 = 8;
 

@@ -789,6 +789,7 @@ pub fn place_query(
         },
         top_k: raw.top_k as usize,
         include_oversubscribed: raw.include_oversubscribed,
+        with_members: true,
     };
     query.validate()?;
     Ok(query)

@@ -107,6 +107,8 @@ pub fn placement_query(
 ) -> PlaceQuery {
     let mut query = PlaceQuery::new(job, gpus);
     query.policy = policy;
+    // The extender and the webhook read each placement's gain only.
+    query.with_members = false;
     if min_job_fraction.is_some() {
         query.policy.min_job_fraction = min_job_fraction;
     }

@@ -17,6 +17,16 @@ use crate::{
     domain::WorkloadName,
 };
 
+/// The memory the job and the residents at table positions `key` need together.
+pub(super) fn set_memory_gb(ready: &Ready, key: &[u32]) -> f64 {
+    let entries = ready.table.entries();
+    entries[ready.job as usize].features.memory_gb()
+        + key
+            .iter()
+            .map(|&i| entries[i as usize].features.memory_gb())
+            .sum::<f64>()
+}
+
 /// A skipped GPU's answer.
 type Skip = std::result::Result<(), SkippedGpu>;
 
@@ -220,12 +230,7 @@ impl PlaceWork {
         ready: &Ready,
         key: &[u32],
     ) -> std::result::Result<(f64, f64), SkippedGpu> {
-        let entries = ready.table.entries();
-        let memory: f64 = entries[ready.job as usize].features.memory_gb()
-            + key
-                .iter()
-                .map(|&i| entries[i as usize].features.memory_gb())
-                .sum::<f64>();
+        let memory = set_memory_gb(ready, key);
         let Some(limit) = gpu.memory_gb.or(ready.table.memory_gb) else {
             return Err(skip(
                 gpu,

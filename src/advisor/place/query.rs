@@ -59,6 +59,9 @@ pub struct PlaceQuery {
     /// 0 = every GPU that qualifies.
     pub top_k: usize,
     pub include_oversubscribed: bool,
+    /// Whether each placement lists its members' predictions; off for callers that read
+    /// only the gains (the extender and the binding webhook), which spares building them.
+    pub with_members: bool,
 }
 
 impl PlaceQuery {
@@ -74,6 +77,7 @@ impl PlaceQuery {
             max_jobs_per_gpu: DEFAULT_MAX_JOBS_PER_GPU,
             top_k: 0,
             include_oversubscribed: false,
+            with_members: true,
         }
     }
 

@@ -355,3 +355,39 @@ fn gpus_running_the_same_set_get_the_same_answer() {
         assert_eq!(twin.gain, placement.gain);
     }
 }
+
+#[test]
+fn an_answer_without_members_places_the_same_gpus_with_the_same_gains() {
+    // GPUs of one to three residents, some of which the job overflows (32 GB each).
+    let states: Vec<GpuState> = (0..60)
+        .map(|i| {
+            gpu_state(
+                i,
+                &[i % 7, (i * 3) % 11, (i * 5) % 13][..1 + i % 3],
+                Some(32.0),
+            )
+        })
+        .collect();
+    let mut query = PlaceQuery::new(job(5), states);
+    query.policy = Policy::unrestricted(Objective::NormalizedSum);
+    let full = place(query.clone());
+    query.with_members = false;
+    let bare = place(query);
+    assert!(!full.placements.is_empty());
+    assert!(full.placements.iter().all(|p| !p.members.is_empty()));
+    assert!(bare.placements.iter().all(|p| p.members.is_empty()));
+    let gains = |a: &PlaceAnswer| -> Vec<(String, u64)> {
+        a.placements
+            .iter()
+            .map(|p| (p.gpu_id.clone(), p.gain.to_bits()))
+            .collect()
+    };
+    assert_eq!(gains(&full), gains(&bare));
+    let skipped = |a: &PlaceAnswer| -> Vec<(String, PlaceSkipCode)> {
+        a.skipped
+            .iter()
+            .map(|s| (s.gpu_id.clone(), s.code))
+            .collect()
+    };
+    assert_eq!(skipped(&full), skipped(&bare));
+}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{
     explore::Exploration,
     job_not_placeable,
+    judge::set_memory_gb,
     sets::{PlacedSets, SetCache, SetValue},
     unknown_job, ModelUsed, PlaceAnswer, PlaceQuery, PlaceSkipCode, Placement, SkippedGpu,
 };
@@ -303,6 +304,16 @@ impl PlaceWork {
             if resident_positions(own, &mut set).is_err() {
                 continue;
             }
+            // A GPU the job does not fit in is skipped before any set of it is valued
+            // (`judge`): predicting its sets would be work no answer reads, done again at
+            // every request since only valued sets are kept across requests.
+            let fits = gpu
+                .memory_gb
+                .or(ready.table.memory_gb)
+                .is_some_and(|limit| set_memory_gb(ready, &set) <= limit);
+            if !fits && !query.include_oversubscribed {
+                continue;
+            }
             set.sort_unstable();
             let mut with_job = set.clone();
             insert_sorted(&mut with_job, ready.job);
@@ -341,6 +352,24 @@ impl PlaceWork {
                 let gpu = &query.gpus[s.gpu];
                 let own = &self.residents[s.residents..s.residents + gpu.residents.len()];
                 let ready = self.contexts[s.context].ready.as_ref().expect("scored");
+                let mut placement = Placement {
+                    gpu_id: gpu.id.clone(),
+                    node: gpu.node.clone(),
+                    gpu: self.contexts[s.context].gpu.clone(),
+                    gain: s.gain,
+                    gain_low: s.gain_low,
+                    value_before: s.value_before,
+                    value_after: s.value_after,
+                    members: Vec::new(),
+                    fits_memory: s.fits,
+                    memory_gb: s.memory,
+                    gpu_memory_gb: s.limit,
+                    model_version: ready.model.version,
+                    explored: false,
+                };
+                if !query.with_members {
+                    return placement;
+                }
                 let cache = caches[s.context].as_mut().expect("scored");
                 key.clear();
                 key.push(ready.job);
@@ -368,28 +397,14 @@ impl PlaceWork {
                         level,
                     )
                 };
-                let mut members = Vec::with_capacity(own.len() + 1);
-                members.push(member(ready.job));
+                placement.members.reserve(own.len() + 1);
+                placement.members.push(member(ready.job));
                 for resident in own {
                     if let Resident::Entry(i) = resident {
-                        members.push(member(*i));
+                        placement.members.push(member(*i));
                     }
                 }
-                Placement {
-                    gpu_id: gpu.id.clone(),
-                    node: gpu.node.clone(),
-                    gpu: self.contexts[s.context].gpu.clone(),
-                    gain: s.gain,
-                    gain_low: s.gain_low,
-                    value_before: s.value_before,
-                    value_after: s.value_after,
-                    members,
-                    fits_memory: s.fits,
-                    memory_gb: s.memory,
-                    gpu_memory_gb: s.limit,
-                    model_version: ready.model.version,
-                    explored: false,
-                }
+                placement
             })
             .collect()
     }
