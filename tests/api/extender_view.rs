@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use coloc::{cluster::NodeGpus, proto as pb};
+use coloc::proto as pb;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
     extender::{pod, post},
-    helpers::{slowdown_app_with_config, GPU},
+    helpers::{set_test_node, slowdown_app_with_config, GPU},
 };
 
 const PACK: &str =
@@ -42,14 +42,7 @@ async fn pack_prefers_a_gpu_assign_job_filled_and_the_calls_are_counted_in_metri
     let (mut app, _) = slowdown_app_with_config(8, PACK).await;
     let addr = app.extender_addr.expect("extender on");
     for node in ["busy", "empty"] {
-        app.cluster.set_node(
-            node,
-            Some(NodeGpus {
-                count: 1,
-                gpu_model: Some("Test-GPU-16GB".into()),
-                memory_gb: None,
-            }),
-        );
+        set_test_node(&app, node, 1);
     }
     // The only resident comes from AssignJob: no pod, no annotation.
     app.client

@@ -17,6 +17,21 @@ use tonic::transport::Channel;
 
 pub const GPU: &str = "Test GPU 16GB";
 pub const GPU_MEMORY_GB: f64 = 16.0;
+/// [`GPU`] as GPU feature discovery labels a node with it (spaces as dashes).
+pub const GPU_LABEL: &str = "Test-GPU-16GB";
+
+/// Tells the extender's cluster view that `node` has `count` GPUs of [`GPU_LABEL`], as the
+/// node watcher would from its labels.
+pub fn set_test_node(app: &TestApp, node: &str, count: usize) {
+    app.cluster.set_node(
+        node,
+        Some(coloc::cluster::NodeGpus {
+            count: count as u32,
+            gpu_model: Some(GPU_LABEL.into()),
+            memory_gb: None,
+        }),
+    );
+}
 
 /// The public KACE V100 measurements, read in place (never copied into the repository).
 /// The policy of the tests written before policies: no rule, point predictions, losses

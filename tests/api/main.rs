@@ -1,6 +1,7 @@
 //! Integration tests: the real gRPC server on a loopback port, a fresh SQLite file per
 //! test, the generated client (and the real grpcurl in `grpcurl`).
 
+mod fake_kubelet;
 mod helpers;
 mod store_url;
 

@@ -11,59 +11,26 @@
 //! device ids NVIDIA's device plugin gives time-sliced replicas (`UUID::N`,
 //! `NewAnnotatedID` in k8s-device-plugin's `internal/rm/devices.go`).
 
-use std::sync::{Arc, Mutex};
-
+use crate::fake_kubelet::{reporter, FakeKubelet};
+use crate::helpers::{
+    expect_code, profile, register_request, set_test_node, spawn_app, TestApp, GPU,
+};
 use coloc::{
-    agent::pod_resources::PodDevicesReporter,
-    cluster::{NodeGpus, Source, WatchedPod},
+    cluster::{Source, WatchedPod},
     proto::{
         self as pb,
         podresources::{
-            pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer},
-            AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-            ContainerMemory, ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse,
-            ListPodResourcesRequest, ListPodResourcesResponse, NumaNode, PodResources,
-            TopologyInfo,
+            ContainerDevices, ContainerMemory, ContainerResources, ListPodResourcesResponse,
+            NumaNode, PodResources, TopologyInfo,
         },
         profiling_agents_client::ProfilingAgentsClient,
     },
 };
-use tonic::{Request, Response, Status};
-
-use crate::helpers::{expect_code, profile, register_request, spawn_app, TestApp, GPU};
 
 const NODE: &str = "gpu-node-1";
+/// The agent reporting for `NODE`.
+const AGENT: &str = "gpu-node-1-gpu0";
 const UUID: &str = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448";
-
-/// The kubelet's PodResources server, answering List with what the test sets.
-#[derive(Clone)]
-struct FakeKubelet {
-    answer: Arc<Mutex<ListPodResourcesResponse>>,
-}
-
-#[tonic::async_trait]
-impl PodResourcesLister for FakeKubelet {
-    async fn list(
-        &self,
-        _request: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        Ok(Response::new(self.answer.lock().unwrap().clone()))
-    }
-
-    async fn get_allocatable_resources(
-        &self,
-        _request: Request<AllocatableResourcesRequest>,
-    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        Err(Status::unimplemented("not used by coloc"))
-    }
-
-    async fn get(
-        &self,
-        _request: Request<GetPodResourcesRequest>,
-    ) -> Result<Response<GetPodResourcesResponse>, Status> {
-        Err(Status::unimplemented("not used by coloc"))
-    }
-}
 
 fn topology() -> Option<TopologyInfo> {
     Some(TopologyInfo {
@@ -134,31 +101,6 @@ fn two_pods_on_one_gpu() -> ListPodResourcesResponse {
     }
 }
 
-/// Serves `kubelet` on a Unix socket in `dir`; the socket's path.
-fn serve_kubelet(kubelet: FakeKubelet, dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("kubelet.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(PodResourcesListerServer::new(kubelet))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
-    );
-    path
-}
-
-async fn reporter(app: &TestApp, socket: &std::path::Path) -> PodDevicesReporter {
-    let mut agents = app.settings.agents.clone();
-    agents.pod_resources_socket = socket.display().to_string();
-    PodDevicesReporter::new(
-        app.channel().await,
-        None,
-        "gpu-node-1-gpu0".into(),
-        NODE.into(),
-        &agents,
-    )
-    .unwrap()
-}
-
 /// Every GPU of the view: (id, node, GPU model, [(job id, workload, source)]).
 async fn listed(
     app: &mut TestApp,
@@ -216,20 +158,11 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
         .register_workload(register_request("w01", Some(profile(1, 4.0))))
         .await
         .unwrap();
-    app.cluster.set_node(
-        NODE,
-        Some(NodeGpus {
-            count: 2,
-            gpu_model: Some("Test-GPU-16GB".into()),
-            memory_gb: None,
-        }),
-    );
-    let kubelet = FakeKubelet {
-        answer: Arc::new(Mutex::new(two_pods_on_one_gpu())),
-    };
+    set_test_node(&app, NODE, 2);
+    let kubelet = FakeKubelet::answering(two_pods_on_one_gpu());
     let dir = tempfile::TempDir::new().unwrap();
-    let socket = serve_kubelet(kubelet.clone(), dir.path());
-    let reporter = reporter(&app, &socket).await;
+    let socket = kubelet.serve(dir.path().join("kubelet.sock"));
+    let reporter = reporter(&app, &socket, AGENT, NODE).await;
 
     let answer = reporter.report_once().await.unwrap();
     assert_eq!(
@@ -298,7 +231,9 @@ async fn the_agent_reports_the_kubelets_pods_and_list_gpus_shows_them_as_residen
     );
 
     // train-a ends: the next snapshot does not list it, and only the assignment is left.
-    kubelet.answer.lock().unwrap().pod_resources.remove(0);
+    let mut after = two_pods_on_one_gpu();
+    after.pod_resources.remove(0);
+    kubelet.set_answer(after);
     let answer = reporter.report_once().await.unwrap();
     assert_eq!((answer.pods, answer.gpus), (1, 1));
     assert_eq!(
@@ -374,7 +309,7 @@ async fn a_malformed_report_is_refused_with_invalid_argument_and_changes_nothing
 async fn a_kubelet_that_cannot_be_reached_sends_no_report() {
     let app = spawn_app().await;
     let dir = tempfile::TempDir::new().unwrap();
-    let reporter = reporter(&app, &dir.path().join("missing.sock")).await;
+    let reporter = reporter(&app, &dir.path().join("missing.sock"), AGENT, NODE).await;
     let error = reporter.report_once().await.unwrap_err();
     assert!(error.to_string().contains("missing.sock"), "{error}");
     assert!(

@@ -4,7 +4,7 @@
 //! the extender reads KAI-Scheduler's annotation and the binding webhook the DRA claim's
 //! GpuConfig, and neither has an opinion on a mode without runs; the CLI takes the mode.
 
-use coloc::{cluster::NodeGpus, proto as pb};
+use coloc::proto as pb;
 use serde_json::{json, Value};
 use tonic::Code;
 
@@ -12,7 +12,7 @@ use crate::{
     extender::{assert_neutral, post, EXTENDER_ON},
     extender_view::{sample, scrape},
     helpers::{
-        expect_code, profile, register_request, report_request, slowdown_app,
+        expect_code, profile, register_request, report_request, set_test_node, slowdown_app,
         slowdown_app_with_config, spawn_app, TestApp, GPU,
     },
     place::gpu,
@@ -201,14 +201,7 @@ async fn the_extender_reads_kais_mode_and_has_no_opinion_on_a_mode_without_runs(
     let (app, _) = slowdown_app_with_config(8, EXTENDER_ON).await;
     let addr = app.extender_addr.expect("extender on");
     for node in ["a", "b"] {
-        app.cluster.set_node(
-            node,
-            Some(NodeGpus {
-                count: 1,
-                gpu_model: Some("Test-GPU-16GB".into()),
-                memory_gb: None,
-            }),
-        );
+        set_test_node(&app, node, 1);
     }
     // As KAI writes it: time-slicing, of which the store has no run.
     assert_neutral(addr, kai_pod(None), &["a", "b"], "time-slicing").await;

@@ -25,7 +25,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde_json::{json, Value};
 
 use coloc::{
-    cluster::{NodeGpus, Source},
+    cluster::Source,
     extender::binding::{dra::claim_residency, webhook::DRA_UUID_ATTRIBUTE},
 };
 
@@ -33,7 +33,7 @@ use super::{events, node_name, trace, uuid, Chance, Outcome, TracePod};
 use crate::{
     binding::{config, fixture, patched},
     extender::post,
-    helpers::{slowdown_app_with_config, TestApp},
+    helpers::{set_test_node, slowdown_app_with_config, TestApp},
 };
 
 const NODES: usize = 16;
@@ -153,14 +153,7 @@ async fn run(app: &TestApp) -> Outcome {
     for (n, slice) in slices.iter().enumerate() {
         let typed: ResourceSlice = serde_json::from_value(slice.clone()).unwrap();
         app.inventory.apply_slice(&typed);
-        app.cluster.set_node(
-            &node_name(n),
-            Some(NodeGpus {
-                count: GPUS as u32,
-                gpu_model: Some("Test-GPU-16GB".into()),
-                memory_gb: None,
-            }),
-        );
+        set_test_node(app, &node_name(n), GPUS);
     }
     let pods = trace(PODS);
     let mut in_use: BTreeMap<String, usize> = BTreeMap::new();

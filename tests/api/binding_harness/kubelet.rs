@@ -19,34 +19,26 @@
 //! shows, the largest gain), and that ListGpus shows every running pod on its GPU, with its
 //! workload, source `pod-resources`, and nothing else.
 
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, Mutex},
-};
+use std::collections::BTreeMap;
 
 use coloc::{
-    agent::pod_resources::PodDevicesReporter,
-    cluster::NodeGpus,
     extender::watcher::watched_pod,
     proto::{
         self as pb,
         podresources::{
-            pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer},
-            AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-            ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse,
-            ListPodResourcesRequest, ListPodResourcesResponse, NumaNode, PodResources,
+            ContainerDevices, ContainerResources, ListPodResourcesResponse, NumaNode, PodResources,
             TopologyInfo,
         },
     },
 };
 use serde_json::json;
-use tonic::{Request, Response, Status};
 
 use super::{events, node_name, trace, uuid, Chance, Outcome, TracePod};
 use crate::{
     binding::{config, pod_review},
     extender::post,
-    helpers::{slowdown_app_with_config, TestApp, GPU},
+    fake_kubelet::{reporter, FakeKubelet},
+    helpers::{set_test_node, slowdown_app_with_config, TestApp, GPU},
 };
 
 const NODES: usize = 8;
@@ -55,21 +47,30 @@ const GPUS: usize = 8;
 const REPLICAS: usize = 4;
 const PODS: usize = 80;
 
-/// One node's kubelet: which container holds which replica, served as List answers.
-#[derive(Clone, Default)]
+/// One node's kubelet: which container holds which replica, served as List answers by the
+/// shared fake, republished after every change.
+#[derive(Default)]
 struct Kubelet {
     /// pod name -> the replica its container was given.
-    assigned: Arc<Mutex<BTreeMap<String, String>>>,
+    assigned: BTreeMap<String, String>,
+    served: FakeKubelet,
 }
 
-#[tonic::async_trait]
-impl PodResourcesLister for Kubelet {
-    async fn list(
-        &self,
-        _request: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        let assigned = self.assigned.lock().unwrap();
-        let pod_resources = assigned
+impl Kubelet {
+    fn assign(&mut self, pod: &str, replica: String) {
+        self.assigned.insert(pod.to_string(), replica);
+        self.publish();
+    }
+
+    fn release(&mut self, pod: &str) {
+        self.assigned.remove(pod);
+        self.publish();
+    }
+
+    /// The List answer: each pod's one container with its replica.
+    fn publish(&self) {
+        let pod_resources = self
+            .assigned
             .iter()
             .map(|(pod, replica)| PodResources {
                 name: pod.clone(),
@@ -89,21 +90,8 @@ impl PodResourcesLister for Kubelet {
                 }],
             })
             .collect();
-        Ok(Response::new(ListPodResourcesResponse { pod_resources }))
-    }
-
-    async fn get_allocatable_resources(
-        &self,
-        _request: Request<AllocatableResourcesRequest>,
-    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        Err(Status::unimplemented("not used by coloc"))
-    }
-
-    async fn get(
-        &self,
-        _request: Request<GetPodResourcesRequest>,
-    ) -> Result<Response<GetPodResourcesResponse>, Status> {
-        Err(Status::unimplemented("not used by coloc"))
+        self.served
+            .set_answer(ListPodResourcesResponse { pod_resources });
     }
 }
 
@@ -243,7 +231,7 @@ fn expected_listing(
 ) -> BTreeMap<String, Vec<(String, String, pb::ResidentSource)>> {
     let mut expected: BTreeMap<String, Vec<_>> = BTreeMap::new();
     for kubelet in kubelets {
-        for (pod, replica) in kubelet.assigned.lock().unwrap().iter() {
+        for (pod, replica) in &kubelet.assigned {
             let gpu = replica.split("::").next().unwrap().to_string();
             expected.entry(gpu).or_default().push((
                 format!("ml/{pod}"),
@@ -261,33 +249,19 @@ async fn run(app: &mut TestApp, preferred: bool) -> Outcome {
     let mut kubelets = Vec::new();
     let mut reporters = Vec::new();
     for n in 0..NODES {
-        app.cluster.set_node(
-            &node_name(n),
-            Some(NodeGpus {
-                count: GPUS as u32,
-                gpu_model: Some("Test-GPU-16GB".into()),
-                memory_gb: None,
-            }),
-        );
+        set_test_node(app, &node_name(n), GPUS);
         let kubelet = Kubelet::default();
-        let socket = dir.path().join(format!("kubelet-{n}.sock"));
-        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(kubelet.clone()))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
-        );
-        let mut agents = app.settings.agents.clone();
-        agents.pod_resources_socket = socket.display().to_string();
+        let socket = kubelet
+            .served
+            .serve(dir.path().join(format!("kubelet-{n}.sock")));
         reporters.push(
-            PodDevicesReporter::new(
-                app.channel().await,
-                None,
-                format!("{}-agent", node_name(n)),
-                node_name(n),
-                &agents,
+            reporter(
+                app,
+                &socket,
+                &format!("{}-agent", node_name(n)),
+                &node_name(n),
             )
-            .unwrap(),
+            .await,
         );
         kubelets.push(kubelet);
     }
@@ -300,7 +274,7 @@ async fn run(app: &mut TestApp, preferred: bool) -> Outcome {
         let pod = &pods[i];
         if departure {
             if let Some(n) = running.remove(&pod.name) {
-                kubelets[n].assigned.lock().unwrap().remove(&pod.name);
+                kubelets[n].release(&pod.name);
                 reporters[n].report_once().await.unwrap();
                 app.cluster
                     .set_watched_pod(&format!("ml/{}", pod.name), None);
@@ -315,7 +289,7 @@ async fn run(app: &mut TestApp, preferred: bool) -> Outcome {
         object["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "1"}});
         // NodeResourcesFit: nodes with a free replica.
         let free: Vec<String> = (0..NODES)
-            .filter(|n| kubelets[*n].assigned.lock().unwrap().len() < GPUS * REPLICAS)
+            .filter(|n| kubelets[*n].assigned.len() < GPUS * REPLICAS)
             .map(node_name)
             .collect();
         let Some(node) = schedule(app, &object, &free, &mut chance).await else {
@@ -329,13 +303,9 @@ async fn run(app: &mut TestApp, preferred: bool) -> Outcome {
         let n: usize = node[5..].parse().unwrap();
         let choice = preferred_gpu(app, n, &pod.workload).await;
         outcome.chosen += usize::from(choice.is_some());
-        let taken = kubelets[n].assigned.lock().unwrap().clone();
-        let replica = devices_to_allocate(&taken, n, preferred, &mut chance).unwrap();
-        kubelets[n]
-            .assigned
-            .lock()
-            .unwrap()
-            .insert(pod.name.clone(), replica.clone());
+        let replica =
+            devices_to_allocate(&kubelets[n].assigned, n, preferred, &mut chance).unwrap();
+        kubelets[n].assign(&pod.name, replica.clone());
         running.insert(pod.name.clone(), n);
         outcome.bound += 1;
         // The watcher sees the bound pod (no GPU annotation: only its workload), the agent
