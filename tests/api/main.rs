@@ -25,6 +25,7 @@ mod hostile;
 mod import;
 mod kace;
 mod kubernetes_watch;
+mod kubernetes_watch_claims;
 mod lifecycle;
 mod limits;
 mod logging;
