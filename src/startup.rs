@@ -469,11 +469,8 @@ impl App {
         };
         let dra = self.binding.mode == crate::settings::BindingMode::Dra;
         let claims = dra.then(|| {
-            let claims = ClaimWatcher::new(
-                client.clone(),
-                self.inventory.clone(),
-                self.cluster.clone(),
-            );
+            let claims =
+                ClaimWatcher::new(client.clone(), self.inventory.clone(), self.cluster.clone());
             move |stop| spawn_owned("resource claim watcher", claims.run(stop))
         });
         let inventory = self.inventory.clone();

@@ -312,10 +312,7 @@ impl Inner {
 /// floor, throughput query, HAMi's allocation) on the node and GPUs a DRA claim's
 /// allocation names, unless HAMi's annotation places it; either alone as it is. The
 /// claim's workload and uid count where the pod's annotations give none.
-fn resident_pod(
-    watched: Option<&WatchedPod>,
-    claimed: Option<&WatchedPod>,
-) -> Option<WatchedPod> {
+fn resident_pod(watched: Option<&WatchedPod>, claimed: Option<&WatchedPod>) -> Option<WatchedPod> {
     match (watched, claimed) {
         (pod, None) => pod.cloned(),
         (None, Some(claimed)) => Some(claimed.clone()),
@@ -466,10 +463,7 @@ impl ClusterView {
 
     /// Replaces every claim's residency (after a claim relist): pods not listed are placed
     /// by no claim.
-    pub fn replace_claim_residencies(
-        &self,
-        pods: impl IntoIterator<Item = (String, WatchedPod)>,
-    ) {
+    pub fn replace_claim_residencies(&self, pods: impl IntoIterator<Item = (String, WatchedPod)>) {
         let fresh = pods.into_iter().collect();
         replace_layer(&mut self.write(), |inner| &mut inner.from_claims, fresh);
     }

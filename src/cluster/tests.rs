@@ -275,9 +275,9 @@ fn residents_on(
     view.occupied_gpus(node)
         .into_iter()
         .flat_map(|(gpu, residents)| {
-            residents.into_iter().map(move |r| {
-                (gpu.clone(), r.id, r.workload, r.min_job_fraction, r.source)
-            })
+            residents
+                .into_iter()
+                .map(move |r| (gpu.clone(), r.id, r.workload, r.min_job_fraction, r.source))
         })
         .collect()
 }
@@ -336,10 +336,17 @@ fn a_claim_relist_drops_the_unlisted_claims_and_a_claim_ends_the_pods_hold() {
     let on = |gpu: &str| watched("n1", &[gpu], Source::DraAllocation, Some("w1"));
     assert!(!view.is_bound("ml/a"));
     view.set_claim_residency("ml/a", Some(on("GPU-a")));
-    assert!(view.is_bound("ml/a"), "allocated and reserved: the hold is done");
+    assert!(
+        view.is_bound("ml/a"),
+        "allocated and reserved: the hold is done"
+    );
     view.set_pod("ml/b", Some(at("n1", "GPU-b", "w2")));
     view.replace_claim_residencies([("ml/c".to_string(), on("GPU-c"))]);
-    let gpus: Vec<String> = view.occupied_gpus("n1").into_iter().map(|(g, _)| g).collect();
+    let gpus: Vec<String> = view
+        .occupied_gpus("n1")
+        .into_iter()
+        .map(|(g, _)| g)
+        .collect();
     assert_eq!(gpus, ["GPU-b", "GPU-c"], "a gone, b the pod watcher's");
     assert!(view.is_bound("ml/a"), "left: still landed");
 }

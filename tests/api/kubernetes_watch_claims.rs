@@ -65,8 +65,8 @@ fn claim(pod: &str, version: &str) -> Value {
         let status = &mut claim["status"];
         status["allocation"]["devices"]["results"][0]["pool"] = json!("gpu-node-3");
         status["allocation"]["devices"]["results"][0]["device"] = json!("gpu-0");
-        status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
-            ["values"] = json!(["gpu-node-3"]);
+        status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] =
+            json!(["gpu-node-3"]);
         status["reservedFor"][0]["name"] = json!(pod);
         status["reservedFor"][0]["uid"] = json!("uid-trainer-1");
     }
@@ -197,7 +197,11 @@ async fn the_claim_watcher_shows_where_dra_pods_run_through_allocation_late_slic
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let stop = CancellationToken::new();
-    let inventory = tokio::spawn(app.inventory.clone().run(client.clone(), true, stop.clone()));
+    let inventory = tokio::spawn(
+        app.inventory
+            .clone()
+            .run(client.clone(), true, stop.clone()),
+    );
     let claims = tokio::spawn(
         ClaimWatcher::new(client, app.inventory.clone(), app.cluster.clone()).run(stop.clone()),
     );

@@ -366,10 +366,7 @@ mod tests {
         );
         let mut deallocated = claim("shared", &[], &[]);
         deallocated.status = None;
-        assert_eq!(
-            gpus(book.set(&deallocated, &inventory)),
-            [released("ml/q")]
-        );
+        assert_eq!(gpus(book.set(&deallocated, &inventory)), [released("ml/q")]);
     }
 
     #[test]

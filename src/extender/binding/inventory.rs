@@ -237,7 +237,11 @@ impl Inventory {
     /// Sets (or with no devices, forgets) one ResourceSlice's GPUs.
     pub fn set_slice(&self, slice: &str, devices: Vec<Device>) {
         let mut inner = self.inner.write().unpoisoned();
-        if inner.dra.get(slice).map_or(devices.is_empty(), |d| *d == devices) {
+        if inner
+            .dra
+            .get(slice)
+            .map_or(devices.is_empty(), |d| *d == devices)
+        {
             return;
         }
         inner.sorted = None;
