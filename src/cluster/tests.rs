@@ -267,11 +267,11 @@ fn the_borrowed_reading_names_the_same_residents_as_the_owned_one() {
     assert_eq!(unknown, "unknown pod web/cuda");
 }
 
-/// (gpu, id, workload, floor, source) of every resident of one node.
-fn residents_on(
-    view: &ClusterView,
-    node: &str,
-) -> Vec<(String, String, Option<String>, Option<f64>, Source)> {
+/// (gpu, id, workload, floor, source) of a resident.
+type Placed = (String, String, Option<String>, Option<f64>, Source);
+
+/// Every resident of one node.
+fn residents_on(view: &ClusterView, node: &str) -> Vec<Placed> {
     view.occupied_gpus(node)
         .into_iter()
         .flat_map(|(gpu, residents)| {
