@@ -521,7 +521,7 @@ def check_binding(where, name, by_kind, advisor, effective, secret_mounts):
         fail(where, "the webhook decides over the cluster's GPUs: extender.watch_cluster must be on")
     if pod.get("serviceAccountName") != "coloc" or pod.get("automountServiceAccountToken") is not True:
         fail(where, "the watchers need serviceAccountName coloc with its token mounted")
-    wanted = {("", "pods"), ("", "nodes")} | ({("resource.k8s.io", "resourceslices")} if mode == "dra" else set())
+    wanted = {("", "pods"), ("", "nodes")} | ({("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "resourceclaims")} if mode == "dra" else set())
     granted = set()
     for role in by_kind.get("ClusterRole", []):
         for rule in role.get("rules", []):

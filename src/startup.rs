@@ -22,7 +22,7 @@ use crate::{
     },
     domain::{now_ms, GpuName},
     extender::{
-        binding::{self, Inventory},
+        binding::{self, claims::ClaimWatcher, Inventory},
         http::{tls_acceptor, ServeOptions},
         placer::{policy_from_settings, AdvisorPlacer},
         ClusterView, ClusterWatcher, Extender, Prefer,
@@ -70,7 +70,8 @@ pub struct App {
     inventory: Arc<Inventory>,
     /// How coloc's choice binds, its GPU count and hold time (extender.binding*).
     binding: binding::BindingOptions,
-    /// The client that keeps `inventory`; `None` unless binding is on and watch_cluster.
+    /// The client that keeps `inventory` (and under DRA the claims' residencies in
+    /// `cluster`); `None` unless binding is on and watch_cluster.
     inventory_client: Option<kube::Client>,
     tls: Option<ServerTlsConfig>,
     tokens: Option<Tokens>,
@@ -393,13 +394,7 @@ impl App {
             .watcher
             .take()
             .map(|watcher| move |stop| spawn_owned("cluster watcher", watcher.run(stop)));
-        let inventory = self.inventory_client.take().map(|client| {
-            let (inventory, dra) = (
-                self.inventory.clone(),
-                self.binding.mode == crate::settings::BindingMode::Dra,
-            );
-            move |stop| spawn_owned("gpu inventory watcher", inventory.run(client, dra, stop))
-        });
+        let binding_watchers = self.binding_watchers();
         if let (Some(metrics), Some(observer)) = (&metrics, &self.observer) {
             for collector in observer.stats().collectors() {
                 if let Err(error) = metrics.register(collector) {
@@ -453,15 +448,37 @@ impl App {
                         )
                     }
                 });
-        vec![
-            stoppable(extender),
-            stoppable(watcher),
-            stoppable(inventory),
+        let mut tasks = vec![stoppable(extender), stoppable(watcher)];
+        tasks.extend(binding_watchers);
+        tasks.extend([
             stoppable(Some(move |stop| {
                 spawn_owned("leadership", elector.run(stop))
             })),
             stoppable(Some(follower)),
             stoppable(metrics_server),
+        ]);
+        tasks
+    }
+
+    /// The binding webhook's watchers, when binding is on and the cluster is watched: the
+    /// GPU inventory (HAMi's node annotation or the DRA driver's ResourceSlices) and under
+    /// DRA the ResourceClaims (where DRA pods run), on one client.
+    fn binding_watchers(&mut self) -> Vec<StoppableTask> {
+        let Some(client) = self.inventory_client.take() else {
+            return Vec::new();
+        };
+        let dra = self.binding.mode == crate::settings::BindingMode::Dra;
+        let claims = dra.then(|| {
+            let claims =
+                ClaimWatcher::new(client.clone(), self.inventory.clone(), self.cluster.clone());
+            move |stop| spawn_owned("resource claim watcher", claims.run(stop))
+        });
+        let inventory = self.inventory.clone();
+        vec![
+            stoppable(Some(move |stop| {
+                spawn_owned("gpu inventory watcher", inventory.run(client, dra, stop))
+            })),
+            stoppable(claims),
         ]
     }
 

@@ -20,19 +20,24 @@
 //! 2. the kubelet's PodResources report of the node (what the device plugin was given), while
 //!    it is fresh (`agents.pod_devices_stale_secs`); a pod it lists runs there, not where an
 //!    annotation says;
-//! 3. the `coloc.io/gpu` annotation (the operator's own tooling), and alike a DRA claim's
-//!    allocation (`extender::binding::dra`);
+//! 3. a DRA claim's allocation (the claim watcher, `extender::binding::claims`: what the
+//!    scheduler allocated, so over a `coloc.io/gpu` of the same pod), and the `coloc.io/gpu`
+//!    annotation (the operator's own tooling);
 //! 4. AssignJob: a job whose id is a pod's `namespace/name` is that pod, and counts only
 //!    while no source above places the pod; other jobs stand as they are.
 //!
-//! The workload and floor come from the pod's annotations (the watcher), else from the
-//! assignment of the same id; without either the resident's workload is unknown.
+//! The workload and floor come from the pod's annotations (the watcher), else (the
+//! workload) from its DRA claim's `coloc.io/workload`, else from the assignment of the same
+//! id; without any the resident's workload is unknown.
 //!
 //! The public API, for the extender and the webhook:
 //! - writers: [`ClusterView::set_node`] / [`ClusterView::replace_nodes`],
 //!   [`ClusterView::set_watched_pod`] / [`ClusterView::replace_watched_pods`] (and their
 //!   older forms for pods with a known workload and GPU, [`ClusterView::set_pod`] /
-//!   [`ClusterView::replace_pods`]), [`ClusterView::report_pod_devices`];
+//!   [`ClusterView::replace_pods`]), [`ClusterView::set_claim_residency`] /
+//!   [`ClusterView::replace_claim_residencies`] (where DRA claims place pods, kept apart
+//!   from the pod watcher's record of the same pods and merged with it, decision 033),
+//!   [`ClusterView::report_pod_devices`];
 //! - readers: [`ClusterView::node`], [`ClusterView::occupied_gpus`] (one node's occupied
 //!   GPUs with their [`Resident`]s), [`ClusterView::occupied_by_node`] (the same for many
 //!   nodes in one pass; [`ClusterView::occupied_everywhere`] for all;
@@ -237,8 +242,13 @@ struct NodeReport {
 #[derive(Debug, Default)]
 struct Inner {
     nodes: HashMap<String, NodeGpus>,
-    /// The watcher's pods by key.
+    /// Every pod the view places, by key: the pod watcher's record, with where a DRA
+    /// claim's allocation puts it ([`resident_pod`]); what the readers read.
     watched: HashMap<String, WatchedPod>,
+    /// The pod watcher's pods by key, as it recorded them.
+    from_pods: HashMap<String, WatchedPod>,
+    /// Where DRA claims place pods, by pod key (the claim watcher's).
+    from_claims: HashMap<String, WatchedPod>,
     /// node -> the watched pods bound to it.
     watched_on: HashMap<String, BTreeSet<String>>,
     /// node -> its last PodResources report.
@@ -280,6 +290,60 @@ impl Inner {
             .or_default()
             .insert(key.clone());
         self.watched.insert(key, pod);
+    }
+
+    /// Places the pod `key` anew from what the pod watcher and the claims say of it,
+    /// remembering it departed (at `now`) when it was placed and no longer is.
+    fn refresh(&mut self, key: &str, now: i64) {
+        let was = self.watched.contains_key(key);
+        self.unwatch(key);
+        match resident_pod(self.from_pods.get(key), self.from_claims.get(key)) {
+            Some(pod) => {
+                self.departed.remove(key);
+                self.watch(key.to_string(), pod);
+            }
+            None if was => self.depart(key.to_string(), now),
+            None => {}
+        }
+    }
+}
+
+/// The pod as the view places it (decision 033): the pod watcher's record (workload,
+/// floor, throughput query, HAMi's allocation) on the node and GPUs a DRA claim's
+/// allocation names, unless HAMi's annotation places it; either alone as it is. The
+/// claim's workload and uid count where the pod's annotations give none.
+fn resident_pod(watched: Option<&WatchedPod>, claimed: Option<&WatchedPod>) -> Option<WatchedPod> {
+    match (watched, claimed) {
+        (pod, None) => pod.cloned(),
+        (None, Some(claimed)) => Some(claimed.clone()),
+        (Some(pod), Some(_))
+            if pod.gpu_source == Source::HamiAnnotation && !pod.gpus.is_empty() =>
+        {
+            Some(pod.clone())
+        }
+        (Some(pod), Some(claimed)) => Some(WatchedPod {
+            node: claimed.node.clone(),
+            gpus: claimed.gpus.clone(),
+            gpu_source: Source::DraAllocation,
+            workload: pod.workload.clone().or_else(|| claimed.workload.clone()),
+            uid: pod.uid.clone().or_else(|| claimed.uid.clone()),
+            ..pod.clone()
+        }),
+    }
+}
+
+/// Replaces `layer` with `fresh` and places anew every pod either names.
+fn replace_layer(
+    inner: &mut Inner,
+    layer: fn(&mut Inner) -> &mut HashMap<String, WatchedPod>,
+    fresh: HashMap<String, WatchedPod>,
+) {
+    let old = std::mem::replace(layer(inner), fresh);
+    let mut keys: HashSet<String> = old.into_keys().collect();
+    keys.extend(layer(inner).keys().cloned());
+    let now = now_ms();
+    for key in keys {
+        inner.refresh(&key, now);
     }
 }
 
@@ -372,40 +436,36 @@ impl ClusterView {
     /// elsewhere), or `None` when it finished or was deleted.
     pub fn set_watched_pod(&self, key: &str, pod: Option<WatchedPod>) {
         let mut inner = self.write();
-        let was = inner.watched.contains_key(key);
-        inner.unwatch(key);
         match pod {
-            Some(pod) => {
-                inner.departed.remove(key);
-                inner.watch(key.to_string(), pod);
-            }
-            None if was => inner.depart(key.to_string(), now_ms()),
-            None => {}
-        }
+            Some(pod) => inner.from_pods.insert(key.to_string(), pod),
+            None => inner.from_pods.remove(key),
+        };
+        inner.refresh(key, now_ms());
     }
 
     /// Replaces every watched pod (after a pod relist): pods not listed are gone.
     pub fn replace_watched_pods(&self, pods: impl IntoIterator<Item = (String, WatchedPod)>) {
-        let mut fresh = Inner::default();
-        for (key, pod) in pods {
-            fresh.watch(key, pod);
-        }
+        let fresh = pods.into_iter().collect();
+        replace_layer(&mut self.write(), |inner| &mut inner.from_pods, fresh);
+    }
+
+    /// Records where DRA claims place the pod `key` now (their devices' node and GPUs,
+    /// [`Source::DraAllocation`]), or with `None` that no claim places it any more. The
+    /// pod watcher's record of the same pod keeps its workload and floor.
+    pub fn set_claim_residency(&self, key: &str, pod: Option<WatchedPod>) {
         let mut inner = self.write();
-        let gone: Vec<String> = inner
-            .watched
-            .keys()
-            .filter(|key| !fresh.watched.contains_key(*key))
-            .cloned()
-            .collect();
-        let now = now_ms();
-        for key in gone {
-            inner.depart(key, now);
-        }
-        for key in fresh.watched.keys() {
-            inner.departed.remove(key);
-        }
-        inner.watched = fresh.watched;
-        inner.watched_on = fresh.watched_on;
+        match pod {
+            Some(pod) => inner.from_claims.insert(key.to_string(), pod),
+            None => inner.from_claims.remove(key),
+        };
+        inner.refresh(key, now_ms());
+    }
+
+    /// Replaces every claim's residency (after a claim relist): pods not listed are placed
+    /// by no claim.
+    pub fn replace_claim_residencies(&self, pods: impl IntoIterator<Item = (String, WatchedPod)>) {
+        let fresh = pods.into_iter().collect();
+        replace_layer(&mut self.write(), |inner| &mut inner.from_claims, fresh);
     }
 
     /// [`Self::set_watched_pod`] for a pod with a known workload on GPUs `coloc.io/gpu`

@@ -266,3 +266,87 @@ fn the_borrowed_reading_names_the_same_residents_as_the_owned_one() {
     });
     assert_eq!(unknown, "unknown pod web/cuda");
 }
+
+/// (gpu, id, workload, floor, source) of a resident.
+type Placed = (String, String, Option<String>, Option<f64>, Source);
+
+/// Every resident of one node.
+fn residents_on(view: &ClusterView, node: &str) -> Vec<Placed> {
+    view.occupied_gpus(node)
+        .into_iter()
+        .flat_map(|(gpu, residents)| {
+            residents
+                .into_iter()
+                .map(move |r| (gpu.clone(), r.id, r.workload, r.min_job_fraction, r.source))
+        })
+        .collect()
+}
+
+#[test]
+fn a_claims_residency_places_the_watched_pod_and_outlives_the_pod_watchers_word() {
+    let view = ClusterView::new();
+    let claimed = WatchedPod {
+        min_job_fraction: None,
+        ..watched("n2", &["GPU-c"], Source::DraAllocation, Some("from-claim"))
+    };
+    // The pod watcher records the pod (workload and floor, no GPU), the claim watcher
+    // where its claim's device is.
+    view.set_watched_pod(
+        "ml/p",
+        Some(watched("n2", &[], Source::GpuAnnotation, Some("bert"))),
+    );
+    view.set_claim_residency("ml/p", Some(claimed.clone()));
+    let placed = vec![(
+        "GPU-c".to_string(),
+        "ml/p".to_string(),
+        Some("bert".to_string()),
+        Some(0.5),
+        Source::DraAllocation,
+    )];
+    assert_eq!(residents_on(&view, "n2"), placed);
+    // The pod watcher's events and relists do not take the claim's word away: a DRA pod
+    // without coloc's annotations is no pod of its own.
+    view.set_watched_pod("ml/p", None);
+    view.replace_watched_pods(Vec::new());
+    assert_eq!(
+        residents_on(&view, "n2"),
+        [(
+            "GPU-c".to_string(),
+            "ml/p".to_string(),
+            Some("from-claim".to_string()),
+            None,
+            Source::DraAllocation,
+        )]
+    );
+    view.replace_watched_pods([(
+        "ml/p".to_string(),
+        watched("n2", &[], Source::GpuAnnotation, Some("bert")),
+    )]);
+    assert_eq!(residents_on(&view, "n2"), placed);
+    // The claim released: the pod is placed no more (no GPU of its own), and the pod
+    // watcher's record stands.
+    view.set_claim_residency("ml/p", None);
+    assert!(residents_on(&view, "n2").is_empty());
+    assert_eq!(view.resident_pods(), 1);
+}
+
+#[test]
+fn a_claim_relist_drops_the_unlisted_claims_and_a_claim_ends_the_pods_hold() {
+    let view = ClusterView::new();
+    let on = |gpu: &str| watched("n1", &[gpu], Source::DraAllocation, Some("w1"));
+    assert!(!view.is_bound("ml/a"));
+    view.set_claim_residency("ml/a", Some(on("GPU-a")));
+    assert!(
+        view.is_bound("ml/a"),
+        "allocated and reserved: the hold is done"
+    );
+    view.set_pod("ml/b", Some(at("n1", "GPU-b", "w2")));
+    view.replace_claim_residencies([("ml/c".to_string(), on("GPU-c"))]);
+    let gpus: Vec<String> = view
+        .occupied_gpus("n1")
+        .into_iter()
+        .map(|(g, _)| g)
+        .collect();
+    assert_eq!(gpus, ["GPU-b", "GPU-c"], "a gone, b the pod watcher's");
+    assert!(view.is_bound("ml/a"), "left: still landed");
+}

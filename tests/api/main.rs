@@ -26,6 +26,7 @@ mod hostile;
 mod import;
 mod kace;
 mod kubernetes_watch;
+mod kubernetes_watch_claims;
 mod lifecycle;
 mod limits;
 mod logging;

@@ -9,37 +9,52 @@
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
-use super::inventory::Inventory;
+use super::inventory::{Inventory, NVIDIA_DRA_DRIVER};
 use crate::{
     cluster::{Source, WatchedPod},
     extender::pod::WORKLOAD_ANNOTATION,
 };
 
-/// The pod an allocated claim is reserved for (`namespace/name`, the view's key), and
-/// where it runs; `None` while the claim is unallocated or reserved for no pod, or when
-/// none of its devices is a GPU the inventory knows.
-pub fn claim_residency(
-    claim: &ResourceClaim,
-    inventory: &Inventory,
-) -> Option<(String, WatchedPod)> {
-    let status = claim.status.as_ref()?;
-    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    let pod =
-        status.reserved_for.iter().flatten().find(|r| {
-            r.resource == "pods" && r.api_group.as_deref().unwrap_or_default().is_empty()
-        })?;
+/// Where an allocated claim places the pods it is reserved for.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClaimPlacement {
+    /// Each pod of `status.reservedFor` (`namespace/name`, the view's key) with where it
+    /// runs; empty while the claim is unallocated or reserved for no pod, or when none of
+    /// its devices is a GPU the inventory knows.
+    pub pods: Vec<(String, WatchedPod)>,
+    /// The claim is reserved for a pod, but a device of the NVIDIA driver its allocation
+    /// names is not in the inventory (its ResourceSlice not seen yet): read it again once
+    /// the inventory changes.
+    pub unresolved: bool,
+}
+
+/// Where an allocated claim places every pod it is reserved for (several share a claim
+/// the same way: on its devices).
+pub fn claim_placement(claim: &ResourceClaim, inventory: &Inventory) -> ClaimPlacement {
+    let Some(status) = claim.status.as_ref() else {
+        return ClaimPlacement::default();
+    };
+    let pods: Vec<_> = status
+        .reserved_for
+        .iter()
+        .flatten()
+        .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or_default().is_empty())
+        .collect();
     let results = status
         .allocation
-        .as_ref()?
-        .devices
-        .as_ref()?
-        .results
-        .as_ref()?;
+        .as_ref()
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref());
+    let (Some(results), false) = (results, pods.is_empty()) else {
+        return ClaimPlacement::default();
+    };
     let mut node = None;
     let mut gpus: Vec<String> = Vec::new();
+    let mut unresolved = false;
     for result in results {
         let Some(device) = inventory.dra_device(&result.driver, &result.pool, &result.device)
         else {
+            unresolved |= result.driver == NVIDIA_DRA_DRIVER;
             continue;
         };
         node.get_or_insert(device.node);
@@ -47,6 +62,13 @@ pub fn claim_residency(
             gpus.push(device.id);
         }
     }
+    let Some(node) = node else {
+        return ClaimPlacement {
+            pods: Vec::new(),
+            unresolved,
+        };
+    };
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
     let workload = claim
         .metadata
         .annotations
@@ -54,19 +76,33 @@ pub fn claim_residency(
         .and_then(|a| a.get(WORKLOAD_ANNOTATION))
         .map(|w| w.trim().to_string())
         .filter(|w| !w.is_empty());
-    Some((
-        format!("{namespace}/{}", pod.name),
-        WatchedPod {
-            node: node?,
-            gpus,
-            gpu_source: Source::DraAllocation,
-            workload,
-            uid: Some(pod.uid.clone()).filter(|uid| !uid.is_empty()),
-            min_job_fraction: None,
-            throughput_query: None,
-            hami_allocated: Vec::new(),
-        },
-    ))
+    let pods = pods
+        .into_iter()
+        .map(|pod| {
+            let placed = WatchedPod {
+                node: node.clone(),
+                gpus: gpus.clone(),
+                gpu_source: Source::DraAllocation,
+                workload: workload.clone(),
+                uid: Some(pod.uid.clone()).filter(|uid| !uid.is_empty()),
+                min_job_fraction: None,
+                throughput_query: None,
+                hami_allocated: Vec::new(),
+            };
+            (format!("{namespace}/{}", pod.name), placed)
+        })
+        .collect();
+    ClaimPlacement { pods, unresolved }
+}
+
+/// The first pod an allocated claim is reserved for, and where it runs
+/// ([`claim_placement`]); `None` while the claim is unallocated or reserved for no pod, or
+/// when none of its devices is a GPU the inventory knows.
+pub fn claim_residency(
+    claim: &ResourceClaim,
+    inventory: &Inventory,
+) -> Option<(String, WatchedPod)> {
+    claim_placement(claim, inventory).pods.into_iter().next()
 }
 
 /// The pod a claim the resource claim controller made belongs to: its controller owner of

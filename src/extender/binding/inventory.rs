@@ -22,6 +22,7 @@ use kube::{
     Api, Client,
 };
 use serde::Deserialize;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::hami::Capacity;
@@ -177,9 +178,21 @@ fn quantity_gib(raw: &str) -> Option<f64> {
 }
 
 /// The cluster's GPUs, by source and node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Inventory {
     inner: RwLock<Inner>,
+    /// Counts the changes of the DRA driver's GPUs, for the claim watcher, which reads
+    /// again the claims it could not resolve ([`Inventory::dra_changes`]).
+    dra_changes: watch::Sender<u64>,
+}
+
+impl Default for Inventory {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            dra_changes: watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -224,12 +237,27 @@ impl Inventory {
     /// Sets (or with no devices, forgets) one ResourceSlice's GPUs.
     pub fn set_slice(&self, slice: &str, devices: Vec<Device>) {
         let mut inner = self.inner.write().unpoisoned();
+        if inner
+            .dra
+            .get(slice)
+            .map_or(devices.is_empty(), |d| *d == devices)
+        {
+            return;
+        }
         inner.sorted = None;
         if devices.is_empty() {
             inner.dra.remove(slice);
         } else {
             inner.dra.insert(slice.to_string(), devices);
         }
+        drop(inner);
+        self.dra_changes.send_modify(|changes| *changes += 1);
+    }
+
+    /// Tells when the DRA driver's GPUs change (a ResourceSlice's devices added, changed
+    /// or gone).
+    pub fn dra_changes(&self) -> watch::Receiver<u64> {
+        self.dra_changes.subscribe()
     }
 
     /// Every GPU, each id once, sorted by node and id (a stable order for ties).

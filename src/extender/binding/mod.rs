@@ -5,10 +5,11 @@
 //! annotation or the DRA driver's ResourceSlices) and holds the chosen slot in the store
 //! until the pod lands (`choose`, over `store::reservations`); under HAMi only GPUs HAMi's
 //! own accounting will accept are named (`hami`), under DRA only devices the allocator can
-//! still give the claim (`dra` reads where allocated claims run). docs/stacks/ says what
-//! each mode controls.
+//! still give the claim (`dra` reads where allocated claims run, `claims` watches them
+//! into the cluster view). docs/stacks/ says what each mode controls.
 
 pub mod choose;
+pub mod claims;
 pub mod dra;
 pub mod hami;
 pub mod inventory;

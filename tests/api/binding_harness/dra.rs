@@ -4,8 +4,9 @@
 //! `coloc.io/workload`), coloc's webhook pins it with a CEL selector on the GPU's UUID, and
 //! the scheduler's DynamicResources plugin allocates it on every node by its structured
 //! allocator, then kube-scheduler picks a node among those that fit. coloc learns where the
-//! pod runs from the allocated claim (`binding::dra::claim_residency`, as its watcher would
-//! read the claim), and the share of pods whose device is the GPU coloc chose is measured.
+//! pod runs from the allocated claim (`binding::dra::claim_residency`, recorded as its claim
+//! watcher records it, `ClusterView::set_claim_residency`), and the share of pods whose
+//! device is the GPU coloc chose is measured.
 //!
 //! The allocator follows kubernetes staging/src/k8s.io/dynamic-resource-allocation/
 //! structured (`allocator.go`, `Allocate` for one node): the node's pools and devices in
@@ -164,7 +165,8 @@ async fn run(app: &TestApp) -> Outcome {
         let key = format!("ml/{}", pod.name);
         if departure {
             in_use.retain(|_, holder| *holder != i);
-            app.cluster.set_watched_pod(&key, None);
+            // The claim deallocated once its pod is gone.
+            app.cluster.set_claim_residency(&key, None);
             continue;
         }
         outcome.pods += 1;
@@ -192,7 +194,7 @@ async fn run(app: &TestApp) -> Outcome {
         let node = node_name(node);
         in_use.insert(device.uuid.clone(), i);
         outcome.bound += 1;
-        // coloc's watcher reads the allocated claim.
+        // coloc's claim watcher reads the allocated claim (`binding::claims`).
         let (pod_key, watched) =
             claim_residency(&allocated(claim, pod, &node, &device), &app.inventory)
                 .expect("an allocated claim reserved for a pod places it");
@@ -209,7 +211,7 @@ async fn run(app: &TestApp) -> Outcome {
                 Source::DraAllocation
             )
         );
-        app.cluster.set_watched_pod(&key, Some(watched));
+        app.cluster.set_claim_residency(&key, Some(watched));
         match choice {
             Some(chosen) if chosen == device.uuid => outcome.landed_on_choice += 1,
             Some(chosen) => outcome.miss(
