@@ -191,6 +191,10 @@ impl World {
             coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, levels)?
                 .with_context(|| format!("--bands {}: too few runs to calibrate on", args.bands))?;
         }
+        let probe = match args.trace_retraining {
+            Some(_) => Some(Arc::new(Probe::new(&truth, args.ls_cap)?)),
+            None => None,
+        };
         Ok(Self {
             truth,
             dataset,
@@ -214,7 +218,7 @@ impl World {
             } else {
                 None
             },
-            probe: None,
+            probe,
             training_rows: rows,
         })
     }
@@ -401,10 +405,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if pods.is_empty() {
         bail!("{} holds no one-GPU pod that ran", args.trace.display());
     }
-    let mut world = World::load(&args)?;
-    if args.trace_retraining.is_some() {
-        world.probe = Some(Arc::new(Probe::new(&world.truth, args.ls_cap)?));
-    }
+    let world = World::load(&args)?;
     let features = world.dataset.features();
     let interval_audit =
         audit::intervals_on_truth(&world.coloc.0, &world.truth, &features, args.ls_cap)?;

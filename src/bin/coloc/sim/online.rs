@@ -243,14 +243,10 @@ impl LearningService {
 impl LearningService {
     /// What the serving model says now of every set of `probe` (the retraining trace),
     /// `own` the sets the service was shown.
-    pub fn trace(
-        &self,
-        probe: &Probe,
-        own: &HashSet<Vec<u8>>,
-    ) -> anyhow::Result<RetrainingTrace> {
-        let mut traced = self
-            .runtime
-            .block_on(retraining::trace(&self.advisor, &self.gpu, probe, own))?;
+    pub fn trace(&self, probe: &Probe, own: &HashSet<Vec<u8>>) -> anyhow::Result<RetrainingTrace> {
+        let mut traced =
+            self.runtime
+                .block_on(retraining::trace(&self.advisor, &self.gpu, probe, own))?;
         traced.trainings = self.trainings;
         traced.own_runs = self.reports;
         traced.own_crowded_runs = self.crowded_reports;

@@ -408,7 +408,11 @@ impl Placer for ServicePlacer {
             .collect();
         let trainings = service.trainings;
         let changed = service.report(&run, now)?;
-        if let Some(log) = self.retraining.as_mut().filter(|_| service.trainings > trainings) {
+        if let Some(log) = self
+            .retraining
+            .as_mut()
+            .filter(|_| service.trainings > trainings)
+        {
             let mut traced = service.trace(&log.probe, &self.reported)?;
             traced.at_h = now / 3600.0;
             log.traces.push(traced);
