@@ -17,9 +17,8 @@ use crate::model::{Features, SetPrediction, TrainingRow};
 /// out at random instead (five folds of whole sets, so that no held-out run has a copy in
 /// its training), each scored only if its members are known to its fold's training: a
 /// pair's both members in any training run, a crowded set's every member in a crowded
-/// training run. `Train` keeps the bands of three and more only for a model trained on no
-/// crowded run or on at least 110 (`member::SET_LINEAR_MIN_SETS`), the band of two in every
-/// model ([`SeenBands::pairs_only`]).
+/// training run. `Train` calibrates them only for a model trained on no crowded run or on
+/// at least 110 (`member::SET_LINEAR_MIN_SETS`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeenBands {
     /// As [`Intervals::bands`], plain quantiles. A size without its own band here is
@@ -91,17 +90,6 @@ impl SeenBands {
             .iter()
             .any(Option::is_some)
             .then_some(self)
-    }
-
-    /// With the band of two alone: what a model trained on 1 to 109 crowded runs keeps
-    /// (its crowded bands would rest on a few runs of its own choosing; its pairs' point is
-    /// what it was, docs/decisions/032-online-learning-gap.md).
-    pub fn pairs_only(mut self) -> Option<Self> {
-        for band in &mut self.intervals.bands[1..] {
-            *band = None;
-        }
-        self.crowded_profiles.clear();
-        self.intervals.bands[0].is_some().then_some(self)
     }
 
     /// The folds that calibrate seen bands on `rows`: [`set_folds`], each with the rows it

@@ -48,17 +48,11 @@ impl MemberRidgeGbt {
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
             .pop()
             .flatten();
-        // Crowded seen bands only where the model learned crowded sets from none or from
-        // enough; the band of two in every model (docs/nway.md, "Seen bands in a model that
-        // learned from a few crowded runs").
+        // Seen bands only where the model learned crowded sets from none or from enough
+        // (docs/nway.md, "Seen bands in a model that learned from a few crowded runs").
         let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
-        if model.intervals.is_some() {
-            let seen = Self::calibrate_seen(rows, options)?;
-            model.seen = if crowded == 0 || crowded >= SET_LINEAR_MIN_SETS {
-                seen
-            } else {
-                seen.and_then(SeenBands::pairs_only)
-            };
+        if model.intervals.is_some() && (crowded == 0 || crowded >= SET_LINEAR_MIN_SETS) {
+            model.seen = Self::calibrate_seen(rows, options)?;
         }
         Ok(model)
     }

@@ -396,8 +396,8 @@ mod tests {
         }
 
         // Twenty measured sets of three reported as runs: the service's default retrains
-        // after 20 new runs, on 20 crowded runs (fewer than 110: the seen band of two
-        // alone, decision 032).
+        // after 20 new runs, on 20 crowded runs (fewer than 110: no seen band at all, the
+        // pairs' band of two lost with the rest; decision 032, run 4).
         let threes: Vec<Vec<u8>> = probe
             .sets
             .iter()
@@ -438,8 +438,11 @@ mod tests {
         assert_eq!(own_threes.sets, 20);
         if retrained.promoted == Some(true) {
             assert_eq!(retrained.serving_version, 3);
-            let sizes: Vec<usize> = retrained.seen_bands.iter().map(|b| b.size).collect();
-            assert_eq!(sizes, vec![2]);
+            assert!(
+                retrained.seen_bands.is_empty(),
+                "{:?}",
+                retrained.seen_bands
+            );
         } else {
             assert_eq!(retrained.serving_version, 2);
         }

@@ -183,64 +183,6 @@ fn seen_bands_answer_sets_whose_every_member_was_trained_on_and_nothing_else() {
 }
 
 #[test]
-fn a_model_trained_on_a_few_crowded_runs_keeps_the_seen_band_of_two_alone() {
-    let mut state = 37;
-    let seen: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
-    let mixed = mixed_rows(&seen);
-    let triples = mixed.iter().filter(|r| r.members.len() == 3);
-    // Every pair, and 20 of the triples (fewer than the 110 crowded runs crowded seen
-    // bands need).
-    let few: Vec<TrainingRow> = mixed
-        .iter()
-        .filter(|r| r.members.len() == 2)
-        .chain(triples.take(20))
-        .cloned()
-        .collect();
-    let model = MemberRidgeGbt::fit(&few).expect("fits");
-    let bands = model.seen.clone().expect("the band of two");
-    assert!(bands.intervals.bands[0].is_some());
-    assert!(bands.intervals.bands[1..].iter().all(Option::is_none));
-    assert!(bands.crowded_profiles.is_empty());
-    let mut prints: Vec<u64> = seen.iter().map(Features::fingerprint).collect();
-    prints.sort_unstable();
-    assert_eq!(bands.profiles, prints);
-    // Its band of two is the one its whole seen calibration gives.
-    let calibrated = MemberRidgeGbt::calibrate_seen(&few, MemberOptions::CHOSEN)
-        .unwrap()
-        .expect("pairs of known workloads");
-    assert_eq!(bands.intervals.bands[0], calibrated.intervals.bands[0]);
-    // A set of three of them reads the model's own band, a pair the seen band of two.
-    let pair = [&seen[0], &seen[1]];
-    let prediction = model.predict_set(&pair);
-    assert_eq!(
-        model.interval(&pair, &prediction, 0.0),
-        bands.apply(&pair, &prediction)
-    );
-    let three = [&seen[0], &seen[1], &seen[2]];
-    let prediction = model.predict_set(&three);
-    assert_eq!(bands.apply(&three, &prediction), None);
-    assert!(model.interval(&three, &prediction, 0.0).is_some());
-}
-
-#[test]
-fn without_a_band_of_two_pairs_only_leaves_no_seen_bands() {
-    let band = intervals::Band {
-        runs: 9,
-        member: Some((-0.1, 0.1)),
-        sum: (-0.1, 0.1),
-        floor: None,
-    };
-    let crowded = SeenBands {
-        intervals: Intervals {
-            bands: vec![None, Some(band), None],
-        },
-        profiles: Vec::new(),
-        crowded_profiles: vec![1, 2, 3],
-    };
-    assert_eq!(crowded.pairs_only(), None);
-}
-
-#[test]
 fn no_seen_band_and_no_refit_where_no_size_has_nine_runs_of_known_workloads() {
     let mut state = 41;
     let pool: Vec<Features> = (0..60).map(|_| workload(&mut state)).collect();
