@@ -123,6 +123,8 @@ pub struct GroupTrace {
     /// those the ones measured below it.
     pub admitted_on_low_end: usize,
     pub admitted_on_low_end_below_cap: usize,
+    /// Those members, as `worst` names one.
+    pub admitted_below_cap: Vec<String>,
     /// Members answered without an interval (their point read as the low end).
     pub without_interval: usize,
 }
@@ -291,7 +293,7 @@ struct Tally {
     inside: usize,
     below: usize,
     admitted: usize,
-    admitted_below_cap: usize,
+    admitted_below_cap: Vec<String>,
     without_interval: usize,
 }
 
@@ -308,7 +310,7 @@ impl Tally {
         let error = (predicted / measured_read).ln().abs();
         self.error += error;
         if error > self.worst.0 || self.worst.1.is_empty() {
-            self.worst = (error, label);
+            self.worst = (error, label.clone());
         }
         self.predicted += predicted;
         self.measured += measured_read;
@@ -326,7 +328,7 @@ impl Tally {
         if low >= cap {
             self.admitted += 1;
             if measured < cap {
-                self.admitted_below_cap += 1;
+                self.admitted_below_cap.push(label);
             }
         }
     }
@@ -348,7 +350,8 @@ impl Tally {
             coverage: self.inside as f64 / n,
             below_low_end: self.below as f64 / n,
             admitted_on_low_end: self.admitted,
-            admitted_on_low_end_below_cap: self.admitted_below_cap,
+            admitted_on_low_end_below_cap: self.admitted_below_cap.len(),
+            admitted_below_cap: self.admitted_below_cap,
             without_interval: self.without_interval,
         }
     }
