@@ -104,6 +104,12 @@ pub struct SimulateArgs {
     /// Write the plots (JCT CDF, busy GPUs over time) as PNG files into this folder.
     #[arg(long)]
     pub plots: Option<PathBuf>,
+    /// Write coloc-online's retraining trace to this file, one JSON object a line: at the
+    /// start and after every retraining turn that trained, the serving model (version,
+    /// runs, seen bands) and its answers on every measured set through Predict (error,
+    /// low ends, widths, coverage; docs/simulation.md).
+    #[arg(long)]
+    pub trace_retraining: Option<PathBuf>,
 }
 
 /// `coloc bench`: what the load generator (a module of the binary, `src/bin/coloc/bench/`) is

@@ -22,11 +22,12 @@ mod place;
 mod plot;
 mod policy;
 mod report;
+mod retraining;
 mod trace;
 mod truth;
 
 use crate::data_sources::{require, DataSet};
-use std::{collections::BTreeMap, time::Instant};
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Instant};
 
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -46,6 +47,7 @@ use online::{LearningService, SeededStore};
 use place::{CapCheck, PlacePolicy, ServicePlacer};
 use policy::{FractionPack, OnePerGpu, Oracle, PlaceRule, Policy, SmallestMemory};
 use report::{Report, RunSummary};
+use retraining::Probe;
 use trace::{assign, read_pods, Pod};
 use truth::{NamedRun, Truth};
 
@@ -131,6 +133,8 @@ pub struct World {
     pub prefer: coloc::extender::Prefer,
     /// The store `coloc-online` starts from; `None` when it does not run.
     pub seeded: Option<SeededStore>,
+    /// The sets `coloc-online`'s retraining trace asks (`--trace-retraining`).
+    pub probe: Option<Arc<Probe>>,
     /// What the model policies were trained on (the interval audit's what-if refits them).
     pub training_rows: Vec<TrainingRow>,
 }
@@ -187,6 +191,10 @@ impl World {
             coloc.0 = audit::calibrated_on_held_out_runs_at(&coloc.0, &rows, levels)?
                 .with_context(|| format!("--bands {}: too few runs to calibrate on", args.bands))?;
         }
+        let probe = match args.trace_retraining {
+            Some(_) => Some(Arc::new(Probe::new(&truth, args.ls_cap)?)),
+            None => None,
+        };
         Ok(Self {
             truth,
             dataset,
@@ -210,6 +218,7 @@ impl World {
             } else {
                 None
             },
+            probe,
             training_rows: rows,
         })
     }
@@ -227,6 +236,7 @@ pub fn run_policy(
     let mut place_stats = None;
     let mut learning = None;
     let mut summary_explored = 0;
+    let mut retrainings = None;
     let run = |policy: &mut dyn Policy| {
         let outcome = simulate(jobs, &world.truth, cluster, policy);
         let summary = RunSummary::of(policy.name(), seed, &outcome);
@@ -267,11 +277,15 @@ pub fn run_policy(
             };
             let mut placer = placer;
             placer.prefer = world.prefer;
+            if let Some(probe) = &world.probe {
+                placer.trace_retraining(probe.clone())?;
+            }
             let mut policy = PlacePolicy::new(name, placer);
             let result = run(&mut policy);
             place_stats = Some((policy.placer.calls, policy.placer.nanos));
             summary_explored = policy.placer.explored;
             learning = policy.placer.learning_counts();
+            retrainings = policy.placer.retraining.take().map(|log| log.traces);
             result
         }
         other => bail!("unknown policy {other:?}; known: {}", POLICIES.join(", ")),
@@ -286,6 +300,10 @@ pub fn run_policy(
         summary.promotions = promotions;
     }
     summary.explored = summary_explored;
+    summary.retrainings = retrainings.unwrap_or_default();
+    for traced in &mut summary.retrainings {
+        traced.seed = seed;
+    }
     summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
     Ok((outcome, summary))
 }
@@ -363,6 +381,16 @@ fn simulate_seeds(
     Ok((runs, first_seed))
 }
 
+/// Every run's retraining trace, one JSON object a line, in the order of the runs.
+fn write_retraining_trace(file: &Path, runs: &[RunSummary]) -> anyhow::Result<()> {
+    let mut lines = String::new();
+    for traced in runs.iter().flat_map(|r| &r.retrainings) {
+        lines.push_str(&serde_json::to_string(traced)?);
+        lines.push('\n');
+    }
+    std::fs::write(file, lines).with_context(|| format!("cannot write {}", file.display()))
+}
+
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     require(&args.trace, DataSet::AlibabaTrace)?;
@@ -405,6 +433,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let simulating = Instant::now();
     let (runs, first_seed) = simulate_seeds(&args, &policies, &world, &pods, &cluster)?;
     let simulated = simulating.elapsed();
+    if let Some(file) = &args.trace_retraining {
+        write_retraining_trace(file, &runs)?;
+    }
 
     let mut setup = BTreeMap::new();
     let mut put = |k: &str, v: serde_json::Value| {
@@ -510,6 +541,7 @@ mod tests {
             max_pods: Some(max_pods),
             json: false,
             plots: None,
+            trace_retraining: None,
         }
     }
 

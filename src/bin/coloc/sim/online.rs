@@ -16,6 +16,7 @@
 //! each run, so that every run starts from the same state.
 
 use std::{
+    collections::HashSet,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -37,6 +38,7 @@ use coloc::{
 use super::{
     engine::REPORT_AFTER_S,
     observed::{EmittedSeries, EmittedTimeline},
+    retraining::{self, Probe, RetrainingTrace},
 };
 
 /// A store holding what `coloc import kace` writes, closed, ready to be copied.
@@ -101,6 +103,10 @@ pub struct LearningService {
     pub reports: u64,
     pub trainings: u64,
     pub promotions: u64,
+    /// Of the runs reported, those of three and more members.
+    pub crowded_reports: u64,
+    /// The version the last retraining turn trained, and whether it was promoted.
+    pub last_trained: Option<(u64, bool)>,
 }
 
 impl LearningService {
@@ -151,6 +157,8 @@ impl LearningService {
             reports: 0,
             trainings: 0,
             promotions: 0,
+            crowded_reports: 0,
+            last_trained: None,
         })
     }
 
@@ -209,11 +217,15 @@ impl LearningService {
             );
         }
         self.reports += created as u64;
+        if members.len() >= 3 {
+            self.crowded_reports += created as u64;
+        }
         let mut changed = false;
         for outcome in turn {
             match outcome {
                 TrainerOutcome::Trained { outcome, .. } => {
                     self.trainings += 1;
+                    self.last_trained = Some((outcome.model.version, outcome.promoted));
                     if outcome.promoted {
                         self.promotions += 1;
                         changed = true;
@@ -225,6 +237,25 @@ impl LearningService {
             }
         }
         Ok(changed)
+    }
+}
+
+impl LearningService {
+    /// What the serving model says now of every set of `probe` (the retraining trace),
+    /// `own` the sets the service was shown.
+    pub fn trace(&self, probe: &Probe, own: &HashSet<Vec<u8>>) -> anyhow::Result<RetrainingTrace> {
+        let mut traced =
+            self.runtime
+                .block_on(retraining::trace(&self.advisor, &self.gpu, probe, own))?;
+        traced.trainings = self.trainings;
+        traced.own_runs = self.reports;
+        traced.own_crowded_runs = self.crowded_reports;
+        if self.trainings > 0 {
+            let (version, promoted) = self.last_trained.expect("set by every training");
+            traced.trained_version = Some(version);
+            traced.promoted = Some(promoted);
+        }
+        Ok(traced)
     }
 }
 

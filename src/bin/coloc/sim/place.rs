@@ -54,6 +54,7 @@ use coloc::{
 use super::{
     online::LearningService,
     policy::{DecisionKey, GpuView, JobView, PlaceRule, Policy},
+    retraining::{Probe, RetrainingLog},
     truth::{Workload, GPU_MEMORY_GB},
 };
 
@@ -147,6 +148,8 @@ pub struct ServicePlacer {
     /// Calls answered with a placement marked `explored`, taken.
     pub explored: u64,
     pub nanos: u128,
+    /// The learning service's retraining trace, where one is asked for.
+    pub retraining: Option<RetrainingLog>,
 }
 
 impl ServicePlacer {
@@ -237,7 +240,21 @@ impl ServicePlacer {
             calls: 0,
             explored: 0,
             nanos: 0,
+            retraining: None,
         }
+    }
+
+    /// Traces the learning service's model now (the seeded one) and after every retraining
+    /// turn that trains ([`super::retraining`]); nothing for a fixed model.
+    pub fn trace_retraining(&mut self, probe: Arc<Probe>) -> anyhow::Result<()> {
+        if let Answerer::Learning(service) = &self.answerer {
+            let seeded = service.trace(&probe, &self.reported)?;
+            self.retraining = Some(RetrainingLog {
+                probe,
+                traces: vec![seeded],
+            });
+        }
+        Ok(())
     }
 
     /// Place answered by the service in process, which learns from reported runs.
@@ -389,7 +406,18 @@ impl Placer for ServicePlacer {
                 )
             })
             .collect();
-        service.report(&run, now)
+        let trainings = service.trainings;
+        let changed = service.report(&run, now)?;
+        if let Some(log) = self
+            .retraining
+            .as_mut()
+            .filter(|_| service.trainings > trainings)
+        {
+            let mut traced = service.trace(&log.probe, &self.reported)?;
+            traced.at_h = now / 3600.0;
+            log.traces.push(traced);
+        }
+        Ok(changed)
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::engine::Outcome;
+use super::{engine::Outcome, retraining::RetrainingTrace};
 
 /// One policy on one seed.
 #[derive(Debug, Clone, Serialize)]
@@ -52,6 +52,9 @@ pub struct RunSummary {
     /// Placements taken because Place offered them to explore (`observer.explore_budget`).
     pub explored: u64,
     pub wall_ms: f64,
+    /// `coloc-online`'s retraining trace (`--trace-retraining`, written to its own file).
+    #[serde(skip)]
+    pub retrainings: Vec<RetrainingTrace>,
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -127,6 +130,7 @@ impl RunSummary {
             promotions: 0,
             explored: 0,
             wall_ms: 0.0,
+            retrainings: Vec::new(),
         }
     }
 }
