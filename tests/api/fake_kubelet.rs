@@ -9,10 +9,13 @@ use std::{
 
 use coloc::{
     agent::pod_resources::PodDevicesReporter,
-    proto::podresources::{
-        pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer},
-        AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
-        GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
+    proto::{
+        self as pb,
+        podresources::{
+            pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer},
+            AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
+            GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
+        },
     },
 };
 use tonic::{Request, Response, Status};
@@ -86,4 +89,29 @@ pub async fn reporter(app: &TestApp, socket: &Path, agent: &str, node: &str) -> 
         &agents,
     )
     .unwrap()
+}
+
+/// A GPU's residents as ListGpus shows them: (job id, workload, source).
+pub type Residents = Vec<(String, String, pb::ResidentSource)>;
+
+/// Every GPU ListGpus shows (one page), each with its [`Residents`] in the answer's order.
+pub async fn listed_gpus(app: &mut TestApp) -> Vec<(pb::ClusterGpu, Residents)> {
+    let answer = app
+        .client
+        .list_gpus(pb::ListGpusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    answer
+        .gpus
+        .into_iter()
+        .map(|g| {
+            let jobs = g
+                .jobs
+                .iter()
+                .map(|j| (j.job_id.clone(), j.workload.clone(), j.source()))
+                .collect();
+            (g, jobs)
+        })
+        .collect()
 }

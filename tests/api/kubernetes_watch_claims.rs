@@ -9,10 +9,7 @@
 
 use std::time::Duration;
 
-use coloc::{
-    extender::binding::claims::ClaimWatcher,
-    proto::{self as pb, ResidentSource},
-};
+use coloc::{extender::binding::claims::ClaimWatcher, proto::ResidentSource};
 use http::{Request, Response};
 use kube::client::Body;
 use serde_json::{json, Value};
@@ -147,23 +144,10 @@ impl ApiServer {
 type Listed = Vec<(String, String, Vec<(String, String, ResidentSource)>)>;
 
 async fn listed(app: &mut TestApp) -> Listed {
-    let answer = app
-        .client
-        .list_gpus(pb::ListGpusRequest::default())
+    crate::fake_kubelet::listed_gpus(app)
         .await
-        .unwrap()
-        .into_inner();
-    answer
-        .gpus
         .into_iter()
-        .map(|g| {
-            let jobs = g
-                .jobs
-                .iter()
-                .map(|j| (j.job_id.clone(), j.workload.clone(), j.source()))
-                .collect();
-            (g.id, g.node, jobs)
-        })
+        .map(|(g, jobs)| (g.id, g.node, jobs))
         .collect()
 }
 

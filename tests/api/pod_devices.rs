@@ -11,7 +11,7 @@
 //! device ids NVIDIA's device plugin gives time-sliced replicas (`UUID::N`,
 //! `NewAnnotatedID` in k8s-device-plugin's `internal/rm/devices.go`).
 
-use crate::fake_kubelet::{reporter, FakeKubelet};
+use crate::fake_kubelet::{listed_gpus, reporter, FakeKubelet};
 use crate::helpers::{
     expect_code, profile, register_request, set_test_node, spawn_app, TestApp, GPU,
 };
@@ -110,23 +110,10 @@ async fn listed(
     String,
     Vec<(String, String, pb::ResidentSource)>,
 )> {
-    let answer = app
-        .client
-        .list_gpus(pb::ListGpusRequest::default())
+    listed_gpus(app)
         .await
-        .unwrap()
-        .into_inner();
-    answer
-        .gpus
         .into_iter()
-        .map(|g| {
-            let jobs = g
-                .jobs
-                .iter()
-                .map(|j| (j.job_id.clone(), j.workload.clone(), j.source()))
-                .collect();
-            (g.id, g.node, g.gpu, jobs)
-        })
+        .map(|(g, jobs)| (g.id, g.node, g.gpu, jobs))
         .collect()
 }
 

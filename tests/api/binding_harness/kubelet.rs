@@ -37,7 +37,7 @@ use super::{events, node_name, trace, uuid, Chance, Outcome, TracePod};
 use crate::{
     binding::{config, pod_review},
     extender::post,
-    fake_kubelet::{reporter, FakeKubelet},
+    fake_kubelet::{listed_gpus, reporter, FakeKubelet},
     helpers::{set_test_node, slowdown_app_with_config, TestApp, GPU},
 };
 
@@ -164,22 +164,11 @@ async fn schedule(
 
 /// What ListGpus shows: GPU -> [(job id, workload, source)].
 async fn listed(app: &mut TestApp) -> BTreeMap<String, Vec<(String, String, pb::ResidentSource)>> {
-    let answer = app
-        .client
-        .list_gpus(pb::ListGpusRequest::default())
+    listed_gpus(app)
         .await
-        .unwrap()
-        .into_inner();
-    answer
-        .gpus
         .into_iter()
-        .filter(|g| !g.jobs.is_empty())
-        .map(|g| {
-            let mut jobs: Vec<_> = g
-                .jobs
-                .iter()
-                .map(|j| (j.job_id.clone(), j.workload.clone(), j.source()))
-                .collect();
+        .filter(|(_, jobs)| !jobs.is_empty())
+        .map(|(g, mut jobs)| {
             jobs.sort();
             (g.id, jobs)
         })
