@@ -23,6 +23,7 @@
 //! `features`; nothing here imports the service.
 
 mod features;
+mod flat_forest;
 pub mod intervals;
 mod kace_linear;
 mod member;

@@ -2,8 +2,6 @@
 //! rows, the trees on (a sample of) the member rows, and the sum-level linear model of
 //! crowded sets. No intervals here ([`super::calibrate`] adds them).
 
-use std::sync::Arc;
-
 use forust_ml::{data::Matrix, objective::ObjectiveType, GradientBooster};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -96,7 +94,7 @@ impl MemberRidgeGbt {
         let model = Self {
             ridge_intercept,
             ridge_coefficients,
-            booster: Booster(Arc::new(booster)),
+            booster: Booster::new(booster),
             options,
             intervals: None,
             seen: None,

@@ -2,8 +2,6 @@
 //! (the sum-level linear model, the time-sharing law) with the prediction's difficulty,
 //! sets in batches, and pairs through the compiled pair scorer.
 
-use forust_ml::data::Matrix;
-
 use super::{booster_features, prior, ridge_linear, views_of, MemberRidgeGbt, MemberView};
 use crate::model::{
     member_terms::{
@@ -16,16 +14,6 @@ use crate::model::{
 
 /// Sets predicted together by one task of a batch.
 const CHUNK_SETS: usize = 512;
-
-/// Column-major copy of the first `width` columns of row vectors, as forust-ml's `Matrix`
-/// expects.
-fn column_major<const N: usize>(rows: &[[f64; N]], width: usize) -> Vec<f64> {
-    let mut data = Vec::with_capacity(rows.len() * width);
-    for j in 0..width {
-        data.extend(rows.iter().map(|r| r[j]));
-    }
-    data
-}
 
 impl MemberRidgeGbt {
     /// A set's member predictions with the sum-level linear model blended in (sets of
@@ -111,11 +99,7 @@ impl MemberRidgeGbt {
             .iter()
             .map(|view| booster_features(view, self.options))
             .collect();
-        let data = column_major(&booster_x, width);
-        let boosted = self
-            .booster
-            .0
-            .predict(&Matrix::new(&data, booster_x.len(), width), false);
+        let boosted = self.booster.predict_rows(&booster_x, width);
         members
             .iter()
             .zip(boosted)
