@@ -122,6 +122,10 @@ pub struct Advisor {
     drift: tokio::sync::Notify,
     catalog: RwLock<Catalog>,
     models: ArcSwap<ModelMap>,
+    /// Bumped after every change of what Place answers from: each catalog write (when its
+    /// guard drops, the write lock still held), each model published, the kept set
+    /// predictions forgotten ([`Self::answers_generation`]).
+    answers: std::sync::atomic::AtomicU64,
     /// How many times a model was published here (`publish`), held while publishing: the
     /// follower of the store's champions (`follow.rs`) publishes only when nothing else
     /// did since it read the store, so a stale read never replaces a newer pin.
@@ -207,6 +211,7 @@ impl Advisor {
             drift: tokio::sync::Notify::new(),
             catalog: RwLock::new(catalog),
             models: ArcSwap::from_pointee(models),
+            answers: std::sync::atomic::AtomicU64::new(0),
             publications: std::sync::Mutex::new(0),
             default_gpu,
             default_kind,
@@ -316,8 +321,27 @@ impl Advisor {
         self.catalog.read().unpoisoned()
     }
 
-    fn write_catalog(&self) -> std::sync::RwLockWriteGuard<'_, Catalog> {
-        self.catalog.write().unpoisoned()
+    /// The catalog to change; the answers generation moves on when the guard drops.
+    fn write_catalog(&self) -> CatalogWrite<'_> {
+        CatalogWrite {
+            guard: self.catalog.write().unpoisoned(),
+            answers: &self.answers,
+        }
+    }
+
+    /// A number that moves on after every change of what Place's answer to the same query
+    /// could depend on (the catalog's workloads, profiles, runs and GPU memories, a
+    /// serving model). A caller that keeps answers reads it **before** it asks Place, and
+    /// keeps what Place answered under the number read: a change that Place already saw
+    /// moves the number after it, so the kept answer is never reused under a number that
+    /// was current before the change.
+    pub fn answers_generation(&self) -> u64 {
+        self.answers.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn answers_changed(&self) {
+        self.answers
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     pub async fn register(&self, workload: NewWorkload) -> Result<WorkloadRecord> {
@@ -680,6 +704,8 @@ impl Advisor {
     /// request with it; answers never depend on it).
     pub fn forget_placed_sets(&self) {
         self.placed_sets.clear();
+        // What callers keep of Place's answers goes too.
+        self.answers_changed();
     }
 
     /// Resolves the GPU models, models, profile tables and residents of a Place request
@@ -740,6 +766,35 @@ fn decode_page_token(token: &str) -> Result<Option<String>> {
     let name = String::from_utf8(bytes).map_err(|_| invalid())?;
     WorkloadName::parse("page_token", &name).map_err(|_| invalid())?;
     Ok(Some(name))
+}
+
+/// The catalog's write guard ([`Advisor::write_catalog`]): moves the answers generation
+/// on when it drops, while the write lock is still held, so that a reader that read the
+/// number before the change sees the change or a newer number.
+struct CatalogWrite<'a> {
+    guard: std::sync::RwLockWriteGuard<'a, Catalog>,
+    answers: &'a std::sync::atomic::AtomicU64,
+}
+
+impl std::ops::Deref for CatalogWrite<'_> {
+    type Target = Catalog;
+
+    fn deref(&self) -> &Catalog {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for CatalogWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Catalog {
+        &mut self.guard
+    }
+}
+
+impl Drop for CatalogWrite<'_> {
+    fn drop(&mut self) {
+        self.answers
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 #[cfg(test)]

@@ -443,6 +443,9 @@ impl Advisor {
             next.insert(gpu.clone(), model.clone());
             next
         });
+        // After the swap: the catalog write above moved it before Place could read the
+        // new model.
+        self.answers_changed();
     }
 
     /// A stored version of a GPU model's model (the one serving for `None`).

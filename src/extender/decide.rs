@@ -107,6 +107,13 @@ pub trait Placer: Send + Sync + 'static {
     fn policy(&self, _ask: &PlacementAsk) -> Option<String> {
         None
     }
+
+    /// A number that moves on whenever this placer's answer to the same ask could change
+    /// (a new model, a changed profile): a caller may keep an outcome for a slot while the
+    /// number it read **before** asking is still current. `None`: keep nothing.
+    fn answers_generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A node's verdict for the pod.

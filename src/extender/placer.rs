@@ -210,6 +210,12 @@ impl Placer for AdvisorPlacer {
         Some(self.policy_of(ask).describe())
     }
 
+    /// The advisor's: this placer's answers read its catalog and serving models, and a
+    /// policy fixed at start-up.
+    fn answers_generation(&self) -> Option<u64> {
+        Some(self.advisor.answers_generation())
+    }
+
     fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a> {
         Box::pin(async move {
             let job = WorkloadName::parse("workload", &ask.workload)

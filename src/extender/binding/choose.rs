@@ -5,7 +5,10 @@
 //! the GPU's current resident-set version. The GPUs are indexed by resident set first (one
 //! pass over the view; each distinct set's version made once; the index is kept until the
 //! view or the inventory changes, a second at most), and GPUs with the same
-//! model, memory, set and holds are one slot of the ask. Under HAMi, a GPU HAMi's own
+//! model, memory, set and holds are one slot of the ask. A slot without holds whose
+//! outcome Place gave for the same ask is not asked again while the placer's answers
+//! generation holds (`kept.rs`: sets keep their ids while the view changes around them).
+//! Under HAMi, a GPU HAMi's own
 //! accounting would refuse the pod (`hami`: its registered capacity less what bound pods'
 //! allocations and the live holds take) is not offered at all; nor, under DRA, is a device
 //! without `allowMultipleAllocations` that a resident or another pod's hold has (the
@@ -27,6 +30,7 @@ use std::{
 use super::{
     hami::{self, Request, Use},
     inventory::{Device, Inventory},
+    kept::{AskKey, Interner, Known, Residents, SetKey, Verdicts},
 };
 use crate::{
     extender::{
@@ -115,6 +119,10 @@ pub struct Chooser {
     /// changes, and for a second at most when some of the view's sources change with time
     /// (PodResources reports, AssignJob's occupancy).
     indexed: Mutex<Option<Arc<Indexed>>>,
+    /// Ids of resident sets and GPU kinds, kept across indexes.
+    interner: Mutex<Interner>,
+    /// Place's outcomes on plain slots, kept across decisions.
+    verdicts: Mutex<Verdicts>,
 }
 
 /// How long an [`Indexed`] view is used without a change, when the view changes with time.
@@ -125,11 +133,16 @@ struct Indexed {
     devices: Arc<Vec<Device>>,
     generation: u64,
     built_at_ms: i64,
-    /// Resident sets by id, members sorted, each with its version; id 0 is the empty set.
-    sets: Vec<(Residents, String)>,
+    /// The interner's epoch the ids below are of.
+    epoch: u64,
+    /// Distinct resident sets of the view's GPUs.
+    distinct_sets: usize,
+    /// Resident sets by id, members sorted, each with its version; id 0 is the empty set
+    /// (the interner's: ids of sets no GPU has now included).
+    sets: Arc<Vec<(Residents, String)>>,
     /// The GPU models and memories GPUs are offered with (a node's labels, else the
-    /// inventory's), each once.
-    kinds: Vec<(Option<String>, Option<f64>)>,
+    /// inventory's), by id.
+    kinds: Arc<Vec<(Option<String>, Option<f64>)>>,
     /// Per device, in the inventory's order: what a decision reads of it.
     facts: Vec<DeviceFacts>,
     /// node -> GPU id -> the device's index in the inventory (the live holds' GPUs).
@@ -147,15 +160,12 @@ struct DeviceFacts {
     used: Use,
 }
 
-/// A GPU's residents: each workload with its own floor.
-type Residents = Vec<(String, Option<f64>)>;
-
-/// The view's GPUs indexed by resident set: each distinct set once, with its version.
+/// The view's occupied GPUs by resident set id (the interner's).
 struct ResidentIndex {
-    /// Sets by id, members sorted; id 0 is the empty set.
-    sets: Vec<(Residents, String)>,
     /// node -> GPU id -> set id, for occupied GPUs.
     on: HashMap<String, HashMap<String, usize>>,
+    /// Distinct sets among them.
+    distinct: usize,
 }
 
 impl ResidentIndex {
@@ -179,14 +189,34 @@ struct Candidate {
     slot: usize,
 }
 
-/// The Place ask over the acceptable GPUs, each GPU's slot in it, and how many GPUs HAMi's
-/// accounting ruled out.
-struct Decision {
+/// Where a slot's outcome comes from.
+enum SlotAnswer<'k> {
+    /// Kept from an earlier decision of the same ask.
+    Known(&'k SlotOutcome),
+    /// The slot of this index in the Place ask.
+    Asked(usize),
+}
+
+/// The Place ask over the acceptable GPUs whose outcome is not kept, each GPU's slot, and
+/// how many GPUs HAMi's accounting ruled out.
+struct Decision<'k> {
     placement: PlacementAsk,
+    slots: Vec<SlotAnswer<'k>>,
+    /// Plain slots asked: (set, kind) and the slot's index in the Place ask.
+    plain_asked: Vec<((usize, usize), usize)>,
     candidates: Vec<Candidate>,
     refused: usize,
     /// Exclusive DRA devices ruled out because another claim has them.
     taken: usize,
+}
+
+impl Decision<'_> {
+    fn outcome<'a>(&'a self, slot: usize, asked: &'a [SlotOutcome]) -> &'a SlotOutcome {
+        match self.slots[slot] {
+            SlotAnswer::Known(outcome) => outcome,
+            SlotAnswer::Asked(i) => &asked[i],
+        }
+    }
 }
 
 /// The version of a GPU's resident set: the same on every replica that sees the same set.
@@ -227,6 +257,8 @@ impl Chooser {
             gpus: gpus.max(1),
             swept_at_ms: AtomicI64::new(0),
             indexed: Mutex::new(None),
+            interner: Mutex::new(Interner::new()),
+            verdicts: Mutex::new(Verdicts::default()),
         }
     }
 
@@ -240,7 +272,10 @@ impl Chooser {
         if devices.is_empty() {
             return Err(NoChoice::NoInventory);
         }
+        let key = AskKey::of(ask);
         for _ in 0..CLAIM_ATTEMPTS {
+            // Read before Place reads anything (see `Placer::answers_generation`).
+            let answers = self.placer.answers_generation();
             let now = now_ms();
             let mut live = self.reservations.live(now).await?;
             // A hold whose pod is bound is done: the view has the pod as a resident (and
@@ -256,7 +291,9 @@ impl Chooser {
                 !bound
             });
             let indexed = self.indexed(&devices);
-            let decision = self.candidates(ask, &indexed, &live);
+            let at = answers.map(|generation| (indexed.epoch, generation));
+            let known = at.and_then(|at| self.verdicts.lock().unpoisoned().known(&key, at));
+            let mut decision = self.candidates(ask, &indexed, &live, known.as_deref());
             if decision.candidates.is_empty() {
                 return Err(match (decision.refused, decision.taken) {
                     (0, 0) => NoChoice::NoneAcceptable(ask.workload.clone()),
@@ -264,22 +301,35 @@ impl Chooser {
                     (refused, _) => NoChoice::NoHamiRoom(refused),
                 });
             }
-            let outcomes = self.placer.place(&decision.placement).await?;
-            if outcomes.len() != decision.placement.slots.len() {
-                return Err(NoChoice::PlacementMismatch {
-                    asked: decision.placement.slots.len(),
-                    answered: outcomes.len(),
-                });
+            let outcomes = match self.ask_placer(&decision).await {
+                // Every slot asked is of a sharing mode without runs, but kept ones may
+                // not be: what the whole ask answers decides.
+                Err(NoChoice::Placement(PlacementError::UnmeasuredMode(_)))
+                    if decision.slots.len() > decision.placement.slots.len() =>
+                {
+                    decision = self.candidates(ask, &indexed, &live, None);
+                    self.ask_placer(&decision).await?
+                }
+                outcomes => outcomes?,
+            };
+            if let Some(at) = at {
+                self.verdicts.lock().unpoisoned().learn(
+                    key.clone(),
+                    at,
+                    decision
+                        .plain_asked
+                        .iter()
+                        .map(|(slot, i)| (*slot, outcomes[*i].clone())),
+                );
             }
             // Best gain first; ties keep the inventory's order (node, id).
             let acceptable: Vec<(f64, &Candidate)> = best_k(
-                decision
-                    .candidates
-                    .iter()
-                    .filter_map(|c| match outcomes[c.slot] {
-                        SlotOutcome::Fits { gain } if gain.is_finite() => Some((gain, c)),
+                decision.candidates.iter().filter_map(|c| {
+                    match decision.outcome(c.slot, &outcomes) {
+                        SlotOutcome::Fits { gain } if gain.is_finite() => Some((*gain, c)),
                         _ => None,
-                    }),
+                    }
+                }),
                 self.gpus,
             );
             let Some((_, first)) = acceptable.first() else {
@@ -315,6 +365,21 @@ impl Chooser {
         Err(NoChoice::Contended(CLAIM_ATTEMPTS))
     }
 
+    /// Place's outcomes for the slots `decision` asks about (none asked: no call).
+    async fn ask_placer(&self, decision: &Decision<'_>) -> Result<Vec<SlotOutcome>, NoChoice> {
+        if decision.placement.slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let outcomes = self.placer.place(&decision.placement).await?;
+        if outcomes.len() != decision.placement.slots.len() {
+            return Err(NoChoice::PlacementMismatch {
+                asked: decision.placement.slots.len(),
+                answered: outcomes.len(),
+            });
+        }
+        Ok(outcomes)
+    }
+
     /// Deletes holds that expired a TTL ago, at most once a second.
     async fn sweep(&self, now: i64) {
         let last = self.swept_at_ms.load(Ordering::Relaxed);
@@ -348,11 +413,13 @@ impl Chooser {
         }) {
             return indexed.clone();
         }
-        let (generation, residents) = self.resident_index();
+        let mut interner = self.interner.lock().unpoisoned();
+        if let Some(last) = kept.as_ref() {
+            interner.trim(last.distinct_sets);
+        }
+        let (generation, residents) = self.resident_index(&mut interner);
         let used = self.hami_use();
         let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
-        let mut kind_ids: HashMap<(Option<String>, Option<u64>), usize> = HashMap::new();
-        let mut kinds = Vec::new();
         let mut facts = Vec::with_capacity(devices.len());
         let mut device_at: HashMap<String, HashMap<String, usize>> = HashMap::new();
         for (at, device) in devices.iter().enumerate() {
@@ -366,12 +433,7 @@ impl Chooser {
                 });
             let model = label_model.clone().or_else(|| device.model.clone());
             let memory_gb = label_memory.or(device.memory_gb);
-            let kind = *kind_ids
-                .entry((model.clone(), memory_gb.map(f64::to_bits)))
-                .or_insert_with(|| {
-                    kinds.push((model, memory_gb));
-                    kinds.len() - 1
-                });
+            let kind = interner.kind_id(model, memory_gb);
             facts.push(DeviceFacts {
                 set: residents.set_of(device),
                 kind,
@@ -390,8 +452,10 @@ impl Chooser {
             devices: devices.clone(),
             generation,
             built_at_ms: now,
-            sets: residents.sets,
-            kinds,
+            epoch: interner.epoch,
+            sets: interner.sets.clone(),
+            kinds: interner.kinds.clone(),
+            distinct_sets: residents.distinct,
             facts,
             device_at,
         });
@@ -400,16 +464,15 @@ impl Chooser {
     }
 
     /// The view's occupied GPUs by resident set, in one pass, and the view's generation.
-    fn resident_index(&self) -> (u64, ResidentIndex) {
-        let mut sets: Vec<(Residents, String)> = vec![(Vec::new(), resident_version(&[]))];
-        // A set's members (name, floor's bits), sorted: the same set, the same key.
-        let mut ids: HashMap<Vec<(String, Option<u64>)>, usize> = HashMap::new();
+    fn resident_index(&self, interner: &mut Interner) -> (u64, ResidentIndex) {
         let mut on: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut distinct: foldhash::HashSet<usize> = Default::default();
         let (generation, occupied) = self.cluster.occupied_everywhere();
         for (node, gpus) in occupied {
             let by_gpu = on.entry(node).or_default();
             for (gpu, residents) in gpus {
-                let mut key: Vec<(String, Option<u64>)> = residents
+                // The same set, the same key: members (name, floor's bits), sorted.
+                let mut key: SetKey = residents
                     .into_iter()
                     .map(|r| {
                         let bits = r.min_job_fraction.map(f64::to_bits);
@@ -417,23 +480,13 @@ impl Chooser {
                     })
                     .collect();
                 key.sort_unstable();
-                let id = match ids.get(&key) {
-                    Some(id) => *id,
-                    None => {
-                        let members: Residents = key
-                            .iter()
-                            .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
-                            .collect();
-                        let version = resident_version(&members);
-                        sets.push((members, version));
-                        ids.insert(key, sets.len() - 1);
-                        sets.len() - 1
-                    }
-                };
+                let id = interner.set_id(key);
+                distinct.insert(id);
                 by_gpu.insert(gpu, id);
             }
         }
-        (generation, ResidentIndex { sets, on })
+        let distinct = distinct.len();
+        (generation, ResidentIndex { on, distinct })
     }
 
     /// What bound pods' HAMi allocations take on each GPU.
@@ -456,7 +509,14 @@ impl Chooser {
     /// The Place ask over every GPU HAMi would take the pod on, and each GPU's slot in it.
     /// GPUs with the same set, GPU model, memory and holds share a slot, numbered in the
     /// inventory's order.
-    fn candidates(&self, ask: &Ask, indexed: &Indexed, live: &[Reservation]) -> Decision {
+    /// A plain slot whose outcome `known` holds is not asked again.
+    fn candidates<'k>(
+        &self,
+        ask: &Ask,
+        indexed: &Indexed,
+        live: &[Reservation],
+        known: Option<&'k Known>,
+    ) -> Decision<'k> {
         // The live holds by device (a few per GPU at most); holds on GPUs the inventory
         // does not list count nowhere.
         let mut holds_on: HashMap<usize, Vec<&Reservation>> = HashMap::new();
@@ -469,15 +529,23 @@ impl Chooser {
                 holds_on.entry(at).or_default().push(hold);
             }
         }
-        let mut placement = PlacementAsk {
-            workload: ask.workload.clone(),
-            min_job_fraction: ask.min_job_fraction,
-            sharing_mode: ask.sharing_mode,
+        let mut book = SlotBook {
+            known,
+            placement: PlacementAsk {
+                workload: ask.workload.clone(),
+                min_job_fraction: ask.min_job_fraction,
+                sharing_mode: ask.sharing_mode,
+                slots: Vec::new(),
+            },
             slots: Vec::new(),
+            plain_asked: Vec::new(),
+            by_set: Default::default(),
         };
-        // Slots by (set, kind), and by (set, kind, held workloads) for GPUs with holds.
-        let mut plain: foldhash::HashMap<(usize, usize), usize> = Default::default();
+        // GPUs with holds: by (set, kind, held workloads), the slot of the set with the held
+        // workloads among its residents (an id of the interner's, unless it started over
+        // since the index was made: then a slot of their own, not kept).
         let mut with_holds: HashMap<(usize, usize, Vec<&str>), usize> = HashMap::new();
+        let mut interner = None;
         let mut candidates = Vec::with_capacity(indexed.devices.len());
         let mut refused = 0;
         let mut taken = 0;
@@ -513,9 +581,7 @@ impl Chooser {
             let holds = held.iter().map(|r| r.ordinal + 1).max().unwrap_or(0);
             let kind = &indexed.kinds[facts.kind];
             let slot = if held.is_empty() {
-                *plain
-                    .entry((set, facts.kind))
-                    .or_insert_with(|| push_slot(&mut placement, residents, &held, kind))
+                book.slot(set, facts.kind, residents, kind)
             } else {
                 held.sort_by(|a, b| a.workload.cmp(&b.workload));
                 let key = (
@@ -523,9 +589,21 @@ impl Chooser {
                     facts.kind,
                     held.iter().map(|r| r.workload.as_str()).collect(),
                 );
-                *with_holds
-                    .entry(key)
-                    .or_insert_with(|| push_slot(&mut placement, residents, &held, kind))
+                *with_holds.entry(key).or_insert_with(|| {
+                    let mut members: SetKey = residents
+                        .iter()
+                        .map(|(w, f)| (w.clone(), f.map(f64::to_bits)))
+                        .collect();
+                    members.extend(held.iter().map(|r| (r.workload.clone(), None)));
+                    members.sort_unstable();
+                    let interner =
+                        interner.get_or_insert_with(|| self.interner.lock().unpoisoned());
+                    if interner.epoch != indexed.epoch {
+                        return book.unkept(&members, kind);
+                    }
+                    let with = interner.set_id(members);
+                    book.slot(with, facts.kind, &interner.sets[with].0, kind)
+                })
             };
             candidates.push(Candidate {
                 device: at,
@@ -535,7 +613,9 @@ impl Chooser {
             });
         }
         Decision {
-            placement,
+            placement: book.placement,
+            slots: book.slots,
+            plain_asked: book.plain_asked,
             candidates,
             refused,
             taken,
@@ -543,22 +623,64 @@ impl Chooser {
     }
 }
 
-/// A new slot of `placement`: the GPU model and memory of `kind`, the set's residents and
-/// the held workloads (without floors), sorted by workload. Its index.
+/// The slots of one decision: each (set, kind) once, answered from the kept outcomes where
+/// they hold one, else asked.
+struct SlotBook<'k> {
+    known: Option<&'k Known>,
+    placement: PlacementAsk,
+    slots: Vec<SlotAnswer<'k>>,
+    plain_asked: Vec<((usize, usize), usize)>,
+    by_set: foldhash::HashMap<(usize, usize), usize>,
+}
+
+impl<'k> SlotBook<'k> {
+    /// The slot of the set `set` (its members `members`) on the GPU kind `kind`.
+    fn slot(
+        &mut self,
+        set: usize,
+        kind_id: usize,
+        members: &Residents,
+        kind: &(Option<String>, Option<f64>),
+    ) -> usize {
+        if let Some(&slot) = self.by_set.get(&(set, kind_id)) {
+            return slot;
+        }
+        match self.known.and_then(|k| k.get(&(set, kind_id))) {
+            Some(outcome) => self.slots.push(SlotAnswer::Known(outcome)),
+            None => {
+                let asked = push_slot(&mut self.placement, members, kind);
+                self.plain_asked.push(((set, kind_id), asked));
+                self.slots.push(SlotAnswer::Asked(asked));
+            }
+        }
+        self.by_set.insert((set, kind_id), self.slots.len() - 1);
+        self.slots.len() - 1
+    }
+
+    /// A slot asked and not kept: members (name, floor's bits), sorted.
+    fn unkept(&mut self, members: &SetKey, kind: &(Option<String>, Option<f64>)) -> usize {
+        let members: Residents = members
+            .iter()
+            .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
+            .collect();
+        let asked = push_slot(&mut self.placement, &members, kind);
+        self.slots.push(SlotAnswer::Asked(asked));
+        self.slots.len() - 1
+    }
+}
+
+/// A new slot of `placement`: the GPU model and memory of `kind` and the members, sorted
+/// by workload. Its index.
 fn push_slot(
     placement: &mut PlacementAsk,
-    residents: &Residents,
-    held: &[&Reservation],
+    members: &Residents,
     kind: &(Option<String>, Option<f64>),
 ) -> usize {
-    let mut all: Residents = residents.clone();
-    all.extend(held.iter().map(|r| (r.workload.clone(), None)));
-    all.sort_by(|a, b| a.0.cmp(&b.0));
     placement.slots.push(GpuSlot {
         gpu_model: kind.0.clone(),
         memory_gb: kind.1,
-        residents: all.iter().map(|(w, _)| w.clone()).collect(),
-        resident_floors: all.iter().map(|(_, f)| *f).collect(),
+        residents: members.iter().map(|(w, _)| w.clone()).collect(),
+        resident_floors: members.iter().map(|(_, f)| *f).collect(),
     });
     placement.slots.len() - 1
 }
@@ -585,7 +707,143 @@ fn best_k<T>(gains: impl Iterator<Item = (f64, T)>, k: usize) -> Vec<(f64, T)> {
 
 #[cfg(test)]
 mod tests {
-    use super::best_k;
+    use std::sync::{atomic::AtomicU64, Arc, Mutex};
+
+    use super::*;
+    use crate::extender::{decide::PlaceFuture, node::NodeGpus, pod::Residency};
+
+    /// A placer whose gains depend on the slot's members and on its answers generation,
+    /// and that records how many slots each call asked about.
+    struct Counting {
+        asked: Mutex<Vec<usize>>,
+        generation: AtomicU64,
+        keeps: bool,
+    }
+
+    impl Placer for Counting {
+        fn place<'a>(&'a self, ask: &'a PlacementAsk) -> PlaceFuture<'a> {
+            self.asked.lock().unwrap().push(ask.slots.len());
+            let later = self.generation.load(Ordering::SeqCst) > 0;
+            let outcomes = ask
+                .slots
+                .iter()
+                .map(|slot| {
+                    let gain = match slot.residents.as_slice() {
+                        [] => 1.0,
+                        [a] if a == "a" => {
+                            if later {
+                                0.2
+                            } else {
+                                2.0
+                            }
+                        }
+                        [b] if b == "b" => 0.5,
+                        _ => 0.1,
+                    };
+                    SlotOutcome::Fits { gain }
+                })
+                .collect();
+            Box::pin(async move { Ok(outcomes) })
+        }
+
+        fn answers_generation(&self) -> Option<u64> {
+            self.keeps.then(|| self.generation.load(Ordering::SeqCst))
+        }
+    }
+
+    /// g0 empty, g1, g2 and g4 run `a` (one set), g3 runs `b`; one node, in that order.
+    async fn chooser(keeps: bool) -> (tempfile::TempDir, Arc<Counting>, Chooser) {
+        let dir = tempfile::TempDir::new().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
+        let store = crate::store::Store::open(&url).await.unwrap();
+        let view = Arc::new(ClusterView::new());
+        view.set_node(
+            "n",
+            Some(NodeGpus {
+                count: 5,
+                gpu_model: None,
+                memory_gb: None,
+            }),
+        );
+        for (pod, gpu, workload) in [
+            ("p1", "g1", "a"),
+            ("p2", "g2", "a"),
+            ("p3", "g3", "b"),
+            ("p4", "g4", "a"),
+        ] {
+            view.set_pod(
+                pod,
+                Some(Residency {
+                    node: "n".into(),
+                    gpus: vec![gpu.into()],
+                    workload: workload.into(),
+                    min_job_fraction: None,
+                }),
+            );
+        }
+        let inventory = Arc::new(Inventory::new());
+        inventory.set_node(
+            "n",
+            (0..5)
+                .map(|g| Device {
+                    node: "n".into(),
+                    id: format!("g{g}"),
+                    model: None,
+                    memory_gb: None,
+                    hami: None,
+                    dra: None,
+                })
+                .collect(),
+        );
+        let placer = Arc::new(Counting {
+            asked: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            keeps,
+        });
+        let chooser = Chooser::new(
+            placer.clone(),
+            view,
+            inventory,
+            Reservations::Store(store.pool().clone()),
+            Duration::from_secs(600),
+            1,
+        );
+        (dir, placer, chooser)
+    }
+
+    fn ask(holder: &str) -> Ask {
+        Ask {
+            workload: "job".into(),
+            min_job_fraction: None,
+            sharing_mode: None,
+            holder: holder.into(),
+            hami: Vec::new(),
+        }
+    }
+
+    fn picked(choice: &Choice) -> (&str, f64) {
+        (choice.gpus[0].id.as_str(), choice.gains[0])
+    }
+
+    #[tokio::test]
+    async fn kept_outcomes_answer_as_place_would_until_the_answers_generation_moves() {
+        let (_keeping_dir, keeping, kept) = chooser(true).await;
+        let (_asking_dir, _, asked) = chooser(false).await;
+        for (pod, expected) in [("pod-1", ("g1", 2.0)), ("pod-2", ("g2", 2.0))] {
+            let with = kept.choose(&ask(pod)).await.unwrap();
+            let without = asked.choose(&ask(pod)).await.unwrap();
+            assert_eq!(picked(&with), expected);
+            assert_eq!(with, without);
+        }
+        // The first call asked about the three plain slots (empty, {a}, {b}); the second
+        // only about g1 with pod-1's hold ({a, job}).
+        assert_eq!(*keeping.asked.lock().unwrap(), [3, 1]);
+        // A new generation: {a} now gains 0.2, and the 2.0 kept for g4's set is not read.
+        keeping.generation.store(1, Ordering::SeqCst);
+        let choice = kept.choose(&ask("pod-3")).await.unwrap();
+        assert_eq!(picked(&choice), ("g0", 1.0));
+        assert_eq!(keeping.asked.lock().unwrap()[2], 4);
+    }
 
     #[test]
     fn best_k_is_the_first_k_of_a_stable_sort_by_gain_descending() {

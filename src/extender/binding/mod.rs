@@ -13,6 +13,7 @@ pub mod claims;
 pub mod dra;
 pub mod hami;
 pub mod inventory;
+mod kept;
 pub mod webhook;
 
 pub use choose::{Ask, Choice, Chooser, NoChoice};
