@@ -15,7 +15,10 @@
 //! The SQL is portable (`$N` placeholders, `ON CONFLICT ... DO UPDATE ... WHERE`, no
 //! SQLite-only function) and runs unchanged on PostgreSQL
 //! (migrations/postgres/20261128050001_gpu_reservations.sql), where several replicas share
-//! one database; [`Reservations`] takes either pool.
+//! one database; [`Reservations`] takes either pool. One exception: on SQLite the live
+//! holds are read as one row, a JSON array built by SQLite's `json_group_array`, since the
+//! SQLite driver hands rows to the caller one at a time across threads (a wake-up each),
+//! and a webhook decision reads every live hold.
 
 use sqlx::{AnyPool, PgPool};
 
@@ -44,6 +47,25 @@ pub struct Reservation {
     pub cores: i64,
 }
 
+impl From<LiveRow> for Reservation {
+    fn from(row: LiveRow) -> Self {
+        let (node, gpu_id, resident_version, ordinal, holder, workload) =
+            (row.0, row.1, row.2, row.3, row.4, row.5);
+        Self {
+            node,
+            gpu_id,
+            resident_version,
+            ordinal,
+            holder,
+            workload,
+            reserved_at_ms: row.6,
+            expires_at_ms: row.7,
+            mem_mib: row.8,
+            cores: row.9,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReservationError {
     #[error("the reservations table cannot be read or written: {0}")]
@@ -64,6 +86,25 @@ const CLAIM: &str = "INSERT INTO gpu_reservations (node, gpu_id, resident_versio
      mem_mib = excluded.mem_mib, cores = excluded.cores \
      WHERE gpu_reservations.expires_at_ms <= $7 OR gpu_reservations.holder = excluded.holder";
 
+/// [`LIVE`] as one JSON array of arrays (SQLite).
+const LIVE_AS_JSON: &str = "SELECT json_group_array(json_array(node, gpu_id, \
+     resident_version, ordinal, holder, workload, reserved_at_ms, expires_at_ms, mem_mib, \
+     cores)) FROM gpu_reservations WHERE expires_at_ms > $1";
+
+/// One element of [`LIVE_AS_JSON`]'s array, in [`Reservation`]'s field order.
+type LiveRow = (
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+);
+
 const SWEEP: &str = "DELETE FROM gpu_reservations WHERE expires_at_ms <= $1";
 
 const RELEASE: &str = "DELETE FROM gpu_reservations WHERE holder = $1";
@@ -72,6 +113,19 @@ impl Reservations {
     /// The holds that have not expired at `now_ms`.
     pub async fn live(&self, now_ms: i64) -> Result<Vec<Reservation>, ReservationError> {
         Ok(match self {
+            Self::Store(pool) if pool.connect_options().database_url.scheme() == "sqlite" => {
+                let (json,): (String,) = sqlx::query_as(LIVE_AS_JSON)
+                    .bind(now_ms)
+                    .fetch_one(pool)
+                    .await?;
+                let rows: Vec<LiveRow> = serde_json::from_str(&json)
+                    .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
+                let mut live: Vec<Reservation> = rows.into_iter().map(Reservation::from).collect();
+                live.sort_unstable_by(|a, b| {
+                    (&a.node, &a.gpu_id, a.ordinal).cmp(&(&b.node, &b.gpu_id, b.ordinal))
+                });
+                live
+            }
             Self::Store(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
             Self::Postgres(pool) => sqlx::query_as(LIVE).bind(now_ms).fetch_all(pool).await?,
         })
@@ -189,6 +243,33 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("coloc.db").display());
         let store = crate::store::Store::open(&url).await.unwrap();
         (dir, store)
+    }
+
+    #[tokio::test]
+    async fn the_live_holds_read_as_one_json_row_equal_the_rows_read_one_by_one() {
+        let (_dir, store) = sqlite().await;
+        let table = Reservations::Store(store.pool().clone());
+        let mut odd = hold("ns/pod \"quoted\" ünïcode\\", 0, 10);
+        odd.node = "n0".into();
+        odd.mem_mib = i64::MAX;
+        for wanted in [
+            hold("pod-b", 1, 12),
+            odd,
+            hold("pod-a", 0, 11),
+            hold("gone", 2, -5_000),
+        ] {
+            assert!(table.claim(&wanted).await.unwrap());
+        }
+        let live = table.live(20).await.unwrap();
+        let rows: Vec<Reservation> = sqlx::query_as(LIVE)
+            .bind(20i64)
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(live.len(), 3, "{live:?}");
+        assert_eq!(live, rows);
+        assert_eq!(live[0].holder, "ns/pod \"quoted\" ünïcode\\");
+        assert!(table.live(i64::MAX).await.unwrap().is_empty());
     }
 
     #[tokio::test]
