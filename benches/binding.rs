@@ -8,7 +8,10 @@
 //! in-process: JSON in, JSON out.
 //!
 //! `cargo bench --bench binding`; besides criterion's mean, it prints the p50/p99 of single
-//! pods, warm (Place keeps set predictions across requests) and cold (forgotten first).
+//! pods, warm (Place keeps set predictions across requests), cold (forgotten first, with
+//! what the webhook keeps of Place's answers) and warm after a change of the view before
+//! each pod (one GPU's resident changes, as when a pod binds: the webhook indexes the view
+//! again).
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -203,6 +206,7 @@ fn binding(c: &mut Criterion) {
     workloads.sort();
     let job = workloads[workloads.len() / 2].clone();
     let (view, inventory) = cluster(&workloads);
+    let churned = view.clone();
     assert_eq!(inventory.len(), NODES * GPUS_PER_NODE as usize);
     let placer = Arc::new(AdvisorPlacer::new(advisor.clone()));
     let chooser = Chooser::new(
@@ -239,22 +243,47 @@ fn binding(c: &mut Criterion) {
     });
     group.finish();
 
-    for (name, cold, all_nodes, rounds) in [
+    for (name, cold, all_nodes, churn, rounds) in [
         (
             "warm, filter on the affinity's nodes",
             false,
             false,
+            false,
             200usize,
         ),
-        ("cold, filter on the affinity's nodes", true, false, 100),
-        ("warm, filter on all 5000 nodes", false, true, 100),
-        ("cold, filter on all 5000 nodes", true, true, 50),
+        (
+            "cold, filter on the affinity's nodes",
+            true,
+            false,
+            false,
+            100,
+        ),
+        (
+            "warm, the view changed before each pod",
+            false,
+            false,
+            true,
+            100,
+        ),
+        ("warm, filter on all 5000 nodes", false, true, false, 100),
+        ("cold, filter on all 5000 nodes", true, true, false, 50),
     ] {
         let mut times: Vec<Duration> = (0..rounds)
             .map(|_| {
                 uid += 1;
                 if cold {
                     advisor.forget_placed_sets();
+                }
+                if churn {
+                    churned.set_pod(
+                        "bench-churn",
+                        Some(Residency {
+                            node: "gpu-node-00000".into(),
+                            gpus: vec!["GPU-00000-0".into()],
+                            workload: workloads[uid % workloads.len()].clone(),
+                            min_job_fraction: None,
+                        }),
+                    );
                 }
                 let start = std::time::Instant::now();
                 rt.block_on(one_pod(&app, &job, uid, all_nodes));
