@@ -2,9 +2,12 @@
 //! binds the listener (port 0 works, for tests); [`App::run_until_stopped`] serves gRPC
 //! until the shutdown token is cancelled, then stops in order: the API first (health says
 //! NOT_SERVING, no new calls, in-flight calls drain within the grace period), then the
-//! scheduler extender and the cluster watcher that feeds it, then the profiling worker (its running job goes back to pending), the Kubernetes Job dispatcher
-//! (its running Job deleted, the job re-queued), the lease sweeper, the observer, the retraining task, the
-//! metrics endpoint, the observation writer, and the store last. Every background task is
+//! scheduler extender and the cluster watcher that feeds it, the binding webhook's GPU
+//! inventory and ResourceClaim watchers, then leadership with its term's tasks: the
+//! profiling worker (its running job goes back to pending), the Kubernetes Job dispatcher
+//! (its running Job deleted, the job re-queued), the lease sweeper, the observer, the
+//! retraining task; then the champion follower, the metrics endpoint, the observation
+//! writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};

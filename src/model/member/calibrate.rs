@@ -49,7 +49,7 @@ impl MemberRidgeGbt {
             .pop()
             .flatten();
         // Seen bands only where the model learned crowded sets from none or from enough
-        // (docs/nway.md, "Seen bands in a model that learned from a few crowded runs").
+        // (docs/decisions/013-seen-bands-after-few-crowded-runs.md).
         let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
         if model.intervals.is_some() && (crowded == 0 || crowded >= SET_LINEAR_MIN_SETS) {
             model.seen = Self::calibrate_seen(rows, options)?;
