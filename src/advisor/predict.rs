@@ -19,7 +19,7 @@
 //! workload): the pair scorer is not symmetric to the last bit, so every caller asks it the
 //! same way round. A pair of residents is scored lower table position first.
 
-use super::{runs::Evidence, GpuProfiles, ProfileEntry};
+use super::{GpuProfiles, ProfileEntry};
 use crate::{
     model::{
         intervals::SetInterval, split_by_exclusive, Features, ModelParams, ProfileLevel,
@@ -97,10 +97,10 @@ pub(super) fn cautious_bounds(
     raw: &[f64],
     bounded: &[f64],
 ) {
-    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-    let unseen = names
+    // Evidence "profile only" is no run of the member at all (`RunSummary::has_runs_of`).
+    let unseen = entries
         .iter()
-        .filter(|name| table.runs().evidence(&names, name) == Evidence::ProfileOnly)
+        .filter(|e| !table.runs().has_runs_of(e.name.as_str()))
         .count();
     widen_for_unseen(bounds, bounded, unseen);
     widen_for_overshoot(bounds, raw, bounded);

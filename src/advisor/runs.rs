@@ -135,9 +135,14 @@ impl RunSummary {
         summary
     }
 
+    /// Whether any run has `member`: [`Self::evidence`] is not `ProfileOnly`.
+    pub fn has_runs_of(&self, member: &str) -> bool {
+        self.workloads.contains(member)
+    }
+
     /// What the runs say of `member` in the set `set` (names, any order).
     pub fn evidence(&self, set: &[&str], member: &str) -> Evidence {
-        if !self.workloads.contains(member) {
+        if !self.has_runs_of(member) {
             return Evidence::ProfileOnly;
         }
         let mut names: Vec<String> = set.iter().map(|s| s.to_string()).collect();

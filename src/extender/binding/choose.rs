@@ -145,8 +145,9 @@ struct Indexed {
     kinds: Arc<Vec<(Option<String>, Option<f64>)>>,
     /// Per device, in the inventory's order: what a decision reads of it.
     facts: Vec<DeviceFacts>,
-    /// node -> GPU id -> the device's index in the inventory (the live holds' GPUs).
-    device_at: HashMap<String, HashMap<String, usize>>,
+    /// node -> GPU id -> the device's index in the inventory (the live holds' GPUs): made
+    /// once per inventory.
+    device_at: Arc<DeviceAt>,
 }
 
 /// One device as decisions read it.
@@ -160,10 +161,13 @@ struct DeviceFacts {
     used: Use,
 }
 
+/// node -> GPU id -> a number (an index, a set id).
+type DeviceAt = foldhash::HashMap<String, foldhash::HashMap<String, usize>>;
+
 /// The view's occupied GPUs by resident set id (the interner's).
 struct ResidentIndex {
     /// node -> GPU id -> set id, for occupied GPUs.
-    on: HashMap<String, HashMap<String, usize>>,
+    on: DeviceAt,
     /// Distinct sets among them.
     distinct: usize,
 }
@@ -179,7 +183,7 @@ impl ResidentIndex {
 }
 
 /// What HAMi's annotations take on each GPU: node -> GPU id -> use.
-type HamiUse = HashMap<String, HashMap<String, Use>>;
+type HamiUse = foldhash::HashMap<String, foldhash::HashMap<String, Use>>;
 
 /// One GPU of the decision: its device (index in the inventory), set, holds and slot.
 struct Candidate {
@@ -419,21 +423,33 @@ impl Chooser {
         }
         let (generation, residents) = self.resident_index(&mut interner);
         let used = self.hami_use();
-        let mut node_model: HashMap<&str, (Option<String>, Option<f64>)> = HashMap::new();
+        let device_at = match kept.as_ref().filter(|i| Arc::ptr_eq(&i.devices, devices)) {
+            Some(last) => last.device_at.clone(),
+            None => Arc::new(device_index(devices)),
+        };
         let mut facts = Vec::with_capacity(devices.len());
-        let mut device_at: HashMap<String, HashMap<String, usize>> = HashMap::new();
-        for (at, device) in devices.iter().enumerate() {
-            let (label_model, label_memory) =
-                node_model.entry(device.node.as_str()).or_insert_with(|| {
+        // The previous device's kind: devices of one node come together, and a node's
+        // labels are the same for all of them.
+        let mut last: Option<(&Device, usize)> = None;
+        for device in devices.iter() {
+            let kind = match last {
+                Some((before, kind))
+                    if before.node == device.node
+                        && before.model == device.model
+                        && before.memory_gb.map(f64::to_bits)
+                            == device.memory_gb.map(f64::to_bits) =>
+                {
+                    kind
+                }
+                _ => {
                     let gpus = self.cluster.node(&device.node);
-                    (
-                        gpus.as_ref().and_then(|g| g.gpu_model.clone()),
-                        gpus.as_ref().and_then(|g| g.memory_gb),
-                    )
-                });
-            let model = label_model.clone().or_else(|| device.model.clone());
-            let memory_gb = label_memory.or(device.memory_gb);
-            let kind = interner.kind_id(model, memory_gb);
+                    let label_model = gpus.as_ref().and_then(|g| g.gpu_model.clone());
+                    let label_memory = gpus.as_ref().and_then(|g| g.memory_gb);
+                    let model = label_model.or_else(|| device.model.clone());
+                    interner.kind_id(model, label_memory.or(device.memory_gb))
+                }
+            };
+            last = Some((device, kind));
             facts.push(DeviceFacts {
                 set: residents.set_of(device),
                 kind,
@@ -443,10 +459,6 @@ impl Chooser {
                     .copied()
                     .unwrap_or_default(),
             });
-            device_at
-                .entry(device.node.clone())
-                .or_default()
-                .insert(device.id.clone(), at);
         }
         let indexed = Arc::new(Indexed {
             devices: devices.clone(),
@@ -465,7 +477,7 @@ impl Chooser {
 
     /// The view's occupied GPUs by resident set, in one pass, and the view's generation.
     fn resident_index(&self, interner: &mut Interner) -> (u64, ResidentIndex) {
-        let mut on: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut on = DeviceAt::default();
         let mut distinct: foldhash::HashSet<usize> = Default::default();
         let (generation, occupied) = self.cluster.occupied_everywhere();
         for (node, gpus) in occupied {
@@ -491,7 +503,7 @@ impl Chooser {
 
     /// What bound pods' HAMi allocations take on each GPU.
     fn hami_use(&self) -> HamiUse {
-        let mut used = HamiUse::new();
+        let mut used = HamiUse::default();
         self.cluster.with_hami_allocations(|node, allocation| {
             let gpus = used.entry(node.to_string()).or_default();
             match gpus.get_mut(allocation.gpu.as_str()) {
@@ -667,6 +679,18 @@ impl<'k> SlotBook<'k> {
         self.slots.push(SlotAnswer::Asked(asked));
         self.slots.len() - 1
     }
+}
+
+/// Each device's index in the inventory, by node and id.
+fn device_index(devices: &[Device]) -> DeviceAt {
+    let mut device_at = DeviceAt::default();
+    for (at, device) in devices.iter().enumerate() {
+        device_at
+            .entry(device.node.clone())
+            .or_default()
+            .insert(device.id.clone(), at);
+    }
+    device_at
 }
 
 /// A new slot of `placement`: the GPU model and memory of `kind` and the members, sorted
