@@ -30,7 +30,7 @@ use std::{
 use super::{
     hami::{self, Request, Use},
     inventory::{Device, Inventory},
-    kept::{AskKey, Interner, Known, Residents, SetKey, Verdicts},
+    kept::{members_of, AskKey, Interner, Known, Residents, SetKey, Verdicts},
 };
 use crate::{
     extender::{
@@ -671,11 +671,7 @@ impl<'k> SlotBook<'k> {
 
     /// A slot asked and not kept: members (name, floor's bits), sorted.
     fn unkept(&mut self, members: &SetKey, kind: &(Option<String>, Option<f64>)) -> usize {
-        let members: Residents = members
-            .iter()
-            .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
-            .collect();
-        let asked = push_slot(&mut self.placement, &members, kind);
+        let asked = push_slot(&mut self.placement, &members_of(members), kind);
         self.slots.push(SlotAnswer::Asked(asked));
         self.slots.len() - 1
     }

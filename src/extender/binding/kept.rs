@@ -62,10 +62,7 @@ impl Interner {
         if let Some(&id) = self.set_ids.get(&key) {
             return id;
         }
-        let members: Residents = key
-            .iter()
-            .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
-            .collect();
+        let members = members_of(&key);
         let version = super::choose::resident_version(&members);
         let sets = Arc::make_mut(&mut self.sets);
         sets.push((members, version));
@@ -84,6 +81,13 @@ impl Interner {
         self.kind_ids.insert(key, kinds.len() - 1);
         kinds.len() - 1
     }
+}
+
+/// The members of the set `key`, each with its floor.
+pub(super) fn members_of(key: &SetKey) -> Residents {
+    key.iter()
+        .map(|(w, bits)| (w.clone(), bits.map(f64::from_bits)))
+        .collect()
 }
 
 /// What an ask's outcome on a plain slot depends on besides the slot: the job, its floor
