@@ -25,6 +25,9 @@ use crate::{
 /// and they age out.
 pub struct PlacedSets(quick_cache::sync::Cache<(u64, u64, Vec<u32>), Arc<SetValue>>);
 
+/// Sets one rayon task values at least, in [`SetCache::prefetch`].
+const VALUES_PER_TASK: usize = 64;
+
 /// Set predictions [`PlacedSets`] keeps at most (a few hundred bytes each).
 pub const PLACED_SETS: usize = 200_000;
 
@@ -100,10 +103,14 @@ impl<'a> SetCache<'a> {
         }
     }
 
-    /// Predicts, in one batch, every set of three and more members that the values of
-    /// `keys` (sorted) will need and that is known neither here nor across requests: each
-    /// key and, through the min-over-subsets rule, its subsets. Walking the trees set by
-    /// set costs an allocation and a pass per set; a batch walks them once over all rows.
+    /// Values, before the GPUs are judged, every set that the values of `keys` (sorted)
+    /// will need and that is known neither here nor across requests: each key and, through
+    /// the min-over-subsets rule, its subsets of two and more members. The sets of three
+    /// and more are predicted in one batch (walking the trees set by set costs an
+    /// allocation and a pass per set; a batch walks them once over all rows); then the
+    /// values are made size by size, pairs first, the sets of one size on the caller's
+    /// rayon threads (each reads only values of the size below). What [`Self::value`]
+    /// would make of each set, to the bit: the same steps in another order.
     pub(super) fn prefetch(&mut self, keys: &[Vec<u32>]) {
         let mut needed: foldhash::HashSet<Vec<u32>> = Default::default();
         let mut stack: Vec<Vec<u32>> = keys.iter().filter(|k| k.len() >= 3).cloned().collect();
@@ -115,8 +122,8 @@ impl<'a> SetCache<'a> {
                 self.sets.insert(key, value);
                 continue;
             }
-            for j in 0..key.len() {
-                if key.len() > 3 {
+            if key.len() >= 3 {
+                for j in 0..key.len() {
                     let mut without = key.clone();
                     without.remove(j);
                     stack.push(without);
@@ -129,14 +136,15 @@ impl<'a> SetCache<'a> {
         }
         let entries = self.table.entries();
         // A set with an NVML-only member goes to the NVML-only twin ([`predict_batch`]).
-        let (nvml, full): (Vec<Vec<u32>>, Vec<Vec<u32>>) = needed
-            .into_iter()
+        let (nvml, full): (Vec<&Vec<u32>>, Vec<&Vec<u32>>) = needed
+            .iter()
+            .filter(|key| key.len() >= 3)
             .partition(|key| key.iter().any(|&i| entries[i as usize].nvml_only));
-        for (level, needed) in [(ProfileLevel::Full, full), (ProfileLevel::NvmlOnly, nvml)] {
-            if needed.is_empty() {
+        for (level, batch) in [(ProfileLevel::Full, full), (ProfileLevel::NvmlOnly, nvml)] {
+            if batch.is_empty() {
                 continue;
             }
-            let sets: Vec<Vec<Features>> = needed
+            let sets: Vec<Vec<Features>> = batch
                 .iter()
                 .map(|key| {
                     key.iter()
@@ -146,7 +154,36 @@ impl<'a> SetCache<'a> {
                 .collect();
             let predicted = predict_batch(self.model, level, &sets);
             let predicted = predicted.into_iter().map(|p| (p.prediction, p.difficulty));
-            self.raw.extend(needed.into_iter().zip(predicted));
+            self.raw.extend(batch.into_iter().cloned().zip(predicted));
+        }
+        let mut by_size: Vec<Vec<Vec<u32>>> = Vec::new();
+        for key in needed {
+            if by_size.len() <= key.len() {
+                by_size.resize_with(key.len() + 1, Vec::new);
+            }
+            by_size[key.len()].push(key);
+        }
+        use rayon::prelude::*;
+        for keys in by_size {
+            let work: Vec<_> = keys
+                .into_iter()
+                .map(|key| {
+                    let raw = self.raw.remove(&key);
+                    (key, raw)
+                })
+                .collect();
+            let this = &*self;
+            let made: Vec<(Vec<u32>, Arc<SetValue>)> = work
+                .into_par_iter()
+                .with_min_len(VALUES_PER_TASK)
+                .map(|(key, raw)| {
+                    let value = this.make(&key, raw);
+                    (key, value)
+                })
+                .collect();
+            for (key, value) in made {
+                self.keep(key, value);
+            }
         }
     }
 
@@ -226,6 +263,50 @@ impl<'a> SetCache<'a> {
                 return value;
             }
         }
+        if key.len() >= 3 {
+            // The subsets the rule reads, valued (and kept) first.
+            let mut without = Vec::with_capacity(key.len() - 1);
+            for j in 0..key.len() {
+                without.clear();
+                without.extend_from_slice(&key[..j]);
+                without.extend_from_slice(&key[j + 1..]);
+                self.value(&without);
+            }
+        }
+        let raw = self.raw.remove(key);
+        let value = self.make(key, raw);
+        if key.len() >= 2 {
+            self.keep(key.to_vec(), value.clone());
+        } else {
+            self.sets.insert(key.to_vec(), value.clone());
+        }
+        value
+    }
+
+    /// Keeps the value of a set of two and more members, here and across requests.
+    fn keep(&mut self, key: Vec<u32>, value: Arc<SetValue>) {
+        if let Some(shared) = self.shared {
+            shared.0.insert(self.shared_key(&key), value.clone());
+        }
+        self.sets.insert(key, value);
+    }
+
+    /// The members of a set of one member fewer than the one being valued: a lone job's
+    /// is its exclusive throughput; a larger set's was valued before ([`Self::value`],
+    /// [`Self::prefetch`]).
+    fn subset_members(&self, sub: &[u32]) -> std::borrow::Cow<'_, [f64]> {
+        match sub {
+            [only] => std::borrow::Cow::Owned(vec![self.exclusive(*only)]),
+            _ => std::borrow::Cow::Borrowed(
+                self.sets[sub].members.as_deref().expect("the same model"),
+            ),
+        }
+    }
+
+    /// Makes the value of `key` (sorted) from the model's own prediction of it (`raw`,
+    /// from the batch; predicted here when `None`) and, for a set of two and more, the
+    /// values of its subsets of one member fewer, which must be known.
+    fn make(&self, key: &[u32], raw: Option<(SetPrediction, f64)>) -> Arc<SetValue> {
         let value = match key {
             [] => SetValue {
                 sum: 0.0,
@@ -243,7 +324,7 @@ impl<'a> SetCache<'a> {
                 }
             }
             _ => {
-                let (raw, difficulty) = match self.raw.remove(key) {
+                let (raw, difficulty) = match raw {
                     Some(raw) => raw,
                     None => {
                         let oriented = self.oriented(key);
@@ -283,8 +364,7 @@ impl<'a> SetCache<'a> {
                             without.clear();
                             without.extend_from_slice(&key[..j]);
                             without.extend_from_slice(&key[j + 1..]);
-                            let sub = self.value(&without);
-                            let sub = sub.members.as_ref().expect("the same model");
+                            let sub = self.subset_members(&without);
                             for (i, member) in members.iter_mut().enumerate() {
                                 if i != j {
                                     let at = if i < j { i } else { i - 1 };
@@ -297,11 +377,6 @@ impl<'a> SetCache<'a> {
                 }
             }
         };
-        let value = Arc::new(value);
-        if let (Some(shared), true) = (self.shared, key.len() >= 2) {
-            shared.0.insert(self.shared_key(key), value.clone());
-        }
-        self.sets.insert(key.to_vec(), value.clone());
-        value
+        Arc::new(value)
     }
 }

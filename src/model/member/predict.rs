@@ -167,7 +167,11 @@ impl MemberRidgeGbt {
         &self,
         sets: impl Iterator<Item = &'a [Features]> + Clone,
     ) -> Vec<(Vec<f64>, f64)> {
-        let views: Vec<MemberView> = sets.clone().flat_map(views_of).collect();
+        // Sized first: grown by doubling, a batch's views would be copied a dozen times,
+        // each time into fresh memory.
+        let mut views: Vec<MemberView> =
+            Vec::with_capacity(sets.clone().map(<[Features]>::len).sum());
+        views.extend(sets.clone().flat_map(views_of));
         let mut predicted = self.predict_members(&views).into_iter();
         sets.map(|members| {
             let set = predicted.by_ref().take(members.len()).collect();
