@@ -4,7 +4,9 @@
 //! - trees of depth two at most (what `member-ridge-gbt` fits) become one small record
 //!   each, three tests and four leaves, read without a branch: the three tests at once,
 //!   the leaf picked by their outcomes (a shallower branch is padded with equal leaves);
-//! - rows are walked in blocks of four, tree by tree, their sums kept in registers;
+//! - rows are walked in blocks of four, tree by tree, their sums kept in registers; where
+//!   the CPU has AVX, in blocks of eight laid out by feature, four rows to a register, the
+//!   tests made and the leaves picked on all of them at once;
 //! - deeper trees, and rows with a missing value, walk every node of every tree in one
 //!   array of small nodes.
 //!
@@ -166,6 +168,12 @@ impl FlatForest {
     /// `GradientBooster::predict` gives it; `None` when the rows are narrower than a split
     /// reads.
     pub(crate) fn predict<const N: usize>(&self, rows: &[[f64; N]]) -> Option<Vec<f64>> {
+        self.predict_with(rows, Simd::available())
+    }
+
+    /// [`Self::predict`], with the vector walk of shallow trees (`simd`, where the CPU has
+    /// it) or without.
+    fn predict_with<const N: usize>(&self, rows: &[[f64; N]], simd: Simd) -> Option<Vec<f64>> {
         if N < self.width {
             return None;
         }
@@ -174,6 +182,30 @@ impl FlatForest {
             out.extend(rows.iter().map(|row| self.walk(row)));
             return Some(out);
         };
+        let mut rest = rows;
+        if let Simd::Avx = simd {
+            let mut blocks = rows.chunks_exact(simd::ROWS);
+            for block in blocks.by_ref() {
+                if block.iter().any(|row| has_missing(&row[..self.width])) {
+                    self.shallow_blocks(shallow, block, &mut out);
+                } else {
+                    out.extend_from_slice(&simd::sums(self.base_score, shallow, block));
+                }
+            }
+            rest = blocks.remainder();
+        }
+        self.shallow_blocks(shallow, rest, &mut out);
+        Some(out)
+    }
+
+    /// Rows through shallow trees, four at a time (a block with a missing value, and the
+    /// last rows, one at a time through every node).
+    fn shallow_blocks<const N: usize>(
+        &self,
+        shallow: &[Shallow],
+        rows: &[[f64; N]],
+        out: &mut Vec<f64>,
+    ) {
         let mut blocks = rows.chunks_exact(BLOCK);
         for block in blocks.by_ref() {
             if block.iter().any(|row| has_missing(&row[..self.width])) {
@@ -199,7 +231,6 @@ impl FlatForest {
             out.extend_from_slice(&[sa, sb, sc, sd]);
         }
         out.extend(blocks.remainder().iter().map(|row| self.walk(row)));
-        Some(out)
     }
 
     /// One row through every node it reaches of every tree.
@@ -233,11 +264,110 @@ fn has_missing(row: &[f64]) -> bool {
     row.iter().any(|v| v.is_nan())
 }
 
+/// Whether shallow trees are walked with vector instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    /// Eight rows at a time, four per AVX register.
+    Avx,
+    None,
+}
+
+impl Simd {
+    /// What this CPU offers (AVX is checked once, then cached by the standard library).
+    fn available() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            return Self::Avx;
+        }
+        Self::None
+    }
+}
+
+/// The vector walk of shallow trees: eight rows without missing values, laid out by
+/// feature (four rows to a register), each tree's three tests made on all of them at once
+/// and the leaf picked by blends. Each row's sum adds the same leaves in the same tree
+/// order as [`Shallow::leaf`], so the answer is the same to the bit.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::{
+        __m256d, _mm256_add_pd, _mm256_blendv_pd, _mm256_cmp_pd, _mm256_set1_pd, _mm256_set_pd,
+        _mm256_setzero_pd, _CMP_GE_OQ,
+    };
+
+    use super::Shallow;
+
+    /// Rows per call of [`sums`].
+    pub(super) const ROWS: usize = 8;
+
+    /// The sums of `rows` (eight, none with a missing value) over `trees`, from `base`.
+    pub(super) fn sums<const N: usize>(
+        base: f64,
+        trees: &[Shallow],
+        rows: &[[f64; N]],
+    ) -> [f64; ROWS] {
+        assert!(std::arch::is_x86_feature_detected!("avx") && rows.len() == ROWS);
+        // SAFETY: the CPU has AVX (checked above).
+        unsafe { sums_avx(base, trees, rows) }
+    }
+
+    #[target_feature(enable = "avx")]
+    fn sums_avx<const N: usize>(base: f64, trees: &[Shallow], rows: &[[f64; N]]) -> [f64; ROWS] {
+        // Feature f of rows 0-3 in `low[f]`, of rows 4-7 in `high[f]`.
+        let mut low = [_mm256_setzero_pd(); N];
+        let mut high = [_mm256_setzero_pd(); N];
+        for f in 0..N {
+            low[f] = _mm256_set_pd(rows[3][f], rows[2][f], rows[1][f], rows[0][f]);
+            high[f] = _mm256_set_pd(rows[7][f], rows[6][f], rows[5][f], rows[4][f]);
+        }
+        let mut sum_low = _mm256_set1_pd(base);
+        let mut sum_high = sum_low;
+        for tree in trees {
+            let [f0, f1, f2] = tree.features.map(|f| f as usize);
+            let [t0, t1, t2] = tree.thresholds.map(|t| _mm256_set1_pd(t));
+            let [l0, l1, l2, l3] = tree.leaves.map(|l| _mm256_set1_pd(l));
+            // All lanes set where the value is not below the threshold (goes right).
+            let leaf = |columns: &[__m256d; N]| {
+                let root = _mm256_cmp_pd::<_CMP_GE_OQ>(columns[f0], t0);
+                let left = _mm256_cmp_pd::<_CMP_GE_OQ>(columns[f1], t1);
+                let right = _mm256_cmp_pd::<_CMP_GE_OQ>(columns[f2], t2);
+                let below = _mm256_blendv_pd(left, right, root);
+                let left_leaf = _mm256_blendv_pd(l0, l1, below);
+                let right_leaf = _mm256_blendv_pd(l2, l3, below);
+                _mm256_blendv_pd(left_leaf, right_leaf, root)
+            };
+            sum_low = _mm256_add_pd(sum_low, leaf(&low));
+            sum_high = _mm256_add_pd(sum_high, leaf(&high));
+        }
+        // SAFETY: `__m256d` is four `f64`s.
+        let (low, high) = unsafe {
+            (
+                std::mem::transmute::<__m256d, [f64; 4]>(sum_low),
+                std::mem::transmute::<__m256d, [f64; 4]>(sum_high),
+            )
+        };
+        [
+            low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3],
+        ]
+    }
+}
+
+/// Without x86-64 there is no vector walk: [`Simd::available`] never says so.
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::Shallow;
+
+    pub(super) const ROWS: usize = 8;
+
+    pub(super) fn sums<const N: usize>(_: f64, _: &[Shallow], _: &[[f64; N]]) -> [f64; ROWS] {
+        unreachable!("no vector walk on this architecture")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use forust_ml::{data::Matrix, objective::ObjectiveType, GradientBooster};
 
-    use super::FlatForest;
+    use super::{FlatForest, Simd};
 
     /// A booster fitted on rows with a missing column and features on split thresholds.
     fn fitted(max_depth: usize) -> (GradientBooster, Vec<[f64; 4]>) {
@@ -295,18 +425,29 @@ mod tests {
             rows.truncate(rows.len() - rows.len() % 8 + 3);
             let flat = FlatForest::compile(&booster).expect("compiled");
             assert_eq!(flat.shallow.is_some(), depth <= 2, "depth {depth}");
-            let ours = flat.predict(&rows).unwrap();
-            let theirs = forust(&booster, &rows);
-            assert_eq!(ours.len(), rows.len());
-            for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "depth {depth}, row {i}: {a} vs {b}"
-                );
+            // Then the rows without a missing value: every block of eight walked at once.
+            let complete: Vec<[f64; 4]> = rows
+                .iter()
+                .filter(|r| !r.iter().any(|v| v.is_nan()))
+                .copied()
+                .collect();
+            for rows in [rows, complete] {
+                let theirs = forust(&booster, &rows);
+                // The vector walk where this CPU has it, and the plain one.
+                for simd in [Simd::available(), Simd::None] {
+                    let ours = flat.predict_with(&rows, simd).unwrap();
+                    assert_eq!(ours.len(), rows.len());
+                    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "depth {depth}, {simd:?}, row {i}: {a} vs {b}"
+                        );
+                    }
+                }
+                // A leaf of another value in a row changes the answer (the test can fail).
+                assert!(theirs.iter().any(|p| (p - theirs[0]).abs() > 1e-9));
             }
-            // A leaf of another value in a row changes the answer (the test can fail).
-            assert!(theirs.iter().any(|p| (p - theirs[0]).abs() > 1e-9));
         }
     }
 
