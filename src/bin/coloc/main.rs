@@ -28,7 +28,7 @@ use operator::{cluster, models, workloads};
 
 /// glibc's allocator spends a quarter of a Rank request's CPU in malloc/free under load
 /// (many small strings and vectors per request, freed on other threads); mimalloc's
-/// per-thread heaps cost far less there.
+/// per-thread heaps cost far less there. Built without transparent huge pages (decision 034).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
