@@ -173,14 +173,20 @@ impl<'a> SetCache<'a> {
                 })
                 .collect();
             let this = &*self;
-            let made: Vec<(Vec<u32>, Arc<SetValue>)> = work
-                .into_par_iter()
-                .with_min_len(VALUES_PER_TASK)
-                .map(|(key, raw)| {
-                    let value = this.make(&key, raw);
-                    (key, value)
-                })
-                .collect();
+            let make = |(key, raw): (Vec<u32>, _)| {
+                let value = this.make(&key, raw);
+                (key, value)
+            };
+            // A few sets are valued here: handing them to rayon's threads, which a caller
+            // on an async thread would wait for, costs more than valuing them.
+            let made: Vec<(Vec<u32>, Arc<SetValue>)> = if work.len() < 2 * VALUES_PER_TASK {
+                work.into_iter().map(make).collect()
+            } else {
+                work.into_par_iter()
+                    .with_min_len(VALUES_PER_TASK)
+                    .map(make)
+                    .collect()
+            };
             for (key, value) in made {
                 self.keep(key, value);
             }
