@@ -47,8 +47,8 @@ pub(crate) const MIN_BAND_RUNS: usize = 9;
 /// crowded runs a service holds early are the few sets its own placements made, and a
 /// retrained model's band of three from 17 of them read its low end at e^-0.18 of the
 /// prediction where its band of two read e^-0.52 (decision 013,
-/// docs/decisions/013-seen-bands-after-few-crowded-runs.md). A crowded size with fewer borrows the nearest
-/// band, the pairs' where there is no other. Every KACE-sized training holds hundreds.
+/// docs/decisions/013-seen-bands-after-few-crowded-runs.md). A crowded size with fewer
+/// borrows the nearest band, the pairs' where there is no other. Every KACE-sized training holds hundreds.
 pub(crate) const MIN_CROWDED_BAND_RUNS: usize = 100;
 
 /// Set sizes with their own quantiles: 2, 3, and 4 or more.

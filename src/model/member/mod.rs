@@ -149,7 +149,8 @@ pub struct MemberRidgeGbt {
     pub intervals: Option<Intervals>,
     /// Narrower bands for sets of workloads the model was trained on ([`SeenBands`]; none
     /// for models trained on 1 to 109 crowded runs, which learned crowded sets from a few
-    /// runs: docs/decisions/013-seen-bands-after-few-crowded-runs.md; none for models stored before they existed).
+    /// runs: docs/decisions/013-seen-bands-after-few-crowded-runs.md; none for models
+    /// stored before they existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<SeenBands>,
     /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
