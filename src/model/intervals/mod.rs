@@ -13,6 +13,7 @@
 //! held-out runs and their folds ([`folds`]).
 
 mod folds;
+mod measured;
 mod seen;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ use super::SetPrediction;
 
 pub(crate) use folds::{folds_by_group, held_out_in_parallel, held_out_scored_in_parallel};
 pub use folds::{held_out, k_folds, set_folds};
+pub use measured::{MeasuredSet, MeasuredSets};
 pub use seen::SeenBands;
 
 /// The central 80 %: the 10th and 90th percentiles.

@@ -92,6 +92,18 @@ impl SeenBands {
             .then_some(self)
     }
 
+    /// Only the band of two (every band of three and more dropped): the seen bands of a
+    /// model trained on 1 to 109 crowded runs, which learned crowded sets from a few runs
+    /// but pairs as every model does (docs/decisions/035-measured-low-ends.md). `None`
+    /// without a band of two.
+    pub fn pairs_only(mut self) -> Option<Self> {
+        for band in self.intervals.bands.iter_mut().skip(1) {
+            *band = None;
+        }
+        self.crowded_profiles.clear();
+        self.intervals.bands[0].is_some().then_some(self)
+    }
+
     /// The folds that calibrate seen bands on `rows`: [`set_folds`], each with the rows it
     /// scores (by row index: pairs whose both members are in a row outside the fold,
     /// crowded runs whose every member is in a crowded run outside the fold). `None` when

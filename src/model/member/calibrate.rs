@@ -4,7 +4,7 @@
 
 use super::{MemberRidgeGbt, SET_LINEAR_MIN_SETS};
 use crate::model::{
-    intervals::{self, Calibration, Intervals, SeenBands, SetInterval},
+    intervals::{self, Calibration, Intervals, MeasuredSets, SeenBands, SetInterval},
     member_terms::MemberOptions,
     Features, FitError, ModelParams, SetPrediction, TrainingRow, NUM_FEATURES,
 };
@@ -48,12 +48,20 @@ impl MemberRidgeGbt {
         model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
             .pop()
             .flatten();
-        // Seen bands only where the model learned crowded sets from none or from enough
-        // (docs/decisions/013-seen-bands-after-few-crowded-runs.md).
-        let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
-        if model.intervals.is_some() && (crowded == 0 || crowded >= SET_LINEAR_MIN_SETS) {
-            model.seen = Self::calibrate_seen(rows, options)?;
+        if model.intervals.is_none() {
+            return Ok(model);
         }
+        // Every seen band where the model learned crowded sets from none or from enough
+        // (docs/decisions/013-seen-bands-after-few-crowded-runs.md); from a few, only the
+        // band of two (docs/decisions/035-measured-low-ends.md).
+        let crowded = rows.iter().filter(|r| r.members.len() >= 3).count();
+        let seen = Self::calibrate_seen(rows, options)?;
+        model.seen = if crowded == 0 || crowded >= SET_LINEAR_MIN_SETS {
+            seen
+        } else {
+            seen.and_then(SeenBands::pairs_only)
+        };
+        model.measured = MeasuredSets::of(rows);
         Ok(model)
     }
 
@@ -156,23 +164,29 @@ impl MemberRidgeGbt {
 
     /// The interval of a prediction of this model for the set `members`, whose difficulty
     /// is `difficulty` (it came with the prediction): its seen band where [`SeenBands`]
-    /// covers the set, else its band for the set's size.
+    /// covers the set, else its band for the set's size; a set of its training runs with
+    /// no low end above what the set was measured at ([`MeasuredSets`]).
     pub(crate) fn interval(
         &self,
         members: &[&Features],
         prediction: &SetPrediction,
         difficulty: f64,
     ) -> Option<SetInterval> {
-        if let Some(seen) = self
+        let mut interval = match self
             .seen
             .as_ref()
             .and_then(|s| s.apply(members, prediction))
         {
-            return Some(seen);
+            Some(seen) => seen,
+            None => self
+                .intervals
+                .as_ref()?
+                .apply(members.len(), prediction, difficulty)?,
+        };
+        if let Some(measured) = &self.measured {
+            measured.bound(members, &mut interval);
         }
-        self.intervals
-            .as_ref()?
-            .apply(members.len(), prediction, difficulty)
+        Some(interval)
     }
 }
 

@@ -98,6 +98,7 @@ impl MemberRidgeGbt {
             options,
             intervals: None,
             seen: None,
+            measured: None,
             set_linear,
             nvml_twin: None,
             scorer: LazyScorer::default(),

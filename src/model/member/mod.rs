@@ -38,7 +38,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
     flat_forest::FlatForest,
-    intervals::{Intervals, SeenBands},
+    intervals::{Intervals, MeasuredSets, SeenBands},
     member_terms::{time_share_log_ratio, MemberOptions, MAX_BOOSTER_FEATURES, RIDGE_FEATURES},
     pair_scorer::PairScorer,
     Features, KaceLinear, NUM_FEATURES,
@@ -147,12 +147,17 @@ pub struct MemberRidgeGbt {
     /// intervals existed have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
-    /// Narrower bands for sets of workloads the model was trained on ([`SeenBands`]; none
-    /// for models trained on 1 to 109 crowded runs, which learned crowded sets from a few
-    /// runs: docs/decisions/013-seen-bands-after-few-crowded-runs.md; none for models
-    /// stored before they existed).
+    /// Narrower bands for sets of workloads the model was trained on ([`SeenBands`]; only
+    /// the band of two for models trained on 1 to 109 crowded runs, which learned crowded
+    /// sets from a few runs: docs/decisions/013-seen-bands-after-few-crowded-runs.md and
+    /// 035-measured-low-ends.md; none for models stored before they existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<SeenBands>,
+    /// What the training runs measured of each distinct set, which bounds the low ends of
+    /// those sets' intervals ([`MeasuredSets`]; none for models stored before it existed,
+    /// and for models without intervals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredSets>,
     /// With [`MemberOptions::set_linear`], the sum-level linear model of sets of three or
     /// more members (none when the training held fewer than [`SET_LINEAR_MIN_SETS`] of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]

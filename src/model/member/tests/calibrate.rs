@@ -416,3 +416,84 @@ fn the_nvml_only_twin_fits_the_withheld_runs_and_its_band_is_wider_where_kernels
 fn ridge_feature_names_match_the_features() {
     assert_eq!(ridge_feature_names().len(), RIDGE_FEATURES);
 }
+
+/// Pairs of `workloads` whose throughputs are the law's times a noise factor of 0.8-1.2:
+/// what no model fits exactly, so that some training members fall outside any band.
+fn noisy_pairs(workloads: &[Features], state: &mut u64) -> Vec<TrainingRow> {
+    let mut noisy = rows(workloads);
+    for row in &mut noisy {
+        for t in &mut row.throughputs {
+            *t *= 0.8 + 0.4 * splitmix(state);
+        }
+    }
+    noisy
+}
+
+#[test]
+fn no_training_set_has_a_low_end_above_what_it_was_measured_at() {
+    let mut state = 43;
+    let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+    let training = noisy_pairs(&seen, &mut state);
+    let model = MemberRidgeGbt::fit(&training).expect("fits");
+    assert!(model.seen.is_some() && model.measured.is_some());
+    // Each training member's low end against its measurement (every pair is run once).
+    let above = |model: &MemberRidgeGbt| {
+        let mut above = 0;
+        for row in training.iter().filter(|r| r.members[0] != r.members[1]) {
+            let set: Vec<&Features> = row.members.iter().collect();
+            let prediction = model.predict_set(&set);
+            let interval = model.interval(&set, &prediction, 0.0).expect("intervals");
+            let members = interval.members.expect("per member");
+            for ((low, _), measured) in members.iter().zip(&row.throughputs) {
+                above += usize::from(*low > *measured);
+            }
+            above += usize::from(interval.sum.0 > row.throughput_sum());
+        }
+        above
+    };
+    // Without the measurements the band leaves some of them below its low end ...
+    let unbounded = MemberRidgeGbt {
+        measured: None,
+        ..model.clone()
+    };
+    assert!(above(&unbounded) > 0);
+    // ... and with them none.
+    assert_eq!(above(&model), 0);
+    // A set the model never ran is answered by its band alone.
+    let fresh = workload(&mut state);
+    let set = [&seen[0], &fresh];
+    let prediction = model.predict_set(&set);
+    assert_eq!(
+        model.interval(&set, &prediction, 0.0),
+        unbounded.interval(&set, &prediction, 0.0)
+    );
+    // A model stored before measured sets existed reads back without them.
+    let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model)).unwrap();
+    let fields = stored.as_object_mut().expect("a model is an object");
+    assert!(fields.remove("measured").is_some());
+    let ModelParams::MemberRidgeGbt(old) = serde_json::from_value(stored).unwrap() else {
+        panic!("the same kind");
+    };
+    assert_eq!(old.measured, None);
+}
+
+#[test]
+fn a_model_of_few_crowded_runs_keeps_only_its_seen_band_of_two() {
+    let mut state = 47;
+    let seen: Vec<Features> = (0..14).map(|_| workload(&mut state)).collect();
+    let mut training = noisy_pairs(&seen, &mut state);
+    // 13 triples of known workloads: between none and SET_LINEAR_MIN_SETS.
+    let triples: Vec<TrainingRow> = mixed_rows(&seen)
+        .into_iter()
+        .filter(|r| r.members.len() == 3)
+        .take(13)
+        .collect();
+    assert_eq!(triples.len(), 13);
+    training.extend(triples);
+    let model = MemberRidgeGbt::fit(&training).expect("fits");
+    let bands = model.seen.expect("the band of two");
+    assert!(bands.intervals.bands[0].is_some());
+    assert!(bands.intervals.bands[1..].iter().all(Option::is_none));
+    assert!(bands.crowded_profiles.is_empty());
+    assert_eq!(bands.profiles.len(), seen.len());
+}
