@@ -50,8 +50,27 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Tries of [`Replica::start`] whose replica exits because a port was taken.
+const START_TRIES: usize = 5;
+
 impl Replica {
+    /// A replica serving on fresh loopback ports. A port free when probed can be taken
+    /// before the server binds it (by another test's server, or as the local port of an
+    /// outgoing connection: the probed ports are in the ephemeral range), so a replica that
+    /// exits for that alone is started again on other ports.
     pub async fn start(url: &str, dir: &std::path::Path) -> Self {
+        for _ in 0..START_TRIES {
+            match Self::try_start(url, dir).await {
+                Ok(replica) => return replica,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("{log}"),
+            }
+        }
+        panic!("no replica started in {START_TRIES} tries: its ports were taken each time");
+    }
+
+    /// One start: the replica once it answers, or what it logged if it exited.
+    async fn try_start(url: &str, dir: &std::path::Path) -> Result<Self, String> {
         let (port, metrics_port) = (free_port(), free_port());
         let config = dir.join(format!("coloc-{port}.toml"));
         std::fs::write(
@@ -95,7 +114,10 @@ impl Replica {
         while replica.client().await.is_none() {
             if let Ok(Some(status)) = replica.child.try_wait() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                panic!("replica on {port} exited ({status}):\n{}", replica.log());
+                return Err(format!(
+                    "replica on {port} exited ({status}):\n{}",
+                    replica.log()
+                ));
             }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
@@ -104,7 +126,7 @@ impl Replica {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        replica
+        Ok(replica)
     }
 
     pub async fn client(&self) -> Option<ColocationAdvisorClient<Channel>> {
