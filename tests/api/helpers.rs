@@ -499,11 +499,4 @@ pub async fn all_workloads(
     }
 }
 
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use crate::free_port::free_port;

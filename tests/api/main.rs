@@ -1,6 +1,8 @@
 //! Integration tests: the real gRPC server on a loopback port, a fresh SQLite file per
 //! test, the generated client (and the real grpcurl in `grpcurl`).
 
+#[path = "../common/free_port.rs"]
+mod free_port;
 mod fake_kubelet;
 mod helpers;
 mod store_url;

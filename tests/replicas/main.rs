@@ -12,6 +12,8 @@
 //! drops it. Skipped with a message where no server answers, except under CI
 //! (`CI` set), where that fails.
 
+#[path = "../common/free_port.rs"]
+mod free_port;
 mod bench;
 mod lease;
 mod occupancy;

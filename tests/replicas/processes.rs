@@ -28,7 +28,7 @@ use tokio::{
 };
 use tonic::transport::Channel;
 
-use crate::pg::FreshDatabase;
+use crate::{free_port::free_port, pg::FreshDatabase};
 
 pub const GPU: &str = "Test GPU 16GB";
 const WORKLOADS: usize = 8;
@@ -40,14 +40,6 @@ pub struct Replica {
     /// The metrics endpoint's port.
     metrics_port: u16,
     log: Arc<std::sync::Mutex<String>>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Tries of [`Replica::start`] whose replica exits because a port was taken.
