@@ -46,10 +46,9 @@ pub struct Replica {
 const START_TRIES: usize = 5;
 
 impl Replica {
-    /// A replica serving on fresh loopback ports. A port free when probed can be taken
-    /// before the server binds it (by another test's server, or as the local port of an
-    /// outgoing connection: the probed ports are in the ephemeral range), so a replica that
-    /// exits for that alone is started again on other ports.
+    /// A replica serving on fresh loopback ports. A port free when probed can still be
+    /// taken before the server binds it (by another test's server or another process), so
+    /// a replica that exits for that alone is started again on other ports.
     pub async fn start(url: &str, dir: &std::path::Path) -> Self {
         for _ in 0..START_TRIES {
             match Self::try_start(url, dir).await {
