@@ -173,13 +173,7 @@ fn seen_bands_answer_sets_whose_every_member_was_trained_on_and_nothing_else() {
         -0.03
     ));
     // A model stored before seen bands existed reads back without them.
-    let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model.clone())).unwrap();
-    let fields = stored.as_object_mut().expect("a model is an object");
-    assert!(fields.remove("seen").is_some());
-    let ModelParams::MemberRidgeGbt(old) = serde_json::from_value(stored).unwrap() else {
-        panic!("the same kind");
-    };
-    assert_eq!(old.seen, None);
+    assert_eq!(stored_without(&model, "seen").seen, None);
 }
 
 #[test]
@@ -468,13 +462,7 @@ fn no_training_set_has_a_low_end_above_what_it_was_measured_at() {
         unbounded.interval(&set, &prediction, 0.0)
     );
     // A model stored before measured sets existed reads back without them.
-    let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model)).unwrap();
-    let fields = stored.as_object_mut().expect("a model is an object");
-    assert!(fields.remove("measured").is_some());
-    let ModelParams::MemberRidgeGbt(old) = serde_json::from_value(stored).unwrap() else {
-        panic!("the same kind");
-    };
-    assert_eq!(old.measured, None);
+    assert_eq!(stored_without(&model, "measured").measured, None);
 }
 
 #[test]
@@ -496,4 +484,16 @@ fn a_model_of_few_crowded_runs_keeps_only_its_seen_band_of_two() {
     assert!(bands.intervals.bands[1..].iter().all(Option::is_none));
     assert!(bands.crowded_profiles.is_empty());
     assert_eq!(bands.profiles.len(), seen.len());
+}
+
+/// `model` stored as JSON, the field `field` removed (as a model stored before that field
+/// existed), and read back.
+fn stored_without(model: &MemberRidgeGbt, field: &str) -> MemberRidgeGbt {
+    let mut stored = serde_json::to_value(ModelParams::MemberRidgeGbt(model.clone())).unwrap();
+    let fields = stored.as_object_mut().expect("a model is an object");
+    assert!(fields.remove(field).is_some(), "{field} is stored");
+    let ModelParams::MemberRidgeGbt(old) = serde_json::from_value(stored).unwrap() else {
+        panic!("the same kind");
+    };
+    old
 }
