@@ -157,6 +157,11 @@ impl World {
             &args.kace_3way,
             &args.kace_4way,
             args.split_runs,
+            match args.truth_exclusive.as_str() {
+                "recorded" => false,
+                "corrected" => true,
+                other => bail!("unknown --truth-exclusive {other:?}; known: recorded, corrected"),
+            },
         )?;
         let dataset = KaceDataset::read(&args.kace_v100)?;
         let rows = training_rows(&dataset, if with_runs { &training_half } else { &[] })?;
@@ -476,6 +481,16 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         json!(audit_if_on_runs),
     );
     put("split_runs", json!(args.split_runs));
+    put("truth_exclusive", json!(args.truth_exclusive));
+    put(
+        "truth_exclusive_corrected",
+        json!(world
+            .truth
+            .corrected_workloads(&world.dataset)
+            .into_iter()
+            .map(|(name, recorded, truth)| json!({"workload": name, "recorded": recorded, "truth": truth}))
+            .collect::<Vec<_>>()),
+    );
     put(
         "model_training_data",
         json!(if args.train_on == "pairs+runs" {
@@ -534,6 +549,7 @@ mod tests {
             queue: "k8s".into(),
             retry_delay: 60.0,
             split_runs: false,
+            truth_exclusive: "recorded".into(),
             train_on: "pairs".into(),
             bands: "profiles".into(),
             law_blend: "always".into(),
