@@ -73,11 +73,12 @@ pub struct SimulateArgs {
     /// (docs/simulation.md).
     #[arg(long)]
     pub split_runs: bool,
-    /// Each workload's speed alone in the truth: recorded (the profile's exclusive
-    /// throughput, which two workloads' runs exceed by up to 2.5x) or corrected (where the
-    /// runs contradict it beyond noise, the figure the service's answers use instead;
-    /// docs/simulation.md).
-    #[arg(long, default_value = "recorded", value_parser = ["recorded", "corrected"])]
+    /// Each workload's speed alone in the truth: corrected (the default: where the runs
+    /// contradict the profile's exclusive throughput beyond noise, the figure the
+    /// service's answers use instead) or recorded (the profile's figure, which two
+    /// workloads' runs exceed by up to 2.5x; the truth before 2026-11-28);
+    /// docs/decisions/036-corrected-truth.md.
+    #[arg(long, default_value = "corrected", value_parser = ["recorded", "corrected"])]
     pub truth_exclusive: String,
     /// What the model policies (kace-linear, coloc) are trained on: pairs (the 181 measured
     /// pairs) or pairs+runs (with the training half of --split-runs, which it needs).

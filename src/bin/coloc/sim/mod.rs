@@ -549,7 +549,7 @@ mod tests {
             queue: "k8s".into(),
             retry_delay: 60.0,
             split_runs: false,
-            truth_exclusive: "recorded".into(),
+            truth_exclusive: "corrected".into(),
             train_on: "pairs".into(),
             bands: "profiles".into(),
             law_blend: "always".into(),
