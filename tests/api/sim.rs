@@ -131,7 +131,10 @@ fn the_readmes_claims_hold_for_coloc(runs: &[serde_json::Value], seed: u64) {
         jct("fraction-pack")
     );
     let jct_cut = 1.0 - jct("coloc") / jct("one-per-gpu");
-    assert!(jct_cut >= 0.3, "seed {seed}: coloc's mean JCT cut {jct_cut}");
+    assert!(
+        jct_cut >= 0.3,
+        "seed {seed}: coloc's mean JCT cut {jct_cut}"
+    );
     let sharing = figure("coloc", "jobs_per_busy_gpu");
     assert!(sharing > 1.05, "seed {seed}: {sharing} jobs per busy GPU");
 }

@@ -45,7 +45,38 @@ fn config(extra: &str) -> String {
 }
 
 async fn app(extra: &str) -> TestApp {
-    spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config(extra)).await
+    let app = spawn_app_with_config(Arc::new(TempDir::new().unwrap()), &config(extra)).await;
+    if crate::store_url::on_postgres() {
+        until_the_first_term_has_begun(&app).await;
+    }
+    app
+}
+
+/// On PostgreSQL a server without a worker of its own puts the in-process jobs it finds
+/// running back to pending when its leader term begins (`startup::leader_tasks`, the jobs
+/// a stopped leader's worker left), and the term begins a lease round after the server
+/// starts. A job these tests' worker claimed before that was taken back under it (its
+/// profile then came "too late": `LeaseLost`, seen once in CI). So the tests start
+/// claiming once the server leads (`coloc_leader 1`) and its first tasks have started.
+async fn until_the_first_term_has_begun(app: &TestApp) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = crate::operations::scrape(app).await;
+        if metrics
+            .iter()
+            .any(|(name, value)| name == "coloc_leader" && *value == 1.0)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server did not lead within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The term's tasks are spawned before the gauge is set; the take-back is their first
+    // statement.
+    tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
 fn launch(args: &[&str]) -> pb::LaunchSpec {
