@@ -396,6 +396,17 @@ fn write_retraining_trace(file: &Path, runs: &[RunSummary]) -> anyhow::Result<()
     std::fs::write(file, lines).with_context(|| format!("cannot write {}", file.display()))
 }
 
+/// What the model policies were trained on, in words (the report's setup).
+fn training_data(train_on: &str) -> &'static str {
+    if train_on == "pairs+runs" {
+        "kace-v100/pairs.csv (181 measured pairs) and the training half of the 3-way and \
+         4-way runs (--split-runs); judged on the pairs and the other half"
+    } else {
+        "kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run; coloc-online \
+         starts from the same and learns from the runs of its own placements"
+    }
+}
+
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     require(&args.trace, DataSet::AlibabaTrace)?;
@@ -481,26 +492,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         json!(audit_if_on_runs),
     );
     put("split_runs", json!(args.split_runs));
-    put("truth_exclusive", json!(args.truth_exclusive));
-    put(
-        "truth_exclusive_corrected",
-        json!(world
-            .truth
-            .corrected_workloads(&world.dataset)
-            .into_iter()
-            .map(|(name, recorded, truth)| json!({"workload": name, "recorded": recorded, "truth": truth}))
-            .collect::<Vec<_>>()),
-    );
-    put(
-        "model_training_data",
-        json!(if args.train_on == "pairs+runs" {
-            "kace-v100/pairs.csv (181 measured pairs) and the training half of the 3-way and \
-             4-way runs (--split-runs); judged on the pairs and the other half"
-        } else {
-            "kace-v100/pairs.csv (181 measured pairs), no 3-way or 4-way run; coloc-online \
-             starts from the same and learns from the runs of its own placements"
-        }),
-    );
+    let truth = world
+        .truth
+        .exclusive_json(&world.dataset, &args.truth_exclusive);
+    put("truth_exclusive", truth);
+    put("model_training_data", json!(training_data(&args.train_on)));
     put(
         "load_s",
         json!((loaded.as_secs_f64() * 1000.0).round() / 1000.0),

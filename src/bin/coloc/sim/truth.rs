@@ -358,6 +358,15 @@ impl Truth {
             .collect()
     }
 
+    /// The report's setup entry: the truth's `mode` (`--truth-exclusive`) and its
+    /// [`Self::corrected_workloads`].
+    pub fn exclusive_json(&self, dataset: &KaceDataset, mode: &str) -> serde_json::Value {
+        let corrected = self.corrected_workloads(dataset).into_iter().map(|(w, recorded, truth)| {
+            serde_json::json!({"workload": w, "recorded": recorded, "truth": truth})
+        });
+        serde_json::json!({"mode": mode, "corrected": corrected.collect::<Vec<_>>()})
+    }
+
     pub fn measured_sets(&self) -> usize {
         self.measured.len()
     }
