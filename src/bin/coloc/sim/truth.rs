@@ -340,8 +340,9 @@ impl Truth {
         Ok((Self::new(workloads, &runs)?, training))
     }
 
-    /// The workloads whose exclusive throughput runs in the truth's measured sets sit
-    /// above: (name, recorded, truth's) for each whose two differ.
+    /// The workloads that run alone in this truth at another figure than their recorded
+    /// exclusive throughput (a corrected truth's suspect profiles): (name, recorded,
+    /// truth's).
     pub fn corrected_workloads(&self, dataset: &KaceDataset) -> Vec<(String, f64, f64)> {
         self.workloads
             .iter()
@@ -598,8 +599,8 @@ mod tests {
             .0
         };
         let (recorded, corrected) = (read(false), read(true));
-        // The two workloads README calls suspect run faster than alone in many sets of the
-        // recorded truth.
+        // The two workloads docs/api.md names as suspect profiles run faster than alone in
+        // many sets of the recorded truth.
         let before = faster_than_alone(&recorded);
         for name in [
             "wav2vec2-base-960h_batch2-inf",
