@@ -55,8 +55,8 @@ async fn app(extra: &str) -> TestApp {
 /// On PostgreSQL a server without a worker of its own puts the in-process jobs it finds
 /// running back to pending when its leader term begins (`startup::leader_tasks`, the jobs
 /// a stopped leader's worker left), and the term begins in a task of its own once the
-/// server has started. A job these tests' worker claimed before that was taken back under it (its
-/// profile then came "too late": `LeaseLost`, seen once in CI). So the tests start
+/// server has started. A job these tests' worker claimed before that was taken back under
+/// it (its profile then came "too late": `LeaseLost`, seen once in CI). So the tests start
 /// claiming once the server leads (`coloc_leader 1`) and its first tasks have started.
 async fn until_the_first_term_has_begun(app: &TestApp) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
