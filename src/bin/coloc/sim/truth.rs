@@ -48,18 +48,22 @@ fn suspect_exclusives<'a>(
     let runs: Vec<Vec<(String, f64)>> = runs
         .map(|(names, t)| names.iter().cloned().zip(t.iter().copied()).collect())
         .collect();
-    let exclusive = |name: &str| {
-        dataset
-            .workloads
-            .iter()
-            .find(|w| w.name.as_str() == name)
-            .map(|w| w.system.exclusive_throughput)
-    };
-    RunSummary::of(runs.iter().map(Vec::as_slice), exclusive)
-        .suspects
-        .into_iter()
-        .map(|s| (s.workload, s.corrected_exclusive))
-        .collect()
+    RunSummary::of(runs.iter().map(Vec::as_slice), |name| {
+        recorded_exclusive(dataset, name)
+    })
+    .suspects
+    .into_iter()
+    .map(|s| (s.workload, s.corrected_exclusive))
+    .collect()
+}
+
+/// The profile's exclusive throughput of the workload `name` in `dataset`.
+fn recorded_exclusive(dataset: &KaceDataset, name: &str) -> Option<f64> {
+    dataset
+        .workloads
+        .iter()
+        .find(|w| w.name.as_str() == name)
+        .map(|w| w.system.exclusive_throughput)
 }
 
 /// SplitMix64 over (seed, name): a stable draw that no library version can change.
@@ -187,16 +191,21 @@ impl Truth {
     /// The KACE truth from `../shared/data`, where the tests read it.
     #[cfg(test)]
     pub fn shared_data() -> Self {
+        Self::shared_data_read(false, false).0
+    }
+
+    /// [`Self::read_split`] on `../shared/data`, with `split` and `corrected`.
+    #[cfg(test)]
+    pub fn shared_data_read(split: bool, corrected: bool) -> (Self, Vec<NamedRun>) {
         let data = Path::new("../shared/data");
         Self::read_split(
             &data.join("kace-v100"),
             &data.join("kace-3way/runs.csv"),
             &data.join("kace-4way/runs.csv"),
-            false,
-            false,
+            split,
+            corrected,
         )
         .expect("the shared KACE data")
-        .0
     }
 
     /// Builds the truth from explicit measurements (hand-made tests use this): `runs` are
@@ -347,12 +356,7 @@ impl Truth {
         self.workloads
             .iter()
             .filter_map(|w| {
-                let recorded = dataset
-                    .workloads
-                    .iter()
-                    .find(|d| d.name.as_str() == w.name)?
-                    .system
-                    .exclusive_throughput;
+                let recorded = recorded_exclusive(dataset, &w.name)?;
                 (recorded != w.exclusive_throughput)
                     .then(|| (w.name.clone(), recorded, w.exclusive_throughput))
             })
@@ -509,17 +513,7 @@ mod tests {
 
     #[test]
     fn the_split_keeps_every_pair_and_judges_on_the_half_it_does_not_train_on() {
-        let data = Path::new("../shared/data");
-        let read = |split| {
-            Truth::read_split(
-                &data.join("kace-v100"),
-                &data.join("kace-3way/runs.csv"),
-                &data.join("kace-4way/runs.csv"),
-                split,
-                false,
-            )
-            .unwrap()
-        };
+        let read = |split| Truth::shared_data_read(split, false);
         let (whole, none) = read(false);
         assert!(none.is_empty());
         let (judged, training) = read(true);
@@ -586,18 +580,7 @@ mod tests {
 
     #[test]
     fn the_corrected_truth_runs_no_workload_faster_than_alone_in_more_than_two_sets() {
-        let data = Path::new("../shared/data");
-        let read = |corrected| {
-            Truth::read_split(
-                &data.join("kace-v100"),
-                &data.join("kace-3way/runs.csv"),
-                &data.join("kace-4way/runs.csv"),
-                false,
-                corrected,
-            )
-            .unwrap()
-            .0
-        };
+        let read = |corrected| Truth::shared_data_read(false, corrected).0;
         let (recorded, corrected) = (read(false), read(true));
         // The two workloads docs/api.md names as suspect profiles run faster than alone in
         // many sets of the recorded truth.
@@ -615,7 +598,7 @@ mod tests {
         // it, and the corrected figure leaves at most two runs of a workload there.
         let after = faster_than_alone(&corrected);
         assert!(after.values().all(|&n| n <= 2), "{after:?}");
-        let dataset = KaceDataset::read(&data.join("kace-v100")).unwrap();
+        let dataset = KaceDataset::read(Path::new("../shared/data/kace-v100")).unwrap();
         let changed = corrected.corrected_workloads(&dataset);
         assert!(!changed.is_empty());
         for (name, recorded_figure, truth_figure) in &changed {
