@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Features, FEATURE_NAMES, NUM_FEATURES};
+use super::{Features, ProfileLevel, FEATURE_NAMES, NUM_FEATURES};
 
 /// The most booster features a member has: its own metrics, the others' summed metrics,
 /// and with [`MemberOptions::crowding`] the number of others and the others' largest metrics.
@@ -100,7 +100,7 @@ impl MemberOptions {
     pub const CHOSEN: MemberOptions = MemberOptions {
         crowding: true,
         stacked: false,
-        weighted: false,
+        weighted: true,
         weighted_crowded: false,
         set_linear: true,
         set_linear_bounded: false,
@@ -112,6 +112,23 @@ impl MemberOptions {
         law_blend: 10,
         law_blend_always: true,
     };
+
+    /// What `Train` fits for the NVML-only twin, on the same runs with the kernel metrics
+    /// withheld: its own nested choice, the full model's options without the row weights
+    /// (docs/decisions/037-unserved-pair-choices.md).
+    pub const TWIN: MemberOptions = MemberOptions {
+        weighted: false,
+        ..MemberOptions::CHOSEN
+    };
+
+    /// The served options of a profile level: [`Self::CHOSEN`] for full profiles,
+    /// [`Self::TWIN`] for NVML-only ones.
+    pub const fn at(level: ProfileLevel) -> MemberOptions {
+        match level {
+            ProfileLevel::Full => Self::CHOSEN,
+            ProfileLevel::NvmlOnly => Self::TWIN,
+        }
+    }
 
     /// Whether the trees' loss weighs the member rows (see `weighted`, `weighted_crowded`).
     pub(crate) fn weighs_rows(self) -> bool {

@@ -320,15 +320,16 @@ pub fn fit_member(rows: &[TrainingRow], options: MemberOptions) -> Result<ModelP
     )?))
 }
 
-/// `member-ridge-gbt` with the served options fitted once on `rows`, then its intervals
+/// `member-ridge-gbt` with the served options of `level` fitted once on `rows`, then its intervals
 /// calibrated on `rows` each way of `calibrations` (the held-out runs of each way of folding
 /// computed once), one model per way: for `coloc eval nway --coverage`, which compares
 /// them. No seen bands.
 pub fn fit_calibrated_each(
     rows: &[TrainingRow],
     calibrations: &[intervals::Calibration],
+    level: ProfileLevel,
 ) -> Result<Vec<ModelParams>, FitError> {
-    let options = MemberOptions::CHOSEN;
+    let options = MemberOptions::at(level);
     let point = MemberRidgeGbt::fit_with(rows, options)?;
     Ok(MemberRidgeGbt::calibrate(rows, options, calibrations)?
         .into_iter()
@@ -344,8 +345,18 @@ pub fn fit_calibrated_each(
 /// intervals' calibration, five more fits; the in-sample figures): the same point
 /// predictions, for cross-validation and `coloc eval`.
 pub fn fit_point(kind: ModelKind, rows: &[TrainingRow]) -> Result<ModelParams, FitError> {
+    fit_point_at(kind, rows, ProfileLevel::Full)
+}
+
+/// [`fit_point`] with the served options of `level` ([`MemberOptions::at`]): what the
+/// twin's point predictions are when `rows` hold NVML-only profiles.
+pub fn fit_point_at(
+    kind: ModelKind,
+    rows: &[TrainingRow],
+    level: ProfileLevel,
+) -> Result<ModelParams, FitError> {
     match kind {
-        ModelKind::MemberRidgeGbt => fit_member(rows, MemberOptions::CHOSEN),
+        ModelKind::MemberRidgeGbt => fit_member(rows, MemberOptions::at(level)),
         ModelKind::KaceLinear => {
             if rows.len() < MIN_TRAINING_ROWS {
                 return Err(FitError::TooFewObservations {

@@ -9,7 +9,7 @@ mod eval;
 mod tools;
 mod undo;
 mod upload;
-pub use eval::{EvalCommand, EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs};
+pub use eval::{EvalCommand, EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates};
 pub use tools::{BenchArgs, SimulateArgs};
 pub use undo::{AuditCommand, DeleteRunsArgs, RunsCommand, UndoArgs};
 pub use upload::ProfileFiles;

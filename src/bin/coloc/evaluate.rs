@@ -9,7 +9,7 @@ use anyhow::Context;
 use coloc::model::{self, ModelKind};
 
 use crate::{
-    args::{EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs},
+    args::{EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates},
     eval,
 };
 
@@ -85,6 +85,11 @@ async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for path in &args.runs {
         let (path, profiles, nvml_only) = (path.clone(), args.profiles.clone(), args.nvml_only);
+        let set = match args.nested_candidates {
+            NestedCandidates::Law => eval::candidates::NestedSet::Law,
+            NestedCandidates::Weighted => eval::candidates::NestedSet::Weighted,
+            NestedCandidates::Stacked => eval::candidates::NestedSet::Stacked,
+        };
         let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let runs = eval::nway::read_runs(&path)?;
             let size = runs.first().map_or(0, |r| r.members.len());
@@ -92,7 +97,7 @@ async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
             if nvml_only {
                 data.withhold_kernel_metrics();
             }
-            eval::nested::evaluate(&data)
+            eval::nested::evaluate(&data, set)
         })
         .await??;
         if !args.json {

@@ -24,7 +24,8 @@ impl MemberRidgeGbt {
     /// of the memory, and the calibration's refits would add to them.
     ///
     /// Then the NVML-only twin ([`Self::nvml_twin`]): the same fit and calibration on the
-    /// same rows with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md).
+    /// same rows with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md),
+    /// with the twin's own options ([`MemberOptions::TWIN`], decision 037).
     /// A twin that cannot be fitted leaves the model without one (NVML-only profiles are
     /// then refused, as before twins existed).
     pub(crate) fn fit_calibrated(
@@ -33,7 +34,7 @@ impl MemberRidgeGbt {
     ) -> Result<Self, FitError> {
         let mut model = Self::fit_calibrated_alone(rows, options)?;
         let withheld: Vec<TrainingRow> = rows.iter().map(TrainingRow::nvml_only).collect();
-        model.nvml_twin = Self::fit_calibrated_alone(&withheld, options)
+        model.nvml_twin = Self::fit_calibrated_alone(&withheld, MemberOptions::TWIN)
             .ok()
             .map(|twin| Box::new(ModelParams::MemberRidgeGbt(twin)));
         Ok(model)

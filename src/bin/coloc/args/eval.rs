@@ -83,6 +83,19 @@ pub struct EvalNwayArgs {
     /// cross-validation inside each training set, outer folds reporting (decision 020).
     #[arg(long, conflicts_with_all = ["through_api", "coverage", "candidates"])]
     pub nested: bool,
+    /// With --nested: which candidates the inner folds choose among (`law`: decision
+    /// 020's; `weighted`, `stacked`: the served options with and without that flag,
+    /// decision 037).
+    #[arg(long, value_enum, default_value = "law", requires = "nested")]
+    pub nested_candidates: NestedCandidates,
+}
+
+/// The candidate lists of `coloc eval nway --nested` (`eval::candidates::NestedSet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NestedCandidates {
+    Law,
+    Weighted,
+    Stacked,
 }
 
 #[derive(Debug, Args)]

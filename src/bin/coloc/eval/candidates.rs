@@ -6,8 +6,71 @@
 
 use coloc::model::{
     intervals::{Calibration, Folds, Scale},
-    MemberOptions,
+    MemberOptions, ProfileLevel,
 };
+
+/// Named candidates a nested run chooses among, in the rule's tie order.
+pub type Candidates = Vec<(String, MemberOptions)>;
+
+/// Which candidates `coloc eval nway --nested` chooses among (`--nested-candidates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NestedSet {
+    /// Decision 020: the set-level ridge model off or on x the law blend weight 0, 0.1 or
+    /// 0.25 ([`NESTED_CANDIDATES`]).
+    Law,
+    /// Decision 037: the served options of the profiles' level without and with the
+    /// trees' row weights (`weighted`).
+    Weighted,
+    /// Decision 037: the served options of the profiles' level without and with stacking
+    /// (`stacked`).
+    Stacked,
+}
+
+impl NestedSet {
+    /// The candidates for profiles of `level`.
+    pub fn candidates(self, level: ProfileLevel) -> Candidates {
+        let served = MemberOptions::at(level);
+        let named = |name: &str, options| (name.to_string(), options);
+        match self {
+            Self::Law => NESTED_CANDIDATES
+                .iter()
+                .map(|(name, options)| named(name, *options))
+                .collect(),
+            Self::Weighted => vec![
+                named(
+                    "weights off",
+                    MemberOptions {
+                        weighted: false,
+                        ..served
+                    },
+                ),
+                named(
+                    "weights on",
+                    MemberOptions {
+                        weighted: true,
+                        ..served
+                    },
+                ),
+            ],
+            Self::Stacked => vec![
+                named(
+                    "stacking off",
+                    MemberOptions {
+                        stacked: false,
+                        ..served
+                    },
+                ),
+                named(
+                    "stacking on",
+                    MemberOptions {
+                        stacked: true,
+                        ..served
+                    },
+                ),
+            ],
+        }
+    }
+}
 
 /// Candidates compared by `coloc eval nway --candidates` (docs/nway.md).
 pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
@@ -251,14 +314,24 @@ mod tests {
         // The options `coloc eval nway --candidates` chose, with the law blended also where
         // the fitted model learned no crowded set (chosen by the simulation, README,
         // "Cluster simulation"; `coloc simulate --law-blend crowded-fits` serves the row
-        // itself).
+        // itself), and the trees' row weights nested CV chose (decision 037).
         let chosen = row(
             &MEMBER_CANDIDATES,
             "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.1",
         );
-        assert!(!chosen.law_blend_always);
+        assert!(!chosen.law_blend_always && !chosen.weighted);
         assert_eq!(
             MemberOptions::CHOSEN,
+            MemberOptions {
+                law_blend_always: true,
+                weighted: true,
+                ..chosen
+            }
+        );
+        // The twin keeps the options served before decision 037: the NVML-only pairs
+        // chose stacking, which its crowded sets did not, and never the weights.
+        assert_eq!(
+            MemberOptions::TWIN,
             MemberOptions {
                 law_blend_always: true,
                 ..chosen
@@ -269,7 +342,8 @@ mod tests {
     #[test]
     fn the_served_options_are_the_nested_candidate_with_set_ridge_and_law_0_1() {
         // Decision 020: every nested inner fold chose the set ridge; the rule picks law 0
-        // on the 4-way file, not yet served (the decision says why).
+        // on the 4-way file, not served (the decision says why). Its candidates take every
+        // other option as served, the row weights of decision 037 among them.
         assert_eq!(
             MemberOptions::CHOSEN,
             row(&NESTED_CANDIDATES, "set-ridge+law-0.1")
@@ -277,6 +351,52 @@ mod tests {
         assert!(NESTED_CANDIDATES
             .iter()
             .all(|(_, o)| o.time_share_crowded && o.crowding));
+    }
+
+    #[test]
+    fn decision_037s_lists_are_the_served_options_without_and_with_one_flag() {
+        type Flag = (
+            fn(MemberOptions) -> bool,
+            fn(MemberOptions) -> MemberOptions,
+        );
+        let weighted: Flag = (
+            |o| o.weighted,
+            |o| MemberOptions {
+                weighted: false,
+                ..o
+            },
+        );
+        let stacked: Flag = (
+            |o| o.stacked,
+            |o| MemberOptions {
+                stacked: false,
+                ..o
+            },
+        );
+        for level in [ProfileLevel::Full, ProfileLevel::NvmlOnly] {
+            let served = MemberOptions::at(level);
+            for (set, (get, clear)) in [
+                (NestedSet::Weighted, weighted),
+                (NestedSet::Stacked, stacked),
+            ] {
+                let list = set.candidates(level);
+                assert_eq!(list.len(), 2);
+                let (off, on) = (list[0].1, list[1].1);
+                assert!(!get(off) && get(on));
+                assert_eq!(off, clear(on), "the two differ in the flag alone");
+                assert_eq!(off, clear(served), "every other option as served");
+            }
+        }
+        // Served since decision 037: the weights for full profiles, neither for the twin.
+        assert!(MemberOptions::at(ProfileLevel::Full).weighted);
+        let twin = MemberOptions::at(ProfileLevel::NvmlOnly);
+        assert!(!twin.weighted && !twin.stacked);
+        let law = NestedSet::Law.candidates(ProfileLevel::Full);
+        assert_eq!(law.len(), NESTED_CANDIDATES.len());
+        assert!(law
+            .iter()
+            .zip(&NESTED_CANDIDATES)
+            .all(|(a, b)| a.0 == b.0 && a.1 == b.1));
     }
 
     #[test]

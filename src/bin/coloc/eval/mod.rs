@@ -37,7 +37,7 @@ pub use report::{
 use coloc::{
     advisor::rank_order,
     dataset::{KaceDataset, KacePair},
-    model::{self, Features, ModelKind, TrainingRow},
+    model::{self, Features, ModelKind, ProfileLevel, TrainingRow},
 };
 
 /// A way of picking a partner.
@@ -68,11 +68,16 @@ impl Policy {
 }
 
 impl Policy {
-    /// Fits the policy's model (model kinds and candidates only).
-    pub fn fit(self, rows: &[TrainingRow]) -> Result<model::ModelParams, model::FitError> {
+    /// Fits the policy's model (model kinds and candidates only); a model kind as the
+    /// service fits it for profiles of `level`.
+    pub fn fit(
+        self,
+        rows: &[TrainingRow],
+        level: ProfileLevel,
+    ) -> Result<model::ModelParams, model::FitError> {
         match self {
             // The served fit without its interval calibration, which ranking does not use.
-            Self::Model(kind) => model::fit_point(kind, rows),
+            Self::Model(kind) => model::fit_point_at(kind, rows, level),
             Self::Candidate(i) => model::fit_member(rows, candidates::MEMBER_CANDIDATES[i].1),
             _ => unreachable!("{} fits no model", self.name()),
         }
@@ -115,6 +120,9 @@ pub struct EvalData {
     pub pairs: Vec<KacePair>,
     pub features: HashMap<String, Features>,
     pub cases: Vec<Case>,
+    /// `NvmlOnly` once the kernel metrics are withheld: models are then fitted as the
+    /// service fits its NVML-only twin.
+    pub level: ProfileLevel,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +139,7 @@ impl EvalData {
         for f in self.features.values_mut() {
             *f = f.nvml_only();
         }
+        self.level = ProfileLevel::NvmlOnly;
     }
 
     /// Reads the dataset and its splits (splits.csv beside the metric files).
@@ -235,6 +244,7 @@ impl EvalData {
             pairs,
             features,
             cases,
+            level: ProfileLevel::Full,
         })
     }
 
@@ -378,7 +388,7 @@ pub fn evaluate(data: &EvalData, policies: &[Policy]) -> anyhow::Result<Vec<Case
                     .collect(),
                 Policy::Model(_) | Policy::Candidate(_) => {
                     let rows: Vec<TrainingRow> = case.train.iter().map(|&i| data.row(i)).collect();
-                    let params = policy.fit(&rows).with_context(|| {
+                    let params = policy.fit(&rows, data.level).with_context(|| {
                         format!(
                             "fitting {} on case {c} ({} rows)",
                             policy.name(),

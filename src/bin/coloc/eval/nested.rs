@@ -1,9 +1,9 @@
 //! `coloc eval nway --nested`: every crowded-set choice of the default made by nested
 //! leave-family-out cross-validation inside the training data (decision 020). Outer folds
 //! are the artifact's unseen-family cases and only they report; inside each outer training
-//! set every family is held out in turn, and the candidate of
-//! [`super::candidates::NESTED_CANDIDATES`] with the best inner score is refitted on the
-//! whole outer training set and judged on the outer test runs.
+//! set every family is held out in turn, and the candidate with the best inner score (of
+//! [`super::candidates::NESTED_CANDIDATES`], or of another list: [`NestedSet`]) is refitted
+//! on the whole outer training set and judged on the outer test runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,7 +14,7 @@ use serde::Serialize;
 use coloc::model::{self, Features, MemberOptions, TrainingRow};
 
 use super::{
-    candidates::NESTED_CANDIDATES,
+    candidates::{Candidates, NestedSet},
     family_label,
     mape::{Ape, Mape},
     nway::{pick, NwayData, Scope, Training},
@@ -92,7 +92,11 @@ fn fit(rows: &[TrainingRow], options: MemberOptions) -> anyhow::Result<model::Mo
 /// The rule of decision 020 inside `train` (indices into the runs): every family held out
 /// in turn, each candidate scored on the family's targets. Returns the winner's index and
 /// every candidate's inner figures.
-pub fn inner_choice(data: &NwayData, train: &[usize]) -> anyhow::Result<(usize, Vec<InnerFigure>)> {
+pub fn inner_choice(
+    data: &NwayData,
+    train: &[usize],
+    candidates: &Candidates,
+) -> anyhow::Result<(usize, Vec<InnerFigure>)> {
     let workloads: BTreeSet<&str> = train
         .iter()
         .flat_map(|&i| data.runs[i].members.iter().map(String::as_str))
@@ -101,7 +105,7 @@ pub fn inner_choice(data: &NwayData, train: &[usize]) -> anyhow::Result<(usize, 
     for w in workloads {
         families.entry(family_label(w)).or_default().push(w);
     }
-    let k = NESTED_CANDIDATES.len();
+    let k = candidates.len();
     let mut scores: Vec<Vec<f64>> = vec![Vec::new(); k];
     let mut apes: Vec<Ape> = vec![Ape::default(); k];
     for (fam, members) in &families {
@@ -113,7 +117,7 @@ pub fn inner_choice(data: &NwayData, train: &[usize]) -> anyhow::Result<(usize, 
         if inner_train.len() < model::MIN_TRAINING_ROWS {
             continue;
         }
-        for (c, (_, options)) in NESTED_CANDIDATES.iter().enumerate() {
+        for (c, (_, options)) in candidates.iter().enumerate() {
             let params = fit(&inner_train, *options)?;
             for target in members {
                 let candidates: Vec<usize> = train
@@ -127,7 +131,7 @@ pub fn inner_choice(data: &NwayData, train: &[usize]) -> anyhow::Result<(usize, 
     }
     let figures: Vec<InnerFigure> = (0..k)
         .map(|c| InnerFigure {
-            candidate: NESTED_CANDIDATES[c].0.to_string(),
+            candidate: candidates[c].0.clone(),
             score: super::mape::mean(&scores[c]),
             member_mape: apes[c].summary().member_mean,
         })
@@ -151,8 +155,11 @@ pub fn choose(figures: &[InnerFigure]) -> usize {
     winner.expect("the best candidate is within the tie of itself")
 }
 
-/// The nested protocol on one run file: outer targets of the "all, runs" cases.
-pub fn evaluate(data: &NwayData) -> anyhow::Result<NestedReport> {
+/// The nested protocol on one run file: outer targets of the "all, runs" cases, choosing
+/// among the candidates of `set` (for the profiles' level, `data.level`).
+pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport> {
+    let candidates = set.candidates(data.level);
+    let candidates = &candidates;
     let cases: Vec<_> = data
         .cases()
         .into_iter()
@@ -162,21 +169,21 @@ pub fn evaluate(data: &NwayData) -> anyhow::Result<NestedReport> {
     let outer: Vec<(NestedTarget, Ape, Vec<Ape>)> = cases
         .par_iter()
         .map(|case| -> anyhow::Result<_> {
-            let (chosen, inner) = inner_choice(data, &case.train_runs)?;
+            let (chosen, inner) = inner_choice(data, &case.train_runs, candidates)?;
             let train: Vec<TrainingRow> =
                 case.train_runs.iter().map(|&i| data.run_row(i)).collect();
             let mut fixed = BTreeMap::new();
-            let mut apes = vec![Ape::default(); NESTED_CANDIDATES.len()];
-            for (c, (name, options)) in NESTED_CANDIDATES.iter().enumerate() {
+            let mut apes = vec![Ape::default(); candidates.len()];
+            for (c, (name, options)) in candidates.iter().enumerate() {
                 let params = fit(&train, *options)?;
                 let score = score_target(data, &case.candidates, &params, &mut apes[c]);
-                fixed.insert(name.to_string(), score);
+                fixed.insert(name.clone(), score);
             }
             progress.inc(1);
             let target = NestedTarget {
                 target: case.target.clone(),
-                chosen: NESTED_CANDIDATES[chosen].0.to_string(),
-                outer_score: fixed[NESTED_CANDIDATES[chosen].0],
+                chosen: candidates[chosen].0.clone(),
+                outer_score: fixed[&candidates[chosen].0],
                 inner,
                 fixed,
             };
@@ -184,11 +191,11 @@ pub fn evaluate(data: &NwayData) -> anyhow::Result<NestedReport> {
         })
         .collect::<anyhow::Result<_>>()?;
     let all: Vec<usize> = (0..data.runs.len()).collect();
-    let (served, served_inner) = inner_choice(data, &all)?;
+    let (served, served_inner) = inner_choice(data, &all, candidates)?;
     progress.finish_and_clear();
 
     let mut ape = Ape::default();
-    let mut fixed_apes = vec![Ape::default(); NESTED_CANDIDATES.len()];
+    let mut fixed_apes = vec![Ape::default(); candidates.len()];
     for (_, chosen_ape, apes) in &outer {
         ape.extend(chosen_ape);
         for (total, a) in fixed_apes.iter_mut().zip(apes) {
@@ -202,20 +209,20 @@ pub fn evaluate(data: &NwayData) -> anyhow::Result<NestedReport> {
         mean: super::mape::mean(&scores),
         worst: scores.iter().copied().fold(f64::MAX, f64::min),
         mape: ape.summary(),
-        fixed_mean: NESTED_CANDIDATES
+        fixed_mean: candidates
             .iter()
             .map(|(name, _)| {
-                let s: Vec<f64> = targets.iter().map(|t| t.fixed[*name]).collect();
-                (name.to_string(), super::mape::mean(&s))
+                let s: Vec<f64> = targets.iter().map(|t| t.fixed[name]).collect();
+                (name.clone(), super::mape::mean(&s))
             })
             .collect(),
-        fixed_mape: NESTED_CANDIDATES
+        fixed_mape: candidates
             .iter()
             .zip(&fixed_apes)
-            .map(|((name, _), a)| (name.to_string(), a.summary()))
+            .map(|((name, _), a)| (name.clone(), a.summary()))
             .collect(),
         targets,
-        served_choice: NESTED_CANDIDATES[served].0.to_string(),
+        served_choice: candidates[served].0.clone(),
         served_inner,
     })
 }

@@ -26,7 +26,7 @@ use super::{mape, Policy};
 use coloc::{
     dataset::{parse_workload_name, KaceDataset, KacePair, KaceWorkload},
     domain::WorkloadMode,
-    model::{self, intervals::Calibration, Features, ModelKind, TrainingRow},
+    model::{self, intervals::Calibration, Features, ModelKind, ProfileLevel, TrainingRow},
 };
 
 /// One measured run: the members (repeats allowed) and each one's colocated throughput.
@@ -158,6 +158,9 @@ pub struct NwayData {
     /// Every workload of the profile dataset with its metrics (what the evaluation through
     /// the API registers).
     pub workloads: Vec<KaceWorkload>,
+    /// `NvmlOnly` once the kernel metrics are withheld: models are then fitted as the
+    /// service fits its NVML-only twin.
+    pub level: ProfileLevel,
 }
 
 /// One target under one scope and training.
@@ -205,6 +208,7 @@ impl NwayData {
             features,
             pairs,
             workloads: dataset.workloads,
+            level: ProfileLevel::Full,
         })
     }
 
@@ -213,6 +217,7 @@ impl NwayData {
         for f in self.features.values_mut() {
             *f = f.nvml_only();
         }
+        self.level = ProfileLevel::NvmlOnly;
     }
 
     pub fn has_subset(&self) -> bool {
@@ -406,7 +411,7 @@ pub fn evaluate(
                     .collect(),
                 Policy::Model(_) | Policy::Candidate(_) => {
                     let training = data.training_rows(case);
-                    let params = policy.fit(&training).with_context(|| {
+                    let params = policy.fit(&training, data.level).with_context(|| {
                         format!(
                             "fitting {} for {} ({}, {}, {} rows)",
                             policy.name(),
@@ -652,14 +657,28 @@ impl Coverage {
     }
 }
 
+/// The model that answers profiles of `level` in `fitted` as `Train` fits it: `fitted`
+/// itself for full profiles, its NVML-only twin for NVML-only ones (fitted on the same rows
+/// with their kernel metrics withheld, which withholding again leaves as they are).
+pub fn at_level(
+    fitted: model::ModelParams,
+    level: ProfileLevel,
+) -> anyhow::Result<model::ModelParams> {
+    fitted
+        .at_level(level)
+        .cloned()
+        .context("the default model fitted a twin for NVML-only profiles")
+}
+
 /// The default model fitted on `training` as `Train` fits it, once per way of calibrating
 /// its intervals (each calibrated on `training` alone).
 fn fit_calibrated_each(
     training: &[TrainingRow],
     calibrations: &[(&str, Calibration)],
+    level: ProfileLevel,
 ) -> anyhow::Result<Vec<model::ModelParams>> {
     let ways: Vec<Calibration> = calibrations.iter().map(|(_, c)| *c).collect();
-    Ok(model::fit_calibrated_each(training, &ways)?)
+    Ok(model::fit_calibrated_each(training, &ways, level)?)
 }
 
 /// Coverage of the default model's 80 % intervals, calibrated each way of `calibrations`
@@ -700,7 +719,7 @@ pub fn coverage(
             .position(|t| *t == case.target)
             .context("a case's target is one of the runs' workloads")?;
         let test: Vec<TrainingRow> = case.candidates.iter().map(|&i| data.run_row(i)).collect();
-        let models = fit_calibrated_each(&data.training_rows(case), calibrations)?;
+        let models = fit_calibrated_each(&data.training_rows(case), calibrations, data.level)?;
         for (row, params) in rows.iter_mut().zip(&models) {
             row[position % 2].add(params, &test)?;
             row[2].add(params, &test)?;
@@ -749,7 +768,8 @@ pub fn seen_coverage(data: &NwayData, pairs: bool) -> anyhow::Result<Vec<SeenCov
                         .map(|i| folded[i].clone()),
                 )
                 .collect();
-            let (params, _) = model::fit(ModelKind::DEFAULT, &training)?;
+            let (fitted, _) = model::fit(ModelKind::DEFAULT, &training)?;
+            let params = at_level(fitted, data.level)?;
             let known: std::collections::HashSet<u64> = training
                 .iter()
                 .flat_map(|r| r.members.iter().map(Features::fingerprint))
@@ -817,7 +837,7 @@ pub fn pair_coverage(
         let (test, train): (Vec<usize>, Vec<usize>) = (0..data.pairs.len())
             .partition(|&i| data.pairs[i].workload1 == w || data.pairs[i].workload2 == w);
         let pair_rows = |idx: &[usize]| idx.iter().map(|&i| data.pair_row(i)).collect::<Vec<_>>();
-        let models = fit_calibrated_each(&pair_rows(&train), calibrations)?;
+        let models = fit_calibrated_each(&pair_rows(&train), calibrations, data.level)?;
         let test = pair_rows(&test);
         for (row, params) in rows.iter_mut().zip(&models) {
             row.add(params, &test)?;

@@ -28,7 +28,8 @@ pub fn pair_protocol_coverage(data: &EvalData) -> anyhow::Result<Vec<Coverage>> 
         for case in data.cases.iter().filter(|c| wanted(c)) {
             let rows_of =
                 |idx: &[usize]| -> Vec<TrainingRow> { idx.iter().map(|&i| data.row(i)).collect() };
-            let (params, _) = model::fit(ModelKind::DEFAULT, &rows_of(&case.train))?;
+            let (fitted, _) = model::fit(ModelKind::DEFAULT, &rows_of(&case.train))?;
+            let params = super::nway::at_level(fitted, data.level)?;
             coverage.add(&params, &rows_of(&case.test))?;
         }
         rows.push(coverage);

@@ -441,8 +441,15 @@ mod tests {
         assert_eq!(own_threes.sets, 20);
         if retrained.promoted == Some(true) {
             assert_eq!(retrained.serving_version, 3);
-            assert!(
-                retrained.seen_bands.is_empty(),
+            // Trained on 20 crowded runs (1-109): only the seen band of two is kept
+            // (decision 035, A), none of three or more.
+            assert_eq!(
+                retrained
+                    .seen_bands
+                    .iter()
+                    .map(|b| b.size)
+                    .collect::<Vec<_>>(),
+                vec![2],
                 "{:?}",
                 retrained.seen_bands
             );

@@ -390,7 +390,7 @@ fn the_nvml_only_twin_fits_the_withheld_runs_and_its_band_is_wider_where_kernels
     };
     assert!(twin.nvml_twin.is_none());
     let withheld: Vec<TrainingRow> = runs.iter().map(TrainingRow::nvml_only).collect();
-    let alone = MemberRidgeGbt::fit_with(&withheld, MemberOptions::CHOSEN).unwrap();
+    let alone = MemberRidgeGbt::fit_with(&withheld, MemberOptions::TWIN).unwrap();
     let probe = [&seen[2].nvml_only(), &seen[5].nvml_only()];
     assert_eq!(twin.predict_set(&probe), alone.predict_set(&probe));
     let width = |m: &MemberRidgeGbt| {
