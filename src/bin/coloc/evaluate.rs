@@ -33,6 +33,9 @@ pub async fn nway(args: EvalNwayArgs) -> anyhow::Result<()> {
     if args.nested {
         return nested(&args).await;
     }
+    if args.nested_calibration {
+        return nested_calibration(&args).await;
+    }
     let (predictions_policy, policies) = nway_policies(&args)?;
     let mut writer = match &args.predictions_out {
         Some(path) => Some(eval::nway_predictions_writer(path)?),
@@ -82,14 +85,40 @@ pub async fn nway(args: EvalNwayArgs) -> anyhow::Result<()> {
 
 /// `coloc eval nway --nested`: each run file under decision 020's nested protocol.
 async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
+    let set = match args.nested_candidates {
+        NestedCandidates::Law => eval::candidates::NestedSet::Law,
+        NestedCandidates::Weighted => eval::candidates::NestedSet::Weighted,
+        NestedCandidates::Stacked => eval::candidates::NestedSet::Stacked,
+    };
+    each_run_file(args, "nested", move |data| {
+        eval::nested::evaluate(data, set)
+    })
+    .await
+}
+
+/// `coloc eval nway --nested-calibration`: each run file under decision 038's protocol.
+async fn nested_calibration(args: &EvalNwayArgs) -> anyhow::Result<()> {
+    each_run_file(
+        args,
+        "nested_calibration",
+        eval::nested_calibration::evaluate,
+    )
+    .await
+}
+
+/// Runs `evaluate` on each run file of `args` (its profiles withheld to NVML's with
+/// `--nvml-only`), printing each report as it comes, or all of them as JSON under `key`.
+async fn each_run_file<R>(
+    args: &EvalNwayArgs,
+    key: &str,
+    evaluate: impl Fn(&eval::nway::NwayData) -> anyhow::Result<R> + Copy + Send + 'static,
+) -> anyhow::Result<()>
+where
+    R: std::fmt::Display + serde::Serialize + Send + 'static,
+{
     let mut reports = Vec::new();
     for path in &args.runs {
         let (path, profiles, nvml_only) = (path.clone(), args.profiles.clone(), args.nvml_only);
-        let set = match args.nested_candidates {
-            NestedCandidates::Law => eval::candidates::NestedSet::Law,
-            NestedCandidates::Weighted => eval::candidates::NestedSet::Weighted,
-            NestedCandidates::Stacked => eval::candidates::NestedSet::Stacked,
-        };
         let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let runs = eval::nway::read_runs(&path)?;
             let size = runs.first().map_or(0, |r| r.members.len());
@@ -97,7 +126,7 @@ async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
             if nvml_only {
                 data.withhold_kernel_metrics();
             }
-            eval::nested::evaluate(&data, set)
+            evaluate(&data)
         })
         .await??;
         if !args.json {
@@ -108,7 +137,7 @@ async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "nested": reports }))?
+            serde_json::to_string_pretty(&serde_json::json!({ key: reports }))?
         );
     }
     Ok(())

@@ -88,6 +88,11 @@ pub struct EvalNwayArgs {
     /// decision 037).
     #[arg(long, value_enum, default_value = "law", requires = "nested")]
     pub nested_candidates: NestedCandidates,
+    /// Instead of the table: the crowded intervals' calibration chosen by nested
+    /// leave-family-out cross-validation inside each training set, outer folds reporting
+    /// (decision 038).
+    #[arg(long, conflicts_with_all = ["through_api", "coverage", "candidates", "nested"])]
+    pub nested_calibration: bool,
 }
 
 /// The candidate lists of `coloc eval nway --nested` (`eval::candidates::NestedSet`).

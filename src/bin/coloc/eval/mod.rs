@@ -10,6 +10,7 @@
 pub mod candidates;
 pub mod mape;
 pub mod nested;
+pub mod nested_calibration;
 pub mod nested_pairs;
 pub mod nway;
 pub mod nway_api;

@@ -672,7 +672,7 @@ pub fn at_level(
 
 /// The default model fitted on `training` as `Train` fits it, once per way of calibrating
 /// its intervals (each calibrated on `training` alone).
-fn fit_calibrated_each(
+pub(super) fn fit_calibrated_each(
     training: &[TrainingRow],
     calibrations: &[(&str, Calibration)],
     level: ProfileLevel,
