@@ -165,7 +165,7 @@ const HEAVY_METHODS: [&str; 3] = [
 /// at once; the others wait for a permit with their request bodies unread, so a flood
 /// costs the server a flow-control window per waiting call, not its whole request. This
 /// is safe only because the server's HTTP/2 windows are set so that waiting streams can
-/// never fill their connection's window (`startup.rs`: the connection window exceeds
+/// never fill their connection's window (`startup/mod.rs`: the connection window exceeds
 /// the streams a connection may open times the stream window); else the unread requests
 /// would stall the very calls that hold the permits. The layer sits inside the auth
 /// layer, so unauthenticated calls never hold a permit.

@@ -182,7 +182,7 @@ async fn a_job_running_when_the_process_died_is_pending_again_after_a_restart() 
 
     let restarted = spawn_app_with_config(dir, &config("")).await;
     // The job goes back to the queue when the restarted server takes the leader's lease and
-    // starts its worker (src/startup.rs, `leader_tasks`): waited for, within 20 s.
+    // starts its worker (src/startup/mod.rs, `leader_tasks`): waited for, within 20 s.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let counts = restarted.advisor.store().job_counts().await.unwrap();

@@ -17,7 +17,7 @@ use super::{
     candidates::{Candidates, NestedSet},
     family_label,
     mape::{Ape, Mape},
-    nway::{pick, NwayData, Scope, Training},
+    nway::{pick, NwayData, Run, Scope, Training},
 };
 
 /// Candidates within this much of the best inner mean score count as tied (decision 020).
@@ -97,30 +97,19 @@ pub fn inner_choice(
     train: &[usize],
     candidates: &Candidates,
 ) -> anyhow::Result<(usize, Vec<InnerFigure>)> {
-    let workloads: BTreeSet<&str> = train
-        .iter()
-        .flat_map(|&i| data.runs[i].members.iter().map(String::as_str))
-        .collect();
-    let mut families: BTreeMap<_, Vec<&str>> = BTreeMap::new();
-    for w in workloads {
-        families.entry(family_label(w)).or_default().push(w);
-    }
     let k = candidates.len();
     let mut scores: Vec<Vec<f64>> = vec![Vec::new(); k];
     let mut apes: Vec<Ape> = vec![Ape::default(); k];
-    for (fam, members) in &families {
-        let inner_train: Vec<TrainingRow> = train
-            .iter()
-            .filter(|&&i| data.runs[i].members.iter().all(|m| family_label(m) != *fam))
-            .map(|&i| data.run_row(i))
-            .collect();
+    for fold in family_folds(&data.runs, train) {
+        let inner_train: Vec<TrainingRow> = fold.kept.iter().map(|&i| data.run_row(i)).collect();
         if inner_train.len() < model::MIN_TRAINING_ROWS {
             continue;
         }
         for (c, (_, options)) in candidates.iter().enumerate() {
             let params = fit(&inner_train, *options)?;
-            for target in members {
-                let candidates: Vec<usize> = train
+            for target in &fold.workloads {
+                let candidates: Vec<usize> = fold
+                    .held
                     .iter()
                     .copied()
                     .filter(|&i| data.runs[i].members.iter().any(|m| m == target))
@@ -137,6 +126,49 @@ pub fn inner_choice(
         })
         .collect();
     Ok((choose(&figures), figures))
+}
+
+/// One inner fold of a nested protocol: a family held out of an outer training set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyFold {
+    pub family: String,
+    /// The family's workloads that occur in the outer training set, in name order.
+    pub workloads: Vec<String>,
+    /// The outer training runs with none of the family's workloads: the inner training.
+    pub kept: Vec<usize>,
+    /// The outer training runs with at least one: the inner test.
+    pub held: Vec<usize>,
+}
+
+/// The leave-family-out inner folds of `train` (indices into `runs`), one per family that
+/// occurs there, in family order: both nested protocols (decisions 020 and 038) fold this
+/// way.
+pub fn family_folds(runs: &[Run], train: &[usize]) -> Vec<FamilyFold> {
+    let workloads: BTreeSet<&str> = train
+        .iter()
+        .flat_map(|&i| runs[i].members.iter().map(String::as_str))
+        .collect();
+    let mut families: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for w in workloads {
+        families
+            .entry(family_label(w))
+            .or_default()
+            .push(w.to_string());
+    }
+    families
+        .into_iter()
+        .map(|(family, workloads)| {
+            let (held, kept) = train
+                .iter()
+                .partition(|&&i| runs[i].members.iter().any(|m| family_label(m) == family));
+            FamilyFold {
+                family,
+                workloads,
+                kept,
+                held,
+            }
+        })
+        .collect()
 }
 
 /// The winner among the figures: the best score; within [`TIE`] of it the lowest member
@@ -279,5 +311,56 @@ mod tests {
         assert_eq!(choose(&figures), 2);
         // An exact tie goes to the earlier (simpler) candidate.
         assert_eq!(choose(&[figure(0.9, 10.0), figure(0.9, 10.0)]), 0);
+    }
+
+    fn run(members: &[&str]) -> Run {
+        Run {
+            id: 0,
+            members: members.iter().map(|m| m.to_string()).collect(),
+            throughputs: vec![1.0; members.len()],
+            in_subset: None,
+        }
+    }
+
+    #[test]
+    fn each_family_in_the_training_runs_is_held_out_once_with_every_run_that_holds_it() {
+        let runs = [
+            run(&["bert-base-cased_batch8-inf", "resnet50_batch32-train"]),
+            run(&["bert-base-cased_batch16-inf", "gpt2_batch4-inf"]),
+            run(&["resnet50_batch32-train", "gpt2_batch4-inf"]),
+            // Not in the outer training set: its workload makes no fold.
+            run(&["vgg16_batch8-train", "gpt2_batch4-inf"]),
+        ];
+        let folds = family_folds(&runs, &[0, 1, 2]);
+        let seen: Vec<(&str, Vec<&str>, &[usize], &[usize])> = folds
+            .iter()
+            .map(|f| {
+                let workloads = f.workloads.iter().map(String::as_str).collect();
+                (f.family.as_str(), workloads, &f.kept[..], &f.held[..])
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "bert-base-cased inference",
+                    vec!["bert-base-cased_batch16-inf", "bert-base-cased_batch8-inf"],
+                    &[2][..],
+                    &[0, 1][..],
+                ),
+                (
+                    "gpt2 inference",
+                    vec!["gpt2_batch4-inf"],
+                    &[0][..],
+                    &[1, 2][..]
+                ),
+                (
+                    "resnet50 training",
+                    vec!["resnet50_batch32-train"],
+                    &[1][..],
+                    &[0, 2][..]
+                ),
+            ]
+        );
     }
 }

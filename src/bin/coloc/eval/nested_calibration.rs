@@ -5,7 +5,7 @@
 //! [`CALIBRATION_CANDIDATES`] is calibrated on the rest and counted on the held-out runs,
 //! and the way whose inner coverage is nearest 80 % is the one the outer fold reports.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -14,7 +14,7 @@ use coloc::model::{self, TrainingRow};
 
 use super::{
     candidates::CALIBRATION_CANDIDATES,
-    family_label,
+    nested::family_folds,
     nway::{fit_calibrated_each, Coverage, NwayData, Scope, Training},
 };
 
@@ -97,23 +97,13 @@ fn inner_choice(
     data: &NwayData,
     train: &[usize],
 ) -> anyhow::Result<(usize, Vec<CandidateCoverage>)> {
-    let families: BTreeSet<String> = train
-        .iter()
-        .flat_map(|&i| data.runs[i].members.iter().map(|m| family_label(m)))
-        .collect();
     let mut pooled = counts("inner");
-    for family in &families {
-        let (held, kept): (Vec<usize>, Vec<usize>) = train.iter().partition(|&&i| {
-            data.runs[i]
-                .members
-                .iter()
-                .any(|m| family_label(m) == *family)
-        });
-        let inner_train: Vec<TrainingRow> = kept.iter().map(|&i| data.run_row(i)).collect();
+    for fold in family_folds(&data.runs, train) {
+        let inner_train: Vec<TrainingRow> = fold.kept.iter().map(|&i| data.run_row(i)).collect();
         if inner_train.len() < model::MIN_TRAINING_ROWS {
             continue;
         }
-        let inner_test: Vec<TrainingRow> = held.iter().map(|&i| data.run_row(i)).collect();
+        let inner_test: Vec<TrainingRow> = fold.held.iter().map(|&i| data.run_row(i)).collect();
         let models = fit_calibrated_each(&inner_train, &CALIBRATION_CANDIDATES, data.level)?;
         for (count, params) in pooled.iter_mut().zip(&models) {
             count.add(params, &inner_test)?;
@@ -125,14 +115,6 @@ fn inner_choice(
         .map(|((name, _), count)| CandidateCoverage::of(name, count))
         .collect();
     Ok((choose(&figures), figures))
-}
-
-/// Adds `other`'s counts to `total`.
-fn pool(total: &mut Coverage, other: &Coverage) {
-    total.members_inside += other.members_inside;
-    total.members += other.members;
-    total.sums_inside += other.sums_inside;
-    total.sums += other.sums;
 }
 
 /// Decision 038's protocol on one run file: outer targets of the "all, runs" cases.
@@ -182,9 +164,9 @@ pub fn evaluate(data: &NwayData) -> anyhow::Result<CalibrationReport> {
     let mut nested = Coverage::new(protocol.clone(), "chosen by nested CV");
     let mut fixed = counts(&protocol);
     for (target, per_candidate) in &outer {
-        pool(&mut nested, &per_candidate[index[target.chosen.as_str()]]);
+        nested.pool(&per_candidate[index[target.chosen.as_str()]]);
         for (total, count) in fixed.iter_mut().zip(per_candidate) {
-            pool(total, count);
+            total.pool(count);
         }
     }
     Ok(CalibrationReport {

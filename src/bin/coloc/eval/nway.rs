@@ -612,6 +612,14 @@ impl std::fmt::Display for Coverage {
 }
 
 impl Coverage {
+    /// Adds `other`'s counts to these.
+    pub fn pool(&mut self, other: &Coverage) {
+        self.members_inside += other.members_inside;
+        self.members += other.members;
+        self.sums_inside += other.sums_inside;
+        self.sums += other.sums;
+    }
+
     pub fn member_fraction(&self) -> f64 {
         self.members_inside as f64 / self.members as f64
     }

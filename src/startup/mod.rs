@@ -10,15 +10,23 @@
 //! writer, and the store last. Every background task is
 //! owned here; its exit, error or panic is logged when it happens.
 
+mod health;
+mod options;
+
+pub use options::{advisor_options, model_kind};
+
+use health::{follow_write_health, stop_serving};
+use options::{extender_options, grpc_tls};
+
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{server::TcpIncoming, Identity, Server, ServerTlsConfig};
+use tonic::transport::{server::TcpIncoming, Server, ServerTlsConfig};
 
 use crate::{
-    advisor::{Advisor, AdvisorOptions, AgentPolicy, LifecyclePolicy},
+    advisor::Advisor,
     api::{
         AdvisorService, AgentsService, AuthLayer, ColocationAdvisorServer, HeavyLimitLayer,
         ProfilingAgentsServer, RpcLayer,
@@ -26,20 +34,16 @@ use crate::{
     domain::{now_ms, GpuName},
     extender::{
         binding::{self, claims::ClaimWatcher, Inventory},
-        http::{tls_acceptor, ServeOptions},
-        placer::{policy_from_settings, AdvisorPlacer},
+        http::ServeOptions,
+        placer::AdvisorPlacer,
         ClusterView, ClusterWatcher, Extender, Prefer,
     },
     leader::{Elector, LeaderTasks},
     metrics::{ExtraRoute, Metrics},
-    model::{ModelKind, MIN_TRAINING_ROWS},
     observer::{push::PushSource, Observer, ObserverStats},
     profiler::Backend,
     proto,
-    settings::{
-        LeaderSettings, ModelKindSetting, ProfilerBackend, ProfilerDispatch, Settings,
-        SettingsError, TrainerSettings, MIN_TRAINING_RUNS,
-    },
+    settings::{LeaderSettings, ProfilerDispatch, Settings},
     store::{engine::Engine, lease::fenced, DatabaseLock, Store},
     tokens::Tokens,
     trainer::Trainer,
@@ -563,30 +567,6 @@ impl App {
     }
 }
 
-/// The gRPC server's TLS identity, when server.tls_cert_file and server.tls_key_file
-/// are both set.
-fn grpc_tls(settings: &Settings) -> anyhow::Result<Option<ServerTlsConfig>> {
-    let (Some(cert), Some(key)) = (
-        &settings.server.tls_cert_file,
-        &settings.server.tls_key_file,
-    ) else {
-        return Ok(None);
-    };
-    let read = |key_name: &str, path: &std::path::Path| {
-        std::fs::read(path).with_context(|| {
-            format!(
-                "setting {key_name} is invalid: cannot read {}",
-                path.display()
-            )
-        })
-    };
-    let identity = Identity::from_pem(
-        read("server.tls_cert_file", cert)?,
-        read("server.tls_key_file", key)?,
-    );
-    Ok(Some(ServerTlsConfig::new().identity(identity)))
-}
-
 /// A listener on `address` when the setting `key` names one.
 async fn bind_if_set(
     address: Option<SocketAddr>,
@@ -737,25 +717,6 @@ fn reflection_services() -> anyhow::Result<(
     Ok((reflection().build_v1()?, reflection().build_v1alpha()?))
 }
 
-/// Health at shutdown: NOT_SERVING for both services and the server itself.
-async fn stop_serving(reporter: &tonic_health::server::HealthReporter) {
-    reporter
-        .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
-        .await;
-    reporter
-        .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
-        .await;
-    reporter
-        .set_service_status(
-            crate::leader::follow::READY_SERVICE,
-            tonic_health::ServingStatus::NotServing,
-        )
-        .await;
-    reporter
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
-}
-
 /// SQLite maps the database's `-shm` file (the WAL index) into memory. When a write to
 /// that mapping cannot be backed (the file was made immutable: ext4 refuses the page
 /// write; or its tmpfs is full), the kernel stops the process with SIGBUS, which by
@@ -798,43 +759,6 @@ fn explain_damage(error: anyhow::Error, url: &str) -> anyhow::Error {
     ))
 }
 
-/// Mirrors the store's write health in the health status of the advisor and agents
-/// services until
-/// `shutdown` (which sets NOT_SERVING for good).
-async fn follow_write_health(
-    mut failing: tokio::sync::watch::Receiver<bool>,
-    reporter: tonic_health::server::HealthReporter,
-    shutdown: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = failing.changed() => if changed.is_err() { return },
-        }
-        let failing = *failing.borrow_and_update();
-        if shutdown.is_cancelled() {
-            return;
-        }
-        // Both services write: the agents' claims and submissions fail as the advisor's
-        // writes do.
-        if failing {
-            reporter
-                .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
-                .await;
-            reporter
-                .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
-                .await;
-        } else {
-            reporter
-                .set_serving::<ColocationAdvisorServer<AdvisorService>>()
-                .await;
-            reporter
-                .set_serving::<ProfilingAgentsServer<AgentsService>>()
-                .await;
-        }
-    }
-}
-
 /// Spawns a background task owned by the caller (who awaits the handle) and logs its exit
 /// when it happens: a normal exit, or a panic with its message.
 fn spawn_owned<F>(name: &'static str, task: F) -> tokio::task::JoinHandle<()>
@@ -852,108 +776,6 @@ where
         }
     })
 }
-
-/// How the extender serves, from the settings: TLS (and client CA) read now, so a bad
-/// file fails before any port is bound.
-fn extender_options(settings: &Settings, tokens: Option<&Tokens>) -> anyhow::Result<ServeOptions> {
-    let extender = &settings.extender;
-    let read = |key_name: &str, path: &std::path::Path| {
-        std::fs::read(path).with_context(|| {
-            format!(
-                "setting {key_name} is invalid: cannot read {}",
-                path.display()
-            )
-        })
-    };
-    let tls = match (&extender.tls_cert_file, &extender.tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let client_ca = match &extender.tls_client_ca_file {
-                Some(path) => Some(read("extender.tls_client_ca_file", path)?),
-                None => None,
-            };
-            Some(
-                tls_acceptor(
-                    &read("extender.tls_cert_file", cert)?,
-                    &read("extender.tls_key_file", key)?,
-                    client_ca.as_deref(),
-                )
-                .context("settings extender.tls_* are invalid")?,
-            )
-        }
-        _ => None,
-    };
-    Ok(ServeOptions {
-        url_prefix: extender.url_prefix.clone(),
-        max_request_bytes: extender.max_request_bytes,
-        tokens: tokens.filter(|_| extender.require_token).cloned(),
-        tls,
-        extra_routes: None,
-    })
-}
-
-/// What the advisor is told, from the settings: the default GPU model and model kind as
-/// domain values, the compiled program allow-list, the lifecycle policy. Fails naming the
-/// settings key, before any port is bound.
-pub fn advisor_options(settings: &Settings) -> Result<AdvisorOptions, SettingsError> {
-    let default_gpu =
-        match &settings.model.default_gpu {
-            None => None,
-            Some(name) => Some(GpuName::parse("model.default_gpu", name).map_err(|e| {
-                SettingsError::Invalid {
-                    key: "model.default_gpu",
-                    message: e.message,
-                }
-            })?),
-        };
-    Ok(AdvisorOptions {
-        default_gpu,
-        default_kind: model_kind(settings.model.kind),
-        allowed_programs: settings.allowed_programs()?,
-        lifecycle: lifecycle_policy(&settings.trainer),
-        policy: policy_from_settings(&settings.policy),
-        default_sharing_mode: settings.model.default_sharing_mode,
-        explore_budget: settings.observer.explore_budget,
-        // Kubernetes Jobs take the jobs of their GPU models (and of any GPU model).
-        no_profiler_reason: (settings.profiler.backend == ProfilerBackend::Off
-            && settings.profiler.dispatch != ProfilerDispatch::KubernetesJobs)
-            .then(|| {
-                "waiting: this server runs no profiler (profiler.backend = \"off\"); run `coloc \
-             agent` on a GPU node, send the profile with PutProfile, or run a server with \
-             profiler.backend = \"nvml\""
-                    .to_string()
-            }),
-        agents: AgentPolicy {
-            lease_ms: settings.agents.lease_secs as i64 * 1000,
-            live_ms: settings.agents.live_secs as i64 * 1000,
-            max_attempts: settings.profiler.max_attempts,
-        },
-    })
-}
-
-/// The model layer's kind for a `model.kind` setting.
-pub fn model_kind(setting: ModelKindSetting) -> ModelKind {
-    match setting {
-        ModelKindSetting::MemberRidgeGbt => ModelKind::MemberRidgeGbt,
-        ModelKindSetting::KaceLinear => ModelKind::KaceLinear,
-    }
-}
-
-fn lifecycle_policy(trainer: &TrainerSettings) -> LifecyclePolicy {
-    LifecyclePolicy {
-        min_new_observations: trainer.min_new_observations,
-        cv_folds: trainer.cv_folds,
-        max_training_runs: trainer.max_training_runs,
-        training_threads: trainer.training_threads,
-        score_tolerance: trainer.score_tolerance,
-        mse_tolerance: trainer.mse_tolerance,
-        outlier_threshold: trainer.outlier_threshold,
-        drift_threshold: trainer.drift_threshold,
-        drift_window: trainer.drift_window,
-    }
-}
-
-// The settings layer knows the smallest training set without importing the model.
-const _: () = assert!(MIN_TRAINING_RUNS == MIN_TRAINING_ROWS);
 
 /// Cancels `token` on SIGINT or SIGTERM.
 pub async fn cancel_on_signal(token: CancellationToken) {
