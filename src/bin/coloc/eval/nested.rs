@@ -331,34 +331,27 @@ mod tests {
             // Not in the outer training set: its workload makes no fold.
             run(&["vgg16_batch8-train", "gpt2_batch4-inf"]),
         ];
-        let folds = family_folds(&runs, &[0, 1, 2]);
-        let seen: Vec<(&str, Vec<&str>, &[usize], &[usize])> = folds
-            .iter()
-            .map(|f| {
-                let workloads = f.workloads.iter().map(String::as_str).collect();
-                (f.family.as_str(), workloads, &f.kept[..], &f.held[..])
-            })
-            .collect();
+        let fold = |family: &str, workloads: &[&str], kept: &[usize], held: &[usize]| FamilyFold {
+            family: family.to_string(),
+            workloads: workloads.iter().map(|w| w.to_string()).collect(),
+            kept: kept.to_vec(),
+            held: held.to_vec(),
+        };
         assert_eq!(
-            seen,
+            family_folds(&runs, &[0, 1, 2]),
             [
-                (
+                fold(
                     "bert-base-cased inference",
-                    vec!["bert-base-cased_batch16-inf", "bert-base-cased_batch8-inf"],
-                    &[2][..],
-                    &[0, 1][..],
+                    &["bert-base-cased_batch16-inf", "bert-base-cased_batch8-inf"],
+                    &[2],
+                    &[0, 1],
                 ),
-                (
-                    "gpt2 inference",
-                    vec!["gpt2_batch4-inf"],
-                    &[0][..],
-                    &[1, 2][..]
-                ),
-                (
+                fold("gpt2 inference", &["gpt2_batch4-inf"], &[0], &[1, 2]),
+                fold(
                     "resnet50 training",
-                    vec!["resnet50_batch32-train"],
-                    &[1][..],
-                    &[0, 2][..]
+                    &["resnet50_batch32-train"],
+                    &[1],
+                    &[0, 2]
                 ),
             ]
         );
