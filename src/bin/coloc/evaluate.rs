@@ -253,7 +253,7 @@ async fn score_file(
             let calibrations: &[(&str, model::intervals::Calibration)] = if with_calibrations {
                 &eval::candidates::CALIBRATION_CANDIDATES
             } else {
-                &[("chosen", model::intervals::Calibration::CHOSEN)]
+                &[("chosen", model::intervals::Calibration::at(data.level))]
             };
             // The pairs are the same for every file: measured once.
             if k == 0 {

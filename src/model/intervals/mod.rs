@@ -20,7 +20,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use super::SetPrediction;
+use super::{ProfileLevel, SetPrediction};
 
 pub(crate) use folds::{folds_by_group, held_out_in_parallel, held_out_scored_in_parallel};
 pub use folds::{held_out, k_folds, set_folds};
@@ -133,6 +133,23 @@ impl Calibration {
         scale: Scale::Plain,
         sums: Some(Folds::Profiles),
     };
+
+    /// What `Train` calibrates the NVML-only twin with: decision 038's nested rule, run on
+    /// profiles withheld to NVML's, picks "profile-folds, scaled 0.1" on the 4-way file
+    /// (docs/decisions/040-twin-calibration.md).
+    pub const TWIN: Calibration = Calibration {
+        folds: Folds::Profiles,
+        scale: Scale::Fixed(0.1),
+        sums: None,
+    };
+
+    /// The served calibration of a model fitted on profiles of `level`.
+    pub const fn at(level: ProfileLevel) -> Calibration {
+        match level {
+            ProfileLevel::Full => Self::CHOSEN,
+            ProfileLevel::NvmlOnly => Self::TWIN,
+        }
+    }
 
     /// The folds of the crowded bands' sum quantiles.
     pub(crate) fn sum_folds(&self) -> Folds {

@@ -25,28 +25,32 @@ impl MemberRidgeGbt {
     ///
     /// Then the NVML-only twin ([`Self::nvml_twin`]): the same fit and calibration on the
     /// same rows with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md),
-    /// with the twin's own options ([`MemberOptions::TWIN`], decision 037).
+    /// with the twin's own options ([`MemberOptions::TWIN`], decision 037) and calibration
+    /// ([`Calibration::TWIN`], decision 040).
     /// A twin that cannot be fitted leaves the model without one (NVML-only profiles are
     /// then refused, as before twins existed).
     pub(crate) fn fit_calibrated(
         rows: &[TrainingRow],
         options: MemberOptions,
     ) -> Result<Self, FitError> {
-        let mut model = Self::fit_calibrated_alone(rows, options)?;
+        let mut model = Self::fit_calibrated_alone(rows, options, Calibration::CHOSEN)?;
         let withheld: Vec<TrainingRow> = rows.iter().map(TrainingRow::nvml_only).collect();
-        model.nvml_twin = Self::fit_calibrated_alone(&withheld, MemberOptions::TWIN)
-            .ok()
-            .map(|twin| Box::new(ModelParams::MemberRidgeGbt(twin)));
+        model.nvml_twin =
+            Self::fit_calibrated_alone(&withheld, MemberOptions::TWIN, Calibration::TWIN)
+                .ok()
+                .map(|twin| Box::new(ModelParams::MemberRidgeGbt(twin)));
         Ok(model)
     }
 
-    /// [`Self::fit_calibrated`] without the twin.
+    /// [`Self::fit_calibrated`] without the twin, its intervals calibrated with
+    /// `calibration`.
     fn fit_calibrated_alone(
         rows: &[TrainingRow],
         options: MemberOptions,
+        calibration: Calibration,
     ) -> Result<Self, FitError> {
         let mut model = Self::fit_with(rows, options)?;
-        model.intervals = Self::calibrate(rows, options, &[Calibration::CHOSEN])?
+        model.intervals = Self::calibrate(rows, options, &[calibration])?
             .pop()
             .flatten();
         if model.intervals.is_none() {

@@ -307,6 +307,11 @@ mod tests {
                 "profile-out members, profile-folds sums"
             )
         );
+        // The NVML-only twin's, chosen by decision 040.
+        assert_eq!(
+            Calibration::TWIN,
+            row(&CALIBRATION_CANDIDATES, "profile-folds, scaled 0.1")
+        );
     }
 
     #[test]
