@@ -23,8 +23,8 @@ impl MemberRidgeGbt {
     /// One after the other, not side by side: on a large store the fit's matrices are most
     /// of the memory, and the calibration's refits would add to them.
     ///
-    /// Then the NVML-only twin ([`Self::nvml_twin`]): the same fit and calibration on the
-    /// same rows with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md),
+    /// Then the NVML-only twin ([`Self::nvml_twin`]): a fit and calibration of the same rows
+    /// with every member's kernel metrics withheld (docs/decisions/031-nvml-only-twin.md),
     /// with the twin's own options ([`MemberOptions::TWIN`], decision 037) and calibration
     /// ([`Calibration::TWIN`], decision 040).
     /// A twin that cannot be fitted leaves the model without one (NVML-only profiles are
