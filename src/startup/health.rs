@@ -4,25 +4,33 @@
 //! itself), and NOT_SERVING for everything once the service stops.
 
 use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
+use tonic_health::{server::HealthReporter, ServingStatus};
 
 use crate::api::{AdvisorService, AgentsService, ColocationAdvisorServer, ProfilingAgentsServer};
 
+/// Sets the status of the two services that write, the advisor's and the agents': the
+/// agents' claims and submissions fail as the advisor's writes do.
+pub(super) async fn set_writing_services(reporter: &HealthReporter, status: ServingStatus) {
+    for service in [
+        <ColocationAdvisorServer<AdvisorService> as NamedService>::NAME,
+        <ProfilingAgentsServer<AgentsService> as NamedService>::NAME,
+    ] {
+        reporter.set_service_status(service, status).await;
+    }
+}
+
 /// Health at shutdown: NOT_SERVING for both services and the server itself.
-pub(super) async fn stop_serving(reporter: &tonic_health::server::HealthReporter) {
-    reporter
-        .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
-        .await;
-    reporter
-        .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
-        .await;
+pub(super) async fn stop_serving(reporter: &HealthReporter) {
+    set_writing_services(reporter, ServingStatus::NotServing).await;
     reporter
         .set_service_status(
             crate::leader::follow::READY_SERVICE,
-            tonic_health::ServingStatus::NotServing,
+            ServingStatus::NotServing,
         )
         .await;
     reporter
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .set_service_status("", ServingStatus::NotServing)
         .await;
 }
 
@@ -31,7 +39,7 @@ pub(super) async fn stop_serving(reporter: &tonic_health::server::HealthReporter
 /// `shutdown` (which sets NOT_SERVING for good).
 pub(super) async fn follow_write_health(
     mut failing: tokio::sync::watch::Receiver<bool>,
-    reporter: tonic_health::server::HealthReporter,
+    reporter: HealthReporter,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -43,22 +51,11 @@ pub(super) async fn follow_write_health(
         if shutdown.is_cancelled() {
             return;
         }
-        // Both services write: the agents' claims and submissions fail as the advisor's
-        // writes do.
-        if failing {
-            reporter
-                .set_not_serving::<ColocationAdvisorServer<AdvisorService>>()
-                .await;
-            reporter
-                .set_not_serving::<ProfilingAgentsServer<AgentsService>>()
-                .await;
+        let status = if failing {
+            ServingStatus::NotServing
         } else {
-            reporter
-                .set_serving::<ColocationAdvisorServer<AdvisorService>>()
-                .await;
-            reporter
-                .set_serving::<ProfilingAgentsServer<AgentsService>>()
-                .await;
-        }
+            ServingStatus::Serving
+        };
+        set_writing_services(&reporter, status).await;
     }
 }

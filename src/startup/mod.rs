@@ -15,7 +15,7 @@ mod options;
 
 pub use options::{advisor_options, model_kind};
 
-use health::{follow_write_health, stop_serving};
+use health::{follow_write_health, set_writing_services, stop_serving};
 use options::{extender_options, grpc_tls};
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -260,14 +260,9 @@ impl App {
 
     pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<ColocationAdvisorServer<AdvisorService>>()
-            .await;
-        // SERVING with or without agents: jobs for a GPU model no agent serves wait, and
-        // their workloads say so.
-        health_reporter
-            .set_serving::<ProfilingAgentsServer<AgentsService>>()
-            .await;
+        // The agents' service is SERVING with or without agents: jobs for a GPU model no
+        // agent serves wait, and their workloads say so.
+        set_writing_services(&health_reporter, tonic_health::ServingStatus::Serving).await;
         let (reflection_v1, reflection_v1alpha) = reflection_services()?;
         let metrics = self
             .metrics_listener

@@ -425,19 +425,7 @@ fn eval_nway_scores_the_default_model_and_an_independent_scorer_agrees() {
 /// the bounds are the issues'.
 #[test]
 fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let summary = eval_nway(
-        &["--coverage", "--model", "member-ridge-gbt"],
-        &["kace-4way", "kace-3way"],
-        &dir.path().join("nway.csv"),
-    );
-    for protocol in [
-        "pairs, unseen workload",
-        "4-way all, runs, unseen family",
-        "3-way all, runs, unseen family",
-    ] {
-        member_coverage_within_70_to_90(&summary, protocol, 300.0);
-    }
+    let summary = nway_coverage_within_70_to_90(&[]);
     // A row of `key`'s list, named by its protocol, with at least `at_least` members and
     // sums, each 75-85 % inside.
     let within = |key: &str, protocol: &str, at_least: f64| {
@@ -476,9 +464,20 @@ fn eval_nway_coverage_of_the_chosen_intervals_lies_within_75_to_85_percent() {
 /// 0.695 / 0.710; decision 040's nested rule chose the twin's own calibration.
 #[test]
 fn eval_nway_coverage_of_the_nvml_only_twin_lies_within_70_to_90_percent() {
+    nway_coverage_within_70_to_90(&["--nvml-only"]);
+}
+
+/// `eval nway --coverage` of the default model on both run files, with `extra`: the members
+/// of pairs (unseen workload), 4-way and 3-way runs (unseen family) 70-90 % inside. The
+/// summary, for more checks.
+fn nway_coverage_within_70_to_90(extra: &[&str]) -> serde_json::Value {
     let dir = tempfile::TempDir::new().unwrap();
+    let args: Vec<&str> = ["--coverage", "--model", "member-ridge-gbt"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     let summary = eval_nway(
-        &["--coverage", "--model", "member-ridge-gbt", "--nvml-only"],
+        &args,
         &["kace-4way", "kace-3way"],
         &dir.path().join("nway.csv"),
     );
@@ -489,6 +488,7 @@ fn eval_nway_coverage_of_the_nvml_only_twin_lies_within_70_to_90_percent() {
     ] {
         member_coverage_within_70_to_90(&summary, protocol, 300.0);
     }
+    summary
 }
 
 /// The row of `summary["coverage"]` named `protocol`: at least `at_least` members, and
