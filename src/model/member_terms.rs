@@ -93,6 +93,16 @@ pub struct MemberOptions {
     /// law) (chosen by the simulation; docs/simulation.md).
     #[serde(default)]
     pub law_blend_always: bool,
+    /// In a set of three or more, each member's prediction is blended, before the set-level
+    /// blend and the law, with its composition from the model's own pair answers: its
+    /// exclusive throughput x over 1 + Σ over the co-runners j of max(0, x / p(j) - 1),
+    /// p(j) its prediction in the pair with j alone (slowdowns add, as under time-sharing):
+    /// (1 - w) x member + w x composed, w = `pair_composition` / 100. Only where the fitted
+    /// model learned fewer than `member::SET_LINEAR_MIN_SETS` crowded sets (its crowded
+    /// answers are then pair-learned; a fitted model's option is 0 from there on); 0 = off
+    /// (docs/decisions/041-pair-composition.md).
+    #[serde(default)]
+    pub pair_composition: u8,
 }
 
 impl MemberOptions {
@@ -111,6 +121,7 @@ impl MemberOptions {
         set_linear_ratio: false,
         law_blend: 10,
         law_blend_always: true,
+        pair_composition: 50,
     };
 
     /// What `Train` fits for the NVML-only twin, on the same runs with the kernel metrics

@@ -9,7 +9,9 @@ mod eval;
 mod tools;
 mod undo;
 mod upload;
-pub use eval::{EvalCommand, EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates};
+pub use eval::{
+    EvalCommand, EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates, NestedTrain,
+};
 pub use tools::{BenchArgs, SimulateArgs};
 pub use undo::{AuditCommand, DeleteRunsArgs, RunsCommand, UndoArgs};
 pub use upload::ProfileFiles;

@@ -9,7 +9,7 @@ use anyhow::Context;
 use coloc::model::{self, ModelKind};
 
 use crate::{
-    args::{EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates},
+    args::{EvalKaceArgs, EvalNwayArgs, EvalObjectivesArgs, NestedCandidates, NestedTrain},
     eval,
 };
 
@@ -89,11 +89,22 @@ async fn nested(args: &EvalNwayArgs) -> anyhow::Result<()> {
         NestedCandidates::Law => eval::candidates::NestedSet::Law,
         NestedCandidates::Weighted => eval::candidates::NestedSet::Weighted,
         NestedCandidates::Stacked => eval::candidates::NestedSet::Stacked,
+        NestedCandidates::Composition => eval::candidates::NestedSet::Composition,
     };
-    each_run_file(args, "nested", move |data| {
-        eval::nested::evaluate(data, set)
-    })
-    .await
+    match args.nested_train {
+        NestedTrain::Runs => {
+            each_run_file(args, "nested", move |data| {
+                eval::nested::evaluate(data, set)
+            })
+            .await
+        }
+        NestedTrain::Pairs => {
+            each_run_file(args, "nested", move |data| {
+                eval::nested_pairs_trained::evaluate(data, set)
+            })
+            .await
+        }
+    }
 }
 
 /// `coloc eval nway --nested-calibration`: each run file under decision 038's protocol.

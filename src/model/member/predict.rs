@@ -15,6 +15,18 @@ use crate::model::{
 /// Sets predicted together by one task of a batch.
 const CHUNK_SETS: usize = 512;
 
+/// What one co-runner adds to a member's time per unit of work, from the member's answer
+/// `paired` in the pair with it: x / p - 1 for its exclusive throughput x, none where the
+/// answer is not below x (a co-runner predicted harmless), unbounded (the member stops)
+/// where it is not above 0.
+pub(super) fn added_slowdown(member: &Features, paired: f64) -> f64 {
+    let x = member.0[EXCLUSIVE_THROUGHPUT];
+    if paired <= 0.0 {
+        return f64::INFINITY;
+    }
+    (x / paired - 1.0).max(0.0)
+}
+
 impl MemberRidgeGbt {
     /// A set's member predictions with the sum-level linear model blended in (sets of
     /// three or more, when the model has one): the set's sum becomes the mean of the
@@ -173,11 +185,59 @@ impl MemberRidgeGbt {
             Vec::with_capacity(sets.clone().map(<[Features]>::len).sum());
         views.extend(sets.clone().flat_map(views_of));
         let mut predicted = self.predict_members(&views).into_iter();
-        sets.map(|members| {
-            let set = predicted.by_ref().take(members.len()).collect();
-            self.blend_set(members, set)
-        })
-        .collect()
+        let mut members: Vec<Vec<f64>> = sets
+            .clone()
+            .map(|set| predicted.by_ref().take(set.len()).collect())
+            .collect();
+        self.compose_from_pairs(sets.clone(), &mut members);
+        sets.zip(members)
+            .map(|(set, predicted)| self.blend_set(set, predicted))
+            .collect()
+    }
+
+    /// With [`MemberOptions::pair_composition`] (w > 0), each member of a set of three or
+    /// more moves w of the way to its composition from the model's own pair answers:
+    /// exclusive throughput x / (1 + Σ over its co-runners j of max(0, x / p(j) - 1)), p(j)
+    /// its answer in the pair with j alone (decision 041). Every pair inside every crowded
+    /// set of the batch in one more pass of the trees.
+    ///
+    /// [`MemberOptions::pair_composition`]: crate::model::MemberOptions::pair_composition
+    fn compose_from_pairs<'a>(
+        &self,
+        sets: impl Iterator<Item = &'a [Features]>,
+        predicted: &mut [Vec<f64>],
+    ) {
+        if self.options.pair_composition == 0 {
+            return;
+        }
+        let w = f64::from(self.options.pair_composition) / 100.0;
+        let crowded: Vec<(usize, &[Features])> =
+            sets.enumerate().filter(|(_, set)| set.len() >= 3).collect();
+        let pairs: Vec<[Features; 2]> = crowded
+            .iter()
+            .flat_map(|(_, set)| {
+                (0..set.len()).flat_map(move |a| (a + 1..set.len()).map(move |b| [set[a], set[b]]))
+            })
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        let views: Vec<MemberView> = pairs.iter().flat_map(|pair| views_of(pair)).collect();
+        let mut answers = self.predict_members(&views).into_iter();
+        for (i, set) in crowded {
+            let mut slowdown = vec![0.0; set.len()];
+            for a in 0..set.len() {
+                for b in a + 1..set.len() {
+                    let (pa, pb) = (answers.next(), answers.next());
+                    slowdown[a] += added_slowdown(&set[a], pa.unwrap_or_default());
+                    slowdown[b] += added_slowdown(&set[b], pb.unwrap_or_default());
+                }
+            }
+            for ((p, member), s) in predicted[i].iter_mut().zip(set).zip(slowdown) {
+                let composed = member.0[EXCLUSIVE_THROUGHPUT] / (1.0 + s);
+                *p = (1.0 - w) * *p + w * composed;
+            }
+        }
     }
 
     /// One set's prediction, as the tests read it (callers use
@@ -194,8 +254,7 @@ impl MemberRidgeGbt {
         members: &[&Features],
     ) -> (SetPrediction, f64) {
         let owned: Vec<Features> = members.iter().map(|m| **m).collect();
-        let (predicted, difficulty) =
-            self.blend_set(&owned, self.predict_members(&views_of(&owned)));
+        let (predicted, difficulty) = self.predict_batch(std::iter::once(&owned[..])).remove(0);
         (
             SetPrediction {
                 sum: predicted.iter().sum(),

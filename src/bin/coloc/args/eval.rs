@@ -85,9 +85,15 @@ pub struct EvalNwayArgs {
     pub nested: bool,
     /// With --nested: which candidates the inner folds choose among (`law`: decision
     /// 020's; `weighted`, `stacked`: the served options with and without that flag,
-    /// decision 037).
+    /// decision 037; `composition`: crowded members composed from pair answers at 0, 50
+    /// and 100 %, decision 041).
     #[arg(long, value_enum, default_value = "law", requires = "nested")]
     pub nested_candidates: NestedCandidates,
+    /// With --nested: what the models are fitted on (`runs`: each file's runs, decision
+    /// 020; `pairs`: the profile dataset's pairs alone, judged on the file's runs, as a
+    /// service that imported them answers crowded sets, decision 041).
+    #[arg(long, value_enum, default_value = "runs", requires = "nested")]
+    pub nested_train: NestedTrain,
     /// Instead of the table: the crowded intervals' calibration chosen by nested
     /// leave-family-out cross-validation inside each training set, outer folds reporting
     /// (decision 038).
@@ -101,6 +107,14 @@ pub enum NestedCandidates {
     Law,
     Weighted,
     Stacked,
+    Composition,
+}
+
+/// What `coloc eval nway --nested` fits its models on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NestedTrain {
+    Runs,
+    Pairs,
 }
 
 #[derive(Debug, Args)]

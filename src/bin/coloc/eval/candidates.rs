@@ -24,6 +24,9 @@ pub enum NestedSet {
     /// Decision 037: the served options of the profiles' level without and with stacking
     /// (`stacked`).
     Stacked,
+    /// Decision 041: the served options of the profiles' level with crowded members
+    /// composed from the model's pair answers at w = 0, 50 and 100 % (`pair_composition`).
+    Composition,
 }
 
 impl NestedSet {
@@ -68,6 +71,18 @@ impl NestedSet {
                     },
                 ),
             ],
+            Self::Composition => [0, 50, 100]
+                .into_iter()
+                .map(|w| {
+                    named(
+                        &format!("composition {w} %"),
+                        MemberOptions {
+                            pair_composition: w,
+                            ..served
+                        },
+                    )
+                })
+                .collect(),
         }
     }
 }
@@ -89,6 +104,7 @@ pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
             set_linear_ratio: false,
             law_blend: 0,
             law_blend_always: false,
+            pair_composition: 0,
         }
     }
     const fn c(crowding: bool, weighted_crowded: bool, set_linear: bool) -> MemberOptions {
@@ -106,6 +122,7 @@ pub const MEMBER_CANDIDATES: [(&str, MemberOptions); 26] = {
             set_linear_ratio: false,
             law_blend: 0,
             law_blend_always: false,
+            pair_composition: 0,
         }
     }
     const fn linear(shrink: u8, members_capped: bool) -> MemberOptions {
@@ -329,6 +346,7 @@ mod tests {
             MemberOptions::CHOSEN,
             MemberOptions {
                 law_blend_always: true,
+                pair_composition: 0,
                 weighted: true,
                 ..chosen
             }
@@ -339,6 +357,7 @@ mod tests {
             MemberOptions::TWIN,
             MemberOptions {
                 law_blend_always: true,
+                pair_composition: 0,
                 ..chosen
             }
         );

@@ -12,6 +12,7 @@ pub mod mape;
 pub mod nested;
 pub mod nested_calibration;
 pub mod nested_pairs;
+pub mod nested_pairs_trained;
 pub mod nway;
 pub mod nway_api;
 mod objectives;

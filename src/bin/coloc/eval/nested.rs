@@ -46,6 +46,8 @@ pub struct NestedTarget {
 #[derive(Debug, Clone, Serialize)]
 pub struct NestedReport {
     pub set: String,
+    /// What the models are fitted on: "runs" (decision 020) or "pairs" (decision 041).
+    pub training: String,
     /// The mean outer score of the nested procedure (choose inside, report outside).
     pub mean: f64,
     pub worst: f64,
@@ -62,7 +64,7 @@ pub struct NestedReport {
 
 /// The pick's actual sum / the best actual sum among `candidates`, predicted by `params`;
 /// the candidates' errors go into `ape`.
-fn score_target(
+pub(super) fn score_target(
     data: &NwayData,
     candidates: &[usize],
     params: &model::ModelParams,
@@ -85,7 +87,10 @@ fn score_target(
     data.runs[pick(&data.runs, candidates, &scores)].throughput_sum() / oracle
 }
 
-fn fit(rows: &[TrainingRow], options: MemberOptions) -> anyhow::Result<model::ModelParams> {
+pub(super) fn fit(
+    rows: &[TrainingRow],
+    options: MemberOptions,
+) -> anyhow::Result<model::ModelParams> {
     model::fit_member(rows, options).with_context(|| format!("fitting on {} runs", rows.len()))
 }
 
@@ -198,34 +203,75 @@ pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport>
         .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
         .collect();
     let progress = coloc::progress::bar(cases.len() as u64 + 1, &format!("nested {}", data.label));
-    let outer: Vec<(NestedTarget, Ape, Vec<Ape>)> = cases
+    let outer: Vec<Outer> = cases
         .par_iter()
         .map(|case| -> anyhow::Result<_> {
-            let (chosen, inner) = inner_choice(data, &case.train_runs, candidates)?;
+            let chosen = inner_choice(data, &case.train_runs, candidates)?;
             let train: Vec<TrainingRow> =
                 case.train_runs.iter().map(|&i| data.run_row(i)).collect();
-            let mut fixed = BTreeMap::new();
-            let mut apes = vec![Ape::default(); candidates.len()];
-            for (c, (name, options)) in candidates.iter().enumerate() {
-                let params = fit(&train, *options)?;
-                let score = score_target(data, &case.candidates, &params, &mut apes[c]);
-                fixed.insert(name.clone(), score);
-            }
+            let outer = outer_target(
+                data,
+                &case.target,
+                &case.candidates,
+                &train,
+                candidates,
+                chosen,
+            );
             progress.inc(1);
-            let target = NestedTarget {
-                target: case.target.clone(),
-                chosen: candidates[chosen].0.clone(),
-                outer_score: fixed[&candidates[chosen].0],
-                inner,
-                fixed,
-            };
-            Ok((target, apes[chosen].clone(), apes))
+            outer
         })
         .collect::<anyhow::Result<_>>()?;
     let all: Vec<usize> = (0..data.runs.len()).collect();
     let (served, served_inner) = inner_choice(data, &all, candidates)?;
     progress.finish_and_clear();
+    Ok(report(
+        data,
+        "runs",
+        candidates,
+        outer,
+        (served, served_inner),
+    ))
+}
 
+/// One outer target's result: what was chosen and scored, the chosen candidate's errors,
+/// and every candidate's.
+pub(super) type Outer = (NestedTarget, Ape, Vec<Ape>);
+
+/// The outer target `target` scored on its test runs `test` after fitting every candidate
+/// on `train`, the inner rule having chosen `chosen` (with its `inner` figures).
+pub(super) fn outer_target(
+    data: &NwayData,
+    target: &str,
+    test: &[usize],
+    train: &[TrainingRow],
+    candidates: &Candidates,
+    (chosen, inner): (usize, Vec<InnerFigure>),
+) -> anyhow::Result<Outer> {
+    let mut fixed = BTreeMap::new();
+    let mut apes = vec![Ape::default(); candidates.len()];
+    for (c, (name, options)) in candidates.iter().enumerate() {
+        let params = fit(train, *options)?;
+        let score = score_target(data, test, &params, &mut apes[c]);
+        fixed.insert(name.clone(), score);
+    }
+    let target = NestedTarget {
+        target: target.to_string(),
+        chosen: candidates[chosen].0.clone(),
+        outer_score: fixed[&candidates[chosen].0],
+        inner,
+        fixed,
+    };
+    Ok((target, apes[chosen].clone(), apes))
+}
+
+/// The report of a nested protocol from its outer targets and its whole-file choice.
+pub(super) fn report(
+    data: &NwayData,
+    training: &str,
+    candidates: &Candidates,
+    outer: Vec<Outer>,
+    (served, served_inner): (usize, Vec<InnerFigure>),
+) -> NestedReport {
     let mut ape = Ape::default();
     let mut fixed_apes = vec![Ape::default(); candidates.len()];
     for (_, chosen_ape, apes) in &outer {
@@ -236,8 +282,9 @@ pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport>
     }
     let targets: Vec<NestedTarget> = outer.into_iter().map(|(t, _, _)| t).collect();
     let scores: Vec<f64> = targets.iter().map(|t| t.outer_score).collect();
-    Ok(NestedReport {
+    NestedReport {
         set: data.label.clone(),
+        training: training.to_string(),
         mean: super::mape::mean(&scores),
         worst: scores.iter().copied().fold(f64::MAX, f64::min),
         mape: ape.summary(),
@@ -256,15 +303,15 @@ pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport>
         targets,
         served_choice: candidates[served].0.clone(),
         served_inner,
-    })
+    }
 }
 
 impl std::fmt::Display for NestedReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} nested (all runs, runs training): outer mean {:.4} (worst {:.4}), {}",
-            self.set, self.mean, self.worst, self.mape
+            "{} nested (all runs, {} training): outer mean {:.4} (worst {:.4}), {}",
+            self.set, self.training, self.mean, self.worst, self.mape
         )?;
         for t in &self.targets {
             writeln!(

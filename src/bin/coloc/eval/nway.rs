@@ -288,7 +288,7 @@ impl NwayData {
         }
     }
 
-    fn pair_row(&self, i: usize) -> TrainingRow {
+    pub fn pair_row(&self, i: usize) -> TrainingRow {
         let p = &self.pairs[i];
         TrainingRow {
             members: vec![self.features[&p.workload1], self.features[&p.workload2]],

@@ -296,6 +296,7 @@ const CROWDING: MemberOptions = MemberOptions {
     set_linear_ratio: false,
     law_blend: 0,
     law_blend_always: false,
+    pair_composition: 0,
 };
 
 #[test]
@@ -417,6 +418,68 @@ fn the_law_blend_moves_each_crowded_member_a_tenth_of_the_way_to_the_law_and_spa
     check_blend(&always, &unblended, &triple);
     // Pairs stay the members alone there too.
     assert_eq!(always.predict_set(&pair), unblended.predict_set(&pair));
+}
+
+#[test]
+fn crowded_members_of_a_pair_trained_model_move_halfway_to_their_composition_from_its_pairs() {
+    let mut state = 31;
+    let seen: Vec<Features> = (0..12).map(|_| workload(&mut state)).collect();
+    let pairs = rows(&seen);
+    const { assert!(MemberOptions::CHOSEN.pair_composition == 50) };
+    // The law blend off in both, so that the composition is all that differs.
+    let composed = MemberOptions {
+        law_blend: 0,
+        ..MemberOptions::CHOSEN
+    };
+    let plain = MemberOptions {
+        pair_composition: 0,
+        ..composed
+    };
+    let model = MemberRidgeGbt::fit_with(&pairs, composed).unwrap();
+    let plain = MemberRidgeGbt::fit_with(&pairs, plain).unwrap();
+    assert_eq!(model.options.pair_composition, 50);
+    // By hand: a member of exclusive throughput x whose pair answers beside its co-runners
+    // are q_j keeps x / (1 + Σ max(0, x / q_j - 1)); the model's answer is halfway between
+    // that and the plain model's.
+    let check = |set: &[&Features]| {
+        let members = model.predict_set(set).members.unwrap();
+        let trees = plain.predict_set(set).members.unwrap();
+        for (i, own) in set.iter().enumerate() {
+            let x = own.0[EXCLUSIVE_THROUGHPUT];
+            let slowdown: f64 = (0..set.len())
+                .filter(|&j| j != i)
+                .map(|j| {
+                    let q = plain.predict_set(&[own, set[j]]).members.unwrap()[0];
+                    (x / q - 1.0).max(0.0)
+                })
+                .sum();
+            let expected = 0.5 * trees[i] + 0.5 * x / (1.0 + slowdown);
+            assert!(
+                (members[i] - expected).abs() <= 1e-9 * expected,
+                "member {i}: {} vs {expected}",
+                members[i]
+            );
+        }
+        assert_ne!(members, trees);
+    };
+    check(&[&seen[0], &seen[5], &seen[9]]);
+    check(&[&seen[1], &seen[2], &seen[3], &seen[4]]);
+    check(&[&seen[6], &seen[6], &seen[7]]);
+    // Pairs are untouched.
+    let pair = [&seen[2], &seen[7]];
+    assert_eq!(model.predict_set(&pair), plain.predict_set(&pair));
+    // Slowdowns add as under time-sharing; a co-runner answered harmless adds none; an
+    // answer of nothing stops the member.
+    let own = Features([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0]);
+    assert_eq!(super::predict::added_slowdown(&own, 5.0), 1.0);
+    assert_eq!(super::predict::added_slowdown(&own, 10.0), 0.0);
+    assert_eq!(super::predict::added_slowdown(&own, 12.0), 0.0);
+    assert_eq!(super::predict::added_slowdown(&own, 0.0), f64::INFINITY);
+    // A model that learned 110 crowded sets answers them itself: no composition (16
+    // workloads: 120 triples).
+    let many: Vec<Features> = (0..16).map(|_| workload(&mut state)).collect();
+    let learned = MemberRidgeGbt::fit_with(&mixed_rows(&many), composed).unwrap();
+    assert_eq!(learned.options.pair_composition, 0);
 }
 
 #[test]
