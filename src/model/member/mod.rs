@@ -10,7 +10,10 @@
 //! the sum is averaged with a sum-level linear model of the training sets of that size,
 //! fitted by ridge ([`MemberOptions::set_linear`], [`MemberOptions::set_linear_shrink`]):
 //! linear terms extrapolate to unseen workloads in crowded sets where the trees cannot, and
-//! the penalty keeps them from extrapolating wildly; last, each crowded member is moved a
+//! the penalty keeps them from extrapolating wildly. A model that learned fewer such sets
+//! (one fitted on imported pairs) first moves each crowded member halfway to what its own
+//! pair answers compose to, slowdowns adding as under time-sharing
+//! ([`MemberOptions::pair_composition`]). Last, each crowded member is moved a
 //! tenth of the way to the time-sharing law itself ([`MemberOptions::law_blend`]), which
 //! learns nothing from busy workloads and so reads sets of light ones it has never seen
 //! where they run. Pairs are answered by the members alone.
