@@ -6,6 +6,9 @@
 //! residents from 64 distinct sets, `distinct` gives (almost) every GPU a set of its own,
 //! the worst case for the per-request set cache.
 //!
+//! `place_composition` sets the default model against the same model without decision 041's
+//! composition of crowded members from pair answers, in one run: what composing costs Place.
+//!
 //! `cargo bench --bench place`
 
 use std::{collections::HashMap, path::Path, sync::Arc};
@@ -14,14 +17,15 @@ use coloc::{
     advisor::{place_in, Catalog, GpuState, PlaceQuery},
     dataset::KaceDataset,
     domain::{GpuName, Profile, ProfileSource, WorkloadName},
-    model::{fit, ModelKind, TrainingRow},
+    model::{fit_with_options, MemberOptions, ModelKind, TrainingRow},
     store::StoredModel,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const V100: &str = "Tesla V100-SXM2-32GB";
 
-fn kace() -> (Catalog, HashMap<GpuName, Arc<StoredModel>>, Vec<String>) {
+/// The KACE catalog and the default model fitted on its pairs with `options`.
+fn kace(options: MemberOptions) -> (Catalog, HashMap<GpuName, Arc<StoredModel>>, Vec<String>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kace-v100");
     let dataset = KaceDataset::read(&dir).expect("the KACE data beside the repository");
     let features = dataset.features();
@@ -35,7 +39,8 @@ fn kace() -> (Catalog, HashMap<GpuName, Arc<StoredModel>>, Vec<String>) {
             })
         })
         .collect();
-    let (params, metrics) = fit(ModelKind::MemberRidgeGbt, &rows).expect("the KACE data fits");
+    let (params, metrics) =
+        fit_with_options(ModelKind::MemberRidgeGbt, &rows, options).expect("the KACE data fits");
     let gpu = GpuName::parse("gpu", V100).unwrap();
     let model = Arc::new(StoredModel::fitted_in_process(
         gpu.clone(),
@@ -99,7 +104,7 @@ fn cluster(names: &[String], n: usize, sets: usize) -> Vec<GpuState> {
 }
 
 fn place(c: &mut Criterion) {
-    let (catalog, models, names) = kace();
+    let (catalog, models, names) = kace(MemberOptions::CHOSEN);
     let job = WorkloadName::parse("workload", "bert-base-cased_batch8-train").unwrap();
     let mut group = c.benchmark_group("place");
     for (label, n, sets) in [
@@ -121,5 +126,29 @@ fn place(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, place);
+/// The worst case for composing: 1 000 GPUs of distinct resident sets, each crowded set
+/// answered afresh, with and without the composition (w = 0), in one run.
+fn place_composition(c: &mut Criterion) {
+    let job = WorkloadName::parse("workload", "bert-base-cased_batch8-train").unwrap();
+    let mut group = c.benchmark_group("place_composition");
+    group.sample_size(20);
+    for w in [0, MemberOptions::CHOSEN.pair_composition] {
+        let (catalog, models, names) = kace(MemberOptions {
+            pair_composition: w,
+            ..MemberOptions::CHOSEN
+        });
+        let gpus = cluster(&names, 1_000, 1_000);
+        group.throughput(Throughput::Elements(1_000));
+        group.bench_with_input(BenchmarkId::new("distinct_1000_w", w), &gpus, |b, gpus| {
+            b.iter(|| {
+                let mut query = PlaceQuery::new(job.clone(), gpus.clone());
+                query.top_k = 10;
+                place_in(&catalog, &models, None, query).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, place, place_composition);
 criterion_main!(benches);

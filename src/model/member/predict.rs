@@ -2,6 +2,8 @@
 //! (the sum-level linear model, the time-sharing law) with the prediction's difficulty,
 //! sets in batches, and pairs through the compiled pair scorer.
 
+use std::collections::HashMap;
+
 use super::{booster_features, prior, ridge_linear, views_of, MemberRidgeGbt, MemberView};
 use crate::model::{
     member_terms::{
@@ -9,7 +11,7 @@ use crate::model::{
         MAX_BOOSTER_FEATURES,
     },
     pair_scorer::{PairScorer, TreeNode},
-    Features, PredictedSet, SetPrediction, TrainingRow,
+    Features, PredictedSet, SetPrediction, TrainingRow, NUM_FEATURES,
 };
 
 /// Sets predicted together by one task of a batch.
@@ -198,8 +200,8 @@ impl MemberRidgeGbt {
     /// With [`MemberOptions::pair_composition`] (w > 0), each member of a set of three or
     /// more moves w of the way to its composition from the model's own pair answers:
     /// exclusive throughput x / (1 + Σ over its co-runners j of max(0, x / p(j) - 1)), p(j)
-    /// its answer in the pair with j alone (decision 041). Every pair inside every crowded
-    /// set of the batch in one more pass of the trees.
+    /// its answer in the pair with j alone (decision 041). Every distinct pair inside the
+    /// batch's crowded sets in one more pass of the trees.
     ///
     /// [`MemberOptions::pair_composition`]: crate::model::MemberOptions::pair_composition
     fn compose_from_pairs<'a>(
@@ -213,17 +215,35 @@ impl MemberRidgeGbt {
         let w = f64::from(self.options.pair_composition) / 100.0;
         let crowded: Vec<(usize, &[Features])> =
             sets.enumerate().filter(|(_, set)| set.len() >= 3).collect();
-        let pairs: Vec<[Features; 2]> = crowded
-            .iter()
-            .flat_map(|(_, set)| {
-                (0..set.len()).flat_map(move |a| (a + 1..set.len()).map(move |b| [set[a], set[b]]))
-            })
-            .collect();
+        // Each distinct pair once (a request's crowded sets share most of theirs: the job
+        // beside each resident), both members' answers in one pass of the trees.
+        let mut index: HashMap<[u64; 2 * NUM_FEATURES], usize> = HashMap::new();
+        let mut pairs: Vec<[Features; 2]> = Vec::new();
+        let mut occurrences: Vec<usize> = Vec::new();
+        for (_, set) in &crowded {
+            for a in 0..set.len() {
+                for b in a + 1..set.len() {
+                    let mut key = [0u64; 2 * NUM_FEATURES];
+                    for (slot, v) in key.iter_mut().zip(set[a].0.iter().chain(&set[b].0)) {
+                        *slot = v.to_bits();
+                    }
+                    let next = pairs.len();
+                    let at = *index.entry(key).or_insert(next);
+                    if at == next {
+                        pairs.push([set[a], set[b]]);
+                    }
+                    occurrences.push(at);
+                }
+            }
+        }
         if pairs.is_empty() {
             return;
         }
         let views: Vec<MemberView> = pairs.iter().flat_map(|pair| views_of(pair)).collect();
-        let mut answers = self.predict_members(&views).into_iter();
+        let answered = self.predict_members(&views);
+        let mut answers = occurrences
+            .into_iter()
+            .flat_map(|at| [answered[2 * at], answered[2 * at + 1]]);
         for (i, set) in crowded {
             let mut slowdown = vec![0.0; set.len()];
             for a in 0..set.len() {

@@ -336,7 +336,8 @@ mod tests {
         // The options `coloc eval nway --candidates` chose, with the law blended also where
         // the fitted model learned no crowded set (chosen by the simulation, README,
         // "Cluster simulation"; `coloc simulate --law-blend crowded-fits` serves the row
-        // itself), and the trees' row weights nested CV chose (decision 037).
+        // itself), the trees' row weights nested CV chose (decision 037), and crowded
+        // members composed halfway from pair answers (decision 041).
         let chosen = row(
             &MEMBER_CANDIDATES,
             "crowding+set-ridge-0.1+capped+time-share-crowded+law-0.1",
@@ -346,7 +347,7 @@ mod tests {
             MemberOptions::CHOSEN,
             MemberOptions {
                 law_blend_always: true,
-                pair_composition: 0,
+                pair_composition: 50,
                 weighted: true,
                 ..chosen
             }
@@ -357,7 +358,7 @@ mod tests {
             MemberOptions::TWIN,
             MemberOptions {
                 law_blend_always: true,
-                pair_composition: 0,
+                pair_composition: 50,
                 ..chosen
             }
         );
