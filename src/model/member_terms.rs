@@ -98,8 +98,8 @@ pub struct MemberOptions {
     /// exclusive throughput x over 1 + Σ over the co-runners j of max(0, x / p(j) - 1),
     /// p(j) its prediction in the pair with j alone (slowdowns add, as under time-sharing):
     /// (1 - w) x member + w x composed, w = `pair_composition` / 100. Only where the fitted
-    /// model learned fewer than `member::SET_LINEAR_MIN_SETS` crowded sets (its crowded
-    /// answers are then pair-learned; a fitted model's option is 0 from there on); 0 = off
+    /// model learned no crowded set (its crowded answers are then all pair-learned; a model
+    /// fitted on any crowded run has the option 0); 0 = off
     /// (docs/decisions/041-pair-composition.md).
     #[serde(default)]
     pub pair_composition: u8,

@@ -63,17 +63,17 @@ impl MemberRidgeGbt {
         // The time-sharing offset of crowded sets, as the set-level model, only from
         // SET_LINEAR_MIN_SETS crowded training sets on: with fewer, the halves have learned
         // crowded sets from pairs (the full ratio, no offset), and an offset added to that
-        // would count the crowding twice. The composition from pair answers the other way:
-        // only below, where crowded answers are pair-learned (decision 041). The fitted
-        // model's options say which it has.
+        // would count the crowding twice. The composition from pair answers only in a
+        // model of no crowded set, whose crowded answers are all pair-learned: beside
+        // crowded runs it would pull their answers back towards the pairs (decision 041).
+        // The fitted model's options say which it has.
         let crowded_sets = rows.iter().filter(|r| r.members.len() >= 3).count();
-        let learns_crowded = crowded_sets >= SET_LINEAR_MIN_SETS;
         let options = MemberOptions {
-            time_share_crowded: options.time_share_crowded && learns_crowded,
-            pair_composition: if learns_crowded {
-                0
-            } else {
+            time_share_crowded: options.time_share_crowded && crowded_sets >= SET_LINEAR_MIN_SETS,
+            pair_composition: if crowded_sets == 0 {
                 options.pair_composition
+            } else {
+                0
             },
             ..options
         };

@@ -10,7 +10,7 @@
 //! the sum is averaged with a sum-level linear model of the training sets of that size,
 //! fitted by ridge ([`MemberOptions::set_linear`], [`MemberOptions::set_linear_shrink`]):
 //! linear terms extrapolate to unseen workloads in crowded sets where the trees cannot, and
-//! the penalty keeps them from extrapolating wildly. A model that learned fewer such sets
+//! the penalty keeps them from extrapolating wildly. A model that learned no such set
 //! (one fitted on imported pairs) first moves each crowded member halfway to what its own
 //! pair answers compose to, slowdowns adding as under time-sharing
 //! ([`MemberOptions::pair_composition`]). Last, each crowded member is moved a
