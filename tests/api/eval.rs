@@ -305,6 +305,17 @@ fn rescore_nway(predictions: &std::path::Path) -> BTreeMap<(String, String, Stri
 }
 
 fn eval_nway(args: &[&str], runs: &[&str], predictions: &std::path::Path) -> serde_json::Value {
+    let predictions = predictions.to_str().unwrap();
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--predictions-out", predictions])
+        .collect();
+    eval_nway_json(&args, runs)
+}
+
+/// `coloc eval nway RUNS... --profiles kace-v100 ARGS --json`, which must succeed.
+fn eval_nway_json(args: &[&str], runs: &[&str]) -> serde_json::Value {
     let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
         .args(["eval", "nway"])
         .args(runs.iter().map(|r| kace_runs(r)))
@@ -312,8 +323,6 @@ fn eval_nway(args: &[&str], runs: &[&str], predictions: &std::path::Path) -> ser
         .arg(kace_dir())
         .args(args)
         .arg("--json")
-        .arg("--predictions-out")
-        .arg(predictions)
         .output()
         .unwrap();
     assert!(
@@ -769,21 +778,16 @@ fn eval_nway_through_the_api_predicts_what_the_in_process_fit_predicts() {
 /// the outer folds than the trees alone (0.948 against 0.902 when measured).
 #[test]
 fn eval_nway_nested_on_pairs_reports_every_outer_target_and_composition_picks_better() {
-    let output = Command::new(env!("CARGO_BIN_EXE_coloc"))
-        .args(["eval", "nway"])
-        .arg(kace_runs("kace-3way"))
-        .arg("--profiles")
-        .arg(kace_dir())
-        .args(["--nested", "--nested-candidates", "composition"])
-        .args(["--nested-train", "pairs", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let summary = eval_nway_json(
+        &[
+            "--nested",
+            "--nested-candidates",
+            "composition",
+            "--nested-train",
+            "pairs",
+        ],
+        &["kace-3way"],
     );
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let report = &summary["nested"][0];
     assert_eq!(report["training"], "pairs", "{report}");
     let names = ["composition 0 %", "composition 50 %", "composition 100 %"];

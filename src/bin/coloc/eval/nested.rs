@@ -17,7 +17,7 @@ use super::{
     candidates::{Candidates, NestedSet},
     family_label,
     mape::{Ape, Mape},
-    nway::{pick, NwayData, Run, Scope, Training},
+    nway::{pick, NwayCase, NwayData, Run, Scope, Training},
 };
 
 /// Candidates within this much of the best inner mean score count as tied (decision 020).
@@ -195,20 +195,53 @@ pub fn choose(figures: &[InnerFigure]) -> usize {
 /// The nested protocol on one run file: outer targets of the "all, runs" cases, choosing
 /// among the candidates of `set` (for the profiles' level, `data.level`).
 pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport> {
+    let all: Vec<usize> = (0..data.runs.len()).collect();
+    outer_folds(
+        data,
+        set,
+        Training::Runs,
+        |case, candidates| {
+            let chosen = inner_choice(data, &case.train_runs, candidates)?;
+            let train = case.train_runs.iter().map(|&i| data.run_row(i)).collect();
+            Ok((chosen, train))
+        },
+        |candidates| inner_choice(data, &all, candidates),
+    )
+}
+
+/// What a nested protocol's inner folds chose for one outer case, with the outer training
+/// rows the choice is refitted on.
+pub(super) type CaseChoice = ((usize, Vec<InnerFigure>), Vec<TrainingRow>);
+
+/// The outer loop of the nested protocols (decisions 020 and 041): every "all" case of
+/// `training` chosen for by `inner` (which also gives the outer training rows) and scored
+/// on its test runs, every candidate fixed beside; `whole_file` makes the served choice.
+pub(super) fn outer_folds(
+    data: &NwayData,
+    set: NestedSet,
+    training: Training,
+    inner: impl Fn(&NwayCase, &Candidates) -> anyhow::Result<CaseChoice> + Sync,
+    whole_file: impl FnOnce(&Candidates) -> anyhow::Result<(usize, Vec<InnerFigure>)>,
+) -> anyhow::Result<NestedReport> {
     let candidates = set.candidates(data.level);
     let candidates = &candidates;
     let cases: Vec<_> = data
         .cases()
         .into_iter()
-        .filter(|c| c.scope == Scope::All && c.training == Training::Runs)
+        .filter(|c| c.scope == Scope::All && c.training == training)
         .collect();
-    let progress = coloc::progress::bar(cases.len() as u64 + 1, &format!("nested {}", data.label));
+    let name = match training {
+        Training::Runs => "runs",
+        Training::PairsAndRuns => "pairs",
+    };
+    let progress = coloc::progress::bar(
+        cases.len() as u64 + 1,
+        &format!("nested ({name} training) {}", data.label),
+    );
     let outer: Vec<Outer> = cases
         .par_iter()
         .map(|case| -> anyhow::Result<_> {
-            let chosen = inner_choice(data, &case.train_runs, candidates)?;
-            let train: Vec<TrainingRow> =
-                case.train_runs.iter().map(|&i| data.run_row(i)).collect();
+            let (chosen, train) = inner(case, candidates)?;
             let outer = outer_target(
                 data,
                 &case.target,
@@ -221,25 +254,18 @@ pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport>
             outer
         })
         .collect::<anyhow::Result<_>>()?;
-    let all: Vec<usize> = (0..data.runs.len()).collect();
-    let (served, served_inner) = inner_choice(data, &all, candidates)?;
+    let served = whole_file(candidates)?;
     progress.finish_and_clear();
-    Ok(report(
-        data,
-        "runs",
-        candidates,
-        outer,
-        (served, served_inner),
-    ))
+    Ok(report(data, name, candidates, outer, served))
 }
 
 /// One outer target's result: what was chosen and scored, the chosen candidate's errors,
 /// and every candidate's.
-pub(super) type Outer = (NestedTarget, Ape, Vec<Ape>);
+type Outer = (NestedTarget, Ape, Vec<Ape>);
 
 /// The outer target `target` scored on its test runs `test` after fitting every candidate
 /// on `train`, the inner rule having chosen `chosen` (with its `inner` figures).
-pub(super) fn outer_target(
+fn outer_target(
     data: &NwayData,
     target: &str,
     test: &[usize],
@@ -265,7 +291,7 @@ pub(super) fn outer_target(
 }
 
 /// The report of a nested protocol from its outer targets and its whole-file choice.
-pub(super) fn report(
+fn report(
     data: &NwayData,
     training: &str,
     candidates: &Candidates,

@@ -7,16 +7,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rayon::prelude::*;
-
 use coloc::model::{self, TrainingRow};
 
 use super::{
     candidates::{Candidates, NestedSet},
     family_label,
     mape::{mean, Ape},
-    nested::{choose, fit, outer_target, report, score_target, InnerFigure, NestedReport, Outer},
-    nway::{NwayData, Scope, Training},
+    nested::{choose, fit, outer_folds, score_target, InnerFigure, NestedReport},
+    nway::{NwayData, Training},
 };
 
 /// The rule of decision 020 inside the training pairs `train` (indices into the pairs):
@@ -84,40 +82,21 @@ pub fn inner_choice(
     Ok((choose(&figures), figures))
 }
 
-/// The protocol on one run file, choosing among the candidates of `set`.
+/// The protocol on one run file, choosing among the candidates of `set`: the "all, pairs +
+/// runs" cases, whose training pairs exclude the target's family (their training runs are
+/// not used).
 pub fn evaluate(data: &NwayData, set: NestedSet) -> anyhow::Result<NestedReport> {
-    let candidates = set.candidates(data.level);
-    let candidates = &candidates;
-    let cases: Vec<_> = data
-        .cases()
-        .into_iter()
-        .filter(|c| c.scope == Scope::All && c.training == Training::PairsAndRuns)
-        .collect();
-    let progress = coloc::progress::bar(
-        cases.len() as u64 + 1,
-        &format!("nested on pairs {}", data.label),
-    );
-    let outer: Vec<Outer> = cases
-        .par_iter()
-        .map(|case| -> anyhow::Result<_> {
+    let all: Vec<usize> = (0..data.pairs.len()).collect();
+    outer_folds(
+        data,
+        set,
+        Training::PairsAndRuns,
+        |case, candidates| {
             let family = family_label(&case.target);
             let chosen = inner_choice(data, &case.train_pairs, Some(&family), candidates)?;
-            let train: Vec<TrainingRow> =
-                case.train_pairs.iter().map(|&i| data.pair_row(i)).collect();
-            let outer = outer_target(
-                data,
-                &case.target,
-                &case.candidates,
-                &train,
-                candidates,
-                chosen,
-            );
-            progress.inc(1);
-            outer
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let all: Vec<usize> = (0..data.pairs.len()).collect();
-    let served = inner_choice(data, &all, None, candidates)?;
-    progress.finish_and_clear();
-    Ok(report(data, "pairs", candidates, outer, served))
+            let train = case.train_pairs.iter().map(|&i| data.pair_row(i)).collect();
+            Ok((chosen, train))
+        },
+        |candidates| inner_choice(data, &all, None, candidates),
+    )
 }
